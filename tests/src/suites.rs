@@ -1,0 +1,20 @@
+//! The benchmark suites, one module each, and the table that names them.
+
+pub mod tlb;
+
+/// A suite: its name on the command line and the function that prints its figures.
+pub struct Suite {
+    /// Name given to `bench -- NAME`.
+    pub name: &'static str,
+    /// What the suite measures, for `bench --list`.
+    pub about: &'static str,
+    /// Runs the suite, printing one figure per line.
+    pub run: fn(),
+}
+
+/// Every suite, in the order `bench -- all` runs them.
+pub const SUITES: &[Suite] = &[Suite {
+    name: "tlb",
+    about: "TLBI operations planned for stage-2 flushes, range vs without FEAT_TLBIRANGE",
+    run: tlb::run,
+}];
