@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The project's test command. On a fresh Debian machine it installs what is
+# missing (the pinned toolchain, its aarch64 targets and components), then runs,
+# in order: formatting and lint checks, the cross builds of the libraries and
+# the hypervisor, every host test (unit, property, stress and QEMU end-to-end
+# tests; qemu-runner installs QEMU when it is missing and we are root), and the
+# loom models of the lock-free protocols.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+if ! rustup toolchain list | grep -q "^${toolchain}"; then
+    echo "test.sh: installing Rust ${toolchain}"
+    rustup toolchain install "${toolchain}" --profile minimal
+fi
+installed_targets=$(rustup target list --installed --toolchain "${toolchain}")
+for target in aarch64-unknown-none aarch64-unknown-none-softfloat; do
+    if ! grep -qx "${target}" <<<"${installed_targets}"; then
+        echo "test.sh: installing Rust target ${target}"
+        rustup target add --toolchain "${toolchain}" "${target}"
+    fi
+done
+installed_components=$(rustup component list --installed --toolchain "${toolchain}")
+for component in clippy rustfmt llvm-tools; do
+    if ! grep -q "^${component}" <<<"${installed_components}"; then
+        echo "test.sh: installing Rust component ${component}"
+        rustup component add --toolchain "${toolchain}" "${component}"
+    fi
+done
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "format"
+cargo fmt --all --check
+
+step "clippy (host)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "libraries build for aarch64-unknown-none-softfloat"
+cargo build --release -p tlb -p pgtable -p memslot --target aarch64-unknown-none-softfloat
+
+step "tests"
+cargo test --workspace --release
+
+if [ -d pgtable/tests ] && ls pgtable/tests/loom*.rs >/dev/null 2>&1; then
+    step "loom models"
+    RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+        cargo test --release -p pgtable --test 'loom*'
+fi
