@@ -1,0 +1,256 @@
+//! One memslot set: the slots of a VM at one generation, indexed three ways.
+//!
+//! - A B-tree from `base_gfn` to slot index answers "which slot holds this
+//!   frame" with one `range(..=gfn).next_back()` (slots never overlap in guest
+//!   space, so the nearest slot at or below the frame is the only candidate),
+//!   and walks guest ranges in order. O(log n).
+//! - An interval tree over backing ranges ([`crate::interval`]) answers "which
+//!   slots overlap this host range" (ranges may overlap: aliases, shared memory).
+//! - An id map (a vector indexed by id) finds a slot by id in O(1).
+//! - `last_used` remembers the last slot a lookup found, shared by all readers
+//!   of the set, and [`VcpuSlotCache`] is one vCPU's own memory of its last hit,
+//!   valid only for the generation it was filled in.
+//!
+//! Slots sit in an arena (`Vec<Option<Arc<Memslot>>>` with a free list) and the
+//! three indexes hold arena indices. A set is changed only while no reader can
+//! see it (see [`crate::Memslots`]); each change costs O(log n).
+
+use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::ops::Bound;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use crate::interval::{BackingTree, Overlaps};
+use crate::slot::{Gfn, HostPhysAddr, Memslot, SlotId};
+
+/// No slot index.
+const NONE: u32 = u32::MAX;
+
+/// The slots of a VM at one generation.
+#[derive(Debug)]
+pub struct MemslotSet {
+    generation: u64,
+    slots: Vec<Option<Arc<Memslot>>>,
+    free: Vec<u32>,
+    by_gfn: BTreeMap<u64, u32>,
+    by_id: Vec<u32>,
+    by_backing: BackingTree,
+    last_used: AtomicU32,
+}
+
+/// A vCPU's memory of the slot its last lookup found, tagged with the
+/// generation of the set it came from; a lookup in any other generation
+/// ignores it.
+#[derive(Clone, Copy, Debug)]
+pub struct VcpuSlotCache {
+    generation: u64,
+    index: u32,
+}
+
+impl VcpuSlotCache {
+    /// An empty cache.
+    pub const fn new() -> Self {
+        Self {
+            generation: 0,
+            index: NONE,
+        }
+    }
+}
+
+impl Default for VcpuSlotCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemslotSet {
+    pub(crate) const fn new() -> Self {
+        Self {
+            generation: 0,
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_gfn: BTreeMap::new(),
+            by_id: Vec::new(),
+            by_backing: BackingTree::new(),
+            last_used: AtomicU32::new(NONE),
+        }
+    }
+
+    /// The generation this set was published as. Every published change gets a
+    /// new, larger generation.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub(crate) fn set_generation(&mut self, generation: u64) {
+        self.generation = generation;
+    }
+
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.by_gfn.len()
+    }
+
+    /// Whether the set has no slot.
+    pub fn is_empty(&self) -> bool {
+        self.by_gfn.is_empty()
+    }
+
+    fn slot(&self, index: u32) -> &Memslot {
+        self.slots[index as usize]
+            .as_deref()
+            .expect("index names a live slot")
+    }
+
+    /// The slot with id `id`.
+    pub fn get(&self, id: SlotId) -> Option<&Memslot> {
+        let index = *self.by_id.get(id.index())?;
+        (index != NONE).then(|| self.slot(index))
+    }
+
+    fn find_index(&self, gfn: Gfn) -> Option<u32> {
+        let last = self.last_used.load(Ordering::Relaxed);
+        if last != NONE
+            && self
+                .slots
+                .get(last as usize)
+                .is_some_and(|s| s.as_ref().is_some_and(|s| s.contains(gfn)))
+        {
+            return Some(last);
+        }
+        let (_, &index) = self.by_gfn.range(..=gfn.0).next_back()?;
+        if !self.slot(index).contains(gfn) {
+            return None;
+        }
+        if index != last {
+            self.last_used.store(index, Ordering::Relaxed);
+        }
+        Some(index)
+    }
+
+    /// The slot holding `gfn`: the set's last-used slot first, then the gfn tree.
+    #[inline]
+    pub fn find(&self, gfn: Gfn) -> Option<&Memslot> {
+        self.find_index(gfn).map(|i| self.slot(i))
+    }
+
+    /// The slot holding `gfn`, trying `cache` first and refilling it on a miss.
+    #[inline]
+    pub fn find_cached(&self, gfn: Gfn, cache: &mut VcpuSlotCache) -> Option<&Memslot> {
+        if cache.generation == self.generation && cache.index != NONE {
+            let slot = self.slot(cache.index);
+            if slot.contains(gfn) {
+                return Some(slot);
+            }
+        }
+        let index = self.find_index(gfn)?;
+        *cache = VcpuSlotCache {
+            generation: self.generation,
+            index,
+        };
+        Some(self.slot(index))
+    }
+
+    /// The slot holding `gfn`, or else the nearest slot: the first one above
+    /// `gfn`, or when there is none the last one below. `None` only for an
+    /// empty set.
+    pub fn find_approx(&self, gfn: Gfn) -> Option<&Memslot> {
+        if let Some(slot) = self.find(gfn) {
+            return Some(slot);
+        }
+        let above = self
+            .by_gfn
+            .range((Bound::Excluded(gfn.0), Bound::Unbounded))
+            .next();
+        let nearest = above.or_else(|| self.by_gfn.range(..gfn.0).next_back());
+        nearest.map(|(_, &i)| self.slot(i))
+    }
+
+    /// Every slot, in guest-frame order.
+    pub fn iter(&self) -> impl Iterator<Item = &Memslot> + '_ {
+        self.by_gfn.values().map(|&i| self.slot(i))
+    }
+
+    /// Every slot holding a frame of `[start, end)`, in guest-frame order. O(log n + k).
+    pub fn in_gfn_range(&self, start: Gfn, end: Gfn) -> impl Iterator<Item = &Memslot> + '_ {
+        let first = if start < end {
+            self.by_gfn
+                .range(..start.0)
+                .next_back()
+                .map(|(_, &i)| self.slot(i))
+                .filter(|s| s.end_gfn() > start)
+        } else {
+            None
+        };
+        let rest = self
+            .by_gfn
+            .range(start.0..end.0.max(start.0))
+            .map(|(_, &i)| self.slot(i));
+        first.into_iter().chain(rest)
+    }
+
+    /// Every slot whose backing memory overlaps `[start, end)` (bytes), in
+    /// order of backing address. See [`crate::interval`] for the cost.
+    pub fn overlapping_backing(
+        &self,
+        start: HostPhysAddr,
+        end: HostPhysAddr,
+    ) -> BackingOverlaps<'_> {
+        BackingOverlaps {
+            set: self,
+            inner: self.by_backing.overlapping(start.0, end.0),
+        }
+    }
+
+    /// Adds a validated slot whose id is free and whose guest range is free.
+    pub(crate) fn insert(&mut self, slot: Arc<Memslot>) {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                self.slots.push(None);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let id = slot.id().index();
+        if self.by_id.len() <= id {
+            self.by_id.resize(id + 1, NONE);
+        }
+        debug_assert_eq!(self.by_id[id], NONE, "inserting over a live id");
+        self.by_id[id] = index;
+        let previous = self.by_gfn.insert(slot.base_gfn().0, index);
+        debug_assert!(previous.is_none(), "inserting over a live base gfn");
+        self.by_backing
+            .insert(index, slot.backing().0, slot.backing_end().0);
+        self.slots[index as usize] = Some(slot);
+    }
+
+    /// Removes slot `id`, which must be live, and returns it.
+    pub(crate) fn remove(&mut self, id: SlotId) -> Arc<Memslot> {
+        let index = core::mem::replace(&mut self.by_id[id.index()], NONE);
+        let slot = self.slots[index as usize]
+            .take()
+            .expect("removing a live slot");
+        self.by_gfn.remove(&slot.base_gfn().0);
+        self.by_backing.remove(index);
+        self.free.push(index);
+        if self.last_used.load(Ordering::Relaxed) == index {
+            self.last_used.store(NONE, Ordering::Relaxed);
+        }
+        slot
+    }
+}
+
+/// Iterator over the slots whose backing memory overlaps a range.
+pub struct BackingOverlaps<'a> {
+    set: &'a MemslotSet,
+    inner: Overlaps<'a>,
+}
+
+impl<'a> Iterator for BackingOverlaps<'a> {
+    type Item = &'a Memslot;
+
+    fn next(&mut self) -> Option<&'a Memslot> {
+        self.inner.next().map(|i| self.set.slot(i))
+    }
+}
