@@ -1,0 +1,241 @@
+//! EL1 exception vectors and the probes that provoke aborts on purpose.
+//!
+//! Every vector entry saves `x0..x30`, `ELR_EL1` and `SPSR_EL1` in a frame on
+//! the current stack and calls [`handle_exception`] with the entry's number.
+//! A probe arms its CPU's slot, performs one load or store (a single
+//! instruction in inline assembly) and disarms it. A synchronous data abort
+//! (EC 0x25) taken while armed is recorded (ESR, FAR) and the faulting
+//! instruction is skipped by advancing `ELR_EL1` by 4, as the hypervisor's
+//! injected abort enters exactly like a real one at `VBAR_EL1 + 0x200`. Any
+//! other exception is a failure: it is printed as the `RESULT` and the guest
+//! powers off.
+
+use core::arch::{asm, global_asm};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::boot::MAX_CPUS;
+use crate::{console, psci, scenarios, smp};
+
+/// ESR exception class of a data abort taken without a change in EL.
+pub const EC_DATA_ABORT_SAME_EL: u64 = 0x25;
+/// Data fault status code of a synchronous external abort.
+pub const DFSC_EXTERNAL_ABORT: u64 = 0x10;
+
+/// Vector entry number of "current EL with SPx, synchronous".
+const VECTOR_SYNC_CURRENT_SPX: u64 = 4;
+
+const VECTOR_NAMES: [&str; 16] = [
+    "sync, current EL, SP0",
+    "IRQ, current EL, SP0",
+    "FIQ, current EL, SP0",
+    "SError, current EL, SP0",
+    "sync, current EL, SPx",
+    "IRQ, current EL, SPx",
+    "FIQ, current EL, SPx",
+    "SError, current EL, SPx",
+    "sync, lower EL AArch64",
+    "IRQ, lower EL AArch64",
+    "FIQ, lower EL AArch64",
+    "SError, lower EL AArch64",
+    "sync, lower EL AArch32",
+    "IRQ, lower EL AArch32",
+    "FIQ, lower EL AArch32",
+    "SError, lower EL AArch32",
+];
+
+/// Registers saved by the vector entry, in the order the assembly stores them.
+#[repr(C)]
+pub struct ExceptionFrame {
+    x: [u64; 31],
+    elr: u64,
+    spsr: u64,
+    _pad: u64,
+}
+
+global_asm!(
+    r#"
+    .macro vector_entry number
+    .balign 0x80
+    sub     sp, sp, #{frame_size}
+    stp     x0, x1, [sp, #0]
+    mov     x0, #\number
+    b       exception_common
+    .endm
+
+    .section .text.vectors, "ax"
+    .balign 0x800
+    .global guest_vectors
+guest_vectors:
+    vector_entry 0
+    vector_entry 1
+    vector_entry 2
+    vector_entry 3
+    vector_entry 4
+    vector_entry 5
+    vector_entry 6
+    vector_entry 7
+    vector_entry 8
+    vector_entry 9
+    vector_entry 10
+    vector_entry 11
+    vector_entry 12
+    vector_entry 13
+    vector_entry 14
+    vector_entry 15
+
+exception_common:
+    stp     x2, x3, [sp, #16]
+    stp     x4, x5, [sp, #32]
+    stp     x6, x7, [sp, #48]
+    stp     x8, x9, [sp, #64]
+    stp     x10, x11, [sp, #80]
+    stp     x12, x13, [sp, #96]
+    stp     x14, x15, [sp, #112]
+    stp     x16, x17, [sp, #128]
+    stp     x18, x19, [sp, #144]
+    stp     x20, x21, [sp, #160]
+    stp     x22, x23, [sp, #176]
+    stp     x24, x25, [sp, #192]
+    stp     x26, x27, [sp, #208]
+    stp     x28, x29, [sp, #224]
+    mrs     x1, elr_el1
+    stp     x30, x1, [sp, #240]
+    mrs     x1, spsr_el1
+    str     x1, [sp, #256]
+    mov     x1, sp
+    bl      {handler}
+    ldp     x30, x1, [sp, #240]
+    msr     elr_el1, x1
+    ldr     x1, [sp, #256]
+    msr     spsr_el1, x1
+    ldp     x2, x3, [sp, #16]
+    ldp     x4, x5, [sp, #32]
+    ldp     x6, x7, [sp, #48]
+    ldp     x8, x9, [sp, #64]
+    ldp     x10, x11, [sp, #80]
+    ldp     x12, x13, [sp, #96]
+    ldp     x14, x15, [sp, #112]
+    ldp     x16, x17, [sp, #128]
+    ldp     x18, x19, [sp, #144]
+    ldp     x20, x21, [sp, #160]
+    ldp     x22, x23, [sp, #176]
+    ldp     x24, x25, [sp, #192]
+    ldp     x26, x27, [sp, #208]
+    ldp     x28, x29, [sp, #224]
+    ldp     x0, x1, [sp, #0]
+    add     sp, sp, #{frame_size}
+    eret
+"#,
+    frame_size = const core::mem::size_of::<ExceptionFrame>(),
+    handler = sym handle_exception,
+);
+
+unsafe extern "C" {
+    static guest_vectors: u8;
+}
+
+/// Per-CPU probe slots: armed flag, and the ESR/FAR of the abort taken.
+static ARMED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+static TAKEN: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+static ESR: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+static FAR: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+
+/// Points `VBAR_EL1` at the vectors.
+pub fn install() {
+    let vectors = &raw const guest_vectors as u64;
+    // SAFETY: `guest_vectors` is the 2 KiB aligned table above; its entries
+    // save and restore all state they touch.
+    unsafe { asm!("msr vbar_el1, {}", "isb", in(reg) vectors, options(nostack)) };
+}
+
+/// The abort a probe caught.
+#[derive(Clone, Copy, Debug)]
+pub struct Abort {
+    /// `ESR_EL1` at the abort.
+    pub esr: u64,
+    /// `FAR_EL1` at the abort.
+    pub far: u64,
+}
+
+impl Abort {
+    /// Exception class (`ESR_EL1[31:26]`).
+    pub fn class(&self) -> u64 {
+        (self.esr >> 26) & 0x3f
+    }
+
+    /// Fault status code (`ESR_EL1[5:0]`).
+    pub fn status(&self) -> u64 {
+        self.esr & 0x3f
+    }
+
+    /// Whether the access was a write (`ESR_EL1.WnR`).
+    pub fn is_write(&self) -> bool {
+        self.esr & (1 << 6) != 0
+    }
+}
+
+/// Kind of access a probe performs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// A 64-bit load.
+    Read,
+    /// A 64-bit store.
+    Write,
+}
+
+/// Accesses `address` once and returns the data abort it raised, if any.
+pub fn probe(address: u64, access: Access) -> Option<Abort> {
+    let cpu = smp::current_cpu();
+    TAKEN[cpu].store(false, Ordering::Relaxed);
+    ARMED[cpu].store(true, Ordering::Relaxed);
+    match access {
+        // SAFETY: the access is expected to abort (outside RAM and every
+        // device); when it does not, it reads a device register or unbacked
+        // address and the value is discarded.
+        Access::Read => unsafe {
+            asm!("ldr {tmp}, [{address}]", address = in(reg) address, tmp = out(reg) _,
+                 options(nostack));
+        },
+        // SAFETY: as above; the store is expected to abort, and the address is
+        // neither RAM nor a device the guest uses.
+        Access::Write => unsafe {
+            asm!("str xzr, [{address}]", address = in(reg) address, options(nostack));
+        },
+    }
+    ARMED[cpu].store(false, Ordering::Relaxed);
+    TAKEN[cpu].load(Ordering::Relaxed).then(|| Abort {
+        esr: ESR[cpu].load(Ordering::Relaxed),
+        far: FAR[cpu].load(Ordering::Relaxed),
+    })
+}
+
+/// Called by the vector entry with the entry number and the saved frame.
+extern "C" fn handle_exception(vector: u64, frame: &mut ExceptionFrame) {
+    let (esr, far): (u64, u64);
+    // SAFETY: reading the syndrome registers has no side effects.
+    unsafe {
+        asm!("mrs {}, esr_el1", "mrs {}, far_el1", out(reg) esr, out(reg) far,
+             options(nomem, nostack));
+    }
+    let cpu = smp::current_cpu();
+    let class = (esr >> 26) & 0x3f;
+    if vector == VECTOR_SYNC_CURRENT_SPX
+        && class == EC_DATA_ABORT_SAME_EL
+        && ARMED[cpu].swap(false, Ordering::Relaxed)
+    {
+        ESR[cpu].store(esr, Ordering::Relaxed);
+        FAR[cpu].store(far, Ordering::Relaxed);
+        TAKEN[cpu].store(true, Ordering::Relaxed);
+        frame.elr += 4;
+        return;
+    }
+    console::emergency_line(format_args!(
+        "RESULT: FAIL unexpected exception on vcpu{cpu}: {} ESR {esr:#x} FAR {far:#x} ELR {:#x} \
+         SPSR {:#x}",
+        VECTOR_NAMES[(vector & 15) as usize],
+        frame.elr,
+        frame.spsr,
+    ));
+    psci::test_report(scenarios::UNEXPECTED_EXCEPTION_CODE);
+    psci::system_off();
+}

@@ -1,0 +1,52 @@
+//! Bare-metal EL1 test guest for the hypervisor.
+//!
+//! Built for `aarch64-unknown-none-softfloat`, converted to an arm64 `Image`
+//! by `qemu-runner` and packed as the `kernel` of the boot payload. It learns
+//! the machine from the device tree in `x0` (RAM, CPUs, PL011, bootargs),
+//! turns on its MMU with an identity map (RAM normal write-back, everything
+//! else device) so that atomics and unaligned accesses behave as on real
+//! hardware, installs exception vectors that catch the data aborts it provokes
+//! on purpose, and runs the scenario named by `test=` in the bootargs:
+//!
+//! * `memory` (default): every vCPU (secondaries started with PSCI `CPU_ON`)
+//!   writes a pattern over its share of free guest RAM in 4 KiB strides, then
+//!   verifies a neighbour's share; vCPU 0 reads an IPA outside RAM and must
+//!   catch the abort.
+//! * `bad-guest`: reads and writes an unmapped device address and issues an
+//!   unknown hypercall, expecting aborts and `NOT_SUPPORTED`.
+//!
+//! It ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
+//! outcome with the `TEST_REPORT` hypercall (unless booted without the
+//! hypervisor, bootarg `hypercalls=psci`) and calls PSCI `SYSTEM_OFF`.
+//!
+//! Built for the host, the crate is only a program that says what it is, so
+//! that the workspace builds and tests everywhere.
+
+#![cfg_attr(target_os = "none", no_std)]
+#![cfg_attr(target_os = "none", no_main)]
+
+#[cfg(target_os = "none")]
+mod boot;
+#[cfg(target_os = "none")]
+mod console;
+#[cfg(target_os = "none")]
+mod exceptions;
+#[cfg(target_os = "none")]
+mod mmu;
+#[cfg(target_os = "none")]
+mod platform;
+#[cfg(target_os = "none")]
+mod psci;
+#[cfg(target_os = "none")]
+mod scenarios;
+#[cfg(target_os = "none")]
+mod smp;
+
+#[cfg(not(target_os = "none"))]
+fn main() {
+    println!(
+        "test-guest: the bare-metal EL1 test guest of the hypervisor. Build it with \
+         `--target aarch64-unknown-none-softfloat` (qemu-runner does) and boot it with \
+         `cargo run -p qemu-runner`; on the host it does nothing else."
+    );
+}

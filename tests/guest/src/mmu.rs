@@ -1,0 +1,172 @@
+//! EL1 stage-1 MMU: an identity map of the 39-bit address space in 1 GiB
+//! blocks from one level-1 table.
+//!
+//! With the MMU off every data access is Device-nGnRnE, where exclusives are
+//! not guaranteed to work and unaligned accesses fault; the guest therefore
+//! maps RAM as normal write-back memory and everything else as device memory
+//! (execute-never), identity so that a virtual address is the IPA. Before the
+//! device tree is read, the boot map holds two blocks: the first gigabyte
+//! (device, where the UART is) and the gigabyte holding the image (normal).
+//! Once RAM is known, every still-invalid entry is filled: normal where it
+//! overlaps RAM, device elsewhere. Filling invalid entries needs no TLB
+//! invalidation (invalid entries are never cached), only a barrier.
+
+use core::arch::asm;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::platform::Platform;
+
+const ENTRIES: usize = 512;
+const BLOCK_SHIFT: u32 = 30;
+/// Virtual address bits (T0SZ = 64 - 39): one level-1 table covers them all.
+const VA_BITS: u64 = 39;
+
+/// Level-1 block descriptor bits.
+const DESC_VALID_BLOCK: u64 = 0b01;
+const DESC_ATTR_DEVICE: u64 = 0; // MAIR attribute 0 in AttrIndx [4:2]
+const DESC_ATTR_NORMAL: u64 = 1 << 2; // MAIR attribute 1
+const DESC_INNER_SHAREABLE: u64 = 0b11 << 8;
+const DESC_ACCESS_FLAG: u64 = 1 << 10;
+const DESC_PXN: u64 = 1 << 53;
+const DESC_UXN: u64 = 1 << 54;
+
+/// MAIR_EL1: attribute 0 Device-nGnRnE, attribute 1 Normal write-back.
+const MAIR: u64 = 0xff << 8;
+/// SCTLR_EL1: RES1 bits of Armv8.0 plus M, C, SA and I.
+const SCTLR: u64 = 0x30d0_0800 | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 12);
+
+#[repr(C, align(4096))]
+struct Level1Table([AtomicU64; ENTRIES]);
+
+static LEVEL1: Level1Table = Level1Table([const { AtomicU64::new(0) }; ENTRIES]);
+
+fn device_block(index: usize) -> u64 {
+    ((index as u64) << BLOCK_SHIFT)
+        | DESC_VALID_BLOCK
+        | DESC_ATTR_DEVICE
+        | DESC_ACCESS_FLAG
+        | DESC_PXN
+        | DESC_UXN
+}
+
+fn normal_block(index: usize) -> u64 {
+    ((index as u64) << BLOCK_SHIFT)
+        | DESC_VALID_BLOCK
+        | DESC_ATTR_NORMAL
+        | DESC_INNER_SHAREABLE
+        | DESC_ACCESS_FLAG
+        | DESC_UXN
+}
+
+/// Physical address bits the table may use: the CPU's, capped at 40 (IPS 2),
+/// which covers the 39-bit identity map.
+fn ips_field() -> (u64, u64) {
+    let mmfr0: u64;
+    // SAFETY: reading an ID register has no side effects.
+    unsafe { asm!("mrs {}, id_aa64mmfr0_el1", out(reg) mmfr0, options(nomem, nostack)) };
+    let parange = (mmfr0 & 0xf).min(2);
+    let bits = [32, 36, 40][parange as usize];
+    (parange, bits)
+}
+
+/// Cleans and invalidates the table's cache lines, so the walker (which
+/// reads it as cacheable memory) never sees lines older than what the MMU-off
+/// stores wrote to memory.
+fn clean_invalidate_table() {
+    let ctr: u64;
+    // SAFETY: reading CTR_EL0 has no side effects.
+    unsafe { asm!("mrs {}, ctr_el0", out(reg) ctr, options(nomem, nostack)) };
+    let line = 4usize << ((ctr >> 16) & 0xf);
+    let start = LEVEL1.0.as_ptr() as usize;
+    for address in (start..start + ENTRIES * 8).step_by(line) {
+        // SAFETY: DC CIVAC on memory the guest owns only moves data between
+        // cache and memory; it changes no value.
+        unsafe { asm!("dc civac, {}", in(reg) address, options(nostack)) };
+    }
+    // SAFETY: barriers only order memory accesses.
+    unsafe { asm!("dsb sy", options(nostack)) };
+}
+
+/// Builds the boot map (first gigabyte device, the image's gigabyte normal)
+/// and turns on the MMU of the boot vCPU. Runs with the MMU off.
+pub fn enable_boot_map(image_start: u64) {
+    clean_invalidate_table();
+    LEVEL1.0[0].store(device_block(0), Ordering::Relaxed);
+    let image_index = (image_start >> BLOCK_SHIFT) as usize;
+    LEVEL1.0[image_index].store(normal_block(image_index), Ordering::Relaxed);
+    clean_invalidate_table();
+    enable_current_map();
+}
+
+/// Turns on this vCPU's MMU with the shared table (secondaries call it once the
+/// boot vCPU has completed the map).
+pub fn enable_current_map() {
+    let (ips, _) = ips_field();
+    let t0sz = 64 - VA_BITS;
+    // T0SZ, IRGN0/ORGN0 write-back, SH0 inner shareable, TG0 4 KiB, EPD1 (no
+    // TTBR1 walks), IPS.
+    let tcr = t0sz | (1 << 8) | (1 << 10) | (0b11 << 12) | (1 << 23) | (ips << 32);
+    let table = LEVEL1.0.as_ptr() as u64;
+    // SAFETY: the table identity-maps the code, stack and data in use, so
+    // execution continues at the same addresses once the MMU is on; TLBs are
+    // invalidated before enabling.
+    unsafe {
+        asm!(
+            "msr mair_el1, {mair}",
+            "msr tcr_el1, {tcr}",
+            "msr ttbr0_el1, {ttbr}",
+            "isb",
+            "tlbi vmalle1",
+            "dsb nsh",
+            "isb",
+            "msr sctlr_el1, {sctlr}",
+            "isb",
+            mair = in(reg) MAIR,
+            tcr = in(reg) tcr,
+            ttbr = in(reg) table,
+            sctlr = in(reg) SCTLR,
+            options(nostack),
+        );
+    }
+}
+
+/// Maps the gigabytes that may hold the device tree (at most 2 MiB from
+/// `dtb`) as normal memory, when the boot map does not cover them yet: the
+/// device tree lies in RAM, and RAM is only known once it is read.
+pub fn map_device_tree(dtb: u64) {
+    const MAX_DTB_SIZE: u64 = 2 << 20;
+    for address in [dtb, dtb + MAX_DTB_SIZE - 1] {
+        let index = (address >> BLOCK_SHIFT) as usize;
+        if index < ENTRIES && LEVEL1.0[index].load(Ordering::Relaxed) == 0 {
+            LEVEL1.0[index].store(normal_block(index), Ordering::Relaxed);
+        }
+    }
+    // SAFETY: barriers only order the table stores before later accesses.
+    unsafe { asm!("dsb ishst", "isb", options(nostack)) };
+}
+
+/// Fills every invalid entry: normal memory where the gigabyte overlaps RAM,
+/// device memory elsewhere (up to the physical address size in use).
+pub fn map_everything(platform: &Platform) {
+    let (_, pa_bits) = ips_field();
+    let entries = (1usize << (pa_bits.min(VA_BITS) - u64::from(BLOCK_SHIFT))).min(ENTRIES);
+    for index in 0..entries {
+        if LEVEL1.0[index].load(Ordering::Relaxed) != 0 {
+            continue;
+        }
+        let start = (index as u64) << BLOCK_SHIFT;
+        let end = start + (1 << BLOCK_SHIFT);
+        let is_ram = platform
+            .ram()
+            .iter()
+            .any(|r| r.start < end && start < r.end);
+        let entry = if is_ram {
+            normal_block(index)
+        } else {
+            device_block(index)
+        };
+        LEVEL1.0[index].store(entry, Ordering::Relaxed);
+    }
+    // SAFETY: barriers only order the table stores before later accesses.
+    unsafe { asm!("dsb ishst", "isb", options(nostack)) };
+}

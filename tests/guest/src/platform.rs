@@ -1,0 +1,308 @@
+//! What the guest learns from the device tree it is given in `x0`: RAM
+//! ranges, the CPUs' MPIDRs, the PL011 base, the initrd and the bootargs
+//! (`test=<scenario>`, `hypercalls=psci`), plus the ranges that are not free
+//! RAM (image, device tree, initrd, `/memreserve/` entries).
+//!
+//! Everything is kept in fixed-size arrays: the guest has no heap.
+
+use core::fmt;
+
+use fdt::Fdt;
+
+use crate::boot::{self, MAX_CPUS};
+
+/// Most RAM ranges and reserved ranges the guest keeps track of.
+const MAX_RANGES: usize = 8;
+
+/// A half-open physical (= intermediate physical) address range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemRange {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+}
+
+impl MemRange {
+    /// Bytes covered.
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+}
+
+impl fmt::Display for MemRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}-{:#x}", self.start, self.end)
+    }
+}
+
+/// Test scenario chosen by `test=` in the bootargs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// SMP memory pattern test plus one caught abort (the default).
+    Memory,
+    /// Unmapped device access and unknown hypercall.
+    BadGuest,
+}
+
+impl Scenario {
+    /// The name used in `test=`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Memory => "memory",
+            Scenario::BadGuest => "bad-guest",
+        }
+    }
+}
+
+/// Options from the bootargs.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// The scenario to run.
+    pub scenario: Scenario,
+    /// Whether the hypervisor's own services (`TEST_REPORT`, SMCCC `VERSION`)
+    /// exist; `hypercalls=psci` says only PSCI does (booted without the
+    /// hypervisor).
+    pub hypervisor_services: bool,
+}
+
+/// Why the device tree could not be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlatformError {
+    /// The blob in `x0` is not a valid flattened device tree.
+    BadDeviceTree,
+    /// No RAM range in `/memory`.
+    NoMemory,
+    /// More RAM ranges than the guest keeps.
+    TooManyRamRanges,
+    /// No CPU in `/cpus`.
+    NoCpus,
+    /// More CPUs than the guest has stacks for.
+    TooManyCpus,
+    /// No PL011 (`arm,pl011`) with a `reg`.
+    NoUart,
+}
+
+impl PlatformError {
+    /// Failure code for `TEST_REPORT` (the console may be unknown).
+    pub fn code(self) -> u64 {
+        0xbad1_0000
+            + match self {
+                PlatformError::BadDeviceTree => 1,
+                PlatformError::NoMemory => 2,
+                PlatformError::TooManyRamRanges => 3,
+                PlatformError::NoCpus => 4,
+                PlatformError::TooManyCpus => 5,
+                PlatformError::NoUart => 6,
+            }
+    }
+}
+
+/// The machine as the device tree describes it.
+pub struct Platform {
+    ram: [MemRange; MAX_RANGES],
+    ram_count: usize,
+    reserved: [MemRange; MAX_RANGES],
+    reserved_count: usize,
+    cpus: [u64; MAX_CPUS],
+    cpu_count: usize,
+    /// Base address of the PL011 used as console.
+    pub uart_base: u64,
+    /// Where the device tree itself lies.
+    pub dtb: MemRange,
+    /// The bootargs (`/chosen/bootargs`), empty when absent.
+    pub bootargs: &'static str,
+}
+
+impl Platform {
+    /// Reads the device tree at `dtb`.
+    pub fn from_dtb(dtb: u64) -> Result<Platform, PlatformError> {
+        // The blob stays where the loader put it for the guest's whole life.
+        // SAFETY: the boot protocol puts a device tree at `x0`, identity mapped
+        // as normal memory when it lies in the image's gigabyte, or as device
+        // memory in the first gigabyte; `from_ptr` checks the magic first and
+        // reads no further than the header's `totalsize`.
+        let fdt: Fdt<'static> =
+            unsafe { Fdt::from_ptr(dtb as *const u8) }.map_err(|_| PlatformError::BadDeviceTree)?;
+        let mut platform = Platform {
+            ram: [MemRange { start: 0, end: 0 }; MAX_RANGES],
+            ram_count: 0,
+            reserved: [MemRange { start: 0, end: 0 }; MAX_RANGES],
+            reserved_count: 0,
+            cpus: [0; MAX_CPUS],
+            cpu_count: 0,
+            uart_base: 0,
+            dtb: MemRange {
+                start: dtb,
+                end: dtb + fdt.total_size() as u64,
+            },
+            bootargs: fdt.chosen().bootargs().unwrap_or(""),
+        };
+        for region in fdt.memory().regions() {
+            let Some(size) = region.size.filter(|&s| s > 0) else {
+                continue;
+            };
+            let start = region.starting_address as u64;
+            if platform.ram_count == MAX_RANGES {
+                return Err(PlatformError::TooManyRamRanges);
+            }
+            platform.ram[platform.ram_count] = MemRange {
+                start,
+                end: start + size as u64,
+            };
+            platform.ram_count += 1;
+        }
+        if platform.ram_count == 0 {
+            return Err(PlatformError::NoMemory);
+        }
+        for cpu in fdt.cpus() {
+            if platform.cpu_count == MAX_CPUS {
+                return Err(PlatformError::TooManyCpus);
+            }
+            platform.cpus[platform.cpu_count] = cpu.ids().first() as u64;
+            platform.cpu_count += 1;
+        }
+        if platform.cpu_count == 0 {
+            return Err(PlatformError::NoCpus);
+        }
+        let uart = fdt
+            .chosen()
+            .stdout()
+            .filter(|node| {
+                node.compatible()
+                    .is_some_and(|c| c.all().any(|name| name == "arm,pl011"))
+            })
+            .or_else(|| fdt.find_compatible(&["arm,pl011"]))
+            .ok_or(PlatformError::NoUart)?;
+        platform.uart_base = uart
+            .reg()
+            .and_then(|mut regs| regs.next())
+            .map(|reg| reg.starting_address as u64)
+            .ok_or(PlatformError::NoUart)?;
+
+        let (image_start, image_end) = boot::image_range();
+        platform.reserve(MemRange {
+            start: image_start,
+            end: image_end,
+        });
+        platform.reserve(platform.dtb);
+        if let Some(chosen) = fdt.find_node("/chosen") {
+            let start = chosen
+                .property("linux,initrd-start")
+                .and_then(|p| p.as_usize());
+            let end = chosen
+                .property("linux,initrd-end")
+                .and_then(|p| p.as_usize());
+            if let (Some(start), Some(end)) = (start, end) {
+                platform.reserve(MemRange {
+                    start: start as u64,
+                    end: end as u64,
+                });
+            }
+        }
+        for reservation in fdt.memory_reservations() {
+            let start = reservation.address() as u64;
+            platform.reserve(MemRange {
+                start,
+                end: start + reservation.size() as u64,
+            });
+        }
+        Ok(platform)
+    }
+
+    /// Records a range that is not free RAM; past the array's capacity the
+    /// range is merged into the last one (which only shrinks free RAM).
+    fn reserve(&mut self, range: MemRange) {
+        if range.start >= range.end {
+            return;
+        }
+        if self.reserved_count < MAX_RANGES {
+            self.reserved[self.reserved_count] = range;
+            self.reserved_count += 1;
+        } else {
+            let last = &mut self.reserved[MAX_RANGES - 1];
+            last.start = last.start.min(range.start);
+            last.end = last.end.max(range.end);
+        }
+    }
+
+    /// RAM ranges.
+    pub fn ram(&self) -> &[MemRange] {
+        &self.ram[..self.ram_count]
+    }
+
+    /// MPIDRs of the CPUs, in device-tree order.
+    pub fn cpus(&self) -> &[u64] {
+        &self.cpus[..self.cpu_count]
+    }
+
+    /// Whether `address` lies in RAM.
+    pub fn is_ram(&self, address: u64) -> bool {
+        self.ram()
+            .iter()
+            .any(|r| r.start <= address && address < r.end)
+    }
+
+    /// The largest page-aligned range of RAM that overlaps nothing reserved.
+    pub fn largest_free_range(&self) -> Option<MemRange> {
+        const PAGE: u64 = 4096;
+        let mut best: Option<MemRange> = None;
+        for ram in self.ram() {
+            // Candidate starts: the RAM start and the end of every reservation.
+            let starts = core::iter::once(ram.start)
+                .chain(self.reserved[..self.reserved_count].iter().map(|r| r.end));
+            for start in starts {
+                let start = start.next_multiple_of(PAGE);
+                if start < ram.start || start >= ram.end || self.reserved_at(start) {
+                    continue;
+                }
+                let end = self.reserved[..self.reserved_count]
+                    .iter()
+                    .filter(|r| r.start >= start)
+                    .map(|r| r.start)
+                    .fold(ram.end, u64::min)
+                    & !(PAGE - 1);
+                if end > start && best.is_none_or(|b| end - start > b.len()) {
+                    best = Some(MemRange { start, end });
+                }
+            }
+        }
+        best
+    }
+
+    fn reserved_at(&self, address: u64) -> bool {
+        self.reserved[..self.reserved_count]
+            .iter()
+            .any(|r| r.start <= address && address < r.end)
+    }
+}
+
+impl Options {
+    /// Reads `test=<scenario>` and `hypercalls=psci` from the bootargs;
+    /// other words are ignored. An unknown scenario name is returned as the
+    /// error.
+    pub fn parse(bootargs: &str) -> Result<Options, &str> {
+        let mut options = Options {
+            scenario: Scenario::Memory,
+            hypervisor_services: true,
+        };
+        for word in bootargs.split_ascii_whitespace() {
+            if let Some(name) = word.strip_prefix("test=") {
+                options.scenario = match name {
+                    "memory" => Scenario::Memory,
+                    "bad-guest" => Scenario::BadGuest,
+                    _ => return Err(name),
+                };
+            }
+        }
+        options.hypervisor_services = !Options::psci_only(bootargs);
+        Ok(options)
+    }
+
+    /// Whether the bootargs say only PSCI answers hypercalls.
+    pub fn psci_only(bootargs: &str) -> bool {
+        bootargs
+            .split_ascii_whitespace()
+            .any(|word| word == "hypercalls=psci")
+    }
+}
