@@ -41,7 +41,7 @@ impl Model {
             Some(MemslotError::ZeroSize)
         } else if spec.npages >= 1 << 31 {
             Some(MemslotError::TooManyPages(spec.npages))
-        } else if spec.backing.0 % 4096 != 0 {
+        } else if !spec.backing.0.is_multiple_of(4096) {
             Some(MemslotError::MisalignedBacking(spec.backing))
         } else if spec.base_gfn.0 as u128 + spec.npages as u128 > 1 << 40 {
             Some(MemslotError::GfnRangeOutOfBounds {
@@ -119,10 +119,8 @@ impl Model {
             return Ok((ChangeKind::Unchanged, self.generation));
         }
         let moved = old.base_gfn != spec.base_gfn;
-        if moved {
-            if let Some(e) = Self::shape_error(&spec).or_else(|| self.overlap(&spec)) {
-                return Err(e);
-            }
+        if moved && let Some(e) = Self::shape_error(&spec).or_else(|| self.overlap(&spec)) {
+            return Err(e);
         }
         let generation = self.commit(Some(spec.id), Some(spec));
         Ok((
