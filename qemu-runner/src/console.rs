@@ -1,0 +1,250 @@
+//! Reading the console: classifies each line of QEMU's serial output and
+//! keeps the verdict, the `STAT` counters and the hypervisor's log.
+//!
+//! Lines (the contract between hypervisor and runner): the guest's own
+//! `RESULT: PASS` / `RESULT: FAIL <why>`; hypervisor log lines starting with
+//! `[hv] `, among them `[hv] PANIC: <message>` and the final `[hv] system
+//! off`; and `STAT vm<V> <name> <value>` counter lines printed at power-off.
+//! Carriage returns are dropped, so `\r\n` and `\n` consoles read the same.
+
+use std::collections::BTreeMap;
+
+/// Prefix of every hypervisor log line.
+pub const HV_PREFIX: &str = "[hv] ";
+/// Prefix of the guest's verdict line.
+pub const RESULT_PREFIX: &str = "RESULT:";
+/// The hypervisor's last line before powering off.
+pub const SYSTEM_OFF_LINE: &str = "[hv] system off";
+/// Prefix of a hypervisor panic line.
+pub const PANIC_PREFIX: &str = "[hv] PANIC:";
+
+/// The guest's verdict, from its `RESULT:` line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GuestResult {
+    /// `RESULT: PASS`.
+    Pass,
+    /// `RESULT: FAIL <why>`, with the reason.
+    Fail(String),
+    /// A `RESULT:` line that is neither (kept verbatim).
+    Malformed(String),
+}
+
+/// Per-VM counters from the `STAT` lines.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters(BTreeMap<(u32, String), u64>);
+
+impl Counters {
+    /// The counter `name` of VM `vm`, if it was printed.
+    pub fn get(&self, vm: u32, name: &str) -> Option<u64> {
+        self.0.get(&(vm, name.to_string())).copied()
+    }
+
+    /// Every counter as `((vm, name), value)`, ordered by VM then name.
+    pub fn iter(&self) -> impl Iterator<Item = (&(u32, String), &u64)> {
+        self.0.iter()
+    }
+
+    /// Whether no `STAT` line was seen.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// What one console line is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Line {
+    /// The guest's verdict.
+    Result(GuestResult),
+    /// `STAT vm<V> <name> <value>`.
+    Stat {
+        /// VM number.
+        vm: u32,
+        /// Counter name.
+        name: String,
+        /// Counter value.
+        value: u64,
+    },
+    /// `[hv] PANIC: <message>`.
+    HypervisorPanic(String),
+    /// `[hv] system off`.
+    SystemOff,
+    /// Any other `[hv] ` line.
+    HypervisorLog,
+    /// Anything else (guest output).
+    Other,
+}
+
+/// Classifies one line (without its newline).
+pub fn classify(line: &str) -> Line {
+    let line = line.trim_end();
+    if let Some(rest) = line.strip_prefix(RESULT_PREFIX) {
+        let rest = rest.trim();
+        return Line::Result(if rest == "PASS" {
+            GuestResult::Pass
+        } else if let Some(why) = rest.strip_prefix("FAIL") {
+            GuestResult::Fail(why.trim().to_string())
+        } else {
+            GuestResult::Malformed(line.to_string())
+        });
+    }
+    if let Some(message) = line.strip_prefix(PANIC_PREFIX) {
+        return Line::HypervisorPanic(message.trim().to_string());
+    }
+    if line == SYSTEM_OFF_LINE {
+        return Line::SystemOff;
+    }
+    if line.starts_with(HV_PREFIX) {
+        return Line::HypervisorLog;
+    }
+    if let Some(stat) = parse_stat(line) {
+        return stat;
+    }
+    Line::Other
+}
+
+fn parse_stat(line: &str) -> Option<Line> {
+    let mut words = line.split_ascii_whitespace();
+    if words.next()? != "STAT" {
+        return None;
+    }
+    let vm = words.next()?.strip_prefix("vm")?.parse().ok()?;
+    let name = words.next()?.to_string();
+    let value = parse_number(words.next()?)?;
+    words
+        .next()
+        .is_none()
+        .then_some(Line::Stat { vm, name, value })
+}
+
+fn parse_number(text: &str) -> Option<u64> {
+    match text.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
+    }
+}
+
+/// Everything learnt from the console so far.
+#[derive(Clone, Debug, Default)]
+pub struct Transcript {
+    /// The whole console output, lines joined with `\n`.
+    pub text: String,
+    /// The guest's first verdict.
+    pub result: Option<GuestResult>,
+    /// Counters from `STAT` lines.
+    pub counters: Counters,
+    /// Every `[hv] ` line, in order.
+    pub hypervisor_log: Vec<String>,
+    /// The message of the first hypervisor panic.
+    pub panic: Option<String>,
+    /// Whether `[hv] system off` was printed.
+    pub system_off: bool,
+}
+
+impl Transcript {
+    /// Takes one line of console output and returns what it was.
+    pub fn push_line(&mut self, raw: &str) -> Line {
+        let line = raw.trim_end_matches(['\r', '\n']).replace('\r', "");
+        self.text.push_str(&line);
+        self.text.push('\n');
+        let kind = classify(&line);
+        if line.starts_with(HV_PREFIX) {
+            self.hypervisor_log.push(line.clone());
+        }
+        match &kind {
+            Line::Result(result) if self.result.is_none() => self.result = Some(result.clone()),
+            Line::Stat { vm, name, value } => {
+                self.counters.0.insert((*vm, name.clone()), *value);
+            }
+            Line::HypervisorPanic(message) if self.panic.is_none() => {
+                self.panic = Some(message.clone())
+            }
+            Line::SystemOff => self.system_off = true,
+            _ => {}
+        }
+        kind
+    }
+
+    /// Hypervisor log lines containing `needle`.
+    pub fn log_lines_containing<'a>(&'a self, needle: &'a str) -> impl Iterator<Item = &'a str> {
+        self.hypervisor_log
+            .iter()
+            .map(String::as_str)
+            .filter(move |l| l.contains(needle))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_classified() {
+        assert_eq!(classify("RESULT: PASS"), Line::Result(GuestResult::Pass));
+        assert_eq!(classify("RESULT: PASS\r"), Line::Result(GuestResult::Pass));
+        assert_eq!(
+            classify("RESULT: FAIL vcpu1 read 0x0"),
+            Line::Result(GuestResult::Fail("vcpu1 read 0x0".into()))
+        );
+        assert_eq!(
+            classify("RESULT: maybe"),
+            Line::Result(GuestResult::Malformed("RESULT: maybe".into()))
+        );
+        assert_eq!(
+            classify("STAT vm0 stage2_faults 17"),
+            Line::Stat {
+                vm: 0,
+                name: "stage2_faults".into(),
+                value: 17
+            }
+        );
+        assert_eq!(
+            classify("STAT vm1 tlbi_ipa 0x10"),
+            Line::Stat {
+                vm: 1,
+                name: "tlbi_ipa".into(),
+                value: 16
+            }
+        );
+        assert_eq!(classify("STAT vm0 stage2_faults"), Line::Other);
+        assert_eq!(classify("STAT vmx stage2_faults 1"), Line::Other);
+        assert_eq!(classify("STAT vm0 a 1 2"), Line::Other);
+        assert_eq!(classify("[hv] system off"), Line::SystemOff);
+        assert_eq!(
+            classify("[hv] PANIC: oops at x"),
+            Line::HypervisorPanic("oops at x".into())
+        );
+        assert_eq!(classify("[hv] 4 CPUs"), Line::HypervisorLog);
+        assert_eq!(classify("test-guest: hello"), Line::Other);
+        assert_eq!(classify("  RESULT: PASS"), Line::Other);
+    }
+
+    #[test]
+    fn transcript_keeps_first_result_counters_and_log() {
+        let mut transcript = Transcript::default();
+        for line in [
+            "[hv] booting\r\n",
+            "RESULT: FAIL first",
+            "RESULT: PASS",
+            "STAT vm0 stage2_faults 3",
+            "STAT vm0 mapped_blocks_2m 2",
+            "[hv] system off",
+        ] {
+            transcript.push_line(line);
+        }
+        assert_eq!(transcript.result, Some(GuestResult::Fail("first".into())));
+        assert_eq!(transcript.counters.get(0, "stage2_faults"), Some(3));
+        assert_eq!(transcript.counters.get(0, "mapped_blocks_2m"), Some(2));
+        assert_eq!(transcript.counters.get(1, "stage2_faults"), None);
+        assert_eq!(
+            transcript.hypervisor_log,
+            ["[hv] booting", "[hv] system off"]
+        );
+        assert!(transcript.system_off);
+        assert!(
+            transcript
+                .text
+                .starts_with("[hv] booting\nRESULT: FAIL first\n")
+        );
+        assert_eq!(transcript.log_lines_containing("boot").count(), 1);
+    }
+}

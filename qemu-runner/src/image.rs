@@ -1,0 +1,176 @@
+//! ELF to raw arm64 `Image` conversion, and the `Image` header.
+//!
+//! QEMU passes the device tree in `x0` only to a raw `Image`, not to an ELF,
+//! and U-Boot's `booti` only loads raw Images. The conversion copies every
+//! loadable segment's file bytes to its physical address (`p_paddr`) relative
+//! to the lowest one, into one flat file; gaps are zero. Nothing else is filled
+//! in: the program itself carries its 64-byte header (branch, `text_offset`,
+//! `image_size`, flags, magic `ARM\x64` at 0x38), and the conversion checks it
+//! is there at the start.
+
+use std::fmt;
+
+use object::elf;
+use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+use object::{Endianness, FileKind};
+
+/// Offset of the magic in the header.
+pub const MAGIC_OFFSET: usize = 0x38;
+/// The magic, "ARM\x64" as little-endian bytes.
+pub const MAGIC: [u8; 4] = *b"ARM\x64";
+/// Size of the header.
+pub const HEADER_SIZE: usize = 64;
+/// Largest Image accepted (a guard against a bogus `p_paddr` spread).
+pub const MAX_IMAGE_SIZE: u64 = 512 << 20;
+
+/// Why an ELF could not become an `Image`, or an `Image` header is bad.
+#[derive(Debug)]
+pub enum ImageError {
+    /// The file is not a 64-bit ELF.
+    NotElf64,
+    /// The ELF could not be parsed.
+    Parse(object::Error),
+    /// The ELF is not for AArch64.
+    NotAarch64(u16),
+    /// No loadable segment has file contents.
+    NoLoadableSegment,
+    /// A segment's file range lies outside the file.
+    SegmentOutsideFile {
+        /// Segment's physical address.
+        paddr: u64,
+    },
+    /// The segments spread over more than [`MAX_IMAGE_SIZE`].
+    TooLarge(u64),
+    /// Two segments overlap in physical memory.
+    Overlap {
+        /// Physical address where they overlap.
+        paddr: u64,
+    },
+    /// Fewer than 64 bytes: no room for the header.
+    TooSmall(usize),
+    /// No `ARM\x64` magic at 0x38.
+    BadMagic([u8; 4]),
+    /// The header says `image_size` 0 (then `text_offset` is meaningless).
+    ZeroImageSize,
+}
+
+impl fmt::Display for ImageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ImageError::NotElf64 => write!(f, "not a 64-bit ELF file"),
+            ImageError::Parse(error) => write!(f, "cannot parse the ELF: {error}"),
+            ImageError::NotAarch64(machine) => {
+                write!(f, "ELF machine is {machine}, not AArch64 (183)")
+            }
+            ImageError::NoLoadableSegment => write!(f, "no loadable segment with contents"),
+            ImageError::SegmentOutsideFile { paddr } => {
+                write!(f, "segment at {paddr:#x} reaches past the end of the file")
+            }
+            ImageError::TooLarge(size) => {
+                write!(
+                    f,
+                    "segments span {size:#x} bytes, more than {MAX_IMAGE_SIZE:#x}"
+                )
+            }
+            ImageError::Overlap { paddr } => write!(f, "segments overlap at {paddr:#x}"),
+            ImageError::TooSmall(size) => {
+                write!(
+                    f,
+                    "{size} bytes is too small for the 64-byte arm64 Image header"
+                )
+            }
+            ImageError::BadMagic(found) => write!(
+                f,
+                "no arm64 Image header: magic at {MAGIC_OFFSET:#x} is {found:02x?}, expected \
+                 \"ARM\\x64\" (the program must start with its Image header)"
+            ),
+            ImageError::ZeroImageSize => write!(f, "Image header has image_size 0"),
+        }
+    }
+}
+
+impl std::error::Error for ImageError {}
+
+/// The fields of an arm64 `Image` header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageHeader {
+    /// Offset from a 2 MiB aligned base where the Image wants to be loaded.
+    pub text_offset: u64,
+    /// Bytes the loaded Image occupies, `.bss` included.
+    pub image_size: u64,
+    /// Flags: bit 0 big endian, bits 2:1 page size, bit 3 placement.
+    pub flags: u64,
+}
+
+impl ImageHeader {
+    /// Reads and checks the header at the start of `image`.
+    pub fn parse(image: &[u8]) -> Result<ImageHeader, ImageError> {
+        if image.len() < HEADER_SIZE {
+            return Err(ImageError::TooSmall(image.len()));
+        }
+        let magic: [u8; 4] = image[MAGIC_OFFSET..MAGIC_OFFSET + 4]
+            .try_into()
+            .expect("4 bytes");
+        if magic != MAGIC {
+            return Err(ImageError::BadMagic(magic));
+        }
+        let word = |offset: usize| {
+            u64::from_le_bytes(image[offset..offset + 8].try_into().expect("8 bytes"))
+        };
+        let header = ImageHeader {
+            text_offset: word(0x08),
+            image_size: word(0x10),
+            flags: word(0x18),
+        };
+        if header.image_size == 0 {
+            return Err(ImageError::ZeroImageSize);
+        }
+        Ok(header)
+    }
+}
+
+/// Converts an AArch64 ELF executable into a raw `Image` and checks its header.
+pub fn elf_to_image(elf_bytes: &[u8]) -> Result<Vec<u8>, ImageError> {
+    if FileKind::parse(elf_bytes).map_err(ImageError::Parse)? != FileKind::Elf64 {
+        return Err(ImageError::NotElf64);
+    }
+    let file = ElfFile64::<Endianness>::parse(elf_bytes).map_err(ImageError::Parse)?;
+    let endian = file.endian();
+    let machine = file.elf_header().e_machine(endian);
+    if machine != elf::EM_AARCH64 {
+        return Err(ImageError::NotAarch64(machine.0));
+    }
+    let mut segments: Vec<(u64, &[u8])> = Vec::new();
+    for header in file.elf_program_headers() {
+        if header.p_type(endian) != elf::PT_LOAD || header.p_filesz(endian) == 0 {
+            continue;
+        }
+        let paddr = header.p_paddr(endian);
+        let data = header
+            .data(endian, elf_bytes)
+            .map_err(|()| ImageError::SegmentOutsideFile { paddr })?;
+        segments.push((paddr, data));
+    }
+    segments.sort_by_key(|&(paddr, _)| paddr);
+    let base = segments.first().ok_or(ImageError::NoLoadableSegment)?.0;
+    let end = segments
+        .iter()
+        .map(|&(paddr, data)| paddr + data.len() as u64)
+        .max()
+        .unwrap_or(base);
+    if end - base > MAX_IMAGE_SIZE {
+        return Err(ImageError::TooLarge(end - base));
+    }
+    let mut image = vec![0u8; (end - base) as usize];
+    let mut filled_to = base;
+    for (paddr, data) in segments {
+        if paddr < filled_to {
+            return Err(ImageError::Overlap { paddr });
+        }
+        let offset = (paddr - base) as usize;
+        image[offset..offset + data.len()].copy_from_slice(data);
+        filled_to = paddr + data.len() as u64;
+    }
+    ImageHeader::parse(&image)?;
+    Ok(image)
+}

@@ -1,0 +1,506 @@
+//! Boots the hypervisor (or a guest alone) under QEMU and judges the result.
+//!
+//! [`run`] is the whole pipeline, used by the `qemu-runner` binary and by the
+//! end-to-end tests: check the prerequisites ([`prereq`]), build the
+//! hypervisor and the test guest for aarch64 with a nested cargo
+//! ([`artifacts`]), turn their ELF files into raw arm64 `Image`s ([`image`]),
+//! pack the guest into the boot payload ([`payload`], a newc cpio archive),
+//! start `qemu-system-aarch64` and follow its console ([`qemu`]), and read the
+//! verdict, the `STAT` counters and the hypervisor's log from it
+//! ([`console`]). A run passes only on the guest's `RESULT: PASS` with no
+//! hypervisor panic.
+//!
+//! [`Boot::Direct`] boots the guest kernel by itself at EL1 (no
+//! `virtualization=on`, no hypervisor), which shakes out a guest and gives the
+//! baseline for hypervisor-overhead figures.
+
+pub mod artifacts;
+pub mod console;
+pub mod image;
+pub mod payload;
+pub mod prereq;
+pub mod qemu;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use artifacts::{BuildError, HYPERVISOR, TEST_GUEST};
+use console::{Counters, GuestResult, Transcript};
+use image::ImageError;
+use payload::Payload;
+use prereq::PrereqError;
+use qemu::{Ending, Machine, QemuSetup, Watch};
+
+/// What runs on the emulated machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Boot {
+    /// The hypervisor at EL2, the guest in its payload at EL1.
+    Hypervisor,
+    /// The guest kernel alone at EL1, booted by QEMU directly.
+    Direct,
+}
+
+/// The test guest's scenario (`test=` in its bootargs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// SMP memory test with demand-faulted stage-2 memory and a caught abort.
+    Memory,
+    /// Unmapped device access and unknown hypercall; the hypervisor must
+    /// survive and report both.
+    BadGuest,
+}
+
+impl Scenario {
+    /// Every scenario, for help texts.
+    pub const ALL: [Scenario; 2] = [Scenario::Memory, Scenario::BadGuest];
+
+    /// The scenario's name on the command line and in `test=`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Memory => "memory",
+            Scenario::BadGuest => "bad-guest",
+        }
+    }
+
+    /// The scenario called `name`.
+    pub fn from_name(name: &str) -> Option<Scenario> {
+        Scenario::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// One run's settings.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Hypervisor or direct boot.
+    pub boot: Boot,
+    /// Test guest scenario.
+    pub scenario: Scenario,
+    /// Emulated CPUs (`-smp`).
+    pub smp: u32,
+    /// Machine RAM in MiB (`-m`).
+    pub mem_mib: u32,
+    /// Guest RAM in MiB (`vm.conf` `mem_mib=`; the hypervisor's default when
+    /// `None`). Hypervisor boot only.
+    pub guest_mem_mib: Option<u32>,
+    /// vCPUs of the VM (`vm.conf` `vcpus=`; every CPU when `None`).
+    /// Hypervisor boot only.
+    pub vcpus: Option<u32>,
+    /// `-cpu` model and properties.
+    pub cpu: String,
+    /// Overall time limit; ignored (no limit) with `gdb`.
+    pub timeout: Duration,
+    /// Start QEMU halted, waiting for gdb.
+    pub gdb: bool,
+    /// Extra QEMU arguments, appended last.
+    pub extra_qemu_args: Vec<String>,
+    /// Copy the console to stdout while it runs.
+    pub echo: bool,
+}
+
+/// The default `-cpu`: every feature but pointer authentication, whose
+/// emulation makes TCG about four times slower.
+pub const DEFAULT_CPU: &str = "max,pauth=off";
+
+impl Default for RunConfig {
+    fn default() -> RunConfig {
+        RunConfig {
+            boot: Boot::Hypervisor,
+            scenario: Scenario::Memory,
+            smp: 4,
+            mem_mib: 1024,
+            guest_mem_mib: None,
+            vcpus: None,
+            cpu: DEFAULT_CPU.to_string(),
+            timeout: Duration::from_secs(120),
+            gdb: false,
+            extra_qemu_args: Vec::new(),
+            echo: true,
+        }
+    }
+}
+
+/// Why a run could not be carried out (as opposed to a guest that failed).
+#[derive(Debug)]
+pub enum RunnerError {
+    /// Settings that contradict each other.
+    Config(String),
+    /// A missing prerequisite.
+    Prereq(PrereqError),
+    /// Building the hypervisor or the guest failed.
+    Build(BuildError),
+    /// An ELF could not be turned into an Image.
+    Image {
+        /// The ELF file.
+        elf: PathBuf,
+        /// What was wrong.
+        error: ImageError,
+    },
+    /// A file could not be read or written, or QEMU could not be started.
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        error: std::io::Error,
+    },
+}
+
+impl fmt::Display for RunnerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunnerError::Config(why) => write!(f, "{why}"),
+            RunnerError::Prereq(error) => write!(f, "{error}"),
+            RunnerError::Build(error) => write!(f, "{error}"),
+            RunnerError::Image { elf, error } => {
+                write!(f, "cannot make an Image of {}: {error}", elf.display())
+            }
+            RunnerError::Io { what, error } => write!(f, "{what}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for RunnerError {}
+
+impl From<PrereqError> for RunnerError {
+    fn from(error: PrereqError) -> RunnerError {
+        RunnerError::Prereq(error)
+    }
+}
+
+impl From<BuildError> for RunnerError {
+    fn from(error: BuildError) -> RunnerError {
+        RunnerError::Build(error)
+    }
+}
+
+/// The judgement of a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// `RESULT: PASS` and no hypervisor panic.
+    Pass,
+    /// The guest printed `RESULT: FAIL <why>`.
+    GuestFailed(String),
+    /// The guest printed a `RESULT:` line that is neither PASS nor FAIL.
+    MalformedResult(String),
+    /// The hypervisor panicked.
+    HypervisorPanic(String),
+    /// The time limit ran out before a result.
+    TimedOut(Duration),
+    /// QEMU ended without a result line.
+    NoResult,
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Pass => write!(f, "PASS"),
+            Verdict::GuestFailed(why) => write!(f, "FAIL: the guest reported: {why}"),
+            Verdict::MalformedResult(line) => write!(f, "FAIL: unreadable result line `{line}`"),
+            Verdict::HypervisorPanic(message) => {
+                write!(f, "FAIL: the hypervisor panicked: {message}")
+            }
+            Verdict::TimedOut(limit) => write!(
+                f,
+                "FAIL: no result within {} s; QEMU was killed (raise --timeout, or debug with --gdb)",
+                limit.as_secs()
+            ),
+            Verdict::NoResult => write!(f, "FAIL: QEMU exited without a RESULT line"),
+        }
+    }
+}
+
+/// Everything a run produced.
+#[derive(Debug)]
+pub struct RunReport {
+    /// The judgement.
+    pub verdict: Verdict,
+    /// Console, verdict line, counters and hypervisor log.
+    pub transcript: Transcript,
+    /// QEMU's exit status.
+    pub qemu_status: ExitStatus,
+    /// What QEMU wrote to stderr.
+    pub qemu_stderr: String,
+    /// The QEMU command line.
+    pub command_line: String,
+    /// Wall time of the QEMU run.
+    pub elapsed: Duration,
+}
+
+impl RunReport {
+    /// Whether the run passed.
+    pub fn passed(&self) -> bool {
+        self.verdict == Verdict::Pass
+    }
+
+    /// The whole console output.
+    pub fn console(&self) -> &str {
+        &self.transcript.text
+    }
+
+    /// The `STAT` counters.
+    pub fn counters(&self) -> &Counters {
+        &self.transcript.counters
+    }
+
+    /// The hypervisor's log lines (`[hv] ...`).
+    pub fn hypervisor_log(&self) -> &[String] {
+        &self.transcript.hypervisor_log
+    }
+}
+
+fn judge(transcript: &Transcript, ending: &Ending, timeout: Duration) -> Verdict {
+    if let Some(message) = &transcript.panic {
+        return Verdict::HypervisorPanic(message.clone());
+    }
+    match &transcript.result {
+        Some(GuestResult::Pass) => Verdict::Pass,
+        Some(GuestResult::Fail(why)) => Verdict::GuestFailed(why.clone()),
+        Some(GuestResult::Malformed(line)) => Verdict::MalformedResult(line.clone()),
+        None if *ending == Ending::TimedOut => Verdict::TimedOut(timeout),
+        None => Verdict::NoResult,
+    }
+}
+
+/// The test guest's kernel command line for `scenario`; a guest booted
+/// directly is told that only PSCI answers hypercalls.
+pub fn guest_cmdline(scenario: Scenario, boot: Boot) -> String {
+    match boot {
+        Boot::Hypervisor => format!("test={}", scenario.name()),
+        Boot::Direct => format!("test={} hypercalls=psci", scenario.name()),
+    }
+}
+
+/// The files a run boots, built and converted.
+#[derive(Clone, Debug)]
+pub struct BootFiles {
+    /// The hypervisor ELF (symbols for gdb); `None` for a direct boot.
+    pub hypervisor_elf: Option<PathBuf>,
+    /// The test guest ELF.
+    pub guest_elf: PathBuf,
+    /// The hypervisor Image; `None` for a direct boot.
+    pub hypervisor_image: Option<Vec<u8>>,
+    /// The guest Image.
+    pub guest_image: Vec<u8>,
+}
+
+fn elf_image(elf: &Path) -> Result<Vec<u8>, RunnerError> {
+    let bytes = std::fs::read(elf).map_err(|error| RunnerError::Io {
+        what: format!("reading {}", elf.display()),
+        error,
+    })?;
+    image::elf_to_image(&bytes).map_err(|error| RunnerError::Image {
+        elf: elf.to_path_buf(),
+        error,
+    })
+}
+
+/// Builds what `boot` needs and converts it to Images.
+pub fn build_boot_files(boot: Boot) -> Result<BootFiles, RunnerError> {
+    prereq::ensure_rust_target()?;
+    let packages: &[&str] = match boot {
+        Boot::Hypervisor => &[HYPERVISOR, TEST_GUEST],
+        Boot::Direct => &[TEST_GUEST],
+    };
+    let built = artifacts::build(packages)?;
+    let guest_elf = built[TEST_GUEST].clone();
+    let guest_image = elf_image(&guest_elf)?;
+    let (hypervisor_elf, hypervisor_image) = match built.get(HYPERVISOR) {
+        Some(elf) => (Some(elf.clone()), Some(elf_image(elf)?)),
+        None => (None, None),
+    };
+    Ok(BootFiles {
+        hypervisor_elf,
+        guest_elf,
+        hypervisor_image,
+        guest_image,
+    })
+}
+
+/// A directory for one run's boot files, removed when dropped.
+struct RunDir(PathBuf);
+
+impl RunDir {
+    fn create() -> Result<RunDir, RunnerError> {
+        static SEQUENCE: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "run-{}-{}",
+            std::process::id(),
+            SEQUENCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = artifacts::cross_target_dir().join("qemu-runner").join(name);
+        std::fs::create_dir_all(&path).map_err(|error| RunnerError::Io {
+            what: format!("creating {}", path.display()),
+            error,
+        })?;
+        Ok(RunDir(path))
+    }
+
+    fn write(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, RunnerError> {
+        let path = self.0.join(name);
+        std::fs::write(&path, bytes).map_err(|error| RunnerError::Io {
+            what: format!("writing {}", path.display()),
+            error,
+        })?;
+        Ok(path)
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        // Leftovers only cost disk space under target/.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn check_config(config: &RunConfig) -> Result<(), RunnerError> {
+    if config.smp == 0 || config.mem_mib == 0 {
+        return Err(RunnerError::Config(
+            "--smp and --mem must be at least 1".into(),
+        ));
+    }
+    if config.boot == Boot::Direct && (config.guest_mem_mib.is_some() || config.vcpus.is_some()) {
+        return Err(RunnerError::Config(
+            "--guest-mem and --vcpus configure the hypervisor's VM; a direct boot uses --mem \
+             and --smp"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Builds everything, boots it under QEMU, and judges the console.
+pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
+    check_config(config)?;
+    let qemu_program = prereq::ensure_qemu()?;
+    let files = build_boot_files(config.boot)?;
+    let dir = RunDir::create()?;
+    let cmdline = guest_cmdline(config.scenario, config.boot);
+    let (machine, kernel, initrd, append) = match (config.boot, &files.hypervisor_image) {
+        (Boot::Hypervisor, Some(hypervisor_image)) => {
+            let payload = Payload {
+                kernel: files.guest_image.clone(),
+                initrd: None,
+                cmdline: Some(cmdline),
+                vcpus: config.vcpus,
+                mem_mib: config.guest_mem_mib,
+            };
+            let kernel = dir.write("hypervisor.img", hypervisor_image)?;
+            let initrd = dir.write("payload.cpio", &payload.to_cpio())?;
+            (Machine::WithEl2, kernel, Some(initrd), None)
+        }
+        _ => (
+            Machine::El1Only,
+            dir.write("guest.img", &files.guest_image)?,
+            None,
+            Some(cmdline),
+        ),
+    };
+    let setup = QemuSetup {
+        program: qemu_program,
+        machine,
+        cpu: config.cpu.clone(),
+        smp: config.smp,
+        mem_mib: config.mem_mib,
+        kernel,
+        initrd,
+        append,
+        gdb: config.gdb,
+        extra_args: config.extra_qemu_args.clone(),
+    };
+    if config.gdb {
+        let (main_elf, extra_elf) = match &files.hypervisor_elf {
+            Some(hypervisor) => (hypervisor.as_path(), Some(files.guest_elf.as_path())),
+            None => (files.guest_elf.as_path(), None),
+        };
+        eprintln!(
+            "qemu-runner: QEMU waits for gdb on localhost:{} before the first instruction; \
+             attach from another terminal with:\n    {}\n(then `continue`; `break <symbol>` \
+             and `hbreak` work before it)",
+            qemu::GDB_PORT,
+            qemu::gdb_command(main_elf, extra_elf)
+        );
+    }
+    let watch = Watch {
+        timeout: (!config.gdb).then_some(config.timeout),
+        echo: config.echo,
+        interactive: config.gdb,
+    };
+    let command_line = setup.command_line();
+    let outcome = qemu::run(&setup, watch).map_err(|error| RunnerError::Io {
+        what: format!("running {command_line}"),
+        error,
+    })?;
+    Ok(RunReport {
+        verdict: judge(&outcome.transcript, &outcome.ending, config.timeout),
+        transcript: outcome.transcript,
+        qemu_status: outcome.status,
+        qemu_stderr: outcome.stderr,
+        command_line,
+        elapsed: outcome.elapsed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transcript(lines: &[&str]) -> Transcript {
+        let mut transcript = Transcript::default();
+        for line in lines {
+            transcript.push_line(line);
+        }
+        transcript
+    }
+
+    #[test]
+    fn verdicts() {
+        let limit = Duration::from_secs(9);
+        let pass = transcript(&["RESULT: PASS", "[hv] system off"]);
+        assert_eq!(judge(&pass, &Ending::Exited, limit), Verdict::Pass);
+        let panic = transcript(&["RESULT: PASS", "[hv] PANIC: boom"]);
+        assert_eq!(
+            judge(&panic, &Ending::Exited, limit),
+            Verdict::HypervisorPanic("boom".into())
+        );
+        let fail = transcript(&["RESULT: FAIL no abort"]);
+        assert_eq!(
+            judge(&fail, &Ending::Exited, limit),
+            Verdict::GuestFailed("no abort".into())
+        );
+        let silent = transcript(&["[hv] hello"]);
+        assert_eq!(
+            judge(&silent, &Ending::TimedOut, limit),
+            Verdict::TimedOut(limit)
+        );
+        assert_eq!(judge(&silent, &Ending::Exited, limit), Verdict::NoResult);
+    }
+
+    #[test]
+    fn scenarios_have_names_and_cmdlines() {
+        for scenario in Scenario::ALL {
+            assert_eq!(Scenario::from_name(scenario.name()), Some(scenario));
+        }
+        assert_eq!(Scenario::from_name("nope"), None);
+        assert_eq!(
+            guest_cmdline(Scenario::BadGuest, Boot::Hypervisor),
+            "test=bad-guest"
+        );
+        assert_eq!(
+            guest_cmdline(Scenario::Memory, Boot::Direct),
+            "test=memory hypercalls=psci"
+        );
+    }
+
+    #[test]
+    fn direct_boot_rejects_vm_settings() {
+        let config = RunConfig {
+            boot: Boot::Direct,
+            guest_mem_mib: Some(64),
+            ..RunConfig::default()
+        };
+        assert!(matches!(check_config(&config), Err(RunnerError::Config(_))));
+        assert!(check_config(&RunConfig::default()).is_ok());
+    }
+}

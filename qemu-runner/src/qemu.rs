@@ -1,0 +1,412 @@
+//! Running QEMU: the command line, console streaming, and when to stop.
+//!
+//! QEMU's serial console (`-nographic`) arrives on its stdout. A reader thread
+//! echoes the raw bytes as they come (when asked) and hands complete lines to
+//! the caller, which feeds them to a [`Transcript`]. The run stops when QEMU
+//! exits (the hypervisor's or the guest's PSCI `SYSTEM_OFF` makes it exit 0);
+//! after the guest's `RESULT:` line it waits at most a short grace period for
+//! the `STAT` lines and `[hv] system off`, after `[hv] system off` or a
+//! hypervisor panic a shorter one for QEMU to exit; the overall timeout kills
+//! it. QEMU is stopped with SIGTERM first (it restores the terminal), then
+//! SIGKILL.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::console::{Line, Transcript};
+
+/// How long to wait for the `STAT` tail after the guest's `RESULT:` line.
+pub const RESULT_GRACE: Duration = Duration::from_secs(5);
+/// How long to wait for QEMU to exit after `[hv] system off` or a panic.
+pub const EXIT_GRACE: Duration = Duration::from_secs(3);
+/// The gdb stub port QEMU's `-s` opens.
+pub const GDB_PORT: u16 = 1234;
+
+/// Which exception level the kernel QEMU loads runs at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Machine {
+    /// `virtualization=on`: the kernel (the hypervisor) starts at EL2.
+    WithEl2,
+    /// No EL2: the kernel (a guest booted directly) starts at EL1.
+    El1Only,
+}
+
+/// Everything QEMU is started with.
+#[derive(Clone, Debug)]
+pub struct QemuSetup {
+    /// The `qemu-system-aarch64` binary.
+    pub program: PathBuf,
+    /// Machine flavour.
+    pub machine: Machine,
+    /// `-cpu` model and properties.
+    pub cpu: String,
+    /// `-smp`.
+    pub smp: u32,
+    /// `-m`, in MiB.
+    pub mem_mib: u32,
+    /// `-kernel`: a raw arm64 Image.
+    pub kernel: PathBuf,
+    /// `-initrd`.
+    pub initrd: Option<PathBuf>,
+    /// `-append` (the kernel command line; QEMU puts it in `/chosen/bootargs`).
+    pub append: Option<String>,
+    /// Wait for gdb on port 1234 before the first instruction (`-s -S`).
+    pub gdb: bool,
+    /// Extra arguments, appended last.
+    pub extra_args: Vec<String>,
+}
+
+impl QemuSetup {
+    /// The arguments after the program name.
+    pub fn args(&self) -> Vec<String> {
+        let machine = match self.machine {
+            Machine::WithEl2 => "virt,virtualization=on,gic-version=3",
+            Machine::El1Only => "virt,gic-version=3",
+        };
+        let mut args: Vec<String> = [
+            "-machine",
+            machine,
+            "-cpu",
+            &self.cpu,
+            "-smp",
+            &self.smp.to_string(),
+            "-m",
+            &format!("{}M", self.mem_mib),
+            "-nographic",
+            "-no-reboot",
+            "-kernel",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.push(self.kernel.display().to_string());
+        if let Some(initrd) = &self.initrd {
+            args.push("-initrd".into());
+            args.push(initrd.display().to_string());
+        }
+        if let Some(append) = &self.append {
+            args.push("-append".into());
+            args.push(append.clone());
+        }
+        if self.gdb {
+            args.push("-s".into());
+            args.push("-S".into());
+        }
+        args.extend(self.extra_args.iter().cloned());
+        args
+    }
+
+    /// The command line as one shell-quoted string (for logs and reports).
+    pub fn command_line(&self) -> String {
+        std::iter::once(self.program.display().to_string())
+            .chain(self.args())
+            .map(|word| shell_quote(&word))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Quotes `word` for a POSIX shell when it needs it.
+pub fn shell_quote(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=,:+@%".contains(c))
+    {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// How the run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// QEMU exited by itself.
+    Exited,
+    /// The grace period after the result (or system off, or panic) ran out and
+    /// QEMU was stopped.
+    StoppedAfterGrace,
+    /// The overall timeout ran out and QEMU was stopped.
+    TimedOut,
+}
+
+/// What a QEMU run produced.
+#[derive(Debug)]
+pub struct QemuRun {
+    /// The console, classified.
+    pub transcript: Transcript,
+    /// How it ended.
+    pub ending: Ending,
+    /// QEMU's exit status.
+    pub status: ExitStatus,
+    /// What QEMU wrote to stderr.
+    pub stderr: String,
+    /// Wall time from start to exit.
+    pub elapsed: Duration,
+}
+
+enum Event {
+    Line(String),
+    Closed,
+}
+
+/// Options of a run that are not QEMU's.
+#[derive(Clone, Copy, Debug)]
+pub struct Watch {
+    /// Overall time limit (`None`: wait for ever, as under gdb).
+    pub timeout: Option<Duration>,
+    /// Copy the console to our stdout as it arrives.
+    pub echo: bool,
+    /// Give QEMU our stdin (typing reaches the guest; Ctrl-A x quits QEMU).
+    pub interactive: bool,
+}
+
+/// Starts QEMU and follows its console until one of the stop conditions.
+pub fn run(setup: &QemuSetup, watch: Watch) -> std::io::Result<QemuRun> {
+    let mut child = Command::new(&setup.program)
+        .args(setup.args())
+        .stdin(if watch.interactive {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let start = Instant::now();
+    let lines = spawn_stdout_reader(child.stdout.take().expect("stdout is piped"), watch.echo);
+    let stderr = spawn_stderr_reader(child.stderr.take().expect("stderr is piped"), watch.echo);
+
+    let mut transcript = Transcript::default();
+    let deadline = watch.timeout.map(|timeout| start + timeout);
+    let mut stop_at: Option<Instant> = None;
+    let ending = loop {
+        let now = Instant::now();
+        let wake = [deadline, stop_at].into_iter().flatten().min();
+        let event = match wake {
+            Some(wake) => lines.recv_timeout(wake.saturating_duration_since(now)),
+            None => lines.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match event {
+            Ok(Event::Line(line)) => match transcript.push_line(&line) {
+                Line::Result(_) if stop_at.is_none() => {
+                    stop_at = Some(Instant::now() + RESULT_GRACE)
+                }
+                Line::SystemOff | Line::HypervisorPanic(_) => {
+                    let exit_by = Instant::now() + EXIT_GRACE;
+                    stop_at = Some(stop_at.map_or(exit_by, |at| at.min(exit_by)));
+                }
+                _ => {}
+            },
+            Ok(Event::Closed) | Err(RecvTimeoutError::Disconnected) => break Ending::Exited,
+            Err(RecvTimeoutError::Timeout) => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    break Ending::TimedOut;
+                }
+                if stop_at.is_some_and(|s| Instant::now() >= s) {
+                    break Ending::StoppedAfterGrace;
+                }
+            }
+        }
+    };
+    let (status, ending) = match child.try_wait()? {
+        Some(status) => (status, ending),
+        None if ending == Ending::Exited => {
+            // stdout closed: QEMU is exiting; give it a moment.
+            match wait_timeout(&mut child, EXIT_GRACE)? {
+                Some(status) => (status, ending),
+                None => (terminate(&mut child)?, Ending::StoppedAfterGrace),
+            }
+        }
+        None => (terminate(&mut child)?, ending),
+    };
+    // Drain what the reader threads still hold.
+    while let Ok(Event::Line(line)) = lines.recv_timeout(Duration::from_millis(200)) {
+        transcript.push_line(&line);
+    }
+    let stderr = stderr.join().unwrap_or_default();
+    Ok(QemuRun {
+        transcript,
+        ending,
+        status,
+        stderr,
+        elapsed: start.elapsed(),
+    })
+}
+
+fn spawn_stdout_reader(mut stdout: impl Read + Send + 'static, echo: bool) -> Receiver<Event> {
+    let (sender, receiver) = mpsc::channel();
+    thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        let mut pending: Vec<u8> = Vec::new();
+        loop {
+            let read = match stdout.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(read) => read,
+            };
+            if echo {
+                let mut out = std::io::stdout().lock();
+                // Echo failures (a closed pipe) do not stop the run.
+                let _ = out.write_all(&chunk[..read]).and_then(|()| out.flush());
+            }
+            pending.extend_from_slice(&chunk[..read]);
+            while let Some(newline) = pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=newline).collect();
+                let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+                if sender.send(Event::Line(text)).is_err() {
+                    return;
+                }
+            }
+        }
+        if !pending.is_empty() {
+            let _ = sender.send(Event::Line(String::from_utf8_lossy(&pending).into_owned()));
+        }
+        let _ = sender.send(Event::Closed);
+    });
+    receiver
+}
+
+fn spawn_stderr_reader(
+    mut stderr: impl Read + Send + 'static,
+    echo: bool,
+) -> thread::JoinHandle<String> {
+    let collected = Arc::new(Mutex::new(Vec::new()));
+    thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        while let Ok(read) = stderr.read(&mut chunk) {
+            if read == 0 {
+                break;
+            }
+            if echo {
+                let _ = std::io::stderr().write_all(&chunk[..read]);
+            }
+            collected
+                .lock()
+                .expect("only this thread locks")
+                .extend_from_slice(&chunk[..read]);
+        }
+        let bytes = collected.lock().expect("only this thread locks");
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+fn wait_timeout(child: &mut Child, limit: Duration) -> std::io::Result<Option<ExitStatus>> {
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= until {
+            return Ok(None);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Stops QEMU: SIGTERM, then SIGKILL if it has not exited within a second.
+fn terminate(child: &mut Child) -> std::io::Result<ExitStatus> {
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: `pid` is our own child, not yet reaped (try_wait saw it running),
+    // so the id cannot have been reused by another process.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    if let Some(status) = wait_timeout(child, Duration::from_secs(1))? {
+        return Ok(status);
+    }
+    child.kill()?;
+    child.wait()
+}
+
+/// The gdb command that attaches to a QEMU started with `gdb`, with symbols
+/// of `main_elf` and, when given, of `extra_elf` (loaded at its link address).
+pub fn gdb_command(main_elf: &Path, extra_elf: Option<&Path>) -> String {
+    let mut words = vec![
+        "gdb-multiarch".to_string(),
+        "-q".to_string(),
+        shell_quote(&main_elf.display().to_string()),
+        "-ex".to_string(),
+        shell_quote(&format!("target remote localhost:{GDB_PORT}")),
+    ];
+    if let Some(extra) = extra_elf {
+        words.push("-ex".into());
+        words.push(shell_quote(&format!("add-symbol-file {}", extra.display())));
+    }
+    words.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> QemuSetup {
+        QemuSetup {
+            program: "/usr/bin/qemu-system-aarch64".into(),
+            machine: Machine::WithEl2,
+            cpu: "max,pauth=off".into(),
+            smp: 4,
+            mem_mib: 1024,
+            kernel: "/t/hypervisor.img".into(),
+            initrd: Some("/t/payload.cpio".into()),
+            append: None,
+            gdb: false,
+            extra_args: vec!["-d".into(), "guest_errors".into()],
+        }
+    }
+
+    #[test]
+    fn command_line_has_the_contract_machine() {
+        let args = setup().args();
+        let joined = args.join(" ");
+        assert!(joined.starts_with(
+            "-machine virt,virtualization=on,gic-version=3 -cpu max,pauth=off -smp 4 -m 1024M \
+             -nographic"
+        ));
+        assert!(joined.contains("-kernel /t/hypervisor.img -initrd /t/payload.cpio"));
+        assert!(joined.ends_with("-d guest_errors"));
+        assert!(!args.contains(&"-S".to_string()));
+    }
+
+    #[test]
+    fn direct_boot_has_no_el2_and_appends_bootargs() {
+        let setup = QemuSetup {
+            machine: Machine::El1Only,
+            initrd: None,
+            append: Some("test=memory hypercalls=psci".into()),
+            gdb: true,
+            ..setup()
+        };
+        let args = setup.args();
+        assert_eq!(args[1], "virt,gic-version=3");
+        let at = args.iter().position(|a| a == "-append").unwrap();
+        assert_eq!(args[at + 1], "test=memory hypercalls=psci");
+        assert!(args.windows(2).any(|w| w == ["-s", "-S"]));
+        assert!(
+            setup
+                .command_line()
+                .contains("-append 'test=memory hypercalls=psci'")
+        );
+    }
+
+    #[test]
+    fn quoting_is_shell_safe() {
+        assert_eq!(shell_quote("plain/path-1.img"), "plain/path-1.img");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn gdb_command_attaches_with_symbols() {
+        let command = gdb_command(Path::new("/x/hypervisor"), Some(Path::new("/x/test guest")));
+        assert_eq!(
+            command,
+            "gdb-multiarch -q /x/hypervisor -ex 'target remote localhost:1234' -ex \
+             'add-symbol-file /x/test guest'"
+        );
+    }
+}
