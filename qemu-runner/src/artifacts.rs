@@ -85,8 +85,9 @@ pub fn cross_target_dir() -> PathBuf {
 }
 
 /// Builds `packages` for [`TARGET`] in release mode and returns each one's
-/// executable, keyed by package name.
-pub fn build(packages: &[&str]) -> Result<BTreeMap<String, PathBuf>, BuildError> {
+/// executable, keyed by package name. `quiet` hides cargo's progress lines
+/// (compiler errors still show).
+pub fn build(packages: &[&str], quiet: bool) -> Result<BTreeMap<String, PathBuf>, BuildError> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let target_dir = cross_target_dir();
     let mut command = Command::new(&cargo);
@@ -107,6 +108,9 @@ pub fn build(packages: &[&str]) -> Result<BTreeMap<String, PathBuf>, BuildError>
         .stderr(Stdio::inherit());
     for package in packages {
         command.args(["-p", package]);
+    }
+    if quiet {
+        command.arg("--quiet");
     }
     let description = format!(
         "cargo build --release --target {TARGET} --target-dir {} -p {}",

@@ -174,3 +174,177 @@ pub fn elf_to_image(elf_bytes: &[u8]) -> Result<Vec<u8>, ImageError> {
     ImageHeader::parse(&image)?;
     Ok(image)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loadable segment of a test ELF: physical address, contents, and
+    /// extra zero bytes in memory only (`.bss`).
+    struct Segment {
+        paddr: u64,
+        data: Vec<u8>,
+        bss: u64,
+    }
+
+    /// Writes a minimal little-endian ELF64 executable with `segments`.
+    fn elf(machine: u16, segments: &[Segment]) -> Vec<u8> {
+        const EHDR: usize = 64;
+        const PHDR: usize = 56;
+        let mut file = vec![0u8; EHDR + PHDR * segments.len()];
+        file[..4].copy_from_slice(b"\x7fELF");
+        file[4] = 2; // 64-bit
+        file[5] = 1; // little endian
+        file[6] = 1; // version
+        file[16..18].copy_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+        file[18..20].copy_from_slice(&machine.to_le_bytes());
+        file[20..24].copy_from_slice(&1u32.to_le_bytes());
+        file[32..40].copy_from_slice(&(EHDR as u64).to_le_bytes()); // e_phoff
+        file[52..54].copy_from_slice(&(EHDR as u16).to_le_bytes());
+        file[54..56].copy_from_slice(&(PHDR as u16).to_le_bytes());
+        file[56..58].copy_from_slice(&(segments.len() as u16).to_le_bytes());
+        for (index, segment) in segments.iter().enumerate() {
+            let offset = file.len() as u64;
+            file.extend_from_slice(&segment.data);
+            let header = EHDR + index * PHDR;
+            let fields: [u64; 6] = [
+                offset,
+                segment.paddr + 0xffff_0000_0000_0000, // p_vaddr differs from p_paddr
+                segment.paddr,
+                segment.data.len() as u64,
+                segment.data.len() as u64 + segment.bss,
+                0x1000,
+            ];
+            file[header..header + 4].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+            file[header + 4..header + 8].copy_from_slice(&5u32.to_le_bytes());
+            for (i, field) in fields.iter().enumerate() {
+                let at = header + 8 + i * 8;
+                file[at..at + 8].copy_from_slice(&field.to_le_bytes());
+            }
+        }
+        file
+    }
+
+    fn header(text_offset: u64, image_size: u64) -> Vec<u8> {
+        let mut header = vec![0u8; HEADER_SIZE];
+        header[..4].copy_from_slice(&0x1400_0010u32.to_le_bytes()); // b +0x40
+        header[8..16].copy_from_slice(&text_offset.to_le_bytes());
+        header[16..24].copy_from_slice(&image_size.to_le_bytes());
+        header[24..32].copy_from_slice(&2u64.to_le_bytes());
+        header[MAGIC_OFFSET..MAGIC_OFFSET + 4].copy_from_slice(&MAGIC);
+        header
+    }
+
+    #[test]
+    fn segments_land_at_physical_offsets_with_zero_gaps() {
+        let mut text = header(0x8_0000, 0x3000);
+        text.extend_from_slice(&[0xaa; 16]);
+        let elf = elf(
+            183,
+            &[
+                Segment {
+                    paddr: 0x4008_2000,
+                    data: vec![0xcc; 8],
+                    bss: 0x100,
+                },
+                Segment {
+                    paddr: 0x4008_0000,
+                    data: text.clone(),
+                    bss: 0,
+                },
+                Segment {
+                    paddr: 0x4009_0000,
+                    data: vec![],
+                    bss: 0x1000,
+                },
+            ],
+        );
+        let image = elf_to_image(&elf).unwrap();
+        assert_eq!(
+            image.len(),
+            0x2008,
+            "ends at the last file byte, .bss not filled in"
+        );
+        assert_eq!(&image[..text.len()], &text[..]);
+        assert!(image[text.len()..0x2000].iter().all(|&b| b == 0));
+        assert_eq!(&image[0x2000..], &[0xcc; 8]);
+        assert_eq!(
+            ImageHeader::parse(&image).unwrap(),
+            ImageHeader {
+                text_offset: 0x8_0000,
+                image_size: 0x3000,
+                flags: 2
+            }
+        );
+    }
+
+    #[test]
+    fn missing_header_wrong_machine_and_overlaps_are_errors() {
+        let plain = elf(
+            183,
+            &[Segment {
+                paddr: 0x4000_0000,
+                data: vec![1; 128],
+                bss: 0,
+            }],
+        );
+        assert!(matches!(elf_to_image(&plain), Err(ImageError::BadMagic(_))));
+        let x86 = elf(
+            62,
+            &[Segment {
+                paddr: 0,
+                data: header(0, 64),
+                bss: 0,
+            }],
+        );
+        assert!(matches!(
+            elf_to_image(&x86),
+            Err(ImageError::NotAarch64(62))
+        ));
+        let empty = elf(
+            183,
+            &[Segment {
+                paddr: 0,
+                data: vec![],
+                bss: 64,
+            }],
+        );
+        assert!(matches!(
+            elf_to_image(&empty),
+            Err(ImageError::NoLoadableSegment)
+        ));
+        let overlapping = elf(
+            183,
+            &[
+                Segment {
+                    paddr: 0x1000,
+                    data: header(0, 0x100),
+                    bss: 0,
+                },
+                Segment {
+                    paddr: 0x1020,
+                    data: vec![2; 8],
+                    bss: 0,
+                },
+            ],
+        );
+        assert!(matches!(
+            elf_to_image(&overlapping),
+            Err(ImageError::Overlap { paddr: 0x1020 })
+        ));
+        assert!(matches!(
+            elf_to_image(b"not an elf at all"),
+            Err(ImageError::Parse(_))
+        ));
+        let mut zero_size = header(0, 0);
+        zero_size.resize(100, 0);
+        assert!(matches!(
+            ImageHeader::parse(&zero_size),
+            Err(ImageError::ZeroImageSize)
+        ));
+        assert!(matches!(
+            ImageHeader::parse(&[0; 10]),
+            Err(ImageError::TooSmall(10))
+        ));
+    }
+}

@@ -296,14 +296,15 @@ fn elf_image(elf: &Path) -> Result<Vec<u8>, RunnerError> {
     })
 }
 
-/// Builds what `boot` needs and converts it to Images.
-pub fn build_boot_files(boot: Boot) -> Result<BootFiles, RunnerError> {
+/// Builds what `boot` needs and converts it to Images (`quiet`: no cargo
+/// progress lines).
+pub fn build_boot_files(boot: Boot, quiet: bool) -> Result<BootFiles, RunnerError> {
     prereq::ensure_rust_target()?;
     let packages: &[&str] = match boot {
         Boot::Hypervisor => &[HYPERVISOR, TEST_GUEST],
         Boot::Direct => &[TEST_GUEST],
     };
-    let built = artifacts::build(packages)?;
+    let built = artifacts::build(packages, quiet)?;
     let guest_elf = built[TEST_GUEST].clone();
     let guest_image = elf_image(&guest_elf)?;
     let (hypervisor_elf, hypervisor_image) = match built.get(HYPERVISOR) {
@@ -374,7 +375,7 @@ fn check_config(config: &RunConfig) -> Result<(), RunnerError> {
 pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
     check_config(config)?;
     let qemu_program = prereq::ensure_qemu()?;
-    let files = build_boot_files(config.boot)?;
+    let files = build_boot_files(config.boot, !config.echo)?;
     let dir = RunDir::create()?;
     let cmdline = guest_cmdline(config.scenario, config.boot);
     let (machine, kernel, initrd, append) = match (config.boot, &files.hypervisor_image) {

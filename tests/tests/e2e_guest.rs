@@ -1,0 +1,126 @@
+//! End-to-end: the hypervisor boots under QEMU and runs the SMP test guest
+//! with demand-faulted stage-2 memory, on `-cpu max,pauth=off` (range TLBI)
+//! and on `-cpu cortex-a57` (no range TLBI), with 1 and 4 vCPUs.
+//!
+//! Each test builds the hypervisor and the guest through `qemu-runner` and
+//! fails (never skips) when QEMU, the build or the boot fails. Passing needs
+//! the guest's `RESULT: PASS`, the hypervisor's `STAT` counters showing that
+//! the guest's memory was faulted in (stage-2 faults) with 2 MiB blocks, the
+//! guest's `TEST_REPORT` counted, and the hypervisor's `[hv] system off`.
+
+use std::time::Duration;
+
+use qemu_runner::{Boot, RunConfig, RunReport, Scenario};
+
+fn run(cpu: &str, smp: u32) -> RunReport {
+    let config = RunConfig {
+        boot: Boot::Hypervisor,
+        scenario: Scenario::Memory,
+        smp,
+        cpu: cpu.to_string(),
+        timeout: Duration::from_secs(180),
+        echo: false,
+        ..RunConfig::default()
+    };
+    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+}
+
+fn explain(report: &RunReport) -> String {
+    format!(
+        "verdict: {}\ncommand: {}\n--- console ---\n{}--- QEMU stderr ---\n{}",
+        report.verdict,
+        report.command_line,
+        report.console(),
+        report.qemu_stderr
+    )
+}
+
+fn counter(report: &RunReport, name: &str) -> u64 {
+    report
+        .counters()
+        .get(0, name)
+        .unwrap_or_else(|| panic!("no `STAT vm0 {name}` line\n{}", explain(report)))
+}
+
+fn check_memory_run(report: &RunReport, smp: u32) {
+    assert!(report.passed(), "{}", explain(report));
+    assert!(
+        report.transcript.system_off,
+        "no `[hv] system off`\n{}",
+        explain(report)
+    );
+    let guest_cpus = format!("{smp} vCPUs");
+    assert!(
+        report
+            .console()
+            .lines()
+            .any(|l| l.starts_with("test-guest:") && l.contains(&guest_cpus)),
+        "the guest did not see {smp} vCPUs\n{}",
+        explain(report)
+    );
+    assert!(
+        counter(report, "stage2_faults") > 0,
+        "no stage-2 fault\n{}",
+        explain(report)
+    );
+    assert!(
+        counter(report, "mapped_blocks_2m") > 0,
+        "no 2 MiB block\n{}",
+        explain(report)
+    );
+    assert!(
+        counter(report, "exits_dabt") > 0,
+        "no data-abort exit\n{}",
+        explain(report)
+    );
+    assert!(
+        counter(report, "exits_hvc") > 0,
+        "no HVC exit\n{}",
+        explain(report)
+    );
+    assert!(
+        counter(report, "test_reports") >= 1,
+        "TEST_REPORT not counted\n{}",
+        explain(report)
+    );
+    // The memory scenario's probe outside RAM is the only injected abort.
+    assert_eq!(counter(report, "injected_aborts"), 1, "{}", explain(report));
+    assert_eq!(
+        counter(report, "unknown_hypercalls"),
+        0,
+        "{}",
+        explain(report)
+    );
+}
+
+#[test]
+fn memory_test_passes_on_max_with_1_vcpu() {
+    check_memory_run(&run(qemu_runner::DEFAULT_CPU, 1), 1);
+}
+
+#[test]
+fn memory_test_passes_on_max_with_4_vcpus() {
+    check_memory_run(&run(qemu_runner::DEFAULT_CPU, 4), 4);
+}
+
+#[test]
+fn memory_test_passes_on_cortex_a57_with_1_vcpu() {
+    let report = run("cortex-a57", 1);
+    check_memory_run(&report, 1);
+    assert_eq!(
+        counter(&report, "tlbi_range"),
+        0,
+        "range TLBI on a CPU without it"
+    );
+}
+
+#[test]
+fn memory_test_passes_on_cortex_a57_with_4_vcpus() {
+    let report = run("cortex-a57", 4);
+    check_memory_run(&report, 4);
+    assert_eq!(
+        counter(&report, "tlbi_range"),
+        0,
+        "range TLBI on a CPU without it"
+    );
+}
