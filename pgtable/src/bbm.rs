@@ -1,0 +1,136 @@
+//! Break-before-make and table construction, shared by every operation.
+//!
+//! Replacing a valid entry by one with another output or another size goes
+//! through [`replace`]: lock the slot (the "break"; in a shared walk a
+//! compare-and-swap only one walker wins), invalidate the TLB for what the old
+//! entry covered (one page with the leaf's level hint for a block or page,
+//! which drops the whole leaf; the whole span without a hint for a table),
+//! publish the new entry with a release store (the "make"), and hand an
+//! unlinked subtree to the [`Reclaim`] policy: freed at once in an exclusive
+//! walk, retired to the epoch collector in a shared one. New tables are fully
+//! written before they are published.
+
+use crate::addr::PhysAddr;
+use crate::cache::PageCache;
+use crate::descriptor::{Descriptor, ENTRIES_PER_TABLE, LAST_LEVEL, PAGE_SIZE};
+use crate::mm::PageTableMemory;
+use crate::table::free_subtree;
+use crate::walk::{VisitContext, WalkError, table_slots};
+use core::sync::atomic::Ordering;
+use tlb::{Scope, TlbInvalidate, TlbTarget};
+
+/// What happens to a table unlinked by a walk.
+pub(crate) enum Reclaim {
+    /// Freed as soon as the TLB no longer references it (exclusive walks).
+    Now,
+}
+
+/// Everything an updating visitor needs besides the slot.
+pub(crate) struct Env<'a, M: PageTableMemory, T: TlbInvalidate> {
+    pub(crate) mm: &'a M,
+    pub(crate) tlb: &'a T,
+    pub(crate) target: &'a TlbTarget,
+    pub(crate) fwb: bool,
+    pub(crate) reclaim: Reclaim,
+}
+
+impl<M: PageTableMemory, T: TlbInvalidate> Env<'_, M, T> {
+    /// Invalidates what `old` at `level`, translating from `base`, covered.
+    pub(crate) fn flush_entry(&self, base: u64, level: u8, old: Descriptor) {
+        if old.is_table(level) {
+            let size = crate::descriptor::level_size(level);
+            self.tlb
+                .flush_range(self.target, base, size, None, Scope::InnerShareable);
+        } else if old.is_valid() {
+            self.tlb.flush_range(
+                self.target,
+                base,
+                PAGE_SIZE,
+                Some(level),
+                Scope::InnerShareable,
+            );
+        }
+    }
+
+    /// Break-before-make of the visited entry into `new`.
+    pub(crate) fn replace(
+        &self,
+        ctx: &mut VisitContext<'_>,
+        new: Descriptor,
+    ) -> Result<(), WalkError> {
+        let old = ctx.old;
+        ctx.try_lock()?;
+        self.flush_entry(ctx.base(), ctx.level, old);
+        ctx.publish(new);
+        if old.is_table(ctx.level) {
+            self.unlinked(old.output(), ctx.level + 1);
+        }
+        Ok(())
+    }
+
+    /// Disposes of the unlinked table `table` at `level` and its subtree,
+    /// whose TLB entries have been invalidated.
+    pub(crate) fn unlinked(&self, table: PhysAddr, level: u8) {
+        match self.reclaim {
+            // SAFETY: exclusive walk: the slot no longer points at the
+            // subtree, the TLB was invalidated for its span, and no other
+            // walker exists.
+            Reclaim::Now => unsafe { free_subtree(self.mm, table, level) },
+        }
+    }
+
+    /// Takes a zeroed page and fills it with the 512 children of `block`
+    /// at `level`, so that it translates exactly as the block did.
+    pub(crate) fn block_children(
+        &self,
+        cache: &mut PageCache,
+        block: Descriptor,
+        level: u8,
+    ) -> Result<PhysAddr, WalkError> {
+        let page = cache.pop().ok_or(WalkError::NoMemory)?;
+        // SAFETY: the page came from the cache: ours, live and unpublished.
+        let slots = unsafe { table_slots(self.mm, page, ENTRIES_PER_TABLE) };
+        for (i, slot) in slots.iter().enumerate() {
+            slot.store(block.child_of_block(level, i).raw(), Ordering::Relaxed);
+        }
+        Ok(page)
+    }
+
+    /// Builds, unpublished, the subtree that maps `block` at `level` with
+    /// pages only: one table at level 2 blocks, 513 at level 1 blocks.
+    /// Fails, with nothing taken, when the cache holds too few pages.
+    pub(crate) fn page_subtree(
+        &self,
+        cache: &mut PageCache,
+        block: Descriptor,
+        level: u8,
+    ) -> Result<PhysAddr, WalkError> {
+        if cache.len() < pages_to_split_to_pages(level) {
+            return Err(WalkError::NoMemory);
+        }
+        let table = self.block_children(cache, block, level)?;
+        if level + 1 < LAST_LEVEL {
+            // SAFETY: the table was just built by us and is unpublished.
+            let slots = unsafe { table_slots(self.mm, table, ENTRIES_PER_TABLE) };
+            for slot in slots {
+                let child = Descriptor::from_raw(slot.load(Ordering::Relaxed));
+                let sub = self.page_subtree(cache, child, level + 1)?;
+                slot.store(Descriptor::table(sub).raw(), Ordering::Relaxed);
+            }
+        }
+        Ok(table)
+    }
+}
+
+/// Table pages needed to split a block at `level` down to pages.
+pub(crate) const fn pages_to_split_to_pages(level: u8) -> usize {
+    let mut pages = 0;
+    let mut l = level;
+    let mut tables_at_level = 1;
+    while l < LAST_LEVEL {
+        pages += tables_at_level;
+        tables_at_level *= ENTRIES_PER_TABLE;
+        l += 1;
+    }
+    pages
+}

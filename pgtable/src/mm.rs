@@ -1,0 +1,300 @@
+//! Page-table memory: where table pages come from and how they are reached.
+//!
+//! [`PageTableMemory`] is the whole contract between the engine and its
+//! caller's frame allocator: allocate zeroed, naturally aligned, physically
+//! contiguous 4 KiB pages (one for a table, up to 16 for a concatenated root),
+//! free them, and turn a physical address into a pointer the engine can use.
+//! [`HostMemory`] (feature `host`) implements it on the host for tests and
+//! benchmarks, with identity "physical" addresses, and checks its callers:
+//! it counts live pages, panics on a double free, fills freed pages with a
+//! poison pattern and keeps them quarantined for a while, verifying on release
+//! that nobody wrote to them after the free.
+
+use crate::addr::PhysAddr;
+use core::ptr::NonNull;
+
+/// Provider of page-table pages.
+///
+/// # Safety
+///
+/// Implementations must return pages that are zeroed, aligned to their total
+/// size, exclusively owned by the caller until freed, and reachable through
+/// [`phys_to_virt`](Self::phys_to_virt) for as long as they are allocated.
+pub unsafe trait PageTableMemory: Sync {
+    /// Allocates `count` (a power of two, at most 16) zeroed, contiguous pages
+    /// aligned to `count * 4096`; `None` when memory is exhausted.
+    fn alloc_zeroed_pages(&self, count: usize) -> Option<PhysAddr>;
+
+    /// Frees `count` pages at `pa` returned by one `alloc_zeroed_pages(count)`.
+    ///
+    /// # Safety
+    ///
+    /// The pages must have come from this provider with the same `count`, must
+    /// not be freed twice, and nothing (software or hardware walker) may use
+    /// them afterwards.
+    unsafe fn free_pages(&self, pa: PhysAddr, count: usize);
+
+    /// A pointer through which the engine reads and writes the page at `pa`.
+    fn phys_to_virt(&self, pa: PhysAddr) -> NonNull<u64>;
+}
+
+// SAFETY: forwards to an implementation that upholds the contract.
+unsafe impl<T: PageTableMemory + ?Sized> PageTableMemory for &T {
+    fn alloc_zeroed_pages(&self, count: usize) -> Option<PhysAddr> {
+        (**self).alloc_zeroed_pages(count)
+    }
+    unsafe fn free_pages(&self, pa: PhysAddr, count: usize) {
+        // SAFETY: the caller upholds the contract of `free_pages`.
+        unsafe { (**self).free_pages(pa, count) }
+    }
+    fn phys_to_virt(&self, pa: PhysAddr) -> NonNull<u64> {
+        (**self).phys_to_virt(pa)
+    }
+}
+
+// SAFETY: forwards to an implementation that upholds the contract.
+unsafe impl<T: PageTableMemory + Send + ?Sized> PageTableMemory for alloc::sync::Arc<T> {
+    fn alloc_zeroed_pages(&self, count: usize) -> Option<PhysAddr> {
+        (**self).alloc_zeroed_pages(count)
+    }
+    unsafe fn free_pages(&self, pa: PhysAddr, count: usize) {
+        // SAFETY: the caller upholds the contract of `free_pages`.
+        unsafe { (**self).free_pages(pa, count) }
+    }
+    fn phys_to_virt(&self, pa: PhysAddr) -> NonNull<u64> {
+        (**self).phys_to_virt(pa)
+    }
+}
+
+#[cfg(any(test, feature = "host"))]
+pub use host::{HostMemory, POISON};
+
+#[cfg(any(test, feature = "host"))]
+mod host {
+    extern crate std;
+
+    use super::{PageTableMemory, PhysAddr};
+    use crate::descriptor::PAGE_SIZE;
+    use core::ptr::NonNull;
+    use std::alloc::{Layout, alloc_zeroed, dealloc};
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::Mutex;
+
+    /// The 64-bit pattern freed pages are filled with. Bit 0 is clear, so a
+    /// walker that reads it sees an invalid entry, and it is neither empty
+    /// nor the locked marker, so it is recognisable.
+    pub const POISON: u64 = 0x5a5a_5a5a_5a5a_5a5a;
+
+    /// How many freed allocations stay quarantined (poisoned, unreleased).
+    const QUARANTINE: usize = 4096;
+
+    #[derive(Default)]
+    struct State {
+        live: HashMap<u64, usize>,
+        live_pages: usize,
+        quarantine: VecDeque<(u64, usize)>,
+        allocations: u64,
+        limit: Option<usize>,
+        poison_violations: usize,
+    }
+
+    /// Host page-table memory with checks (feature `host`).
+    ///
+    /// "Physical" addresses are the host addresses of the pages. Freed pages
+    /// are poisoned with [`POISON`] and quarantined for the next 4096 frees;
+    /// a page written after its free is counted as a poison violation when it
+    /// leaves quarantine or when [`check_quarantine`](Self::check_quarantine)
+    /// runs. Freeing a page that is not live panics.
+    #[derive(Default)]
+    pub struct HostMemory {
+        state: Mutex<State>,
+    }
+
+    impl HostMemory {
+        /// A provider with no limit.
+        pub fn new() -> Self {
+            Self::default()
+        }
+
+        /// A provider that refuses to hold more than `pages` live pages.
+        pub fn with_limit(pages: usize) -> Self {
+            let memory = Self::default();
+            memory.state().limit = Some(pages);
+            memory
+        }
+
+        fn state(&self) -> std::sync::MutexGuard<'_, State> {
+            self.state.lock().unwrap_or_else(|e| e.into_inner())
+        }
+
+        /// Pages allocated and not yet freed.
+        pub fn live_pages(&self) -> usize {
+            self.state().live_pages
+        }
+
+        /// Whether `pa` is the start of a live allocation.
+        pub fn is_live(&self, pa: PhysAddr) -> bool {
+            self.state().live.contains_key(&pa.as_u64())
+        }
+
+        /// Allocations made so far.
+        pub fn allocations(&self) -> u64 {
+            self.state().allocations
+        }
+
+        /// Freed pages found written after their free, so far.
+        pub fn poison_violations(&self) -> usize {
+            self.state().poison_violations
+        }
+
+        /// Checks every quarantined page for writes after free and returns
+        /// the number of violations found so far in total.
+        pub fn check_quarantine(&self) -> usize {
+            let mut state = self.state();
+            let bad = state
+                .quarantine
+                .iter()
+                .filter(|&&(pa, count)| !poison_intact(pa, count))
+                .count();
+            state.poison_violations += bad;
+            let total = state.poison_violations;
+            // Count each violation once: release the checked pages.
+            while let Some((pa, count)) = state.quarantine.pop_front() {
+                release(pa, count);
+            }
+            total
+        }
+    }
+
+    fn layout(count: usize) -> Layout {
+        let bytes = count * PAGE_SIZE as usize;
+        Layout::from_size_align(bytes, bytes).expect("page layout")
+    }
+
+    fn poison_intact(pa: u64, count: usize) -> bool {
+        let words = count * PAGE_SIZE as usize / 8;
+        // SAFETY: quarantined pages stay allocated until `release`.
+        let slice = unsafe { core::slice::from_raw_parts(pa as *const u64, words) };
+        slice.iter().all(|&w| w == POISON)
+    }
+
+    fn release(pa: u64, count: usize) {
+        // SAFETY: `pa` came from `alloc_zeroed` with this layout and leaves
+        // quarantine exactly once.
+        unsafe { dealloc(pa as *mut u8, layout(count)) }
+    }
+
+    impl Drop for HostMemory {
+        fn drop(&mut self) {
+            let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+            while let Some((pa, count)) = state.quarantine.pop_front() {
+                release(pa, count);
+            }
+            // Live pages are leaked on purpose: a table may still use them.
+        }
+    }
+
+    // SAFETY: pages come zeroed from the global allocator with a layout
+    // aligned to their size, stay allocated while live (and quarantined), and
+    // the identity mapping makes `phys_to_virt` valid for live pages.
+    unsafe impl PageTableMemory for HostMemory {
+        fn alloc_zeroed_pages(&self, count: usize) -> Option<PhysAddr> {
+            assert!(
+                count.is_power_of_two() && count <= 16,
+                "bad page count {count}"
+            );
+            let mut state = self.state();
+            if state
+                .limit
+                .is_some_and(|limit| state.live_pages + count > limit)
+            {
+                return None;
+            }
+            // SAFETY: the layout has a nonzero size.
+            let ptr = unsafe { alloc_zeroed(layout(count)) };
+            if ptr.is_null() {
+                return None;
+            }
+            let pa = ptr as u64;
+            state.live.insert(pa, count);
+            state.live_pages += count;
+            state.allocations += 1;
+            Some(PhysAddr::new(pa))
+        }
+
+        unsafe fn free_pages(&self, pa: PhysAddr, count: usize) {
+            let mut state = self.state();
+            match state.live.remove(&pa.as_u64()) {
+                Some(n) if n == count => {}
+                Some(n) => panic!("free of {pa} with {count} pages, allocated with {n}"),
+                None => panic!("double free (or free of a page never allocated) at {pa}"),
+            }
+            state.live_pages -= count;
+            let words = count * PAGE_SIZE as usize / 8;
+            // SAFETY: the allocation is still ours; nothing may use it now.
+            let slice = unsafe { core::slice::from_raw_parts_mut(pa.as_u64() as *mut u64, words) };
+            slice.fill(POISON);
+            state.quarantine.push_back((pa.as_u64(), count));
+            if state.quarantine.len() > QUARANTINE {
+                let (old, old_count) = state.quarantine.pop_front().expect("non-empty quarantine");
+                if !poison_intact(old, old_count) {
+                    state.poison_violations += 1;
+                }
+                release(old, old_count);
+            }
+        }
+
+        fn phys_to_virt(&self, pa: PhysAddr) -> NonNull<u64> {
+            NonNull::new(pa.as_u64() as *mut u64).expect("null physical address")
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn counts_poisons_and_checks() {
+            let mem = HostMemory::new();
+            let a = mem.alloc_zeroed_pages(1).unwrap();
+            let b = mem.alloc_zeroed_pages(4).unwrap();
+            assert!(b.is_aligned(4 * PAGE_SIZE));
+            assert_eq!(mem.live_pages(), 5);
+            // SAFETY: `a` is a live page of 512 words.
+            unsafe { assert_eq!(*mem.phys_to_virt(a).as_ptr().add(511), 0) };
+            // SAFETY: `a` is live and unused.
+            unsafe { mem.free_pages(a, 1) };
+            assert_eq!(mem.live_pages(), 4);
+            // SAFETY: the page is quarantined, still allocated.
+            unsafe { assert_eq!(*mem.phys_to_virt(a).as_ptr(), POISON) };
+            assert_eq!(mem.check_quarantine(), 0);
+            let c = mem.alloc_zeroed_pages(1).unwrap();
+            // SAFETY: `c` is live and unused.
+            unsafe { mem.free_pages(c, 1) };
+            // A write after free.
+            // SAFETY: the page is quarantined, still allocated (this is the bug being detected).
+            unsafe { *mem.phys_to_virt(c).as_ptr().add(3) = 7 };
+            assert_eq!(mem.check_quarantine(), 1);
+            // SAFETY: `b` is live.
+            unsafe { mem.free_pages(b, 4) };
+        }
+
+        #[test]
+        #[should_panic(expected = "double free")]
+        fn double_free_panics() {
+            let mem = HostMemory::new();
+            let a = mem.alloc_zeroed_pages(1).unwrap();
+            // SAFETY: `a` is live.
+            unsafe { mem.free_pages(a, 1) };
+            // SAFETY: deliberately wrong: this is what is being detected.
+            unsafe { mem.free_pages(a, 1) };
+        }
+
+        #[test]
+        fn limit_refuses() {
+            let mem = HostMemory::with_limit(2);
+            assert!(mem.alloc_zeroed_pages(2).is_some());
+            assert!(mem.alloc_zeroed_pages(1).is_none());
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Unmapping, with one deferred range flush and late freeing of empty tables.
+//!
+//! The visitor clears every leaf the range covers. A block the range covers
+//! only in part is first split (break-before-make), so the rest of it stays
+//! mapped; the pages such splits take are counted beforehand, and the unmap
+//! fails with `NoMemory` before changing anything when the cache is short.
+//! After a table's children, a table left empty is unlinked. On a CPU with
+//! `FEAT_TLBIRANGE` every cleared leaf and unlinked table is recorded in a
+//! `FlushBatch` and flushed once at the end (1 GiB of pages: one range
+//! operation plus the trailing `VMALLE1IS`); without it, each leaf is flushed
+//! as it is cleared. Unlinked tables are threaded on an intrusive list (their
+//! slot 0, an invalid descriptor, holds the next one) and freed only after the
+//! flush that makes them unreachable to the hardware walker, whose walk
+//! caches may still point at them until then.
+
+use crate::addr::PhysAddr;
+use crate::bbm::{Env, Reclaim};
+use crate::cache::PageCache;
+use crate::descriptor::Descriptor;
+use crate::map::{MapVisitor, fresh_tables};
+use crate::mm::PageTableMemory;
+use crate::table::{Error, Stage2PageTable, table_is_empty};
+use crate::walk::{Step, VisitContext, VisitKind, Visitor, WalkError, WalkFlags, table_slots};
+use core::sync::atomic::Ordering;
+use tlb::{FlushBatch, Scope, TlbInvalidate};
+
+/// Unlinked table pages waiting for the TLB flush, linked through slot 0.
+struct PendingFree {
+    head: Option<PhysAddr>,
+}
+
+/// Slot-0 link encoding: the next page with bit 1 set (bit 0 clear keeps it
+/// invalid to the hardware walker); zero ends the list.
+const LINK: u64 = 1 << 1;
+
+impl PendingFree {
+    fn push<M: PageTableMemory>(&mut self, mm: &M, page: PhysAddr) {
+        let link = self.head.map_or(0, |next| next.as_u64() | LINK);
+        // SAFETY: `page` is an unlinked, empty table page owned by this walk.
+        let slots = unsafe { table_slots(mm, page, 1) };
+        slots[0].store(link, Ordering::Relaxed);
+        self.head = Some(page);
+    }
+
+    /// Frees every page.
+    ///
+    /// # Safety
+    ///
+    /// The TLB must have been invalidated for every page's span.
+    unsafe fn free_all<M: PageTableMemory>(&mut self, mm: &M) {
+        while let Some(page) = self.head {
+            // SAFETY: the page is on the list, so live and owned by it.
+            let link = unsafe { table_slots(mm, page, 1) }[0].load(Ordering::Relaxed);
+            self.head = (link != 0).then(|| PhysAddr::new(link & !LINK));
+            // SAFETY: unreachable since the flush (caller's guarantee).
+            unsafe { mm.free_pages(page, 1) };
+        }
+    }
+}
+
+/// Counts the pages the splits of partly covered blocks take.
+struct UnmapPlan {
+    tables: usize,
+}
+
+impl Visitor for UnmapPlan {
+    fn visit(&mut self, ctx: &mut VisitContext<'_>, _: VisitKind) -> Result<Step, WalkError> {
+        if ctx.old.is_valid() && !ctx.covers_entry() {
+            self.tables += fresh_tables(ctx.level, ctx.addr, ctx.range_end(), &|_, _| true);
+        }
+        Ok(Step::Continue)
+    }
+}
+
+struct UnmapVisitor<'a, M: PageTableMemory, T: TlbInvalidate> {
+    env: Env<'a, M, T>,
+    cache: &'a mut PageCache,
+    /// `Some` when flushes are deferred to one range flush at the end.
+    batch: Option<FlushBatch>,
+    pending: PendingFree,
+}
+
+impl<M: PageTableMemory, T: TlbInvalidate> UnmapVisitor<'_, M, T> {
+    fn flush_later_or_now(&mut self, base: u64, level: u8, old: Descriptor) {
+        match &mut self.batch {
+            Some(batch) if old.is_table(level) => {
+                batch.add(base, crate::descriptor::level_size(level), None)
+            }
+            Some(batch) => batch.add(base, crate::descriptor::level_size(level), Some(level)),
+            None => self.env.flush_entry(base, level, old),
+        }
+    }
+}
+
+impl<M: PageTableMemory, T: TlbInvalidate> Visitor for UnmapVisitor<'_, M, T> {
+    fn visit(&mut self, ctx: &mut VisitContext<'_>, kind: VisitKind) -> Result<Step, WalkError> {
+        match kind {
+            VisitKind::Leaf if !ctx.old.is_valid() => Ok(Step::Continue),
+            VisitKind::Leaf if ctx.covers_entry() => {
+                let old = ctx.old;
+                ctx.try_set(Descriptor::EMPTY)?;
+                self.flush_later_or_now(ctx.base(), ctx.level, old);
+                Ok(Step::Continue)
+            }
+            VisitKind::Leaf => {
+                MapVisitor::split_block(&self.env, self.cache, ctx)?;
+                Ok(Step::Continue)
+            }
+            VisitKind::TablePost => {
+                let old = ctx.reload();
+                if old.is_table(ctx.level) && table_is_empty(self.env.mm, old.output()) {
+                    ctx.old = old;
+                    ctx.try_set(Descriptor::EMPTY)?;
+                    self.flush_later_or_now(ctx.base(), ctx.level, old);
+                    self.pending.push(self.env.mm, old.output());
+                }
+                Ok(Step::Continue)
+            }
+            VisitKind::TablePre => Ok(Step::Continue),
+        }
+    }
+}
+
+impl<M: PageTableMemory> Stage2PageTable<M> {
+    /// Table pages [`unmap`](Self::unmap) would take from the cache to split
+    /// blocks the range covers only in part.
+    pub fn pages_needed_to_unmap(&self, ipa: u64, size: u64) -> Result<usize, Error> {
+        let end = self.check_range(ipa, size)?;
+        let mut plan = UnmapPlan { tables: 0 };
+        self.walk_range(ipa, end, WalkFlags::LEAF, &mut plan)?;
+        Ok(plan.tables)
+    }
+
+    /// Unmaps `[ipa, ipa + size)`. Exclusive (write side). Blocks the range
+    /// covers in part are split so the rest stays mapped (fails with
+    /// `NoMemory`, changing nothing, when the cache is short); tables left
+    /// empty are freed after the TLB flush. With `FEAT_TLBIRANGE` the TLB is
+    /// flushed once at the end, otherwise entry by entry.
+    pub fn unmap(
+        &mut self,
+        ipa: u64,
+        size: u64,
+        cache: &mut PageCache,
+        tlb: &impl TlbInvalidate,
+    ) -> Result<(), Error> {
+        let end = self.check_range(ipa, size)?;
+        if cache.len() < self.pages_needed_to_unmap(ipa, size)? {
+            return Err(Error::NoMemory);
+        }
+        let env = Env {
+            mm: &self.mm,
+            tlb,
+            target: &self.target,
+            fwb: self.config.fwb(),
+            reclaim: Reclaim::Now,
+        };
+        let batch = tlb.caps().range.then(FlushBatch::new);
+        let mut visitor = UnmapVisitor {
+            env,
+            cache,
+            batch,
+            pending: PendingFree { head: None },
+        };
+        let result = self.walk_range(
+            ipa,
+            end,
+            WalkFlags::LEAF | WalkFlags::TABLE_POST,
+            &mut visitor,
+        );
+        if let Some(batch) = &mut visitor.batch {
+            batch.flush(tlb, &self.target, Scope::InnerShareable);
+        }
+        // SAFETY: every pending table was unlinked and its span flushed
+        // (deferred: just now; per entry: when it was unlinked).
+        unsafe { visitor.pending.free_all(&self.mm) };
+        Ok(result?)
+    }
+}
