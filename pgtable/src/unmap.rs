@@ -77,17 +77,45 @@ struct UnmapVisitor<'a, M: PageTableMemory, T: TlbInvalidate> {
     cache: &'a mut PageCache,
     /// `Some` when flushes are deferred to one range flush at the end.
     batch: Option<FlushBatch>,
+    /// Contiguous removals with one level hint not yet in the batch:
+    /// `(start, end, hint)`. Merging here keeps the batch's insertion off the
+    /// per-page path.
+    run: Option<(u64, u64, Option<u8>)>,
     pending: PendingFree,
 }
 
 impl<M: PageTableMemory, T: TlbInvalidate> UnmapVisitor<'_, M, T> {
     fn flush_later_or_now(&mut self, base: u64, level: u8, old: Descriptor) {
-        match &mut self.batch {
-            Some(batch) if old.is_table(level) => {
-                batch.add(base, crate::descriptor::level_size(level), None)
+        let Some(batch) = &mut self.batch else {
+            self.env.flush_entry(base, level, old);
+            return;
+        };
+        let hint = if old.is_table(level) {
+            None
+        } else {
+            Some(level)
+        };
+        let end = base + crate::descriptor::level_size(level);
+        match &mut self.run {
+            Some((_, run_end, run_hint)) if *run_end == base && *run_hint == hint => *run_end = end,
+            Some((start, run_end, run_hint)) if *start <= base && end <= *run_end => {
+                // A table emptied inside the run: its span is covered, but
+                // the run now removes more than one level.
+                *run_hint = None;
             }
-            Some(batch) => batch.add(base, crate::descriptor::level_size(level), Some(level)),
-            None => self.env.flush_entry(base, level, old),
+            run => {
+                if let Some((start, run_end, run_hint)) = run.take() {
+                    batch.add(start, run_end - start, run_hint);
+                }
+                *run = Some((base, end, hint));
+            }
+        }
+    }
+
+    /// Moves the pending run into the batch.
+    fn end_run(&mut self) {
+        if let (Some(batch), Some((start, end, hint))) = (&mut self.batch, self.run.take()) {
+            batch.add(start, end - start, hint);
         }
     }
 }
@@ -159,6 +187,7 @@ impl<M: PageTableMemory> Stage2PageTable<M> {
             env,
             cache,
             batch,
+            run: None,
             pending: PendingFree { head: None },
         };
         let result = self.walk_range(
@@ -167,6 +196,7 @@ impl<M: PageTableMemory> Stage2PageTable<M> {
             WalkFlags::LEAF | WalkFlags::TABLE_POST,
             &mut visitor,
         );
+        visitor.end_run();
         if let Some(batch) = &mut visitor.batch {
             batch.flush(tlb, &self.target, Scope::InnerShareable);
         }

@@ -1,6 +1,8 @@
 //! The benchmark suites, one module each, and the table that names them.
 
+pub mod split;
 pub mod tlb;
+pub mod unmap;
 
 /// A suite: its name on the command line and the function that prints its figures.
 pub struct Suite {
@@ -13,8 +15,20 @@ pub struct Suite {
 }
 
 /// Every suite, in the order `bench -- all` runs them.
-pub const SUITES: &[Suite] = &[Suite {
-    name: "tlb",
-    about: "TLBI operations planned for stage-2 flushes, range vs without FEAT_TLBIRANGE",
-    run: tlb::run,
-}];
+pub const SUITES: &[Suite] = &[
+    Suite {
+        name: "tlb",
+        about: "TLBI operations planned for stage-2 flushes, range vs without FEAT_TLBIRANGE",
+        run: tlb::run,
+    },
+    Suite {
+        name: "split",
+        about: "Eager split of 1 GiB to 4 KiB pages with and without skip hints",
+        run: split::run,
+    },
+    Suite {
+        name: "unmap",
+        about: "Unmap of 1 GiB: TLBI operations and time, deferred range flush vs per entry",
+        run: unmap::run,
+    },
+];
