@@ -129,6 +129,19 @@ impl ImageHeader {
     }
 }
 
+/// The lowest virtual address of an ELF's loadable segments (where its
+/// symbols start; the Image's first byte corresponds to it).
+pub fn elf_link_base(elf_bytes: &[u8]) -> Result<u64, ImageError> {
+    let file = ElfFile64::<Endianness>::parse(elf_bytes).map_err(ImageError::Parse)?;
+    let endian = file.endian();
+    file.elf_program_headers()
+        .iter()
+        .filter(|header| header.p_type(endian) == elf::PT_LOAD && header.p_filesz(endian) > 0)
+        .map(|header| header.p_vaddr(endian))
+        .min()
+        .ok_or(ImageError::NoLoadableSegment)
+}
+
 /// Converts an AArch64 ELF executable into a raw `Image` and checks its header.
 pub fn elf_to_image(elf_bytes: &[u8]) -> Result<Vec<u8>, ImageError> {
     if FileKind::parse(elf_bytes).map_err(ImageError::Parse)? != FileKind::Elf64 {

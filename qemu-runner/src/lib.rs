@@ -275,6 +275,9 @@ pub fn guest_cmdline(scenario: Scenario, boot: Boot) -> String {
 /// The files a run boots, built and converted.
 #[derive(Clone, Debug)]
 pub struct BootFiles {
+    /// Symbols for gdb: the hypervisor (when booted) then the guest, each with
+    /// the offset between where it runs and where it is linked.
+    pub symbols: Vec<qemu::Symbols>,
     /// The hypervisor ELF (symbols for gdb); `None` for a direct boot.
     pub hypervisor_elf: Option<PathBuf>,
     /// The test guest ELF.
@@ -285,15 +288,28 @@ pub struct BootFiles {
     pub guest_image: Vec<u8>,
 }
 
-fn elf_image(elf: &Path) -> Result<Vec<u8>, RunnerError> {
+/// Converts `elf` into an Image; also returns the symbols' offset when the
+/// Image is loaded where QEMU `virt` (and the hypervisor, for a guest) puts it.
+fn elf_image(elf: &Path) -> Result<(Vec<u8>, qemu::Symbols), RunnerError> {
     let bytes = std::fs::read(elf).map_err(|error| RunnerError::Io {
         what: format!("reading {}", elf.display()),
         error,
     })?;
-    image::elf_to_image(&bytes).map_err(|error| RunnerError::Image {
+    let image_error = |error| RunnerError::Image {
         elf: elf.to_path_buf(),
         error,
-    })
+    };
+    let image = image::elf_to_image(&bytes).map_err(image_error)?;
+    let header = image::ImageHeader::parse(&image).map_err(image_error)?;
+    let link_base = image::elf_link_base(&bytes).map_err(image_error)?;
+    let offset = qemu::virt_load_address(header.text_offset).wrapping_sub(link_base);
+    Ok((
+        image,
+        qemu::Symbols {
+            elf: elf.to_path_buf(),
+            offset,
+        },
+    ))
 }
 
 /// Builds what `boot` needs and converts it to Images (`quiet`: no cargo
@@ -306,12 +322,19 @@ pub fn build_boot_files(boot: Boot, quiet: bool) -> Result<BootFiles, RunnerErro
     };
     let built = artifacts::build(packages, quiet)?;
     let guest_elf = built[TEST_GUEST].clone();
-    let guest_image = elf_image(&guest_elf)?;
+    let (guest_image, guest_symbols) = elf_image(&guest_elf)?;
+    let mut symbols = Vec::new();
     let (hypervisor_elf, hypervisor_image) = match built.get(HYPERVISOR) {
-        Some(elf) => (Some(elf.clone()), Some(elf_image(elf)?)),
+        Some(elf) => {
+            let (image, hypervisor_symbols) = elf_image(elf)?;
+            symbols.push(hypervisor_symbols);
+            (Some(elf.clone()), Some(image))
+        }
         None => (None, None),
     };
+    symbols.push(guest_symbols);
     Ok(BootFiles {
+        symbols,
         hypervisor_elf,
         guest_elf,
         hypervisor_image,
@@ -411,16 +434,12 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
         extra_args: config.extra_qemu_args.clone(),
     };
     if config.gdb {
-        let (main_elf, extra_elf) = match &files.hypervisor_elf {
-            Some(hypervisor) => (hypervisor.as_path(), Some(files.guest_elf.as_path())),
-            None => (files.guest_elf.as_path(), None),
-        };
         eprintln!(
             "qemu-runner: QEMU waits for gdb on localhost:{} before the first instruction; \
              attach from another terminal with:\n    {}\n(then `continue`; `break <symbol>` \
              and `hbreak` work before it)",
             qemu::GDB_PORT,
-            qemu::gdb_command(main_elf, extra_elf)
+            qemu::gdb_command(&files.symbols)
         );
     }
     let watch = Watch {

@@ -11,7 +11,7 @@
 //! SIGKILL.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -322,20 +322,57 @@ fn terminate(child: &mut Child) -> std::io::Result<ExitStatus> {
     child.wait()
 }
 
-/// The gdb command that attaches to a QEMU started with `gdb`, with symbols
-/// of `main_elf` and, when given, of `extra_elf` (loaded at its link address).
-pub fn gdb_command(main_elf: &Path, extra_elf: Option<&Path>) -> String {
-    let mut words = vec![
-        "gdb-multiarch".to_string(),
-        "-q".to_string(),
-        shell_quote(&main_elf.display().to_string()),
-        "-ex".to_string(),
-        shell_quote(&format!("target remote localhost:{GDB_PORT}")),
-    ];
-    if let Some(extra) = extra_elf {
-        words.push("-ex".into());
-        words.push(shell_quote(&format!("add-symbol-file {}", extra.display())));
+/// Where QEMU `virt` has RAM, and so where `-kernel` Images go.
+pub const VIRT_RAM_BASE: u64 = 0x4000_0000;
+/// QEMU keeps the first 4 KiB of RAM for its boot stub; an Image asking for a
+/// smaller `text_offset` is moved up by 2 MiB.
+const QEMU_BOOT_STUB_SIZE: u64 = 0x1000;
+
+/// The address QEMU `virt` loads a `-kernel` Image with `text_offset` at.
+pub fn virt_load_address(text_offset: u64) -> u64 {
+    if text_offset < QEMU_BOOT_STUB_SIZE {
+        VIRT_RAM_BASE + (2 << 20) + text_offset
+    } else {
+        VIRT_RAM_BASE + text_offset
     }
+}
+
+/// A program whose symbols gdb should load: its ELF, and how far from its
+/// link address it runs (nonzero for a position-independent program).
+#[derive(Clone, Debug)]
+pub struct Symbols {
+    /// The ELF file.
+    pub elf: PathBuf,
+    /// Run address minus link address.
+    pub offset: u64,
+}
+
+/// The gdb command that attaches to a QEMU started with `gdb`, loading the
+/// symbols of each program (the first is gdb's main file).
+pub fn gdb_command(programs: &[Symbols]) -> String {
+    let mut words = vec!["gdb-multiarch".to_string(), "-q".to_string()];
+    for (index, program) in programs.iter().enumerate() {
+        let elf = program.elf.display().to_string();
+        match (index, program.offset) {
+            (0, 0) => words.push(shell_quote(&elf)),
+            (0, offset) => {
+                words.push("-ex".into());
+                words.push(shell_quote(&format!("symbol-file -o {offset:#x} {elf}")));
+            }
+            (_, 0) => {
+                words.push("-ex".into());
+                words.push(shell_quote(&format!("add-symbol-file {elf}")));
+            }
+            (_, offset) => {
+                words.push("-ex".into());
+                words.push(shell_quote(&format!(
+                    "add-symbol-file -o {offset:#x} {elf}"
+                )));
+            }
+        }
+    }
+    words.push("-ex".into());
+    words.push(shell_quote(&format!("target remote localhost:{GDB_PORT}")));
     words.join(" ")
 }
 
@@ -401,12 +438,35 @@ mod tests {
     }
 
     #[test]
-    fn gdb_command_attaches_with_symbols() {
-        let command = gdb_command(Path::new("/x/hypervisor"), Some(Path::new("/x/test guest")));
+    fn gdb_command_attaches_with_symbols_at_their_run_addresses() {
+        let command = gdb_command(&[
+            Symbols {
+                elf: "/x/hypervisor".into(),
+                offset: 0x4020_0000,
+            },
+            Symbols {
+                elf: "/x/test guest".into(),
+                offset: 0,
+            },
+        ]);
         assert_eq!(
             command,
-            "gdb-multiarch -q /x/hypervisor -ex 'target remote localhost:1234' -ex \
-             'add-symbol-file /x/test guest'"
+            "gdb-multiarch -q -ex 'symbol-file -o 0x40200000 /x/hypervisor' -ex \
+             'add-symbol-file /x/test guest' -ex 'target remote localhost:1234'"
         );
+        let direct = gdb_command(&[Symbols {
+            elf: "/x/guest".into(),
+            offset: 0,
+        }]);
+        assert_eq!(
+            direct,
+            "gdb-multiarch -q /x/guest -ex 'target remote localhost:1234'"
+        );
+    }
+
+    #[test]
+    fn qemu_load_addresses() {
+        assert_eq!(virt_load_address(0), 0x4020_0000);
+        assert_eq!(virt_load_address(0x8_0000), 0x4008_0000);
     }
 }
