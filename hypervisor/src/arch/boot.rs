@@ -1,0 +1,282 @@
+//! The boot sequence in Rust, on the boot CPU and on secondary CPUs.
+//!
+//! `primary_main` runs with the early identity map: it starts the heap, reads
+//! the platform from the device tree, starts the console, carves host memory
+//! and switches to the final EL2 tables, installs the vectors and per-CPU data,
+//! prints the banner, starts every other CPU with PSCI `CPU_ON`, and hands over
+//! to the VM layer. `secondary_main` is where the other CPUs arrive.
+//! `wrong_el_main` reports that the image was entered outside EL2.
+
+use super::percpu::{self, MAX_CPUS};
+use super::{console, exceptions, firmware, memory, sysreg};
+use crate::cpu_features::CpuFeatures;
+use crate::platform::{Platform, PsciConduit};
+use crate::ranges::PhysRange;
+use core::sync::atomic::Ordering;
+use spin::Once;
+
+/// What the boot CPU learned, shared with every CPU.
+pub struct BootInfo {
+    /// The host platform.
+    pub platform: Platform,
+    /// CPU features (read on the boot CPU).
+    pub features: CpuFeatures,
+    /// Number of CPUs that came online (including the boot CPU).
+    pub cpus_online: usize,
+    /// The boot payload, if the boot loader passed one.
+    pub payload: Option<PhysRange>,
+}
+
+static BOOT_INFO: Once<BootInfo> = Once::new();
+
+/// The boot information (after the boot CPU published it).
+pub fn boot_info() -> &'static BootInfo {
+    BOOT_INFO
+        .get()
+        .expect("boot info is published before any CPU uses it")
+}
+
+/// Size of the device tree blob at `dtb`, from its header (big-endian `totalsize`).
+///
+/// # Safety
+/// `dtb` must point at readable memory holding at least a device tree header.
+unsafe fn dtb_total_size(dtb: usize) -> usize {
+    // SAFETY: the caller guarantees the header is readable; `totalsize` is the
+    // second 32-bit word and the header is 8-byte aligned by the boot protocol.
+    let raw = unsafe { core::ptr::read_volatile((dtb + 4) as *const u32) };
+    u32::from_be(raw) as usize
+}
+
+fn read_features() -> CpuFeatures {
+    CpuFeatures::from_id_registers(
+        crate::read_sysreg!(id_aa64isar0_el1),
+        crate::read_sysreg!(id_aa64mmfr0_el1),
+        crate::read_sysreg!(id_aa64mmfr1_el1),
+        crate::read_sysreg!(id_aa64mmfr2_el1),
+        crate::read_sysreg!(id_aa64pfr0_el1),
+    )
+}
+
+/// The GIC list registers (`ICH_VTR_EL2.ListRegs + 1`), when the CPU has the
+/// GICv3 system-register interface. Enables that interface at EL2 and lets
+/// EL1 use it (`ICC_SRE_EL2.SRE | Enable`).
+fn list_registers(features: &CpuFeatures) -> Option<u64> {
+    if !features.gic_sysregs {
+        return None;
+    }
+    // SAFETY: enabling the system-register interface at EL2 (SRE) and allowing
+    // EL1 to use it (Enable) changes no memory; the GIC is not in use yet.
+    unsafe { crate::write_sysreg!(icc_sre_el2, 0x9) };
+    sysreg::isb();
+    Some((crate::read_sysreg!(ich_vtr_el2) & 0x1f) + 1)
+}
+
+/// Entry of the boot CPU, with the MMU on (called from `entry`).
+#[unsafe(no_mangle)]
+extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
+    memory::init_boot_heap();
+    // SAFETY: the boot protocol passes a device tree in x0 and the early map
+    // covers it as normal memory.
+    let dtb_size = unsafe { dtb_total_size(dtb) };
+    // SAFETY: as above; the blob stays untouched (it is excluded from the
+    // frame allocator below).
+    let dtb_bytes = unsafe { core::slice::from_raw_parts(dtb as *const u8, dtb_size) };
+    let platform = match Platform::from_dtb(dtb_bytes) {
+        Ok(p) => p,
+        // Without a device tree there is no console to report on.
+        Err(_) => firmware::halt(),
+    };
+    // SAFETY: the device tree names this PL011 as the console; the early map
+    // covers all of the low 512 GiB as device memory outside RAM.
+    unsafe { console::init(platform.uart.start as usize) };
+    log::info!(
+        "hypervisor {} starting at EL2, loaded at {load_address:#x}",
+        env!("CARGO_PKG_VERSION")
+    );
+    if platform.psci == PsciConduit::Hvc {
+        log::error!(
+            "the device tree's PSCI method is \"hvc\", which cannot reach firmware from EL2"
+        );
+        firmware::halt();
+    }
+    firmware::set_conduit(platform.psci);
+
+    let mut in_use = alloc::vec![
+        memory::image_range(),
+        PhysRange::from_start_size(dtb as u64, dtb_size as u64)
+    ];
+    in_use.extend(platform.initrd);
+    let summary = match memory::init(&platform, in_use) {
+        Ok(s) => s,
+        Err(e) => panic!("memory setup failed: {e}"),
+    };
+    exceptions::install_vectors();
+    let boot_mpidr = sysreg::current_mpidr();
+    percpu::install(0, boot_mpidr);
+    percpu::slot(0).online.store(true, Ordering::Release);
+
+    let features = read_features();
+    let list_regs = list_registers(&features);
+    let psci_version = firmware::version();
+    log::info!("platform: {}", platform.model);
+    log::info!(
+        "RAM: {} MiB in {} bank(s), {} MiB free for guests and tables",
+        platform.ram_bytes() >> 20,
+        platform.ram.len(),
+        summary.free_bytes >> 20
+    );
+    log::info!(
+        "CPU: PA bits {}, VMID bits {}, FEAT_TLBIRANGE {}, VHE {}, FEAT_TTL {}, list registers {}",
+        features.pa_bits,
+        features.vmid_bits,
+        yes_no(features.tlbi_range),
+        yes_no(features.vhe),
+        yes_no(features.ttl),
+        list_regs.map_or_else(
+            || alloc::string::String::from("none (no GICv3 CPU interface)"),
+            |n| alloc::format!("{n}")
+        ),
+    );
+    match &platform.gic {
+        Some(gic) => log::info!(
+            "GICv3: distributor {:#x}, {} redistributor region(s) from {:#x}",
+            gic.distributor.start,
+            gic.redistributors.len(),
+            gic.redistributors.first().map_or(0, |r| r.start)
+        ),
+        None => log::info!("GIC: no GICv3 in the device tree"),
+    }
+    match psci_version {
+        Ok(v) => log::info!(
+            "console PL011 at {:#x}, firmware PSCI {}.{} over SMC",
+            platform.uart.start,
+            v.major,
+            v.minor
+        ),
+        Err(e) => log::warn!("firmware PSCI_VERSION failed: {e:?}"),
+    }
+
+    let cpus_online = start_secondaries(&platform, boot_mpidr);
+    log::info!(
+        "CPUs: {cpus_online} online of {} in the device tree",
+        platform.cpus.len()
+    );
+    let payload = platform.initrd;
+    BOOT_INFO.call_once(|| BootInfo {
+        platform,
+        features,
+        cpus_online,
+        payload,
+    });
+    super::vm::run_boot_cpu()
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+/// Starts every CPU of the device tree but the boot CPU; returns how many CPUs
+/// are online in total.
+fn start_secondaries(platform: &Platform, boot_mpidr: u64) -> usize {
+    let mut online = 1;
+    let mut index = 1;
+    for &mpidr in &platform.cpus {
+        if mpidr == boot_mpidr {
+            continue;
+        }
+        if index >= MAX_CPUS {
+            log::warn!("CPU {mpidr:#x} not started: the hypervisor drives at most {MAX_CPUS} CPUs");
+            continue;
+        }
+        let slot = percpu::slot(index);
+        slot.index.store(index as u64, Ordering::Relaxed);
+        slot.mpidr.store(mpidr, Ordering::Relaxed);
+        let boot = percpu::SecondaryBoot {
+            stack_top: percpu::stack_top(index),
+            mair: crate::read_sysreg!(mair_el2),
+            tcr: crate::read_sysreg!(tcr_el2),
+            ttbr0: memory::stage1_root(),
+            sctlr: crate::read_sysreg!(sctlr_el2),
+            percpu: slot as *const _ as u64,
+        };
+        // SAFETY: the slot's boot block is written only here, before its CPU
+        // starts; nothing else reads it concurrently.
+        unsafe { *slot.boot.get() = boot };
+        sysreg::clean_dcache_to_poc(
+            slot.boot.get() as usize,
+            core::mem::size_of::<percpu::SecondaryBoot>(),
+        );
+        let entry = super::entry::secondary_entry as *const () as u64;
+        match firmware::cpu_on(mpidr, entry, slot.boot.get() as u64) {
+            Ok(()) => {
+                let mut spins = 0u64;
+                while !slot.online.load(Ordering::Acquire) && spins < 100_000_000 {
+                    core::hint::spin_loop();
+                    spins += 1;
+                }
+                if slot.online.load(Ordering::Acquire) {
+                    online += 1;
+                    index += 1;
+                } else {
+                    log::warn!("CPU {mpidr:#x} accepted CPU_ON but never came online");
+                }
+            }
+            Err(e) => log::warn!("CPU_ON for CPU {mpidr:#x} failed: {e:?}"),
+        }
+    }
+    online
+}
+
+/// Entry of a secondary CPU, with the MMU on and `TPIDR_EL2` set.
+#[unsafe(no_mangle)]
+extern "C" fn secondary_main() -> ! {
+    exceptions::install_vectors();
+    let cpu = percpu::current();
+    if crate::read_sysreg!(id_aa64pfr0_el1) >> 24 & 0xf != 0 {
+        // SAFETY: as on the boot CPU: enables the GIC system-register interface.
+        unsafe { crate::write_sysreg!(icc_sre_el2, 0x9) };
+        sysreg::isb();
+    }
+    cpu.online.store(true, Ordering::Release);
+    super::vm::run_secondary_cpu(cpu.index())
+}
+
+/// Entered instead of `primary_main` when the image does not run at EL2: says
+/// so on the console and stops (powering off where the firmware allows).
+#[unsafe(no_mangle)]
+extern "C" fn wrong_el_main(dtb: usize, current_el: u64) -> ! {
+    memory::init_boot_heap();
+    // SAFETY: the boot protocol passes a device tree in x0.
+    let size = unsafe { dtb_total_size(dtb) };
+    // SAFETY: as above.
+    let bytes = unsafe { core::slice::from_raw_parts(dtb as *const u8, size) };
+    let Ok(platform) = Platform::from_dtb(bytes) else {
+        firmware::halt()
+    };
+    // SAFETY: the device tree names this PL011 as the console; the MMU is off,
+    // so its registers are accessed as device memory.
+    unsafe { console::init(platform.uart.start as usize) };
+    log::error!(
+        "entered at EL{current_el}, but the hypervisor must be started at EL2 \
+         (QEMU: -machine virt,virtualization=on); stopping"
+    );
+    if current_el == 1 {
+        firmware::set_conduit(platform.psci);
+        firmware::system_off();
+    }
+    firmware::halt()
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    match info.location() {
+        Some(l) => console::write_panic_line(format_args!(
+            "[hv] PANIC: {} ({}:{})",
+            info.message(),
+            l.file(),
+            l.line()
+        )),
+        None => console::write_panic_line(format_args!("[hv] PANIC: {}", info.message())),
+    }
+    firmware::system_off()
+}

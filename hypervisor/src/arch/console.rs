@@ -1,0 +1,95 @@
+//! The hypervisor console: the `log` facade and guest output on the host PL011.
+//!
+//! Log records become lines `[hv] <message>` (warnings and errors say so after
+//! the prefix). Guest console lines are written unchanged. One lock serialises
+//! whole lines so output from several CPUs never interleaves. The panic path
+//! writes without the lock (another CPU may hold it forever) after giving it a
+//! moment to come free.
+
+use super::uart::Pl011Uart;
+use core::fmt::Write;
+use core::sync::atomic::{AtomicUsize, Ordering};
+use spin::Mutex;
+
+static CONSOLE: Mutex<Option<Pl011Uart>> = Mutex::new(None);
+static UART_BASE: AtomicUsize = AtomicUsize::new(0);
+
+struct Logger;
+
+impl log::Log for Logger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Info
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let mut guard = CONSOLE.lock();
+        if let Some(uart) = guard.as_mut() {
+            let level = match record.level() {
+                log::Level::Error => "ERROR: ",
+                log::Level::Warn => "WARNING: ",
+                _ => "",
+            };
+            // The UART never fails to take bytes.
+            let _ = writeln!(uart, "[hv] {level}{}", record.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: Logger = Logger;
+
+/// Starts the console on the PL011 at `base` and installs the logger.
+///
+/// # Safety
+/// `base` must be the console PL011's registers, accessible as device memory.
+pub unsafe fn init(base: usize) {
+    // SAFETY: forwarded from the caller.
+    let uart = unsafe { Pl011Uart::new(base) };
+    *CONSOLE.lock() = Some(uart);
+    UART_BASE.store(base, Ordering::Release);
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
+}
+
+/// Writes one guest console line, unchanged, followed by a newline.
+pub fn write_guest_line(line: &[u8]) {
+    let mut guard = CONSOLE.lock();
+    if let Some(uart) = guard.as_mut() {
+        uart.write_bytes(line);
+        uart.write_bytes(b"\n");
+    }
+}
+
+/// Writes `args` as one line on the console (without the `[hv] ` prefix).
+pub fn write_line(args: core::fmt::Arguments<'_>) {
+    let mut guard = CONSOLE.lock();
+    if let Some(uart) = guard.as_mut() {
+        let _ = writeln!(uart, "{args}");
+    }
+}
+
+/// Writes a line for the panic path: takes the lock if it comes free within a
+/// short spin, otherwise writes around it.
+pub fn write_panic_line(args: core::fmt::Arguments<'_>) {
+    for _ in 0..1_000_000 {
+        if let Some(mut guard) = CONSOLE.try_lock() {
+            if let Some(uart) = guard.as_mut() {
+                let _ = writeln!(uart, "{args}");
+            }
+            return;
+        }
+        core::hint::spin_loop();
+    }
+    let base = UART_BASE.load(Ordering::Acquire);
+    if base != 0 {
+        // SAFETY: `base` was a PL011 when the console started; the lock holder
+        // is stuck, so this is the only writer that makes progress.
+        let mut uart = unsafe { Pl011Uart::new(base) };
+        let _ = writeln!(uart, "{args}");
+    }
+}

@@ -1,0 +1,186 @@
+//! Per-VM event counters, printed when the guest powers off.
+//!
+//! Every counter is an `AtomicU64` bumped with relaxed ordering from whichever
+//! physical CPU handles the event; [`VmCounters::snapshot`] lists them by name
+//! in the fixed order the console report uses (`STAT vm<V> <name> <value>`).
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// One countable event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Counter {
+    /// Stage-2 faults handled by mapping guest memory.
+    Stage2Faults,
+    /// 4 KiB pages mapped at stage 2.
+    MappedPages4k,
+    /// 2 MiB blocks mapped at stage 2.
+    MappedBlocks2m,
+    /// 1 GiB blocks mapped at stage 2.
+    MappedBlocks1g,
+    /// `TLBI IPAS2E1IS` operations.
+    TlbiIpa,
+    /// `TLBI RIPAS2E1IS` operations.
+    TlbiRange,
+    /// `TLBI VMALLE1IS` operations.
+    TlbiVmalle1,
+    /// `TLBI VMALLS12E1IS` operations.
+    TlbiVmalls12,
+    /// Data-abort exits.
+    ExitsDabt,
+    /// Instruction-abort exits.
+    ExitsIabt,
+    /// HVC exits.
+    ExitsHvc,
+    /// SMC exits.
+    ExitsSmc,
+    /// Trapped system-register exits.
+    ExitsSysreg,
+    /// WFI/WFE exits.
+    ExitsWfx,
+    /// Physical-interrupt exits.
+    ExitsIrq,
+    /// Aborts injected into the guest.
+    InjectedAborts,
+    /// Hypercalls answered with NOT_SUPPORTED.
+    UnknownHypercalls,
+    /// TEST_REPORT hypercalls.
+    TestReports,
+}
+
+impl Counter {
+    /// Every counter, in report order.
+    pub const ALL: [Counter; 18] = [
+        Counter::Stage2Faults,
+        Counter::MappedPages4k,
+        Counter::MappedBlocks2m,
+        Counter::MappedBlocks1g,
+        Counter::TlbiIpa,
+        Counter::TlbiRange,
+        Counter::TlbiVmalle1,
+        Counter::TlbiVmalls12,
+        Counter::ExitsDabt,
+        Counter::ExitsIabt,
+        Counter::ExitsHvc,
+        Counter::ExitsSmc,
+        Counter::ExitsSysreg,
+        Counter::ExitsWfx,
+        Counter::ExitsIrq,
+        Counter::InjectedAborts,
+        Counter::UnknownHypercalls,
+        Counter::TestReports,
+    ];
+
+    /// The name printed in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::Stage2Faults => "stage2_faults",
+            Counter::MappedPages4k => "mapped_pages_4k",
+            Counter::MappedBlocks2m => "mapped_blocks_2m",
+            Counter::MappedBlocks1g => "mapped_blocks_1g",
+            Counter::TlbiIpa => "tlbi_ipa",
+            Counter::TlbiRange => "tlbi_range",
+            Counter::TlbiVmalle1 => "tlbi_vmalle1",
+            Counter::TlbiVmalls12 => "tlbi_vmalls12",
+            Counter::ExitsDabt => "exits_dabt",
+            Counter::ExitsIabt => "exits_iabt",
+            Counter::ExitsHvc => "exits_hvc",
+            Counter::ExitsSmc => "exits_smc",
+            Counter::ExitsSysreg => "exits_sysreg",
+            Counter::ExitsWfx => "exits_wfx",
+            Counter::ExitsIrq => "exits_irq",
+            Counter::InjectedAborts => "injected_aborts",
+            Counter::UnknownHypercalls => "unknown_hypercalls",
+            Counter::TestReports => "test_reports",
+        }
+    }
+}
+
+/// The counters of one VM.
+pub struct VmCounters {
+    values: [AtomicU64; Counter::ALL.len()],
+}
+
+impl Default for VmCounters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl VmCounters {
+    /// All counters at zero.
+    pub const fn new() -> Self {
+        Self {
+            values: [const { AtomicU64::new(0) }; Counter::ALL.len()],
+        }
+    }
+
+    /// Adds one to `counter`.
+    pub fn bump(&self, counter: Counter) {
+        self.add(counter, 1);
+    }
+
+    /// Adds `n` to `counter`.
+    pub fn add(&self, counter: Counter, n: u64) {
+        self.values[counter as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The current value of `counter`.
+    pub fn get(&self, counter: Counter) -> u64 {
+        self.values[counter as usize].load(Ordering::Relaxed)
+    }
+
+    /// Every counter with its name, in report order.
+    pub fn snapshot(&self) -> [(&'static str, u64); Counter::ALL.len()] {
+        Counter::ALL.map(|c| (c.name(), self.get(c)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_order_and_values() {
+        let counters = VmCounters::new();
+        counters.bump(Counter::Stage2Faults);
+        counters.add(Counter::MappedBlocks2m, 5);
+        counters.bump(Counter::TestReports);
+        let snap = counters.snapshot();
+        let names: Vec<&str> = snap.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            [
+                "stage2_faults",
+                "mapped_pages_4k",
+                "mapped_blocks_2m",
+                "mapped_blocks_1g",
+                "tlbi_ipa",
+                "tlbi_range",
+                "tlbi_vmalle1",
+                "tlbi_vmalls12",
+                "exits_dabt",
+                "exits_iabt",
+                "exits_hvc",
+                "exits_smc",
+                "exits_sysreg",
+                "exits_wfx",
+                "exits_irq",
+                "injected_aborts",
+                "unknown_hypercalls",
+                "test_reports",
+            ]
+        );
+        assert_eq!(snap[0], ("stage2_faults", 1));
+        assert_eq!(snap[2], ("mapped_blocks_2m", 5));
+        assert_eq!(snap[17], ("test_reports", 1));
+        assert_eq!(snap.iter().map(|(_, v)| v).sum::<u64>(), 7);
+    }
+
+    #[test]
+    fn index_matches_position() {
+        for (i, c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+        }
+    }
+}

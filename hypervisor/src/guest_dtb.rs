@@ -1,0 +1,271 @@
+//! The device tree the hypervisor generates for a guest.
+//!
+//! Written with `vm-fdt`: a `linux,dummy-virt` root with 2 address and 2 size
+//! cells, the RAM node, one `cpu@N` per vCPU (`reg` = the vCPU's MPIDR,
+//! `enable-method = "psci"`), `/psci` (`arm,psci-1.0`, `method = "hvc"`), a 24 MHz
+//! fixed clock and the PL011 (`arm,pl011` + `arm,primecell`, clocked by it), and
+//! `/chosen` with `bootargs`, `stdout-path` and the initrd. When the guest has a
+//! virtual GICv3 and timer (given in [`GuestDtbConfig`]), their nodes are added
+//! and the UART gets its interrupt.
+
+use crate::guest_layout::vcpu_mpidr;
+use crate::ranges::PhysRange;
+use alloc::format;
+use alloc::string::ToString;
+use alloc::vec;
+use alloc::vec::Vec;
+use vm_fdt::FdtWriter;
+
+/// Phandle of the fixed clock.
+const PHANDLE_CLOCK: u32 = 1;
+/// Phandle of the interrupt controller.
+const PHANDLE_GIC: u32 = 2;
+/// The PL011's SPI number (INTID 33), as in QEMU's `virt`.
+const UART_SPI: u32 = 1;
+
+/// A virtual GICv3 as the guest sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestGic {
+    /// Distributor window.
+    pub distributor: PhysRange,
+    /// Redistributor region (one 128 KiB frame pair per vCPU).
+    pub redistributors: PhysRange,
+}
+
+/// The guest's architected timer PPIs (INTIDs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestTimer {
+    /// Secure physical, non-secure physical, virtual and hypervisor timer INTIDs.
+    pub intids: [u32; 4],
+}
+
+/// What goes into the guest's device tree.
+#[derive(Clone, Copy, Debug)]
+pub struct GuestDtbConfig<'a> {
+    /// Guest RAM.
+    pub ram: PhysRange,
+    /// Number of vCPUs.
+    pub vcpus: usize,
+    /// The emulated PL011.
+    pub uart: PhysRange,
+    /// Kernel command line.
+    pub bootargs: &'a str,
+    /// The initrd in guest memory.
+    pub initrd: Option<PhysRange>,
+    /// The virtual GICv3, once the guest has one.
+    pub gic: Option<GuestGic>,
+    /// The virtual timer, once the guest has one.
+    pub timer: Option<GuestTimer>,
+}
+
+/// The device tree could not be written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestDtbError(pub alloc::string::String);
+
+impl From<vm_fdt::Error> for GuestDtbError {
+    fn from(e: vm_fdt::Error) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// Writes the guest device tree blob.
+pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
+    let mut fdt = FdtWriter::new()?;
+    let root = fdt.begin_node("")?;
+    fdt.property_string("compatible", "linux,dummy-virt")?;
+    fdt.property_string("model", "hypervisor guest")?;
+    fdt.property_u32("#address-cells", 2)?;
+    fdt.property_u32("#size-cells", 2)?;
+    if config.gic.is_some() {
+        fdt.property_u32("interrupt-parent", PHANDLE_GIC)?;
+    }
+
+    let uart_path = format!("/pl011@{:x}", config.uart.start);
+    let chosen = fdt.begin_node("chosen")?;
+    fdt.property_string("bootargs", config.bootargs)?;
+    fdt.property_string("stdout-path", &uart_path)?;
+    if let Some(initrd) = config.initrd {
+        fdt.property_u64("linux,initrd-start", initrd.start)?;
+        fdt.property_u64("linux,initrd-end", initrd.end)?;
+    }
+    fdt.end_node(chosen)?;
+
+    let memory = fdt.begin_node(&format!("memory@{:x}", config.ram.start))?;
+    fdt.property_string("device_type", "memory")?;
+    fdt.property_array_u64("reg", &[config.ram.start, config.ram.size()])?;
+    fdt.end_node(memory)?;
+
+    let cpus = fdt.begin_node("cpus")?;
+    fdt.property_u32("#address-cells", 2)?;
+    fdt.property_u32("#size-cells", 0)?;
+    for index in 0..config.vcpus {
+        let mpidr = vcpu_mpidr(index) & 0xff_00ff_ffff;
+        let cpu = fdt.begin_node(&format!("cpu@{mpidr:x}"))?;
+        fdt.property_string("device_type", "cpu")?;
+        fdt.property_string("compatible", "arm,armv8")?;
+        fdt.property_u64("reg", mpidr)?;
+        fdt.property_string("enable-method", "psci")?;
+        fdt.end_node(cpu)?;
+    }
+    fdt.end_node(cpus)?;
+
+    let psci = fdt.begin_node("psci")?;
+    fdt.property_string_list(
+        "compatible",
+        vec!["arm,psci-1.0".into(), "arm,psci-0.2".into()],
+    )?;
+    fdt.property_string("method", "hvc")?;
+    fdt.end_node(psci)?;
+
+    let clock = fdt.begin_node("apb-pclk")?;
+    fdt.property_string("compatible", "fixed-clock")?;
+    fdt.property_u32("#clock-cells", 0)?;
+    fdt.property_u32("clock-frequency", 24_000_000)?;
+    fdt.property_string("clock-output-names", "clk24mhz")?;
+    fdt.property_phandle(PHANDLE_CLOCK)?;
+    fdt.end_node(clock)?;
+
+    if let Some(gic) = config.gic {
+        let node = fdt.begin_node(&format!("intc@{:x}", gic.distributor.start))?;
+        fdt.property_string("compatible", "arm,gic-v3")?;
+        fdt.property_u32("#interrupt-cells", 3)?;
+        fdt.property_null("interrupt-controller")?;
+        fdt.property_u32("#redistributor-regions", 1)?;
+        fdt.property_array_u64(
+            "reg",
+            &[
+                gic.distributor.start,
+                gic.distributor.size(),
+                gic.redistributors.start,
+                gic.redistributors.size(),
+            ],
+        )?;
+        fdt.property_phandle(PHANDLE_GIC)?;
+        fdt.end_node(node)?;
+    }
+
+    if let Some(timer) = config.timer {
+        let node = fdt.begin_node("timer")?;
+        fdt.property_string_list(
+            "compatible",
+            vec!["arm,armv8-timer".into(), "arm,armv7-timer".into()],
+        )?;
+        fdt.property_null("always-on")?;
+        let mut cells = Vec::new();
+        for intid in timer.intids {
+            // PPI, number relative to 16, level-high.
+            cells.extend_from_slice(&[1, intid - 16, 4]);
+        }
+        fdt.property_array_u32("interrupts", &cells)?;
+        fdt.end_node(node)?;
+    }
+
+    let uart = fdt.begin_node(&uart_path[1..])?;
+    fdt.property_string_list(
+        "compatible",
+        vec!["arm,pl011".into(), "arm,primecell".into()],
+    )?;
+    fdt.property_array_u64("reg", &[config.uart.start, config.uart.size()])?;
+    fdt.property_array_u32("clocks", &[PHANDLE_CLOCK, PHANDLE_CLOCK])?;
+    fdt.property_string_list("clock-names", vec!["uartclk".into(), "apb_pclk".into()])?;
+    if config.gic.is_some() {
+        fdt.property_array_u32("interrupts", &[0, UART_SPI, 4])?;
+    }
+    fdt.end_node(uart)?;
+
+    fdt.end_node(root)?;
+    Ok(fdt.finish()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guest_layout::{GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_SIZE};
+    use fdt::Fdt;
+
+    fn config(vcpus: usize, initrd: Option<PhysRange>) -> GuestDtbConfig<'static> {
+        GuestDtbConfig {
+            ram: PhysRange::from_start_size(GUEST_RAM_BASE, 128 << 20),
+            vcpus,
+            uart: PhysRange::from_start_size(GUEST_UART_BASE, GUEST_UART_SIZE),
+            bootargs: "test=memory",
+            initrd,
+            gic: None,
+            timer: None,
+        }
+    }
+
+    #[test]
+    fn contract_nodes() {
+        let initrd = PhysRange {
+            start: 0x4040_0000,
+            end: 0x4041_0000,
+        };
+        let blob = build(&config(4, Some(initrd))).expect("written");
+        let fdt = Fdt::new(&blob).expect("parses");
+        assert_eq!(fdt.chosen().bootargs(), Some("test=memory"));
+        let stdout = fdt.chosen().stdout().expect("stdout-path resolves");
+        assert_eq!(stdout.name, "pl011@9000000");
+        assert!(
+            stdout
+                .compatible()
+                .expect("compatible")
+                .all()
+                .any(|c| c == "arm,primecell")
+        );
+        let uart_reg = stdout.reg().expect("reg").next().expect("one");
+        assert_eq!(uart_reg.starting_address as u64, GUEST_UART_BASE);
+        let memory = fdt.memory().regions().next().expect("RAM");
+        assert_eq!(memory.starting_address as u64, GUEST_RAM_BASE);
+        assert_eq!(memory.size, Some(128 << 20));
+        let cpus: Vec<usize> = fdt.cpus().map(|c| c.ids().first()).collect();
+        assert_eq!(cpus, vec![0, 1, 2, 3]);
+        for cpu in fdt.cpus() {
+            assert_eq!(
+                cpu.property("enable-method").and_then(|p| p.as_str()),
+                Some("psci")
+            );
+        }
+        let psci = fdt.find_node("/psci").expect("psci");
+        assert_eq!(
+            psci.property("method").and_then(|p| p.as_str()),
+            Some("hvc")
+        );
+        assert!(
+            psci.compatible()
+                .expect("c")
+                .all()
+                .any(|c| c == "arm,psci-1.0")
+        );
+        let platform = crate::platform::Platform::from_dtb(&blob);
+        assert!(
+            platform.is_ok(),
+            "the hypervisor's own parser reads it too: {platform:?}"
+        );
+        let platform = platform.expect("checked");
+        assert_eq!(platform.initrd, Some(initrd));
+        assert_eq!(platform.cpus.len(), 4);
+    }
+
+    #[test]
+    fn gic_and_timer_when_present() {
+        let mut c = config(2, None);
+        c.gic = Some(GuestGic {
+            distributor: PhysRange::from_start_size(0x0800_0000, 0x1_0000),
+            redistributors: PhysRange::from_start_size(0x080a_0000, 2 * 0x2_0000),
+        });
+        c.timer = Some(GuestTimer {
+            intids: [29, 30, 27, 26],
+        });
+        let blob = build(&c).expect("written");
+        let platform = crate::platform::Platform::from_dtb(&blob).expect("parses");
+        let gic = platform.gic.expect("gic");
+        assert_eq!(gic.distributor.start, 0x0800_0000);
+        assert_eq!(gic.redistributors[0].size(), 0x4_0000);
+        assert_eq!(platform.timer.map(|t| t.virt), Some(27));
+        let fdt = Fdt::new(&blob).expect("parses");
+        let uart = fdt.find_node("/pl011@9000000").expect("uart");
+        let irq = uart.property("interrupts").expect("interrupts").value;
+        assert_eq!(irq, [0u8, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 4]);
+    }
+}

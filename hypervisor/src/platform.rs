@@ -1,0 +1,513 @@
+//! The host platform, read from the device tree the boot loader passes in `x0`.
+//!
+//! Everything the hypervisor needs to know about the machine comes from here:
+//! RAM banks, reserved memory (the header's reservation block and
+//! `/reserved-memory`), the console PL011 (`/chosen/stdout-path`, else the first
+//! `arm,pl011`), the GICv3 distributor and redistributor regions, the CPUs'
+//! MPIDRs, the PSCI conduit (`/psci` `method`), the boot payload
+//! (`/chosen` `linux,initrd-start`/`-end`) and the timer's interrupts. Only
+//! properties are read, never guessed: a missing required node is an error.
+
+use crate::ranges::PhysRange;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use fdt::Fdt;
+use fdt::node::FdtNode;
+
+/// How PSCI calls reach the firmware.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PsciConduit {
+    /// `SMC #0` (what QEMU's `virtualization=on` provides).
+    Smc,
+    /// `HVC #0` (only usable by an EL1 kernel under a hypervisor).
+    Hvc,
+}
+
+/// A GICv3 as the device tree describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gicv3 {
+    /// The distributor's registers.
+    pub distributor: PhysRange,
+    /// The redistributor regions.
+    pub redistributors: Vec<PhysRange>,
+}
+
+/// The architected timer's interrupts (PPI numbers as INTIDs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimerIrqs {
+    /// Secure physical timer.
+    pub secure_phys: u32,
+    /// Non-secure physical timer.
+    pub phys: u32,
+    /// Virtual timer.
+    pub virt: u32,
+    /// Hypervisor (EL2) physical timer.
+    pub hyp_phys: u32,
+}
+
+/// What the hypervisor learned about the machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Platform {
+    /// Model string of the root node.
+    pub model: String,
+    /// RAM banks, sorted and merged.
+    pub ram: Vec<PhysRange>,
+    /// Memory that must not be used (reservation block and `/reserved-memory`).
+    pub reserved: Vec<PhysRange>,
+    /// The console UART (a PL011).
+    pub uart: PhysRange,
+    /// The interrupt controller, when it is a GICv3.
+    pub gic: Option<Gicv3>,
+    /// The timer interrupts, when the tree describes them.
+    pub timer: Option<TimerIrqs>,
+    /// MPIDR of each CPU, in device-tree order.
+    pub cpus: Vec<u64>,
+    /// PSCI conduit.
+    pub psci: PsciConduit,
+    /// The boot payload (`linux,initrd-start`..`linux,initrd-end`), if any.
+    pub initrd: Option<PhysRange>,
+    /// The device tree blob itself.
+    pub dtb_size: u64,
+}
+
+/// Why the device tree could not describe a usable platform.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlatformError {
+    /// The blob is not a valid flattened device tree.
+    BadDeviceTree(String),
+    /// No `memory` node with a `reg`.
+    NoMemory,
+    /// No PL011 UART.
+    NoUart,
+    /// No CPU nodes with a readable `reg`.
+    NoCpus,
+    /// No `/psci` node with a `method`.
+    NoPsci,
+    /// `/psci` `method` is neither `smc` nor `hvc`.
+    BadPsciMethod(String),
+    /// A property does not have the size its cells say (node/property).
+    BadProperty(String),
+}
+
+impl core::fmt::Display for PlatformError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::BadDeviceTree(e) => write!(f, "invalid device tree: {e}"),
+            Self::NoMemory => write!(f, "device tree has no memory node"),
+            Self::NoUart => write!(f, "device tree has no arm,pl011 UART"),
+            Self::NoCpus => write!(f, "device tree has no CPU nodes"),
+            Self::NoPsci => write!(f, "device tree has no /psci node with a method"),
+            Self::BadPsciMethod(m) => write!(f, "unknown PSCI method {m:?}"),
+            Self::BadProperty(p) => write!(f, "malformed property {p}"),
+        }
+    }
+}
+
+/// Reads big-endian cells: 1 or 2 cells per number.
+fn read_cells(bytes: &[u8], cells: usize) -> Option<u64> {
+    match cells {
+        1 => Some(u64::from(u32::from_be_bytes(
+            bytes.get(..4)?.try_into().ok()?,
+        ))),
+        2 => Some(u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?)),
+        _ => None,
+    }
+}
+
+/// A node with the `#address-cells`/`#size-cells` of its parent, which say how
+/// its `reg` is encoded.
+#[derive(Clone, Copy)]
+struct Located<'b, 'a> {
+    node: FdtNode<'b, 'a>,
+    address_cells: usize,
+    size_cells: usize,
+}
+
+/// Every node of the tree with its parent's cell sizes, in tree order. Nodes
+/// are told apart by the address of their name inside the blob, which is
+/// unique per node.
+fn all_located<'b, 'a>(fdt: &'b Fdt<'a>) -> Vec<Located<'b, 'a>> {
+    fn visit<'b, 'a>(node: FdtNode<'b, 'a>, out: &mut Vec<Located<'b, 'a>>) {
+        let sizes = node.cell_sizes();
+        for child in node.children() {
+            out.push(Located {
+                node: child,
+                address_cells: sizes.address_cells,
+                size_cells: sizes.size_cells,
+            });
+            visit(child, out);
+        }
+    }
+    let mut out = Vec::new();
+    if let Some(root) = fdt.find_node("/") {
+        visit(root, &mut out);
+    }
+    out
+}
+
+/// The `reg` entries of a node as ranges.
+fn reg_ranges(located: Located<'_, '_>) -> Result<Vec<PhysRange>, PlatformError> {
+    let node = located.node;
+    let bad = || PlatformError::BadProperty(alloc::format!("{}/reg", node.name));
+    let Some(reg) = node.property("reg") else {
+        return Ok(Vec::new());
+    };
+    let (ac, sc) = (located.address_cells, located.size_cells);
+    let entry = 4 * (ac + sc);
+    if entry == 0 || reg.value.len() % entry != 0 || sc == 0 {
+        return Err(bad());
+    }
+    reg.value
+        .chunks(entry)
+        .map(|chunk| {
+            let start = read_cells(chunk, ac).ok_or_else(bad)?;
+            let size = read_cells(&chunk[4 * ac..], sc).ok_or_else(bad)?;
+            Ok(PhysRange::from_start_size(start, size))
+        })
+        .collect()
+}
+
+fn is_compatible(node: FdtNode<'_, '_>, name: &str) -> bool {
+    node.compatible()
+        .is_some_and(|c| c.all().any(|c| c == name))
+}
+
+/// A `/chosen` property holding one or two cells (initrd addresses).
+fn chosen_address(
+    chosen: Option<FdtNode<'_, '_>>,
+    name: &str,
+) -> Result<Option<u64>, PlatformError> {
+    let Some(prop) = chosen.and_then(|c| c.property(name)) else {
+        return Ok(None);
+    };
+    match prop.value.len() {
+        4 => Ok(read_cells(prop.value, 1)),
+        8 => Ok(read_cells(prop.value, 2)),
+        _ => Err(PlatformError::BadProperty(alloc::format!("/chosen/{name}"))),
+    }
+}
+
+impl Platform {
+    /// Reads the platform from a device tree blob.
+    pub fn from_dtb(dtb: &[u8]) -> Result<Self, PlatformError> {
+        let fdt =
+            Fdt::new(dtb).map_err(|e| PlatformError::BadDeviceTree(alloc::format!("{e:?}")))?;
+        let model = fdt
+            .root()
+            .property("model")
+            .and_then(|p| p.as_str())
+            .unwrap_or("unknown")
+            .to_string();
+
+        let nodes = all_located(&fdt);
+        let mut ram = Vec::new();
+        for located in &nodes {
+            let is_memory = located
+                .node
+                .property("device_type")
+                .and_then(|p| p.as_str())
+                == Some("memory");
+            if is_memory {
+                ram.extend(reg_ranges(*located)?);
+            }
+        }
+        let ram = crate::ranges::normalize(ram);
+        if ram.is_empty() {
+            return Err(PlatformError::NoMemory);
+        }
+
+        let mut reserved: Vec<PhysRange> = fdt
+            .memory_reservations()
+            .map(|r| PhysRange::from_start_size(r.address() as u64, r.size() as u64))
+            .collect();
+        for located in &nodes {
+            let parent_is_reserved = fdt.find_node("/reserved-memory").is_some_and(|rm| {
+                rm.children()
+                    .any(|c| core::ptr::eq(c.name, located.node.name))
+            });
+            if parent_is_reserved {
+                reserved.extend(reg_ranges(*located)?);
+            }
+        }
+        let reserved = crate::ranges::normalize(reserved);
+
+        let chosen = fdt.find_node("/chosen");
+        let find = |node: FdtNode<'_, '_>| {
+            nodes
+                .iter()
+                .copied()
+                .find(|l| core::ptr::eq(l.node.name, node.name))
+        };
+        let stdout = chosen
+            .and_then(|c| c.property("stdout-path"))
+            .and_then(|p| p.as_str())
+            .map(|path| path.split(':').next().unwrap_or(path))
+            .and_then(|path| {
+                fdt.find_node(path)
+                    .or_else(|| fdt.aliases()?.resolve_node(path))
+            })
+            .filter(|n| is_compatible(*n, "arm,pl011"))
+            .and_then(find);
+        let uart_node = stdout
+            .or_else(|| {
+                nodes
+                    .iter()
+                    .copied()
+                    .find(|l| is_compatible(l.node, "arm,pl011"))
+            })
+            .ok_or(PlatformError::NoUart)?;
+        let uart = *reg_ranges(uart_node)?
+            .first()
+            .ok_or(PlatformError::NoUart)?;
+
+        let gic = match nodes
+            .iter()
+            .copied()
+            .find(|l| is_compatible(l.node, "arm,gic-v3"))
+        {
+            Some(located) => {
+                let node = located.node;
+                let regs = reg_ranges(located)?;
+                let redist_regions = node
+                    .property("#redistributor-regions")
+                    .and_then(|p| p.as_usize())
+                    .unwrap_or(1);
+                regs.split_first().map(|(distributor, rest)| Gicv3 {
+                    distributor: *distributor,
+                    redistributors: rest.iter().take(redist_regions).copied().collect(),
+                })
+            }
+            None => None,
+        };
+
+        let timer = fdt
+            .all_nodes()
+            .find(|n| is_compatible(*n, "arm,armv8-timer"))
+            .and_then(|n| n.property("interrupts"))
+            .and_then(|p| {
+                // Four (type, number, flags) triples of PPIs: INTID = number + 16.
+                let ppi =
+                    |i: usize| read_cells(p.value.get(12 * i + 4..)?, 1).map(|n| n as u32 + 16);
+                Some(TimerIrqs {
+                    secure_phys: ppi(0)?,
+                    phys: ppi(1)?,
+                    virt: ppi(2)?,
+                    hyp_phys: ppi(3)?,
+                })
+            });
+
+        let mut cpus = Vec::new();
+        if let Some(cpus_node) = fdt.find_node("/cpus") {
+            let ac = cpus_node.cell_sizes().address_cells;
+            for cpu in cpus_node.children() {
+                let is_cpu = cpu.property("device_type").and_then(|p| p.as_str()) == Some("cpu");
+                if !is_cpu {
+                    continue;
+                }
+                let reg = cpu
+                    .property("reg")
+                    .and_then(|p| read_cells(p.value, ac))
+                    .ok_or_else(|| {
+                        PlatformError::BadProperty(alloc::format!("{}/reg", cpu.name))
+                    })?;
+                cpus.push(reg);
+            }
+        }
+        if cpus.is_empty() {
+            return Err(PlatformError::NoCpus);
+        }
+
+        let method = fdt
+            .find_node("/psci")
+            .and_then(|n| n.property("method"))
+            .and_then(|p| p.as_str())
+            .ok_or(PlatformError::NoPsci)?;
+        let psci = match method {
+            "smc" => PsciConduit::Smc,
+            "hvc" => PsciConduit::Hvc,
+            other => return Err(PlatformError::BadPsciMethod(other.to_string())),
+        };
+
+        let initrd = match (
+            chosen_address(chosen, "linux,initrd-start")?,
+            chosen_address(chosen, "linux,initrd-end")?,
+        ) {
+            (Some(start), Some(end)) if end > start => Some(PhysRange { start, end }),
+            _ => None,
+        };
+
+        Ok(Self {
+            model,
+            ram,
+            reserved,
+            uart,
+            gic,
+            timer,
+            cpus,
+            psci,
+            initrd,
+            dtb_size: fdt.total_size() as u64,
+        })
+    }
+
+    /// Total RAM in bytes.
+    pub fn ram_bytes(&self) -> u64 {
+        self.ram.iter().map(PhysRange::size).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vm_fdt::FdtWriter;
+
+    #[test]
+    fn qemu_virt_dump() {
+        let dtb = include_bytes!("../testdata/qemu-virt-smp4.dtb");
+        let p = Platform::from_dtb(dtb).expect("QEMU's tree is valid");
+        assert_eq!(
+            p.ram,
+            vec![PhysRange::from_start_size(0x4000_0000, 0x4000_0000)]
+        );
+        assert_eq!(p.uart, PhysRange::from_start_size(0x0900_0000, 0x1000));
+        assert_eq!(p.cpus, vec![0, 1, 2, 3]);
+        assert_eq!(p.psci, PsciConduit::Smc);
+        let gic = p.gic.clone().expect("gic-v3");
+        assert_eq!(
+            gic.distributor,
+            PhysRange::from_start_size(0x0800_0000, 0x1_0000)
+        );
+        assert_eq!(
+            gic.redistributors,
+            vec![PhysRange::from_start_size(0x080a_0000, 0xf6_0000)]
+        );
+        assert_eq!(
+            p.timer,
+            Some(TimerIrqs {
+                secure_phys: 29,
+                phys: 30,
+                virt: 27,
+                hyp_phys: 26
+            })
+        );
+        assert_eq!(p.initrd, None);
+        assert_eq!(p.ram_bytes(), 1 << 30);
+        assert_eq!(p.dtb_size, dtb.len() as u64);
+    }
+
+    fn tree(psci_method: &str, initrd: Option<(u64, u64)>, with_uart: bool) -> Vec<u8> {
+        let mut w =
+            FdtWriter::new_with_mem_reserv(&[
+                vm_fdt::FdtReserveEntry::new(0x8000_0000, 0x1000).expect("entry")
+            ])
+            .expect("writer");
+        let root = w.begin_node("").expect("root");
+        w.property_u32("#address-cells", 2).expect("p");
+        w.property_u32("#size-cells", 2).expect("p");
+        w.property_string("model", "test board").expect("p");
+        for (name, base) in [
+            ("memory@80000000", 0x8000_0000u64),
+            ("memory@100000000", 0x1_0000_0000),
+        ] {
+            let m = w.begin_node(name).expect("node");
+            w.property_string("device_type", "memory").expect("p");
+            w.property_array_u64("reg", &[base, 0x1000_0000])
+                .expect("p");
+            w.end_node(m).expect("end");
+        }
+        let rm = w.begin_node("reserved-memory").expect("node");
+        w.property_u32("#address-cells", 2).expect("p");
+        w.property_u32("#size-cells", 2).expect("p");
+        let fw = w.begin_node("fw@88000000").expect("node");
+        w.property_array_u64("reg", &[0x8800_0000, 0x10_0000])
+            .expect("p");
+        w.end_node(fw).expect("end");
+        w.end_node(rm).expect("end");
+        let chosen = w.begin_node("chosen").expect("node");
+        if with_uart {
+            w.property_string("stdout-path", "/serial@2000:115200n8")
+                .expect("p");
+        }
+        if let Some((start, end)) = initrd {
+            w.property_u64("linux,initrd-start", start).expect("p");
+            w.property_u32("linux,initrd-end", end as u32).expect("p");
+        }
+        w.end_node(chosen).expect("end");
+        for (name, base) in [("serial@1000", 0x1000u64), ("serial@2000", 0x2000)] {
+            if !with_uart {
+                break;
+            }
+            let s = w.begin_node(name).expect("node");
+            w.property_string_list(
+                "compatible",
+                vec!["arm,pl011".into(), "arm,primecell".into()],
+            )
+            .expect("p");
+            w.property_array_u64("reg", &[base, 0x1000]).expect("p");
+            w.end_node(s).expect("end");
+        }
+        let cpus = w.begin_node("cpus").expect("node");
+        w.property_u32("#address-cells", 2).expect("p");
+        w.property_u32("#size-cells", 0).expect("p");
+        for mpidr in [0x0u64, 0x100] {
+            let c = w.begin_node(&format!("cpu@{mpidr:x}")).expect("node");
+            w.property_string("device_type", "cpu").expect("p");
+            w.property_u64("reg", mpidr).expect("p");
+            w.end_node(c).expect("end");
+        }
+        w.end_node(cpus).expect("end");
+        let psci = w.begin_node("psci").expect("node");
+        w.property_string("method", psci_method).expect("p");
+        w.end_node(psci).expect("end");
+        w.end_node(root).expect("end");
+        w.finish().expect("finish")
+    }
+
+    #[test]
+    fn board_tree() {
+        let p = Platform::from_dtb(&tree("smc", Some((0x9000_0000, 0x9010_0000)), true))
+            .expect("valid");
+        assert_eq!(p.model, "test board");
+        assert_eq!(p.ram.len(), 2);
+        assert_eq!(
+            p.reserved,
+            vec![
+                PhysRange::from_start_size(0x8000_0000, 0x1000),
+                PhysRange::from_start_size(0x8800_0000, 0x10_0000)
+            ]
+        );
+        assert_eq!(
+            p.uart.start, 0x2000,
+            "stdout-path wins over the first PL011"
+        );
+        assert_eq!(p.cpus, vec![0, 0x100]);
+        assert_eq!(
+            p.initrd,
+            Some(PhysRange {
+                start: 0x9000_0000,
+                end: 0x9010_0000
+            })
+        );
+        assert_eq!(p.gic, None);
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(
+            Platform::from_dtb(&tree("hvc", None, true)).map(|p| p.psci),
+            Ok(PsciConduit::Hvc)
+        );
+        assert_eq!(
+            Platform::from_dtb(&tree("spi", None, true)),
+            Err(PlatformError::BadPsciMethod("spi".into()))
+        );
+        assert_eq!(
+            Platform::from_dtb(&tree("smc", None, false)),
+            Err(PlatformError::NoUart)
+        );
+        assert!(matches!(
+            Platform::from_dtb(&[0u8; 64]),
+            Err(PlatformError::BadDeviceTree(_))
+        ));
+    }
+}

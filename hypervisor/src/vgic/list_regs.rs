@@ -1,0 +1,428 @@
+//! The GICv3 virtual CPU interface's control registers, behind a trait.
+//!
+//! [`ListRegisters`] is everything the vGIC needs from the hardware: the
+//! number of list registers, `ICH_LR<n>_EL2`, `ICH_HCR_EL2`, `ICH_MISR_EL2`
+//! and `ICH_ELRSR_EL2`. [`HardwareListRegisters`] reaches them with
+//! `mrs`/`msr` (bare-metal aarch64 only); [`ModelListRegisters`] is a host
+//! model of the same registers that also plays the guest's side
+//! (acknowledge, EOI) and derives `ELRSR` and `MISR` from the list registers
+//! the way the CPU interface does, so the fold/fill logic is tested against
+//! the architecture's rules. [`ListRegister`] encodes and decodes one list
+//! register value.
+
+/// Most list registers the architecture allows (`ICH_VTR_EL2.ListRegs` is 4 bits).
+pub const MAX_LIST_REGISTERS: usize = 16;
+
+/// `ICH_HCR_EL2.En`: virtual CPU interface enabled.
+pub const ICH_HCR_EN: u64 = 1 << 0;
+/// `ICH_HCR_EL2.UIE`: maintenance interrupt when at most one list register is valid.
+pub const ICH_HCR_UIE: u64 = 1 << 1;
+/// `ICH_HCR_EL2.LRENPIE`: maintenance interrupt while `EOIcount` is nonzero.
+pub const ICH_HCR_LRENPIE: u64 = 1 << 2;
+/// `ICH_HCR_EL2.EOIcount` shift (bits \[31:27\]).
+pub const ICH_HCR_EOICOUNT_SHIFT: u32 = 27;
+/// `ICH_HCR_EL2.EOIcount` mask (in place).
+pub const ICH_HCR_EOICOUNT_MASK: u64 = 0x1f << ICH_HCR_EOICOUNT_SHIFT;
+
+/// `ICH_MISR_EL2.EOI`: a list register with EOI set was deactivated.
+pub const ICH_MISR_EOI: u64 = 1 << 0;
+/// `ICH_MISR_EL2.U`: underflow (UIE set and at most one valid list register).
+pub const ICH_MISR_U: u64 = 1 << 1;
+/// `ICH_MISR_EL2.LRENP`: LRENPIE set and EOIcount nonzero.
+pub const ICH_MISR_LRENP: u64 = 1 << 2;
+
+const LR_EOI: u64 = 1 << 41;
+const LR_PRIORITY_SHIFT: u32 = 48;
+const LR_GROUP: u64 = 1 << 60;
+const LR_HW: u64 = 1 << 61;
+const LR_STATE_SHIFT: u32 = 62;
+const LR_PENDING: u64 = 1 << 62;
+const LR_ACTIVE: u64 = 1 << 63;
+
+/// One `ICH_LR<n>_EL2` value: vINTID \[31:0\], pINTID \[41:32\] (bit 41 is EOI
+/// when HW is 0), priority \[55:48\], group \[60\], HW \[61\], state \[63:62\].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListRegister(pub u64);
+
+impl ListRegister {
+    /// The empty (invalid) list register.
+    pub const EMPTY: Self = Self(0);
+
+    /// A software-injected (HW = 0) interrupt. `eoi_maintenance` asks for an
+    /// EOI maintenance interrupt when the guest deactivates it.
+    pub const fn virtual_interrupt(
+        intid: u32,
+        priority: u8,
+        group1: bool,
+        pending: bool,
+        active: bool,
+        eoi_maintenance: bool,
+    ) -> Self {
+        let mut value = intid as u64 | (priority as u64) << LR_PRIORITY_SHIFT;
+        if group1 {
+            value |= LR_GROUP;
+        }
+        if pending {
+            value |= LR_PENDING;
+        }
+        if active {
+            value |= LR_ACTIVE;
+        }
+        if eoi_maintenance {
+            value |= LR_EOI;
+        }
+        Self(value)
+    }
+
+    /// The virtual INTID.
+    pub const fn intid(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// The priority field.
+    pub const fn priority(self) -> u8 {
+        (self.0 >> LR_PRIORITY_SHIFT) as u8
+    }
+
+    /// Group 1.
+    pub const fn group1(self) -> bool {
+        self.0 & LR_GROUP != 0
+    }
+
+    /// Hardware interrupt (deactivation forwarded to a physical INTID).
+    pub const fn hw(self) -> bool {
+        self.0 & LR_HW != 0
+    }
+
+    /// EOI maintenance requested (meaningful when HW is 0).
+    pub const fn eoi_maintenance(self) -> bool {
+        !self.hw() && self.0 & LR_EOI != 0
+    }
+
+    /// Pending bit of the state field.
+    pub const fn pending(self) -> bool {
+        self.0 & LR_PENDING != 0
+    }
+
+    /// Active bit of the state field.
+    pub const fn active(self) -> bool {
+        self.0 & LR_ACTIVE != 0
+    }
+
+    /// State field \[63:62\]: 0 invalid, 1 pending, 2 active, 3 both.
+    pub const fn state(self) -> u8 {
+        (self.0 >> LR_STATE_SHIFT) as u8
+    }
+
+    /// Whether the list register holds no interrupt.
+    pub const fn is_empty(self) -> bool {
+        self.state() == 0
+    }
+}
+
+/// Access to the list registers and the virtual interface control registers
+/// of the physical CPU that runs the vCPU.
+pub trait ListRegisters {
+    /// Number of implemented list registers (`ICH_VTR_EL2.ListRegs + 1`).
+    fn count(&self) -> usize;
+    /// Reads `ICH_LR<index>_EL2`; `index < count()`.
+    fn read_lr(&self, index: usize) -> u64;
+    /// Writes `ICH_LR<index>_EL2`; `index < count()`.
+    fn write_lr(&mut self, index: usize, value: u64);
+    /// Reads `ICH_HCR_EL2`.
+    fn read_hcr(&self) -> u64;
+    /// Writes `ICH_HCR_EL2`.
+    fn write_hcr(&mut self, value: u64);
+    /// Reads `ICH_MISR_EL2`.
+    fn read_misr(&self) -> u64;
+    /// Reads `ICH_ELRSR_EL2`: bit n set when list register n is empty.
+    fn read_elrsr(&self) -> u64;
+}
+
+/// A host model of the virtual CPU interface's list registers.
+///
+/// `ELRSR` and `MISR` are computed from the list registers and `HCR` as the
+/// architecture defines them; [`acknowledge`](Self::acknowledge) and
+/// [`end_of_interrupt`](Self::end_of_interrupt) do what the guest's
+/// `ICC_IAR1_EL1` and `ICC_EOIR1_EL1` (EOImode 0) do to the list registers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelListRegisters {
+    lrs: [u64; MAX_LIST_REGISTERS],
+    count: usize,
+    hcr: u64,
+}
+
+impl ModelListRegisters {
+    /// A CPU interface with `count` list registers (1..=16), all empty.
+    pub fn new(count: usize) -> Self {
+        assert!(
+            (1..=MAX_LIST_REGISTERS).contains(&count),
+            "a GICv3 CPU interface has 1 to 16 list registers"
+        );
+        Self {
+            lrs: [0; MAX_LIST_REGISTERS],
+            count,
+            hcr: 0,
+        }
+    }
+
+    /// The list registers' current values.
+    pub fn list_registers(&self) -> &[u64] {
+        &self.lrs[..self.count]
+    }
+
+    /// What the guest's acknowledge (`ICC_IAR1_EL1`) would return: the
+    /// highest-priority pending list register, whose state becomes active
+    /// (pending and active for a still-pending edge is not modelled: the list
+    /// register's pending bit is consumed). Returns the INTID.
+    pub fn acknowledge(&mut self) -> Option<u32> {
+        let (index, lr) = self
+            .lrs
+            .iter()
+            .take(self.count)
+            .map(|&v| ListRegister(v))
+            .enumerate()
+            .filter(|(_, lr)| lr.pending() && !lr.active())
+            .min_by_key(|(_, lr)| (lr.priority(), lr.intid()))?;
+        self.lrs[index] = (lr.0 & !LR_PENDING) | LR_ACTIVE;
+        Some(lr.intid())
+    }
+
+    /// The guest's EOI (priority drop and deactivation) of `intid`. Without a
+    /// list register holding it active, `ICH_HCR_EL2.EOIcount` counts up.
+    pub fn end_of_interrupt(&mut self, intid: u32) {
+        let found = self.lrs.iter_mut().take(self.count).find(|v| {
+            let lr = ListRegister(**v);
+            lr.active() && lr.intid() == intid
+        });
+        match found {
+            Some(value) => *value &= !LR_ACTIVE,
+            None => {
+                let count = ((self.hcr & ICH_HCR_EOICOUNT_MASK) >> ICH_HCR_EOICOUNT_SHIFT) + 1;
+                self.hcr = (self.hcr & !ICH_HCR_EOICOUNT_MASK)
+                    | ((count & 0x1f) << ICH_HCR_EOICOUNT_SHIFT);
+            }
+        }
+    }
+}
+
+impl ListRegisters for ModelListRegisters {
+    fn count(&self) -> usize {
+        self.count
+    }
+
+    fn read_lr(&self, index: usize) -> u64 {
+        assert!(index < self.count, "ICH_LR{index}_EL2 is not implemented");
+        self.lrs[index]
+    }
+
+    fn write_lr(&mut self, index: usize, value: u64) {
+        assert!(index < self.count, "ICH_LR{index}_EL2 is not implemented");
+        self.lrs[index] = value;
+    }
+
+    fn read_hcr(&self) -> u64 {
+        self.hcr
+    }
+
+    fn write_hcr(&mut self, value: u64) {
+        self.hcr = value;
+    }
+
+    fn read_misr(&self) -> u64 {
+        let valid = self.lrs[..self.count]
+            .iter()
+            .filter(|&&v| !ListRegister(v).is_empty())
+            .count();
+        let mut misr = 0;
+        if self.lrs[..self.count].iter().any(|&v| {
+            let lr = ListRegister(v);
+            lr.is_empty() && lr.eoi_maintenance()
+        }) {
+            misr |= ICH_MISR_EOI;
+        }
+        if self.hcr & ICH_HCR_UIE != 0 && valid <= 1 {
+            misr |= ICH_MISR_U;
+        }
+        if self.hcr & ICH_HCR_LRENPIE != 0 && self.hcr & ICH_HCR_EOICOUNT_MASK != 0 {
+            misr |= ICH_MISR_LRENP;
+        }
+        misr
+    }
+
+    fn read_elrsr(&self) -> u64 {
+        self.lrs[..self.count]
+            .iter()
+            .enumerate()
+            .filter(|&(_, &v)| {
+                let lr = ListRegister(v);
+                lr.is_empty() && !lr.eoi_maintenance()
+            })
+            .fold(0, |acc, (index, _)| acc | 1 << index)
+    }
+}
+
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+pub use hardware::HardwareListRegisters;
+
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+mod hardware {
+    use super::{ListRegisters, MAX_LIST_REGISTERS};
+    use core::arch::asm;
+
+    /// The list registers of the CPU this code runs on, by `mrs`/`msr`.
+    #[derive(Debug)]
+    pub struct HardwareListRegisters {
+        count: usize,
+    }
+
+    macro_rules! read_sysreg {
+        ($name:literal) => {{
+            let value: u64;
+            // SAFETY: reading an ICH_* register at EL2 has no side effect; the
+            // constructor's contract guarantees EL2 with the system register
+            // interface enabled.
+            unsafe {
+                asm!(concat!("mrs {}, ", $name), out(reg) value, options(nomem, nostack, preserves_flags))
+            };
+            value
+        }};
+    }
+
+    macro_rules! write_sysreg {
+        ($name:literal, $value:expr) => {{
+            let value: u64 = $value;
+            // SAFETY: the ICH_* registers only shape the virtual CPU interface
+            // seen by EL1; the constructor's contract guarantees EL2 with the
+            // system register interface enabled.
+            unsafe {
+                asm!(concat!("msr ", $name, ", {}"), in(reg) value, options(nomem, nostack, preserves_flags))
+            };
+        }};
+    }
+
+    macro_rules! lr_dispatch {
+        ($index:expr, $body:ident) => {
+            match $index {
+                0 => $body!("ich_lr0_el2"),
+                1 => $body!("ich_lr1_el2"),
+                2 => $body!("ich_lr2_el2"),
+                3 => $body!("ich_lr3_el2"),
+                4 => $body!("ich_lr4_el2"),
+                5 => $body!("ich_lr5_el2"),
+                6 => $body!("ich_lr6_el2"),
+                7 => $body!("ich_lr7_el2"),
+                8 => $body!("ich_lr8_el2"),
+                9 => $body!("ich_lr9_el2"),
+                10 => $body!("ich_lr10_el2"),
+                11 => $body!("ich_lr11_el2"),
+                12 => $body!("ich_lr12_el2"),
+                13 => $body!("ich_lr13_el2"),
+                14 => $body!("ich_lr14_el2"),
+                15 => $body!("ich_lr15_el2"),
+                index => panic!("ICH_LR{index}_EL2 does not exist"),
+            }
+        };
+    }
+
+    impl HardwareListRegisters {
+        /// Reads `ICH_VTR_EL2` to count the list registers.
+        ///
+        /// # Safety
+        ///
+        /// Must run at EL2 with `ICC_SRE_EL2.SRE` set (the GICv3 system
+        /// register interface), on the CPU whose list registers the caller
+        /// means to manage.
+        pub unsafe fn new() -> Self {
+            let vtr = read_sysreg!("ich_vtr_el2");
+            let count = (vtr & 0x1f) as usize + 1;
+            Self {
+                count: count.min(MAX_LIST_REGISTERS),
+            }
+        }
+    }
+
+    impl ListRegisters for HardwareListRegisters {
+        fn count(&self) -> usize {
+            self.count
+        }
+
+        fn read_lr(&self, index: usize) -> u64 {
+            assert!(index < self.count, "ICH_LR{index}_EL2 is not implemented");
+            macro_rules! read_lr {
+                ($name:literal) => {
+                    read_sysreg!($name)
+                };
+            }
+            lr_dispatch!(index, read_lr)
+        }
+
+        fn write_lr(&mut self, index: usize, value: u64) {
+            assert!(index < self.count, "ICH_LR{index}_EL2 is not implemented");
+            macro_rules! write_lr {
+                ($name:literal) => {
+                    write_sysreg!($name, value)
+                };
+            }
+            lr_dispatch!(index, write_lr)
+        }
+
+        fn read_hcr(&self) -> u64 {
+            read_sysreg!("ich_hcr_el2")
+        }
+
+        fn write_hcr(&mut self, value: u64) {
+            write_sysreg!("ich_hcr_el2", value);
+            // SAFETY: an instruction barrier has no memory effect; it makes
+            // the new ICH_HCR_EL2 visible before the next guest entry.
+            unsafe { asm!("isb", options(nomem, nostack, preserves_flags)) };
+        }
+
+        fn read_misr(&self) -> u64 {
+            read_sysreg!("ich_misr_el2")
+        }
+
+        fn read_elrsr(&self) -> u64 {
+            read_sysreg!("ich_elrsr_el2")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_register_encoding() {
+        let lr = ListRegister::virtual_interrupt(33, 0xa0, true, true, false, true);
+        assert_eq!(lr.0, 33 | 0xa0 << 48 | 1 << 60 | 1 << 62 | 1 << 41);
+        assert_eq!(lr.intid(), 33);
+        assert_eq!(lr.priority(), 0xa0);
+        assert!(lr.group1() && lr.pending() && !lr.active() && !lr.hw());
+        assert!(lr.eoi_maintenance());
+        assert_eq!(lr.state(), 1);
+        let both = ListRegister::virtual_interrupt(1, 0, false, true, true, false);
+        assert_eq!(both.state(), 3);
+        assert_eq!(both.0 >> 62, 3);
+        assert!(ListRegister::EMPTY.is_empty());
+    }
+
+    #[test]
+    fn model_derives_elrsr_and_misr() {
+        let mut m = ModelListRegisters::new(4);
+        assert_eq!(m.read_elrsr(), 0b1111);
+        m.write_lr(1, ListRegister::virtual_interrupt(40, 0, true, true, false, true).0);
+        m.write_lr(2, ListRegister::virtual_interrupt(41, 0x10, true, true, false, false).0);
+        assert_eq!(m.read_elrsr(), 0b1001);
+        m.write_hcr(ICH_HCR_EN | ICH_HCR_UIE);
+        assert_eq!(m.read_misr() & ICH_MISR_U, 0);
+        assert_eq!(m.acknowledge(), Some(40));
+        m.end_of_interrupt(40);
+        // Empty but EOI set: not in ELRSR, EOI maintenance asserted, and
+        // only one valid LR left: underflow.
+        assert_eq!(m.read_elrsr(), 0b1011);
+        assert_eq!(m.read_misr(), ICH_MISR_EOI | ICH_MISR_U);
+        m.end_of_interrupt(99);
+        assert_eq!(m.read_hcr() & ICH_HCR_EOICOUNT_MASK, 1 << ICH_HCR_EOICOUNT_SHIFT);
+    }
+}
