@@ -12,7 +12,8 @@
 
 use core::arch::global_asm;
 
-use crate::platform::{Options, Platform};
+use crate::bootargs::Options;
+use crate::platform::Platform;
 use crate::scenarios::Failure;
 use crate::{console, exceptions, mmu, psci, scenarios, smp};
 

@@ -27,10 +27,15 @@
 
 #[cfg(target_os = "none")]
 mod boot;
+// Pure modules: built (and unit tested) on the host too, used on the target.
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+mod bootargs;
 #[cfg(target_os = "none")]
 mod console;
 #[cfg(target_os = "none")]
 mod exceptions;
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+mod memory_map;
 #[cfg(target_os = "none")]
 mod mmu;
 #[cfg(target_os = "none")]

@@ -1,70 +1,17 @@
 //! What the guest learns from the device tree it is given in `x0`: RAM
 //! ranges, the CPUs' MPIDRs, the PL011 base, the initrd and the bootargs
-//! (`test=<scenario>`, `hypercalls=psci`), plus the ranges that are not free
+//! (read by [`crate::bootargs`]), plus the ranges that are not free
 //! RAM (image, device tree, initrd, `/memreserve/` entries).
 //!
 //! Everything is kept in fixed-size arrays: the guest has no heap.
 
-use core::fmt;
-
 use fdt::Fdt;
 
 use crate::boot::{self, MAX_CPUS};
+use crate::memory_map::{self, MemRange};
 
 /// Most RAM ranges and reserved ranges the guest keeps track of.
 const MAX_RANGES: usize = 8;
-
-/// A half-open physical (= intermediate physical) address range.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemRange {
-    /// First address.
-    pub start: u64,
-    /// One past the last address.
-    pub end: u64,
-}
-
-impl MemRange {
-    /// Bytes covered.
-    pub fn len(&self) -> u64 {
-        self.end - self.start
-    }
-}
-
-impl fmt::Display for MemRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#x}-{:#x}", self.start, self.end)
-    }
-}
-
-/// Test scenario chosen by `test=` in the bootargs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scenario {
-    /// SMP memory pattern test plus one caught abort (the default).
-    Memory,
-    /// Unmapped device access and unknown hypercall.
-    BadGuest,
-}
-
-impl Scenario {
-    /// The name used in `test=`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Scenario::Memory => "memory",
-            Scenario::BadGuest => "bad-guest",
-        }
-    }
-}
-
-/// Options from the bootargs.
-#[derive(Clone, Copy, Debug)]
-pub struct Options {
-    /// The scenario to run.
-    pub scenario: Scenario,
-    /// Whether the hypervisor's own services (`TEST_REPORT`, SMCCC `VERSION`)
-    /// exist; `hypercalls=psci` says only PSCI does (booted without the
-    /// hypervisor).
-    pub hypervisor_services: bool,
-}
 
 /// Why the device tree could not be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,71 +185,11 @@ impl Platform {
 
     /// Whether `address` lies in RAM.
     pub fn is_ram(&self, address: u64) -> bool {
-        self.ram()
-            .iter()
-            .any(|r| r.start <= address && address < r.end)
+        self.ram().iter().any(|r| r.contains(address))
     }
 
     /// The largest page-aligned range of RAM that overlaps nothing reserved.
     pub fn largest_free_range(&self) -> Option<MemRange> {
-        const PAGE: u64 = 4096;
-        let mut best: Option<MemRange> = None;
-        for ram in self.ram() {
-            // Candidate starts: the RAM start and the end of every reservation.
-            let starts = core::iter::once(ram.start)
-                .chain(self.reserved[..self.reserved_count].iter().map(|r| r.end));
-            for start in starts {
-                let start = start.next_multiple_of(PAGE);
-                if start < ram.start || start >= ram.end || self.reserved_at(start) {
-                    continue;
-                }
-                let end = self.reserved[..self.reserved_count]
-                    .iter()
-                    .filter(|r| r.start >= start)
-                    .map(|r| r.start)
-                    .fold(ram.end, u64::min)
-                    & !(PAGE - 1);
-                if end > start && best.is_none_or(|b| end - start > b.len()) {
-                    best = Some(MemRange { start, end });
-                }
-            }
-        }
-        best
-    }
-
-    fn reserved_at(&self, address: u64) -> bool {
-        self.reserved[..self.reserved_count]
-            .iter()
-            .any(|r| r.start <= address && address < r.end)
-    }
-}
-
-impl Options {
-    /// Reads `test=<scenario>` and `hypercalls=psci` from the bootargs;
-    /// other words are ignored. An unknown scenario name is returned as the
-    /// error.
-    pub fn parse(bootargs: &str) -> Result<Options, &str> {
-        let mut options = Options {
-            scenario: Scenario::Memory,
-            hypervisor_services: true,
-        };
-        for word in bootargs.split_ascii_whitespace() {
-            if let Some(name) = word.strip_prefix("test=") {
-                options.scenario = match name {
-                    "memory" => Scenario::Memory,
-                    "bad-guest" => Scenario::BadGuest,
-                    _ => return Err(name),
-                };
-            }
-        }
-        options.hypervisor_services = !Options::psci_only(bootargs);
-        Ok(options)
-    }
-
-    /// Whether the bootargs say only PSCI answers hypercalls.
-    pub fn psci_only(bootargs: &str) -> bool {
-        bootargs
-            .split_ascii_whitespace()
-            .any(|word| word == "hypercalls=psci")
+        memory_map::largest_free_range(self.ram(), &self.reserved[..self.reserved_count])
     }
 }

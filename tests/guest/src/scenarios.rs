@@ -19,8 +19,10 @@ use core::fmt;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::boot::MAX_CPUS;
+use crate::bootargs::Scenario;
 use crate::exceptions::{self, Access, DFSC_EXTERNAL_ABORT, EC_DATA_ABORT_SAME_EL};
-use crate::platform::{MemRange, Platform, Scenario};
+use crate::memory_map::{MemRange, PAGE};
+use crate::platform::Platform;
 use crate::println;
 use crate::psci::{self, function};
 use crate::smp::{self, Barrier, Deadline};
@@ -30,7 +32,6 @@ pub const PANIC_CODE: u64 = 0xbad2_0001;
 /// `TEST_REPORT` code of an exception the guest did not provoke.
 pub const UNEXPECTED_EXCEPTION_CODE: u64 = 0xbad2_0002;
 
-const PAGE: u64 = 4096;
 /// Address the bad-guest scenario touches: neither RAM nor an emulated device.
 const UNMAPPED_DEVICE_ADDRESS: u64 = 0x0a00_0000;
 /// Preferred address outside RAM for the memory scenario's abort probe.

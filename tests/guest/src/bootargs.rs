@@ -1,0 +1,96 @@
+//! The guest's options, read from its bootargs (`/chosen/bootargs`):
+//! `test=<scenario>` picks the scenario (`memory` by default, or
+//! `bad-guest`), and `hypercalls=psci` says that only PSCI answers hypercalls
+//! (booted by QEMU directly, without the hypervisor), so the hypervisor's own
+//! calls (`TEST_REPORT`, SMCCC `VERSION`) must not be made. Other words are
+//! ignored, as a kernel ignores parameters it does not know. Pure code, tested
+//! on the host.
+
+/// Test scenario chosen by `test=`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// SMP memory pattern test plus one caught abort (the default).
+    Memory,
+    /// Unmapped device access and unknown hypercall.
+    BadGuest,
+}
+
+impl Scenario {
+    /// The name used in `test=`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Memory => "memory",
+            Scenario::BadGuest => "bad-guest",
+        }
+    }
+}
+
+/// Options from the bootargs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The scenario to run.
+    pub scenario: Scenario,
+    /// Whether the hypervisor's own services exist.
+    pub hypervisor_services: bool,
+}
+
+impl Options {
+    /// Reads the options; an unknown scenario name is returned as the error.
+    pub fn parse(bootargs: &str) -> Result<Options, &str> {
+        let mut scenario = Scenario::Memory;
+        for word in bootargs.split_ascii_whitespace() {
+            if let Some(name) = word.strip_prefix("test=") {
+                scenario = match name {
+                    "memory" => Scenario::Memory,
+                    "bad-guest" => Scenario::BadGuest,
+                    _ => return Err(name),
+                };
+            }
+        }
+        Ok(Options {
+            scenario,
+            hypervisor_services: !Options::psci_only(bootargs),
+        })
+    }
+
+    /// Whether the bootargs say only PSCI answers hypercalls.
+    pub fn psci_only(bootargs: &str) -> bool {
+        bootargs
+            .split_ascii_whitespace()
+            .any(|word| word == "hypercalls=psci")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootargs_pick_scenario_and_services() {
+        let default = Options {
+            scenario: Scenario::Memory,
+            hypervisor_services: true,
+        };
+        assert_eq!(Options::parse(""), Ok(default));
+        assert_eq!(Options::parse("console=ttyAMA0 test=memory"), Ok(default));
+        assert_eq!(
+            Options::parse("test=bad-guest hypercalls=psci"),
+            Ok(Options {
+                scenario: Scenario::BadGuest,
+                hypervisor_services: false
+            })
+        );
+        assert_eq!(
+            Options::parse("test=memory test=bad-guest")
+                .unwrap()
+                .scenario,
+            Scenario::BadGuest
+        );
+        assert_eq!(Options::parse("test=fly hypercalls=psci"), Err("fly"));
+        assert!(!Options::psci_only("hypercalls=psci-ish"));
+        for scenario in [Scenario::Memory, Scenario::BadGuest] {
+            let bootargs = format!("test={}", scenario.name());
+            assert_eq!(Options::parse(&bootargs).unwrap().scenario, scenario);
+        }
+    }
+}
