@@ -84,7 +84,12 @@ mod tests {
         ];
         assert_eq!(
             largest_free_range(&ram, &reserved),
-            Some(range(0x400c_e000, 0x4400_0000))
+            Some(range(0x4401_0000, 0x4800_0000))
+        );
+        let dtb_at_top = [reserved[0], range(0x47ff_0000, 0x4800_0000)];
+        assert_eq!(
+            largest_free_range(&ram, &dtb_at_top),
+            Some(range(0x400c_e000, 0x47ff_0000))
         );
         assert_eq!(largest_free_range(&ram, &[]), Some(ram[0]));
         assert_eq!(largest_free_range(&ram, &[range(0, u64::MAX)]), None);
