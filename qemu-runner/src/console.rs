@@ -39,6 +39,11 @@ impl Counters {
         self.0.get(&(vm, name.to_string())).copied()
     }
 
+    /// The counters as a map from `(vm, name)` to value.
+    pub fn as_map(&self) -> &BTreeMap<(u32, String), u64> {
+        &self.0
+    }
+
     /// Every counter as `((vm, name), value)`, ordered by VM then name.
     pub fn iter(&self) -> impl Iterator<Item = (&(u32, String), &u64)> {
         self.0.iter()
