@@ -46,7 +46,7 @@ fn decode(offset: u64) -> Option<DistributorRegister> {
         0x0004 => R::Typer,
         0x0008 => R::Iidr,
         0x000c => R::Typer2,
-        0x0010 => R::RazWi(Width::Word),             // STATUSR
+        0x0010 => R::RazWi(Width::Word), // STATUSR
         0x0080..0x0400 => {
             let (register, word) = regs::bit_register(offset)?;
             R::Bits(register, 32 * word)
@@ -54,9 +54,9 @@ fn decode(offset: u64) -> Option<DistributorRegister> {
         0x0400..0x0800 => R::Priority((offset - 0x400) as u32),
         0x0800..0x0c00 => R::RazWi(Width::ByteOrWord), // ITARGETSR
         0x0c00..0x0d00 => R::Config(((offset - 0xc00) / 4 * 16) as u32),
-        0x0d00..0x0d80 => R::RazWi(Width::Word),     // IGRPMODR
-        0x0e00..0x0f00 => R::RazWi(Width::Word),     // NSACR
-        0x0f00 => R::RazWi(Width::Word),             // SGIR
+        0x0d00..0x0d80 => R::RazWi(Width::Word), // IGRPMODR
+        0x0e00..0x0f00 => R::RazWi(Width::Word), // NSACR
+        0x0f00 => R::RazWi(Width::Word),         // SGIR
         0x0f10..0x0f30 => R::RazWi(Width::ByteOrWord), // CPENDSGIR, SPENDSGIR
         0x6100..0x7fe0 => R::Router(((offset - 0x6000) / 8) as u32),
         _ => R::Id(regs::id_register(offset)?),
@@ -94,8 +94,16 @@ impl VgicState {
             R::Ctlr => {
                 CTLR_ARE
                     | CTLR_DS
-                    | if self.enable_grp0 { CTLR_ENABLE_GRP0 } else { 0 }
-                    | if self.enable_grp1 { CTLR_ENABLE_GRP1 } else { 0 }
+                    | if self.enable_grp0 {
+                        CTLR_ENABLE_GRP0
+                    } else {
+                        0
+                    }
+                    | if self.enable_grp1 {
+                        CTLR_ENABLE_GRP1
+                    } else {
+                        0
+                    }
             }
             R::Typer => self.distributor_typer(),
             R::Iidr => u64::from(IIDR),
@@ -107,7 +115,11 @@ impl VgicState {
             R::Config(first) if first < FIRST_SPI => 0,
             R::Config(first) => self.read_config(0, first),
             R::Router(intid) => {
-                let route = self.routes.get((intid - FIRST_SPI) as usize).copied().unwrap_or(0);
+                let route = self
+                    .routes
+                    .get((intid - FIRST_SPI) as usize)
+                    .copied()
+                    .unwrap_or(0);
                 regs::read_part(route, offset, size)
             }
             R::Id(value) => u64::from(value),
@@ -116,7 +128,12 @@ impl VgicState {
 
     /// A guest store of `size` bytes of `value` at `offset` in the
     /// distributor frame. Returns the vCPUs to kick.
-    pub fn distributor_write(&mut self, offset: u64, size: u8, value: u64) -> Result<VcpuSet, VgicError> {
+    pub fn distributor_write(
+        &mut self,
+        offset: u64,
+        size: u8,
+        value: u64,
+    ) -> Result<VcpuSet, VgicError> {
         use DistributorRegister as R;
         Ok(match self.decode_distributor(offset, size)? {
             R::Ctlr => {
@@ -125,7 +142,11 @@ impl VgicState {
                 let changed = grp0 != self.enable_grp0 || grp1 != self.enable_grp1;
                 self.enable_grp0 = grp0;
                 self.enable_grp1 = grp1;
-                if changed { self.all_vcpus() } else { VcpuSet::EMPTY }
+                if changed {
+                    self.all_vcpus()
+                } else {
+                    VcpuSet::EMPTY
+                }
             }
             R::Typer | R::Iidr | R::Typer2 | R::RazWi(_) | R::Id(_) => VcpuSet::EMPTY,
             R::Bits(_, first) | R::Priority(first) | R::Config(first) if first < FIRST_SPI => {
@@ -187,10 +208,18 @@ mod tests {
         let typer = gic.distributor_read(0x4, 4).unwrap();
         assert_eq!(typer & 0x1f, 2, "64 SPIs: INTIDs up to 95, ITLinesNumber 2");
         assert_eq!(typer >> 19 & 0x1f, 9, "IDbits");
-        assert_eq!(typer & (1 << 17 | 1 << 16 | 1 << 26 | 1 << 10), 0, "no LPIS, MBIS, RSS, SecurityExtn");
+        assert_eq!(
+            typer & (1 << 17 | 1 << 16 | 1 << 26 | 1 << 10),
+            0,
+            "no LPIS, MBIS, RSS, SecurityExtn"
+        );
         assert_eq!(gic.distributor_read(0x8, 4), Ok(0x4800_043b));
         assert_eq!(gic.distributor_read(0xc, 4), Ok(0));
-        assert_eq!(gic.distributor_read(0xffe8, 4).unwrap() >> 4 & 0xf, 3, "PIDR2.ArchRev");
+        assert_eq!(
+            gic.distributor_read(0xffe8, 4).unwrap() >> 4 & 0xf,
+            3,
+            "PIDR2.ArchRev"
+        );
         assert_eq!(gic.distributor_read(0xfff4, 4), Ok(0xf0));
         let wide = VgicState::new(super::super::VgicConfig {
             distributor_base: 0,
@@ -207,16 +236,26 @@ mod tests {
         let mut gic = two_vcpus();
         assert_eq!(gic.distributor_read(GICD_CTLR, 4), Ok(0x50));
         // What Linux writes: ARE_NS | EnableGrp1A | EnableGrp1.
-        assert_eq!(gic.distributor_write(GICD_CTLR, 4, 0x13), Ok(kicks(&[0, 1])));
+        assert_eq!(
+            gic.distributor_write(GICD_CTLR, 4, 0x13),
+            Ok(kicks(&[0, 1]))
+        );
         assert_eq!(gic.distributor_read(GICD_CTLR, 4), Ok(0x53));
-        assert_eq!(gic.distributor_write(GICD_CTLR, 4, 0x13), Ok(VcpuSet::EMPTY));
+        assert_eq!(
+            gic.distributor_write(GICD_CTLR, 4, 0x13),
+            Ok(VcpuSet::EMPTY)
+        );
         gic.distributor_write(GICD_CTLR, 4, 0x2).unwrap();
         assert_eq!(gic.distributor_read(GICD_CTLR, 4), Ok(0x52));
         assert_eq!(
             gic.distributor_write(GICD_CTLR, 1, 0),
-            Err(VgicError::BadAccess { frame: Frame::Distributor, offset: 0, size: 1 })
+            Err(VgicError::BadAccess {
+                frame: Frame::Distributor,
+                offset: 0,
+                size: 1
+            })
         );
-        assert_eq!(gic.distributor_read(GICD_CTLR, 8).is_err(), true);
+        assert!(gic.distributor_read(GICD_CTLR, 8).is_err());
     }
 
     #[test]
@@ -240,7 +279,12 @@ mod tests {
             // SGI/PPI word: RAZ/WI with ARE.
             gic.distributor_write(set, 4, 0xffff_ffff).unwrap();
             assert_eq!(gic.distributor_read(set, 4), Ok(0));
-            assert!(!gic.vcpus[0].private.iter().any(|irq| irq.enabled || irq.pending() || irq.active));
+            assert!(
+                !gic.vcpus[0]
+                    .private
+                    .iter()
+                    .any(|irq| irq.enabled || irq.pending() || irq.active)
+            );
         }
         assert!(gic.irq(0, 33).unwrap().enabled);
         assert!(!gic.irq(0, 32).unwrap().enabled);
@@ -251,8 +295,10 @@ mod tests {
     #[test]
     fn group_register() {
         let mut gic = two_vcpus();
-        gic.distributor_write(GICD_IGROUPR + 4, 4, 0xffff_ffff).unwrap();
-        gic.distributor_write(GICD_IGROUPR + 8, 4, 0x5555_5555).unwrap();
+        gic.distributor_write(GICD_IGROUPR + 4, 4, 0xffff_ffff)
+            .unwrap();
+        gic.distributor_write(GICD_IGROUPR + 8, 4, 0x5555_5555)
+            .unwrap();
         assert_eq!(gic.distributor_read(GICD_IGROUPR + 4, 4), Ok(0xffff_ffff));
         assert_eq!(gic.distributor_read(GICD_IGROUPR + 8, 4), Ok(0x5555_5555));
         assert_eq!(gic.distributor_read(GICD_IGROUPR, 4), Ok(0));
@@ -262,18 +308,30 @@ mod tests {
     #[test]
     fn priorities_by_byte_and_word() {
         let mut gic = two_vcpus();
-        gic.distributor_write(GICD_IPRIORITYR + 32, 4, 0xa0b0_c0d0).unwrap();
-        assert_eq!(gic.distributor_read(GICD_IPRIORITYR + 32, 4), Ok(0xa0b0_c0d0));
+        gic.distributor_write(GICD_IPRIORITYR + 32, 4, 0xa0b0_c0d0)
+            .unwrap();
+        assert_eq!(
+            gic.distributor_read(GICD_IPRIORITYR + 32, 4),
+            Ok(0xa0b0_c0d0)
+        );
         assert_eq!(gic.distributor_read(GICD_IPRIORITYR + 34, 1), Ok(0xb0));
-        gic.distributor_write(GICD_IPRIORITYR + 35, 1, 0xff).unwrap();
-        assert_eq!(gic.distributor_read(GICD_IPRIORITYR + 32, 4), Ok(0xf8b0_c0d0), "5 priority bits");
+        gic.distributor_write(GICD_IPRIORITYR + 35, 1, 0xff)
+            .unwrap();
+        assert_eq!(
+            gic.distributor_read(GICD_IPRIORITYR + 32, 4),
+            Ok(0xf8b0_c0d0),
+            "5 priority bits"
+        );
         assert_eq!(gic.irq(0, 35).unwrap().priority, 0xf8);
-        gic.distributor_write(GICD_IPRIORITYR + 36, 4, 0x0707_0707).unwrap();
+        gic.distributor_write(GICD_IPRIORITYR + 36, 4, 0x0707_0707)
+            .unwrap();
         assert_eq!(gic.distributor_read(GICD_IPRIORITYR + 36, 4), Ok(0));
         // Private INTIDs: RAZ/WI; unimplemented ones too.
-        gic.distributor_write(GICD_IPRIORITYR + 27, 1, 0x80).unwrap();
+        gic.distributor_write(GICD_IPRIORITYR + 27, 1, 0x80)
+            .unwrap();
         assert_eq!(gic.distributor_read(GICD_IPRIORITYR + 24, 4), Ok(0));
-        gic.distributor_write(GICD_IPRIORITYR + 96, 4, 0x8080_8080).unwrap();
+        gic.distributor_write(GICD_IPRIORITYR + 96, 4, 0x8080_8080)
+            .unwrap();
         assert_eq!(gic.distributor_read(GICD_IPRIORITYR + 96, 4), Ok(0));
         assert!(gic.distributor_read(GICD_IPRIORITYR + 33, 2).is_err());
         assert!(gic.distributor_read(GICD_IPRIORITYR + 33, 4).is_err());
@@ -283,14 +341,29 @@ mod tests {
     #[test]
     fn config_register() {
         let mut gic = two_vcpus();
-        assert_eq!(gic.distributor_read(GICD_ICFGR + 8, 4), Ok(0), "SPIs reset level");
-        gic.distributor_write(GICD_ICFGR + 8, 4, 0x2 << 2 | 0x2 << 30 | 0x1).unwrap();
-        assert_eq!(gic.distributor_read(GICD_ICFGR + 8, 4), Ok(0x2 << 2 | 0x2 << 30));
+        assert_eq!(
+            gic.distributor_read(GICD_ICFGR + 8, 4),
+            Ok(0),
+            "SPIs reset level"
+        );
+        gic.distributor_write(GICD_ICFGR + 8, 4, 0x2 << 2 | 0x2 << 30 | 0x1)
+            .unwrap();
+        assert_eq!(
+            gic.distributor_read(GICD_ICFGR + 8, 4),
+            Ok(0x2 << 2 | 0x2 << 30)
+        );
         assert_eq!(gic.irq(0, 33).unwrap().trigger, super::super::Trigger::Edge);
         assert_eq!(gic.irq(0, 47).unwrap().trigger, super::super::Trigger::Edge);
-        assert_eq!(gic.irq(0, 32).unwrap().trigger, super::super::Trigger::Level);
+        assert_eq!(
+            gic.irq(0, 32).unwrap().trigger,
+            super::super::Trigger::Level
+        );
         gic.distributor_write(GICD_ICFGR, 4, 0).unwrap();
-        assert_eq!(gic.distributor_read(GICD_ICFGR, 4), Ok(0), "SGI config RAZ/WI in GICD");
+        assert_eq!(
+            gic.distributor_read(GICD_ICFGR, 4),
+            Ok(0),
+            "SGI config RAZ/WI in GICD"
+        );
     }
 
     #[test]
@@ -312,7 +385,10 @@ mod tests {
         // IROUTER<n> for n < 32 is reserved; beyond the SPIs RAZ/WI.
         assert_eq!(
             gic.distributor_read(GICD_IROUTER + 8 * 31, 8),
-            Err(VgicError::UnknownRegister { frame: Frame::Distributor, offset: GICD_IROUTER + 8 * 31 })
+            Err(VgicError::UnknownRegister {
+                frame: Frame::Distributor,
+                offset: GICD_IROUTER + 8 * 31
+            })
         );
         gic.distributor_write(GICD_IROUTER + 8 * 100, 8, 1).unwrap();
         assert_eq!(gic.distributor_read(GICD_IROUTER + 8 * 100, 8), Ok(0));
@@ -322,27 +398,50 @@ mod tests {
     fn rerouting_a_pending_spi_kicks_old_and_new_target() {
         let mut gic = two_vcpus();
         gic.distributor_write(GICD_CTLR, 4, 0x2).unwrap();
-        gic.distributor_write(GICD_IGROUPR + 4, 4, 0xffff_ffff).unwrap();
-        assert_eq!(gic.distributor_write(GICD_ISENABLER + 4, 4, 1 << 1), Ok(VcpuSet::EMPTY));
+        gic.distributor_write(GICD_IGROUPR + 4, 4, 0xffff_ffff)
+            .unwrap();
+        assert_eq!(
+            gic.distributor_write(GICD_ISENABLER + 4, 4, 1 << 1),
+            Ok(VcpuSet::EMPTY)
+        );
         assert_eq!(gic.set_spi_level(33, true), Ok(kicks(&[0])));
-        assert_eq!(gic.distributor_write(GICD_IROUTER + 8 * 33, 8, 1), Ok(kicks(&[0, 1])));
-        assert_eq!(gic.distributor_write(GICD_ICENABLER + 4, 4, 1 << 1), Ok(VcpuSet::EMPTY));
-        assert_eq!(gic.distributor_write(GICD_ISENABLER + 4, 4, 1 << 1), Ok(kicks(&[1])));
+        assert_eq!(
+            gic.distributor_write(GICD_IROUTER + 8 * 33, 8, 1),
+            Ok(kicks(&[0, 1]))
+        );
+        assert_eq!(
+            gic.distributor_write(GICD_ICENABLER + 4, 4, 1 << 1),
+            Ok(VcpuSet::EMPTY)
+        );
+        assert_eq!(
+            gic.distributor_write(GICD_ISENABLER + 4, 4, 1 << 1),
+            Ok(kicks(&[1]))
+        );
     }
 
     #[test]
     fn unknown_and_raz_wi_offsets() {
         let mut gic = two_vcpus();
         for offset in [0x14u64, 0x40, 0x1000, 0x8000, 0xffcc] {
-            let error = VgicError::UnknownRegister { frame: Frame::Distributor, offset };
+            let error = VgicError::UnknownRegister {
+                frame: Frame::Distributor,
+                offset,
+            };
             assert_eq!(gic.distributor_read(offset, 4), Err(error));
             assert_eq!(gic.distributor_write(offset, 4, 1), Err(error));
             assert!(error.is_raz_wi());
         }
         for offset in [0x10u64, 0x800, 0xd00, 0xe00, 0xf00, 0xf10] {
-            assert_eq!(gic.distributor_write(offset, 4, 0xffff_ffff), Ok(VcpuSet::EMPTY));
+            assert_eq!(
+                gic.distributor_write(offset, 4, 0xffff_ffff),
+                Ok(VcpuSet::EMPTY)
+            );
             assert_eq!(gic.distributor_read(offset, 4), Ok(0));
         }
-        assert_eq!(gic.distributor_read(0x801, 1), Ok(0), "ITARGETSR is byte-accessible");
+        assert_eq!(
+            gic.distributor_read(0x801, 1),
+            Ok(0),
+            "ITARGETSR is byte-accessible"
+        );
     }
 }

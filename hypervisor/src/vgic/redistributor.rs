@@ -31,10 +31,10 @@ enum RdRegister {
 fn decode_rd(offset: u64) -> Option<RdRegister> {
     use RdRegister as R;
     Some(match offset {
-        0x0000 => R::RazWi(Width::Word),            // CTLR
+        0x0000 => R::RazWi(Width::Word), // CTLR
         0x0004 => R::Iidr,
-        0x0008 => R::Typer,
-        0x0010 => R::RazWi(Width::Word),            // STATUSR
+        0x0008 | 0x000c => R::Typer,
+        0x0010 => R::RazWi(Width::Word), // STATUSR
         0x0014 => R::Waker,
         0x0040 | 0x0048 => R::RazWi(Width::Double), // SETLPIR, CLRLPIR
         0x0070 | 0x0078 => R::RazWi(Width::Double), // PROPBASER, PENDBASER
@@ -89,7 +89,12 @@ impl VgicState {
         Ok(register)
     }
 
-    fn decode_sgi_base(&self, vcpu: usize, offset: u64, size: u8) -> Result<SgiRegister, VgicError> {
+    fn decode_sgi_base(
+        &self,
+        vcpu: usize,
+        offset: u64,
+        size: u8,
+    ) -> Result<SgiRegister, VgicError> {
         self.check_redistributor(vcpu)?;
         let frame = Frame::SgiBase { vcpu };
         let register = decode_sgi(offset).ok_or(VgicError::UnknownRegister { frame, offset })?;
@@ -108,7 +113,11 @@ impl VgicState {
         let affinity = state.affinity;
         // Aff3 moves from MPIDR bits [39:32] to [31:24] of Affinity_Value.
         let packed = ((affinity >> 8) & 0xff00_0000) | (affinity & 0xff_ffff);
-        let last = if vcpu + 1 == self.vcpus.len() { TYPER_LAST } else { 0 };
+        let last = if vcpu + 1 == self.vcpus.len() {
+            TYPER_LAST
+        } else {
+            0
+        };
         packed << 32 | (vcpu as u64) << 8 | last
     }
 
@@ -172,7 +181,10 @@ impl VgicState {
     }
 }
 
-const _: () = assert!(PRIVATE_COUNT == 32, "SGI_base banks exactly one word of INTIDs");
+const _: () = assert!(
+    PRIVATE_COUNT == 32,
+    "SGI_base banks exactly one word of INTIDs"
+);
 
 #[cfg(test)]
 mod tests {
@@ -195,7 +207,11 @@ mod tests {
         let typer = |vcpu| gic.rd_base_read(vcpu, 0x8, 8).unwrap();
         assert_eq!(typer(0), 0);
         assert_eq!(typer(1), 1 << 32 | 1 << 8);
-        assert_eq!(typer(2), 0x8002_0304 << 32 | 2 << 8 | 1 << 4, "Aff3.Aff2.Aff1.Aff0, Last");
+        assert_eq!(
+            typer(2),
+            0x8002_0304 << 32 | 2 << 8 | 1 << 4,
+            "Aff3.Aff2.Aff1.Aff0, Last"
+        );
         assert_eq!(gic.rd_base_read(2, 0x8, 4), Ok(2 << 8 | 1 << 4));
         assert_eq!(gic.rd_base_read(2, 0xc, 4), Ok(0x8002_0304));
         assert!(gic.rd_base_read(2, 0xc, 8).is_err());
@@ -208,8 +224,16 @@ mod tests {
         let waker = GICR_BASE + 0x20000 + 0x14;
         assert_eq!(gic.mmio_read(waker, 4), Ok(0b110));
         gic.mmio_write(waker, 4, 0).unwrap();
-        assert_eq!(gic.mmio_read(waker, 4), Ok(0), "ChildrenAsleep clears with ProcessorSleep");
-        assert_eq!(gic.mmio_read(GICR_BASE + 0x14, 4), Ok(0b110), "vCPU 0 untouched");
+        assert_eq!(
+            gic.mmio_read(waker, 4),
+            Ok(0),
+            "ChildrenAsleep clears with ProcessorSleep"
+        );
+        assert_eq!(
+            gic.mmio_read(GICR_BASE + 0x14, 4),
+            Ok(0b110),
+            "vCPU 0 untouched"
+        );
         gic.mmio_write(waker, 4, 0b110).unwrap();
         assert_eq!(gic.mmio_read(waker, 4), Ok(0b110));
         assert!(gic.mmio_write(waker, 8, 0).is_err());
@@ -220,13 +244,26 @@ mod tests {
         let mut gic = two_vcpus();
         assert_eq!(gic.mmio_read(GICR_BASE + 0x4, 4), Ok(0x4800_043b));
         assert_eq!(gic.mmio_read(GICR_BASE + 0xffe8, 4).unwrap() >> 4 & 0xf, 3);
-        for (offset, size) in [(0x0u64, 4u8), (0x10, 4), (0x70, 8), (0x78, 8), (0x78, 4), (0xc0, 4)] {
-            assert_eq!(gic.mmio_write(GICR_BASE + offset, size, u64::MAX), Ok(VcpuSet::EMPTY));
+        for (offset, size) in [
+            (0x0u64, 4u8),
+            (0x10, 4),
+            (0x70, 8),
+            (0x78, 8),
+            (0x78, 4),
+            (0xc0, 4),
+        ] {
+            assert_eq!(
+                gic.mmio_write(GICR_BASE + offset, size, u64::MAX),
+                Ok(VcpuSet::EMPTY)
+            );
             assert_eq!(gic.mmio_read(GICR_BASE + offset, size), Ok(0));
         }
         assert_eq!(
             gic.mmio_read(GICR_BASE + 0x18, 4),
-            Err(VgicError::UnknownRegister { frame: Frame::RdBase { vcpu: 0 }, offset: 0x18 })
+            Err(VgicError::UnknownRegister {
+                frame: Frame::RdBase { vcpu: 0 },
+                offset: 0x18
+            })
         );
     }
 
@@ -267,7 +304,11 @@ mod tests {
         assert_eq!(gic.mmio_read(sgi0 + 0x400, 4), Ok(0x1020_3040));
         assert_eq!(gic.mmio_read(sgi0 + 0x401, 1), Ok(0x30));
         assert!(gic.mmio_read(sgi0 + 0x420, 4).unwrap_err().is_raz_wi());
-        assert_eq!(gic.mmio_read(sgi0 + 0xc00, 4), Ok(0xaaaa_aaaa), "SGIs are edge");
+        assert_eq!(
+            gic.mmio_read(sgi0 + 0xc00, 4),
+            Ok(0xaaaa_aaaa),
+            "SGIs are edge"
+        );
         gic.mmio_write(sgi0 + 0xc00, 4, 0).unwrap();
         assert_eq!(gic.mmio_read(sgi0 + 0xc00, 4), Ok(0xaaaa_aaaa), "read-only");
         assert_eq!(gic.mmio_read(sgi0 + 0xc04, 4), Ok(0), "PPIs reset level");

@@ -49,13 +49,18 @@ pub(crate) enum Width {
 
 /// Checks `size` and alignment of an access at `offset` to a register of
 /// `width`.
-pub(crate) fn check_access(frame: Frame, offset: u64, size: u8, width: Width) -> Result<(), VgicError> {
+pub(crate) fn check_access(
+    frame: Frame,
+    offset: u64,
+    size: u8,
+    width: Width,
+) -> Result<(), VgicError> {
     let allowed = match width {
         Width::Word => size == 4,
         Width::ByteOrWord => size == 1 || size == 4,
         Width::Double => size == 4 || size == 8,
     };
-    if allowed && offset % u64::from(size) == 0 {
+    if allowed && offset.is_multiple_of(u64::from(size)) {
         Ok(())
     } else {
         Err(VgicError::BadAccess {
@@ -118,12 +123,14 @@ impl VgicState {
     /// ones from `vcpu`'s bank.
     pub(crate) fn read_bits(&self, vcpu: usize, register: BitRegister, first: u32) -> u64 {
         (0..32).fold(0, |acc, bit| {
-            let set = self.irq(vcpu, first + bit).is_some_and(|irq| match register {
-                BitRegister::Group => irq.group1,
-                BitRegister::SetEnable | BitRegister::ClearEnable => irq.enabled,
-                BitRegister::SetPending | BitRegister::ClearPending => irq.pending(),
-                BitRegister::SetActive | BitRegister::ClearActive => irq.active,
-            });
+            let set = self
+                .irq(vcpu, first + bit)
+                .is_some_and(|irq| match register {
+                    BitRegister::Group => irq.group1,
+                    BitRegister::SetEnable | BitRegister::ClearEnable => irq.enabled,
+                    BitRegister::SetPending | BitRegister::ClearPending => irq.pending(),
+                    BitRegister::SetActive | BitRegister::ClearActive => irq.active,
+                });
             acc | u64::from(set) << bit
         })
     }
@@ -171,7 +178,13 @@ impl VgicState {
     }
 
     /// Writes `size` (1 or 4) priority bytes starting at INTID `first`.
-    pub(crate) fn write_priorities(&mut self, vcpu: usize, first: u32, size: u8, value: u64) -> VcpuSet {
+    pub(crate) fn write_priorities(
+        &mut self,
+        vcpu: usize,
+        first: u32,
+        size: u8,
+        value: u64,
+    ) -> VcpuSet {
         let mut kicks = VcpuSet::EMPTY;
         for byte in 0..u32::from(size) {
             let intid = first + byte;
@@ -259,7 +272,10 @@ mod tests {
         assert_eq!(read_part(v, 0, 4), 0x5566_7788);
         assert_eq!(read_part(v, 4, 4), 0x1122_3344);
         assert_eq!(merge_part(v, 4, 4, 0xaaaa_bbbb), 0xaaaa_bbbb_5566_7788);
-        assert_eq!(merge_part(v, 0, 4, 0xffff_ffff_aaaa_bbbb), 0x1122_3344_aaaa_bbbb);
+        assert_eq!(
+            merge_part(v, 0, 4, 0xffff_ffff_aaaa_bbbb),
+            0x1122_3344_aaaa_bbbb
+        );
         assert_eq!(merge_part(v, 0, 8, 1), 1);
     }
 

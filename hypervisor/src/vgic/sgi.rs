@@ -146,9 +146,18 @@ mod tests {
 
     #[test]
     fn sysreg_encodings() {
-        assert_eq!(SgiGroup::from_sysreg(3, 0, 12, 11, 5), Some(SgiGroup::Group1));
-        assert_eq!(SgiGroup::from_sysreg(3, 0, 12, 11, 6), Some(SgiGroup::Group0));
-        assert_eq!(SgiGroup::from_sysreg(3, 0, 12, 11, 7), Some(SgiGroup::Group0));
+        assert_eq!(
+            SgiGroup::from_sysreg(3, 0, 12, 11, 5),
+            Some(SgiGroup::Group1)
+        );
+        assert_eq!(
+            SgiGroup::from_sysreg(3, 0, 12, 11, 6),
+            Some(SgiGroup::Group0)
+        );
+        assert_eq!(
+            SgiGroup::from_sysreg(3, 0, 12, 11, 7),
+            Some(SgiGroup::Group0)
+        );
         assert_eq!(SgiGroup::from_sysreg(3, 0, 12, 12, 5), None);
     }
 }

@@ -16,8 +16,8 @@ use super::irq::{
 use super::list_regs::MAX_LIST_REGISTERS;
 use super::sgi::{SgiGroup, SgiRequest};
 use super::{
-    DISTRIBUTOR_SIZE, Frame, MAX_SPIS, MAX_VCPUS, REDISTRIBUTOR_STRIDE, SGI_BASE_OFFSET,
-    VcpuSet, VgicError, affinity_of,
+    DISTRIBUTOR_SIZE, Frame, MAX_SPIS, MAX_VCPUS, REDISTRIBUTOR_STRIDE, SGI_BASE_OFFSET, VcpuSet,
+    VgicError, affinity_of,
 };
 use alloc::vec::Vec;
 
@@ -99,15 +99,24 @@ impl VgicState {
             return Err(VgicError::SpiCount(config.spi_count));
         }
         let redistributors_end = count as u64 * REDISTRIBUTOR_STRIDE;
-        let disjoint = config.distributor_base.checked_add(DISTRIBUTOR_SIZE).is_some_and(|end| {
-            end <= config.redistributor_base
-                || config
-                    .redistributor_base
-                    .checked_add(redistributors_end)
-                    .is_some_and(|r_end| r_end <= config.distributor_base)
-        });
-        let aligned = (config.distributor_base | config.redistributor_base) % DISTRIBUTOR_SIZE == 0;
-        if !disjoint || !aligned || config.redistributor_base.checked_add(redistributors_end).is_none()
+        let disjoint = config
+            .distributor_base
+            .checked_add(DISTRIBUTOR_SIZE)
+            .is_some_and(|end| {
+                end <= config.redistributor_base
+                    || config
+                        .redistributor_base
+                        .checked_add(redistributors_end)
+                        .is_some_and(|r_end| r_end <= config.distributor_base)
+            });
+        let aligned =
+            (config.distributor_base | config.redistributor_base).is_multiple_of(DISTRIBUTOR_SIZE);
+        if !disjoint
+            || !aligned
+            || config
+                .redistributor_base
+                .checked_add(redistributors_end)
+                .is_none()
         {
             return Err(VgicError::Layout);
         }
@@ -327,7 +336,8 @@ impl VgicState {
             .ok_or(VgicError::NoSuchInterrupt(intid))?;
         let before = *irq;
         irq.set_line(level);
-        let changed = irq.pending() != before.pending() || irq.pending_latch != before.pending_latch;
+        let changed =
+            irq.pending() != before.pending() || irq.pending_latch != before.pending_latch;
         Ok(if changed {
             self.kicks_for(vcpu, intid)
         } else {
@@ -403,9 +413,18 @@ pub(crate) mod tests {
             vcpu_mpidrs: mpidrs,
         };
         let ok = |c| VgicState::new(c).map(|_| ());
-        assert_eq!(ok(config(vec![], 32, 0, 0x10_0000)), Err(VgicError::VcpuCount(0)));
-        assert_eq!(ok(config(vec![0; 65], 32, 0, 0x10_0000)), Err(VgicError::VcpuCount(65)));
-        assert_eq!(ok(config(vec![0], 989, 0, 0x10_0000)), Err(VgicError::SpiCount(989)));
+        assert_eq!(
+            ok(config(vec![], 32, 0, 0x10_0000)),
+            Err(VgicError::VcpuCount(0))
+        );
+        assert_eq!(
+            ok(config(vec![0; 65], 32, 0, 0x10_0000)),
+            Err(VgicError::VcpuCount(65))
+        );
+        assert_eq!(
+            ok(config(vec![0], 989, 0, 0x10_0000)),
+            Err(VgicError::SpiCount(989))
+        );
         assert_eq!(ok(config(vec![0], 988, 0, 0x10_0000)), Ok(()));
         assert_eq!(ok(config(vec![0, 0x100], 0, 0, 0x10_0000)), Ok(()));
         assert_eq!(
@@ -417,7 +436,10 @@ pub(crate) mod tests {
             Err(VgicError::UnsupportedAffinity(16))
         );
         assert_eq!(ok(config(vec![0], 32, 0, 0x8000)), Err(VgicError::Layout));
-        assert_eq!(ok(config(vec![0, 1], 32, 0x20000, 0)), Err(VgicError::Layout));
+        assert_eq!(
+            ok(config(vec![0, 1], 32, 0x20000, 0)),
+            Err(VgicError::Layout)
+        );
         assert_eq!(ok(config(vec![0, 1], 32, 0x40000, 0)), Ok(()));
     }
 
@@ -426,12 +448,27 @@ pub(crate) mod tests {
         let gic = two_vcpus();
         assert_eq!(gic.frame_of(0x0800_0004), Some((Frame::Distributor, 4)));
         assert_eq!(gic.frame_of(0x0801_0000), None);
-        assert_eq!(gic.frame_of(0x080a_0014), Some((Frame::RdBase { vcpu: 0 }, 0x14)));
-        assert_eq!(gic.frame_of(0x080b_0100), Some((Frame::SgiBase { vcpu: 0 }, 0x100)));
-        assert_eq!(gic.frame_of(0x080c_0008), Some((Frame::RdBase { vcpu: 1 }, 8)));
-        assert_eq!(gic.frame_of(0x080d_fffc), Some((Frame::SgiBase { vcpu: 1 }, 0xfffc)));
+        assert_eq!(
+            gic.frame_of(0x080a_0014),
+            Some((Frame::RdBase { vcpu: 0 }, 0x14))
+        );
+        assert_eq!(
+            gic.frame_of(0x080b_0100),
+            Some((Frame::SgiBase { vcpu: 0 }, 0x100))
+        );
+        assert_eq!(
+            gic.frame_of(0x080c_0008),
+            Some((Frame::RdBase { vcpu: 1 }, 8))
+        );
+        assert_eq!(
+            gic.frame_of(0x080d_fffc),
+            Some((Frame::SgiBase { vcpu: 1 }, 0xfffc))
+        );
         assert_eq!(gic.frame_of(0x080e_0000), None);
-        assert_eq!(gic.mmio_read(0x080e_0000, 4), Err(VgicError::NotInGic { ipa: 0x080e_0000 }));
+        assert_eq!(
+            gic.mmio_read(0x080e_0000, 4),
+            Err(VgicError::NotInGic { ipa: 0x080e_0000 })
+        );
     }
 
     #[test]
@@ -453,11 +490,26 @@ pub(crate) mod tests {
     #[test]
     fn injection_checks_classes_and_kicks_targets() {
         let mut gic = two_vcpus();
-        assert_eq!(gic.set_spi_level(31, true), Err(VgicError::NoSuchInterrupt(31)));
-        assert_eq!(gic.set_spi_level(96, true), Err(VgicError::NoSuchInterrupt(96)));
-        assert_eq!(gic.set_ppi_level(0, 33, true), Err(VgicError::NoSuchInterrupt(33)));
-        assert_eq!(gic.set_ppi_level(2, 27, true), Err(VgicError::NoSuchVcpu(2)));
-        assert_eq!(gic.inject_ppi_edge(0, 3), Err(VgicError::NoSuchInterrupt(3)));
+        assert_eq!(
+            gic.set_spi_level(31, true),
+            Err(VgicError::NoSuchInterrupt(31))
+        );
+        assert_eq!(
+            gic.set_spi_level(96, true),
+            Err(VgicError::NoSuchInterrupt(96))
+        );
+        assert_eq!(
+            gic.set_ppi_level(0, 33, true),
+            Err(VgicError::NoSuchInterrupt(33))
+        );
+        assert_eq!(
+            gic.set_ppi_level(2, 27, true),
+            Err(VgicError::NoSuchVcpu(2))
+        );
+        assert_eq!(
+            gic.inject_ppi_edge(0, 3),
+            Err(VgicError::NoSuchInterrupt(3))
+        );
 
         // Disabled: pending but nobody to kick.
         assert_eq!(gic.set_spi_level(33, true), Ok(VcpuSet::EMPTY));
@@ -497,9 +549,14 @@ pub(crate) mod tests {
         assert!(pended.is_empty());
         assert!(!gic.vcpus[0].private[3].pending());
         // Broadcast (IRM) of group 0 SGI 5 from vCPU 1.
-        let pended = gic.send_sgi(1, 1 << 40 | 5 << 24, SgiGroup::Group0).unwrap();
+        let pended = gic
+            .send_sgi(1, 1 << 40 | 5 << 24, SgiGroup::Group0)
+            .unwrap();
         assert_eq!(pended.iter().collect::<Vec<_>>(), vec![0]);
         assert!(gic.vcpus[0].private[5].pending() && !gic.vcpus[1].private[5].pending());
-        assert_eq!(gic.send_sgi(2, 0, SgiGroup::Group1), Err(VgicError::NoSuchVcpu(2)));
+        assert_eq!(
+            gic.send_sgi(2, 0, SgiGroup::Group1),
+            Err(VgicError::NoSuchVcpu(2))
+        );
     }
 }

