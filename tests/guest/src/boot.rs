@@ -18,9 +18,9 @@ use crate::scenarios::Failure;
 use crate::{console, exceptions, mmu, psci, scenarios, smp};
 
 /// Most vCPUs the guest drives (stacks and per-CPU slots are sized by it).
-pub const MAX_CPUS: usize = 8;
+pub const MAX_CPUS: usize = 32;
 /// Bytes of stack per vCPU.
-pub const STACK_SIZE: usize = 32 * 1024;
+pub const STACK_SIZE: usize = 16 * 1024;
 
 /// Where the guest expects to run: RAM base of the guest memory map plus the
 /// header's `text_offset`.

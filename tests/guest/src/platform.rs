@@ -24,8 +24,6 @@ pub enum PlatformError {
     TooManyRamRanges,
     /// No CPU in `/cpus`.
     NoCpus,
-    /// More CPUs than the guest has stacks for.
-    TooManyCpus,
     /// No PL011 (`arm,pl011`) with a `reg`.
     NoUart,
 }
@@ -39,7 +37,6 @@ impl PlatformError {
                 PlatformError::NoMemory => 2,
                 PlatformError::TooManyRamRanges => 3,
                 PlatformError::NoCpus => 4,
-                PlatformError::TooManyCpus => 5,
                 PlatformError::NoUart => 6,
             }
     }
@@ -53,6 +50,8 @@ pub struct Platform {
     reserved_count: usize,
     cpus: [u64; MAX_CPUS],
     cpu_count: usize,
+    /// CPUs in the device tree, counting those beyond [`MAX_CPUS`].
+    pub cpus_in_tree: usize,
     /// Base address of the PL011 used as console.
     pub uart_base: u64,
     /// Where the device tree itself lies.
@@ -78,6 +77,7 @@ impl Platform {
             reserved_count: 0,
             cpus: [0; MAX_CPUS],
             cpu_count: 0,
+            cpus_in_tree: 0,
             uart_base: 0,
             dtb: MemRange {
                 start: dtb,
@@ -103,11 +103,11 @@ impl Platform {
             return Err(PlatformError::NoMemory);
         }
         for cpu in fdt.cpus() {
-            if platform.cpu_count == MAX_CPUS {
-                return Err(PlatformError::TooManyCpus);
+            platform.cpus_in_tree += 1;
+            if platform.cpu_count < MAX_CPUS {
+                platform.cpus[platform.cpu_count] = cpu.ids().first() as u64;
+                platform.cpu_count += 1;
             }
-            platform.cpus[platform.cpu_count] = cpu.ids().first() as u64;
-            platform.cpu_count += 1;
         }
         if platform.cpu_count == 0 {
             return Err(PlatformError::NoCpus);
@@ -178,7 +178,7 @@ impl Platform {
         &self.ram[..self.ram_count]
     }
 
-    /// MPIDRs of the CPUs, in device-tree order.
+    /// MPIDRs of the CPUs, in device-tree order (at most [`MAX_CPUS`]).
     pub fn cpus(&self) -> &[u64] {
         &self.cpus[..self.cpu_count]
     }

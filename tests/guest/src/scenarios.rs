@@ -111,6 +111,11 @@ pub enum Failure {
     NeedsHypervisor,
     /// `test=` in the bootargs names no scenario.
     UnknownScenario(&'static str),
+    /// The device tree lists more CPUs than the guest has stacks for.
+    TooManyCpus {
+        /// CPUs in the device tree.
+        found: usize,
+    },
 }
 
 impl Failure {
@@ -130,6 +135,7 @@ impl Failure {
                 Failure::WrongAbort { .. } => 10,
                 Failure::NeedsHypervisor => 11,
                 Failure::UnknownScenario(_) => 12,
+                Failure::TooManyCpus { .. } => 13,
             }
     }
 }
@@ -171,6 +177,12 @@ impl fmt::Display for Failure {
                  synchronous external data abort at that address"
             ),
             Failure::NeedsHypervisor => write!(f, "this scenario needs the hypervisor"),
+            Failure::TooManyCpus { found } => {
+                write!(
+                    f,
+                    "{found} CPUs in the device tree; the guest drives at most {MAX_CPUS}"
+                )
+            }
             Failure::UnknownScenario(name) => {
                 write!(
                     f,
@@ -187,7 +199,7 @@ pub fn run(platform: &Platform, scenario: Scenario) -> Result<(), Failure> {
     println!(
         "test-guest: scenario {}, {} vCPUs, RAM {}{}, UART {:#x}, device tree at {:#x}",
         scenario.name(),
-        platform.cpus().len(),
+        platform.cpus_in_tree,
         ram,
         if platform.ram().len() > 1 {
             " (and more)"
@@ -197,6 +209,11 @@ pub fn run(platform: &Platform, scenario: Scenario) -> Result<(), Failure> {
         platform.uart_base,
         platform.dtb.start,
     );
+    if platform.cpus_in_tree > MAX_CPUS {
+        return Err(Failure::TooManyCpus {
+            found: platform.cpus_in_tree,
+        });
+    }
     match scenario {
         Scenario::Memory => memory(platform),
         Scenario::BadGuest => bad_guest(),
