@@ -57,6 +57,7 @@ extern crate alloc;
 
 pub mod dirty;
 mod error;
+pub mod gfn_index;
 pub mod interval;
 pub mod memslots;
 pub mod set;

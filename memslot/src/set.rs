@@ -1,9 +1,9 @@
 //! One memslot set: the slots of a VM at one generation, indexed three ways.
 //!
-//! - A B-tree from `base_gfn` to slot index answers "which slot holds this
-//!   frame" with one `range(..=gfn).next_back()` (slots never overlap in guest
-//!   space, so the nearest slot at or below the frame is the only candidate),
-//!   and walks guest ranges in order. O(log n).
+//! - The gfn index ([`crate::gfn_index`], a two-level B+tree of sorted blocks)
+//!   answers "which slot holds this frame" by finding the last slot starting
+//!   at or below it (slots never overlap in guest space, so it is the only
+//!   candidate), and walks guest ranges in order. Two binary searches.
 //! - An interval tree over backing ranges ([`crate::interval`]) answers "which
 //!   slots overlap this host range" (ranges may overlap: aliases, shared memory).
 //! - An id map (a vector indexed by id) finds a slot by id in O(1).
@@ -11,16 +11,17 @@
 //!   of the set, and [`VcpuSlotCache`] is one vCPU's own memory of its last hit,
 //!   valid only for the generation it was filled in.
 //!
-//! Slots sit in an arena (`Vec<Option<Arc<Memslot>>>` with a free list) and the
-//! three indexes hold arena indices. A set is changed only while no reader can
-//! see it (see [`crate::Memslots`]); each change costs O(log n).
+//! Slots sit in an arena (`Vec<Option<Arc<Memslot>>>` with a free list); the
+//! interval tree, the id map and the caches hold arena indices. A set is
+//! changed only while no reader can see it (see [`crate::Memslots`]); a change
+//! costs O(log n) in the interval tree and id map plus one block shift (at
+//! most [`crate::gfn_index::BLOCK_MAX`] entries) in the gfn index.
 
-use alloc::collections::BTreeMap;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::ops::Bound;
 use core::sync::atomic::{AtomicU32, Ordering};
 
+use crate::gfn_index::{GfnEntry, GfnIndex};
 use crate::interval::{BackingTree, Overlaps};
 use crate::slot::{Gfn, HostPhysAddr, Memslot, SlotId};
 
@@ -33,7 +34,7 @@ pub struct MemslotSet {
     generation: u64,
     slots: Vec<Option<Arc<Memslot>>>,
     free: Vec<u32>,
-    by_gfn: BTreeMap<u64, u32>,
+    by_gfn: GfnIndex,
     by_id: Vec<u32>,
     by_backing: BackingTree,
     last_used: AtomicU32,
@@ -70,7 +71,7 @@ impl MemslotSet {
             generation: 0,
             slots: Vec::new(),
             free: Vec::new(),
-            by_gfn: BTreeMap::new(),
+            by_gfn: GfnIndex::new(),
             by_id: Vec::new(),
             by_backing: BackingTree::new(),
             last_used: AtomicU32::new(NONE),
@@ -94,7 +95,7 @@ impl MemslotSet {
 
     /// Whether the set has no slot.
     pub fn is_empty(&self) -> bool {
-        self.by_gfn.is_empty()
+        self.by_gfn.len() == 0
     }
 
     fn slot(&self, index: u32) -> &Memslot {
@@ -109,30 +110,27 @@ impl MemslotSet {
         (index != NONE).then(|| self.slot(index))
     }
 
-    fn find_index(&self, gfn: Gfn) -> Option<u32> {
+    fn find_index(&self, gfn: Gfn) -> Option<(u32, &Memslot)> {
         let last = self.last_used.load(Ordering::Relaxed);
-        if last != NONE
-            && self
-                .slots
-                .get(last as usize)
-                .is_some_and(|s| s.as_ref().is_some_and(|s| s.contains(gfn)))
+        if let Some(Some(slot)) = self.slots.get(last as usize)
+            && slot.contains(gfn)
         {
-            return Some(last);
+            return Some((last, slot));
         }
-        let (_, &index) = self.by_gfn.range(..=gfn.0).next_back()?;
-        if !self.slot(index).contains(gfn) {
+        let entry = self.by_gfn.at_or_below(gfn.0)?;
+        if gfn.0 - entry.base_gfn >= entry.npages {
             return None;
         }
-        if index != last {
-            self.last_used.store(index, Ordering::Relaxed);
+        if entry.index != last {
+            self.last_used.store(entry.index, Ordering::Relaxed);
         }
-        Some(index)
+        Some((entry.index, &entry.slot))
     }
 
     /// The slot holding `gfn`: the set's last-used slot first, then the gfn tree.
     #[inline]
     pub fn find(&self, gfn: Gfn) -> Option<&Memslot> {
-        self.find_index(gfn).map(|i| self.slot(i))
+        self.find_index(gfn).map(|(_, slot)| slot)
     }
 
     /// The slot holding `gfn`, trying `cache` first and refilling it on a miss.
@@ -144,12 +142,12 @@ impl MemslotSet {
                 return Some(slot);
             }
         }
-        let index = self.find_index(gfn)?;
+        let (index, slot) = self.find_index(gfn)?;
         *cache = VcpuSlotCache {
             generation: self.generation,
             index,
         };
-        Some(self.slot(index))
+        Some(slot)
     }
 
     /// The slot holding `gfn`, or else the nearest slot: the first one above
@@ -159,34 +157,31 @@ impl MemslotSet {
         if let Some(slot) = self.find(gfn) {
             return Some(slot);
         }
-        let above = self
-            .by_gfn
-            .range((Bound::Excluded(gfn.0), Bound::Unbounded))
-            .next();
-        let nearest = above.or_else(|| self.by_gfn.range(..gfn.0).next_back());
-        nearest.map(|(_, &i)| self.slot(i))
+        let above = self.by_gfn.from(gfn.0).next();
+        let nearest = above.or_else(|| self.by_gfn.below(gfn.0));
+        nearest.map(|entry| &*entry.slot)
     }
 
     /// Every slot, in guest-frame order.
     pub fn iter(&self) -> impl Iterator<Item = &Memslot> + '_ {
-        self.by_gfn.values().map(|&i| self.slot(i))
+        self.by_gfn.from(0).map(|entry| &*entry.slot)
     }
 
     /// Every slot holding a frame of `[start, end)`, in guest-frame order. O(log n + k).
     pub fn in_gfn_range(&self, start: Gfn, end: Gfn) -> impl Iterator<Item = &Memslot> + '_ {
         let first = if start < end {
             self.by_gfn
-                .range(..start.0)
-                .next_back()
-                .map(|(_, &i)| self.slot(i))
+                .below(start.0)
+                .map(|entry| &*entry.slot)
                 .filter(|s| s.end_gfn() > start)
         } else {
             None
         };
         let rest = self
             .by_gfn
-            .range(start.0..end.0.max(start.0))
-            .map(|(_, &i)| self.slot(i));
+            .from(start.0)
+            .take_while(move |entry| entry.base_gfn < end.0)
+            .map(|entry| &*entry.slot);
         first.into_iter().chain(rest)
     }
 
@@ -218,8 +213,13 @@ impl MemslotSet {
         }
         debug_assert_eq!(self.by_id[id], NONE, "inserting over a live id");
         self.by_id[id] = index;
-        let previous = self.by_gfn.insert(slot.base_gfn().0, index);
-        debug_assert!(previous.is_none(), "inserting over a live base gfn");
+        let entry = GfnEntry {
+            base_gfn: slot.base_gfn().0,
+            npages: slot.npages(),
+            index,
+            slot: slot.clone(),
+        };
+        self.by_gfn.insert(entry);
         self.by_backing
             .insert(index, slot.backing().0, slot.backing_end().0);
         self.slots[index as usize] = Some(slot);
@@ -231,7 +231,7 @@ impl MemslotSet {
         let slot = self.slots[index as usize]
             .take()
             .expect("removing a live slot");
-        self.by_gfn.remove(&slot.base_gfn().0);
+        self.by_gfn.remove(slot.base_gfn().0);
         self.by_backing.remove(index);
         self.free.push(index);
         if self.last_used.load(Ordering::Relaxed) == index {

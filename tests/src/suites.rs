@@ -1,5 +1,6 @@
 //! The benchmark suites, one module each, and the table that names them.
 
+pub mod memslots;
 pub mod split;
 pub mod tlb;
 pub mod unmap;
@@ -20,6 +21,11 @@ pub const SUITES: &[Suite] = &[
         name: "tlb",
         about: "TLBI operations planned for stage-2 flushes, range vs without FEAT_TLBIRANGE",
         run: tlb::run,
+    },
+    Suite {
+        name: "memslots",
+        about: "Memslot setup, lookup, delete, move and backing queries vs a sorted-array baseline",
+        run: memslots::run,
     },
     Suite {
         name: "split",

@@ -1,0 +1,249 @@
+//! The gfn index: slots ordered by `base_gfn`, as a two-level B+tree.
+//!
+//! Leaves are sorted blocks of at most [`BLOCK_MAX`] entries; the top level is
+//! the sorted array of each block's first key. A lookup is two binary
+//! searches over contiguous memory (the top array of at most a few hundred
+//! keys stays in cache), which is several times faster than a pointer-based
+//! tree at 32,767 slots. An insert shifts at most one block and splits a full
+//! block in two; a remove shifts one block and merges a block that fell below
+//! [`BLOCK_MIN`] into a neighbour when they fit together. With the slot limit
+//! of 32,767 the two levels never need a third: the top holds at most
+//! `n / BLOCK_MIN + 1` keys, so a change moves at most a few KiB.
+//!
+//! Entries carry `base_gfn`, `npages` and the slot itself, so a lookup tests
+//! containment and returns the slot without another indirection.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+use crate::slot::Memslot;
+
+/// Most entries a block holds; a full block splits in two.
+pub const BLOCK_MAX: usize = 128;
+/// A block with fewer entries merges into a neighbour when they fit in one.
+pub const BLOCK_MIN: usize = 32;
+
+/// One slot in the index.
+#[derive(Clone, Debug)]
+pub(crate) struct GfnEntry {
+    pub(crate) base_gfn: u64,
+    pub(crate) npages: u64,
+    pub(crate) index: u32,
+    pub(crate) slot: Arc<Memslot>,
+}
+
+/// A position: block, entry within it.
+type Position = (usize, usize);
+
+#[derive(Debug, Default)]
+pub(crate) struct GfnIndex {
+    firsts: Vec<u64>,
+    blocks: Vec<Vec<GfnEntry>>,
+    len: usize,
+}
+
+impl GfnIndex {
+    pub(crate) const fn new() -> Self {
+        Self {
+            firsts: Vec::new(),
+            blocks: Vec::new(),
+            len: 0,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The position of the last entry with `base_gfn <= key`.
+    #[inline]
+    fn floor(&self, key: u64) -> Option<Position> {
+        let block = self
+            .firsts
+            .partition_point(|&first| first <= key)
+            .checked_sub(1)?;
+        let entries = &self.blocks[block];
+        // `firsts[block] <= key`, so at least the block's first entry qualifies.
+        let at = entries.partition_point(|e| e.base_gfn <= key) - 1;
+        Some((block, at))
+    }
+
+    fn get(&self, (block, at): Position) -> Option<&GfnEntry> {
+        self.blocks.get(block)?.get(at)
+    }
+
+    /// The position after `pos` (may be one past the end).
+    fn next(&self, (block, at): Position) -> Position {
+        if at + 1 < self.blocks[block].len() {
+            (block, at + 1)
+        } else {
+            (block + 1, 0)
+        }
+    }
+
+    /// The entry with the largest `base_gfn <= key`.
+    #[inline]
+    pub(crate) fn at_or_below(&self, key: u64) -> Option<&GfnEntry> {
+        self.floor(key).and_then(|p| self.get(p))
+    }
+
+    /// The entry with the largest `base_gfn < key`.
+    pub(crate) fn below(&self, key: u64) -> Option<&GfnEntry> {
+        self.at_or_below(key.checked_sub(1)?)
+    }
+
+    /// Entries with `base_gfn >= key`, in order.
+    pub(crate) fn from(&self, key: u64) -> Iter<'_> {
+        let position = match self.floor(key) {
+            Some(p) if self.get(p).is_some_and(|e| e.base_gfn >= key) => p,
+            Some(p) => self.next(p),
+            None => (0, 0),
+        };
+        Iter {
+            index: self,
+            position,
+        }
+    }
+
+    /// Adds an entry whose `base_gfn` is not in the index.
+    pub(crate) fn insert(&mut self, entry: GfnEntry) {
+        self.len += 1;
+        let key = entry.base_gfn;
+        if self.blocks.is_empty() {
+            self.firsts.push(key);
+            self.blocks.push(alloc::vec![entry]);
+            return;
+        }
+        let block = self
+            .firsts
+            .partition_point(|&first| first <= key)
+            .saturating_sub(1);
+        let entries = &mut self.blocks[block];
+        let at = entries.partition_point(|e| e.base_gfn < key);
+        debug_assert!(
+            entries.get(at).is_none_or(|e| e.base_gfn != key),
+            "duplicate base gfn"
+        );
+        entries.insert(at, entry);
+        self.firsts[block] = entries[0].base_gfn;
+        if entries.len() > BLOCK_MAX {
+            let upper = entries.split_off(BLOCK_MAX / 2);
+            self.firsts.insert(block + 1, upper[0].base_gfn);
+            self.blocks.insert(block + 1, upper);
+        }
+    }
+
+    /// Removes the entry with `base_gfn == key`, which must be present.
+    pub(crate) fn remove(&mut self, key: u64) -> GfnEntry {
+        let (block, at) = self.floor(key).expect("removing a present key");
+        let entries = &mut self.blocks[block];
+        debug_assert_eq!(entries[at].base_gfn, key, "removing an absent key");
+        let entry = entries.remove(at);
+        self.len -= 1;
+        if entries.is_empty() {
+            self.firsts.remove(block);
+            self.blocks.remove(block);
+            return entry;
+        }
+        self.firsts[block] = entries[0].base_gfn;
+        if entries.len() < BLOCK_MIN {
+            let len = entries.len();
+            if block + 1 < self.blocks.len() && len + self.blocks[block + 1].len() <= BLOCK_MAX {
+                self.merge_into_previous(block + 1);
+            } else if block > 0 && len + self.blocks[block - 1].len() <= BLOCK_MAX {
+                self.merge_into_previous(block);
+            }
+        }
+        entry
+    }
+
+    fn merge_into_previous(&mut self, block: usize) {
+        let moved = self.blocks.remove(block);
+        self.firsts.remove(block);
+        self.blocks[block - 1].extend(moved);
+    }
+
+    /// Checks ordering, block sizes and `firsts`; returns the entry count.
+    #[cfg(test)]
+    pub(crate) fn check(&self) -> usize {
+        assert_eq!(self.firsts.len(), self.blocks.len());
+        let mut previous = None;
+        let mut count = 0;
+        for (first, entries) in self.firsts.iter().zip(&self.blocks) {
+            assert!(!entries.is_empty() && entries.len() <= BLOCK_MAX);
+            assert_eq!(*first, entries[0].base_gfn);
+            for e in entries {
+                assert!(previous.is_none_or(|p| p < e.base_gfn), "keys out of order");
+                previous = Some(e.base_gfn);
+                count += 1;
+            }
+        }
+        assert_eq!(count, self.len);
+        count
+    }
+}
+
+/// Entries in key order from a position.
+pub(crate) struct Iter<'a> {
+    index: &'a GfnIndex,
+    position: Position,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = &'a GfnEntry;
+
+    fn next(&mut self) -> Option<&'a GfnEntry> {
+        let entry = self.index.get(self.position)?;
+        self.position = self.index.next(self.position);
+        Some(entry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::slot::{Gfn, HostPhysAddr, SlotFlags, SlotId, SlotSpec};
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+    use std::vec::Vec;
+
+    fn entry(key: u64) -> GfnEntry {
+        let spec = SlotSpec {
+            id: SlotId::new(0).unwrap(),
+            base_gfn: Gfn(key),
+            npages: 1,
+            backing: HostPhysAddr(0),
+            flags: SlotFlags::NONE,
+        };
+        GfnEntry {
+            base_gfn: key,
+            npages: 1,
+            index: 0,
+            slot: Arc::new(Memslot::new(&spec, None)),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn matches_a_btree_set(ops in proptest::collection::vec((any::<bool>(), 0u64..1200), 1..2500), probes in proptest::collection::vec(0u64..1300, 20)) {
+            let mut index = GfnIndex::new();
+            let mut model = BTreeSet::new();
+            for (insert, key) in ops {
+                if insert && model.insert(key) {
+                    index.insert(entry(key));
+                } else if !insert && model.remove(&key) {
+                    prop_assert_eq!(index.remove(key).base_gfn, key);
+                }
+            }
+            prop_assert_eq!(index.check(), model.len());
+            for p in probes {
+                prop_assert_eq!(index.at_or_below(p).map(|e| e.base_gfn), model.range(..=p).next_back().copied());
+                prop_assert_eq!(index.below(p).map(|e| e.base_gfn), model.range(..p).next_back().copied());
+                let got: Vec<u64> = index.from(p).map(|e| e.base_gfn).collect();
+                let want: Vec<u64> = model.range(p..).copied().collect();
+                prop_assert_eq!(got, want);
+            }
+        }
+    }
+}
