@@ -76,6 +76,8 @@ pub(crate) struct IrqState {
     pub trigger: Trigger,
     /// The vCPU whose list registers hold this interrupt, if any.
     pub listed_on: Option<u16>,
+    /// The list register was written with the pending bit set.
+    pub listed_pending: bool,
     /// The interrupt was made pending while listed.
     pub pended_while_listed: bool,
     /// `ISACTIVER`/`ICACTIVER` wrote `active` while listed: it wins over the
@@ -95,6 +97,7 @@ impl IrqState {
             priority: 0,
             trigger,
             listed_on: None,
+            listed_pending: false,
             pended_while_listed: false,
             active_written_while_listed: false,
         }
@@ -140,17 +143,26 @@ impl IrqState {
         }
     }
 
+    /// Records that a list register now holds the interrupt, with the
+    /// pending bit set or not.
+    pub fn list(&mut self, vcpu: u16, pending: bool) {
+        self.listed_on = Some(vcpu);
+        self.listed_pending = pending;
+    }
+
     /// Merges the state a list register reports back and marks the interrupt
-    /// unlisted. A latch survives only while the list register still shows the
-    /// interrupt pending (not yet acknowledged) or when it was set again while
-    /// listed; a level interrupt's line is untouched, so one whose line is
-    /// still high is pending again after its EOI.
+    /// unlisted. The latch is consumed when the guest acknowledged the
+    /// interrupt (listed pending, no longer pending), unless it was set again
+    /// while listed; a level interrupt's line is untouched, so one whose line
+    /// is still high is pending again after its EOI.
     pub fn fold(&mut self, lr_pending: bool, lr_active: bool) {
-        self.pending_latch = (lr_pending && self.pending_latch) || self.pended_while_listed;
+        let acknowledged = self.listed_pending && !lr_pending;
+        self.pending_latch = (self.pending_latch && !acknowledged) || self.pended_while_listed;
         if !self.active_written_while_listed {
             self.active = lr_active;
         }
         self.listed_on = None;
+        self.listed_pending = false;
         self.pended_while_listed = false;
         self.active_written_while_listed = false;
     }
@@ -204,7 +216,7 @@ mod tests {
         // Edge acknowledged by the guest, a new edge arrived meanwhile.
         let mut irq = IrqState::new(Trigger::Edge);
         irq.set_pending();
-        irq.listed_on = Some(0);
+        irq.list(0, true);
         irq.set_pending();
         irq.fold(false, true);
         assert!(irq.pending() && irq.active && irq.listed_on.is_none());
@@ -212,14 +224,14 @@ mod tests {
         // Edge acknowledged, nothing new: latch consumed.
         let mut irq = IrqState::new(Trigger::Edge);
         irq.set_pending();
-        irq.listed_on = Some(0);
+        irq.list(0, true);
         irq.fold(false, true);
         assert!(!irq.pending() && irq.active);
 
         // ICPENDR while listed and not yet acknowledged: cancelled.
         let mut irq = IrqState::new(Trigger::Edge);
         irq.set_pending();
-        irq.listed_on = Some(0);
+        irq.list(0, true);
         irq.clear_pending();
         irq.fold(true, false);
         assert!(!irq.pending());
@@ -227,15 +239,29 @@ mod tests {
         // ICACTIVER while listed wins over the list register.
         let mut irq = IrqState::new(Trigger::Edge);
         irq.active = true;
-        irq.listed_on = Some(0);
+        irq.list(0, true);
         irq.write_active(false);
         irq.fold(false, true);
         assert!(!irq.active);
 
+        // Latched while listed active only (not pending): the empty list
+        // register did not consume it.
+        let mut irq = IrqState::new(Trigger::Level);
+        irq.active = true;
+        irq.list(0, false);
+        irq.set_pending();
+        irq.fold(false, false);
+        assert!(irq.pending() && !irq.active);
+        let mut irq = IrqState::new(Trigger::Edge);
+        irq.set_pending();
+        irq.list(0, false);
+        irq.fold(false, false);
+        assert!(irq.pending(), "listed without pending: latch kept");
+
         // Level, EOI'd with the line still high: pending again.
         let mut irq = IrqState::new(Trigger::Level);
         irq.set_line(true);
-        irq.listed_on = Some(0);
+        irq.list(0, true);
         irq.fold(false, false);
         assert!(irq.pending() && !irq.active);
     }
