@@ -1,7 +1,7 @@
 //! INTID classes and the state of one virtual interrupt.
 //!
 //! Every interrupt the virtual GIC knows (16 SGIs and 16 PPIs per vCPU, the
-//! configured SPIs) has one [`IrqState`]. Its pending state is the OR of a
+//! configured SPIs) has one `IrqState`. Its pending state is the OR of a
 //! latch (set by an edge, `ISPENDR` or an SGI) and, for level-sensitive
 //! interrupts, the input line. While an interrupt sits in a list register the
 //! list register is the authoritative copy of its pending and active state; the

@@ -2,7 +2,7 @@
 //!
 //! [`ListRegisters`] is everything the vGIC needs from the hardware: the
 //! number of list registers, `ICH_LR<n>_EL2`, `ICH_HCR_EL2`, `ICH_MISR_EL2`
-//! and `ICH_ELRSR_EL2`. [`HardwareListRegisters`] reaches them with
+//! and `ICH_ELRSR_EL2`. `HardwareListRegisters` reaches them with
 //! `mrs`/`msr` (bare-metal aarch64 only); [`ModelListRegisters`] is a host
 //! model of the same registers that also plays the guest's side
 //! (acknowledge, EOI) and derives `ELRSR` and `MISR` from the list registers

@@ -56,6 +56,13 @@
 //!   first; if some did not fit, `ICH_HCR_EL2.UIE` asks for a maintenance
 //!   interrupt when the list registers run nearly empty. Level interrupts are
 //!   listed with EOI maintenance so their line is re-sampled after the EOI.
+//! - When a vCPU stops running on its CPU (`CPU_OFF`, or another vCPU is
+//!   scheduled there): [`VgicState::unload`] folds and empties the list
+//!   registers, so the SPIs they held can go to other vCPUs. (`ICH_VMCR_EL2`
+//!   and `ICH_AP<n>R<m>_EL2` belong to the vCPU context and are saved and
+//!   restored by whoever moves a vCPU between CPUs.)
+//! - A trapped WFI may block only while [`VgicState::has_deliverable`] is
+//!   false; a kicked vCPU that waits in WFI is woken.
 
 mod distributor;
 pub mod irq;

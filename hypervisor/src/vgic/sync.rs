@@ -2,7 +2,7 @@
 //!
 //! Fold (after an exit): for each list register the last fill wrote, read
 //! its state (an `ELRSR` bit means empty without reading it) and merge it
-//! into the interrupt ([`IrqState::fold`](super::irq)): an acknowledged
+//! into the interrupt (`IrqState::fold`): an acknowledged
 //! interrupt's pending state is consumed, an EOI'd one is no longer active,
 //! a level interrupt whose line is still high is pending again. Deactivations
 //! of interrupts that had no list register (`ICH_HCR_EL2.EOIcount`) retire
@@ -138,7 +138,8 @@ impl VgicState {
 
     /// Folds `vcpu`'s list registers, then fills them with its most urgent
     /// interrupts and programs `ICH_HCR_EL2` (En, and UIE/LRENPIE when some
-    /// did not fit). Call it last before entering the vCPU.
+    /// did not fit; EOIcount cleared; the other bits kept). Call it last
+    /// before entering the vCPU.
     pub fn fill(
         &mut self,
         vcpu: usize,
@@ -201,7 +202,9 @@ impl VgicState {
         for index in len..count {
             lrs.write_lr(index, ListRegister::EMPTY.0);
         }
-        let mut hcr = ICH_HCR_EN;
+        // Keep the ICH_HCR_EL2 bits this module does not own (trap controls).
+        let owned = ICH_HCR_EN | ICH_HCR_UIE | ICH_HCR_LRENPIE | ICH_HCR_EOICOUNT_MASK;
+        let mut hcr = (lrs.read_hcr() & !owned) | ICH_HCR_EN;
         if left_over > 0 && count > 1 {
             hcr |= ICH_HCR_UIE;
         }
@@ -320,6 +323,12 @@ mod tests {
         );
         assert_eq!(listed(&lrs), vec![(32, 0x80, 1)]);
         assert_eq!(lrs.read_hcr(), ICH_HCR_EN);
+        // Trap controls set by the hypervisor survive a fill.
+        let tdir = 1 << 14;
+        lrs.write_hcr(ICH_HCR_EN | tdir);
+        gic.fill(0, &mut lrs).unwrap();
+        assert_eq!(lrs.read_hcr(), ICH_HCR_EN | tdir);
+        lrs.write_hcr(ICH_HCR_EN);
         lrs.acknowledge();
         lrs.end_of_interrupt(32);
         assert_eq!(gic.fill(0, &mut lrs).unwrap(), FillOutcome::default());
