@@ -10,8 +10,10 @@
 //! of 32,767 the two levels never need a third: the top holds at most
 //! `n / BLOCK_MIN + 1` keys, so a change moves at most a few KiB.
 //!
-//! Entries carry `base_gfn`, `npages` and the slot itself, so a lookup tests
-//! containment and returns the slot without another indirection.
+//! A block keeps its keys in an array of their own, so the binary search
+//! touches few cache lines; its entries carry `base_gfn`, `npages` and the
+//! slot itself, so a lookup tests containment and returns the slot without
+//! another indirection.
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -35,10 +37,46 @@ pub(crate) struct GfnEntry {
 /// A position: block, entry within it.
 type Position = (usize, usize);
 
+/// A leaf: the keys alone (so a binary search touches few cache lines) and
+/// the entries, in the same order.
+#[derive(Debug, Default)]
+struct Block {
+    keys: Vec<u64>,
+    entries: Vec<GfnEntry>,
+}
+
+impl Block {
+    fn insert(&mut self, at: usize, entry: GfnEntry) {
+        self.keys.insert(at, entry.base_gfn);
+        self.entries.insert(at, entry);
+    }
+
+    fn remove(&mut self, at: usize) -> GfnEntry {
+        self.keys.remove(at);
+        self.entries.remove(at)
+    }
+
+    fn split_off(&mut self, at: usize) -> Block {
+        Block {
+            keys: self.keys.split_off(at),
+            entries: self.entries.split_off(at),
+        }
+    }
+
+    fn append(&mut self, mut other: Block) {
+        self.keys.append(&mut other.keys);
+        self.entries.append(&mut other.entries);
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct GfnIndex {
     firsts: Vec<u64>,
-    blocks: Vec<Vec<GfnEntry>>,
+    blocks: Vec<Block>,
     len: usize,
 }
 
@@ -62,14 +100,13 @@ impl GfnIndex {
             .firsts
             .partition_point(|&first| first <= key)
             .checked_sub(1)?;
-        let entries = &self.blocks[block];
         // `firsts[block] <= key`, so at least the block's first entry qualifies.
-        let at = entries.partition_point(|e| e.base_gfn <= key) - 1;
+        let at = self.blocks[block].keys.partition_point(|&k| k <= key) - 1;
         Some((block, at))
     }
 
     fn get(&self, (block, at): Position) -> Option<&GfnEntry> {
-        self.blocks.get(block)?.get(at)
+        self.blocks.get(block)?.entries.get(at)
     }
 
     /// The position after `pos` (may be one past the end).
@@ -111,7 +148,10 @@ impl GfnIndex {
         let key = entry.base_gfn;
         if self.blocks.is_empty() {
             self.firsts.push(key);
-            self.blocks.push(alloc::vec![entry]);
+            self.blocks.push(Block {
+                keys: alloc::vec![key],
+                entries: alloc::vec![entry],
+            });
             return;
         }
         let block = self
@@ -119,16 +159,13 @@ impl GfnIndex {
             .partition_point(|&first| first <= key)
             .saturating_sub(1);
         let entries = &mut self.blocks[block];
-        let at = entries.partition_point(|e| e.base_gfn < key);
-        debug_assert!(
-            entries.get(at).is_none_or(|e| e.base_gfn != key),
-            "duplicate base gfn"
-        );
+        let at = entries.keys.partition_point(|&k| k < key);
+        debug_assert!(entries.keys.get(at) != Some(&key), "duplicate base gfn");
         entries.insert(at, entry);
-        self.firsts[block] = entries[0].base_gfn;
+        self.firsts[block] = entries.keys[0];
         if entries.len() > BLOCK_MAX {
             let upper = entries.split_off(BLOCK_MAX / 2);
-            self.firsts.insert(block + 1, upper[0].base_gfn);
+            self.firsts.insert(block + 1, upper.keys[0]);
             self.blocks.insert(block + 1, upper);
         }
     }
@@ -137,15 +174,15 @@ impl GfnIndex {
     pub(crate) fn remove(&mut self, key: u64) -> GfnEntry {
         let (block, at) = self.floor(key).expect("removing a present key");
         let entries = &mut self.blocks[block];
-        debug_assert_eq!(entries[at].base_gfn, key, "removing an absent key");
+        debug_assert_eq!(entries.keys[at], key, "removing an absent key");
         let entry = entries.remove(at);
         self.len -= 1;
-        if entries.is_empty() {
+        if entries.len() == 0 {
             self.firsts.remove(block);
             self.blocks.remove(block);
             return entry;
         }
-        self.firsts[block] = entries[0].base_gfn;
+        self.firsts[block] = entries.keys[0];
         if entries.len() < BLOCK_MIN {
             let len = entries.len();
             if block + 1 < self.blocks.len() && len + self.blocks[block + 1].len() <= BLOCK_MAX {
@@ -160,7 +197,7 @@ impl GfnIndex {
     fn merge_into_previous(&mut self, block: usize) {
         let moved = self.blocks.remove(block);
         self.firsts.remove(block);
-        self.blocks[block - 1].extend(moved);
+        self.blocks[block - 1].append(moved);
     }
 
     /// Checks ordering, block sizes and `firsts`; returns the entry count.
@@ -170,9 +207,11 @@ impl GfnIndex {
         let mut previous = None;
         let mut count = 0;
         for (first, entries) in self.firsts.iter().zip(&self.blocks) {
-            assert!(!entries.is_empty() && entries.len() <= BLOCK_MAX);
-            assert_eq!(*first, entries[0].base_gfn);
-            for e in entries {
+            assert!(entries.len() > 0 && entries.len() <= BLOCK_MAX);
+            assert_eq!(entries.keys.len(), entries.entries.len());
+            assert_eq!(*first, entries.keys[0]);
+            for (k, e) in entries.keys.iter().zip(&entries.entries) {
+                assert_eq!(*k, e.base_gfn);
                 assert!(previous.is_none_or(|p| p < e.base_gfn), "keys out of order");
                 previous = Some(e.base_gfn);
                 count += 1;
