@@ -17,6 +17,7 @@ pub mod counters;
 pub mod cpio;
 pub mod cpu_features;
 pub mod esr;
+pub mod fault;
 pub mod guest_dtb;
 pub mod guest_layout;
 pub mod hypercall;
@@ -28,6 +29,7 @@ pub mod platform;
 pub mod psci;
 pub mod ranges;
 pub mod sysreg_trap;
+pub mod tlb_count;
 pub mod vgic;
 pub mod vmconf;
 

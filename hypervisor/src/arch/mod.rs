@@ -12,6 +12,8 @@ pub mod exceptions;
 pub mod firmware;
 pub mod memory;
 pub mod percpu;
+pub mod stage2;
 pub mod sysreg;
 pub mod uart;
+pub mod vcpu;
 pub mod vm;

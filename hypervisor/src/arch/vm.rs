@@ -1,13 +1,373 @@
 //! The VM layer: boot payload, the VM, and what each CPU does after boot.
 //!
-//! The boot CPU reads the payload (a cpio archive the boot loader passed as an
-//! initrd), creates the VM it describes and runs vCPU 0. Every other CPU waits
-//! for its vCPU to be started by the guest's PSCI `CPU_ON`.
+//! The boot CPU reads the payload (a cpio newc archive the boot loader passed
+//! as an initrd: `kernel`, optional `initrd`, `cmdline`, `vm.conf`), creates the
+//! VM it describes and runs vCPU 0. A VM owns a VMID, a stage-2 table from
+//! `pgtable` (empty at start: guest memory is mapped on first touch), one
+//! memslot from `memslot` for its RAM (host frames, 2 MiB aligned), the
+//! emulated PL011, the vCPU power states and its counters. vCPU `n` is pinned
+//! to physical CPU `n`: every other CPU waits (`WFE`) until the guest starts
+//! its vCPU with PSCI `CPU_ON`, runs it until `CPU_OFF`, and waits again.
+//! Guest `SYSTEM_OFF` prints the counters and powers the machine off; a VM that
+//! must stop (an exit the hypervisor cannot decode) is reported the same way.
 
 use super::boot::boot_info;
-use super::firmware;
+use super::stage2::FrameMemory;
+use super::vcpu::Vcpu;
+use super::{console, firmware, memory, sysreg};
+use crate::counters::VmCounters;
+use crate::guest_dtb::{self, GuestDtbConfig};
+use crate::guest_layout::{self, GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_SIZE};
+use crate::image::ImageHeader;
+use crate::pl011::{ConsoleLine, Pl011};
+use crate::psci::{BootRequest, PowerStates};
+use crate::ranges::PhysRange;
+use crate::tlb_count::CountingTlb;
+use crate::vmconf::{DEFAULT_MEM_MIB, VmConf};
+use crate::{cpio, fault::SlotView};
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::String;
+use core::sync::atomic::{AtomicBool, Ordering};
+use crossbeam_epoch::Collector;
+use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, SlotSpec};
+use pgtable::{Stage2Config, Stage2PageTable};
+use spin::{Mutex, Once};
+use tlb::{Aarch64Tlb, TlbCaps};
 
-/// After boot, on the boot CPU.
+/// Guest RAM backing is aligned to this, so 2 MiB blocks line up.
+const BACKING_ALIGN: u64 = 2 << 20;
+/// IPA size of every VM.
+const IPA_BITS: u32 = 40;
+
+/// The emulated UART and the line it is collecting.
+pub struct GuestUart {
+    /// Register model.
+    pub device: Pl011,
+    /// Output not yet written to the console.
+    pub line: ConsoleLine,
+}
+
+/// One virtual machine.
+pub struct Vm {
+    /// VM number in reports (`vm<V>`).
+    pub index: usize,
+    /// Number of vCPUs.
+    pub vcpus: usize,
+    /// Stage-2 translation (exclusive operations behind the lock).
+    pub stage2: Mutex<Stage2PageTable<FrameMemory>>,
+    /// `VTCR_EL2` for this VM.
+    pub vtcr: u64,
+    /// `VTTBR_EL2` for this VM.
+    pub vttbr: u64,
+    /// Stage 2 uses FEAT_S2FWB (no cache maintenance on fault-in).
+    pub fwb: bool,
+    /// TLB backend, counting into `counters`.
+    pub tlb: CountingTlb<'static, Aarch64Tlb>,
+    /// Epoch collector for the memslot sets.
+    pub collector: &'static Collector,
+    /// Guest memory slots.
+    pub memslots: Memslots,
+    /// Guest RAM as an IPA range.
+    pub ram: PhysRange,
+    /// The emulated PL011.
+    pub uart: Mutex<GuestUart>,
+    /// vCPU power states.
+    pub power: PowerStates,
+    /// Event counters.
+    pub counters: &'static VmCounters,
+    stopping: AtomicBool,
+}
+
+static VM: Once<&'static Vm> = Once::new();
+
+/// Why a VM could not be created from the payload.
+#[derive(Debug)]
+pub enum VmError {
+    /// The payload is not a valid archive.
+    Payload(cpio::CpioError),
+    /// The archive has no `kernel` entry.
+    NoKernel,
+    /// The kernel is not an arm64 Image.
+    Kernel(crate::image::ImageError),
+    /// `vm.conf` is invalid.
+    Conf(crate::vmconf::VmConfError),
+    /// More vCPUs than online CPUs.
+    TooManyVcpus {
+        /// vCPUs asked for.
+        asked: u32,
+        /// CPUs online.
+        online: usize,
+    },
+    /// The kernel, device tree and initrd do not fit in guest RAM.
+    DoesNotFit(u64),
+    /// Not enough host memory for guest RAM.
+    NoHostMemory(u64),
+    /// The guest device tree could not be written.
+    Dtb(guest_dtb::GuestDtbError),
+    /// The stage-2 table could not be created.
+    Stage2(pgtable::Error),
+    /// The memslot could not be created.
+    Memslot(memslot::MemslotError),
+}
+
+impl core::fmt::Display for VmError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Payload(e) => write!(f, "payload: {e}"),
+            Self::NoKernel => write!(f, "payload has no `kernel` entry"),
+            Self::Kernel(e) => write!(f, "kernel: {e}"),
+            Self::Conf(e) => write!(f, "{e}"),
+            Self::TooManyVcpus { asked, online } => {
+                write!(
+                    f,
+                    "vm.conf asks for {asked} vCPUs but only {online} CPUs are online"
+                )
+            }
+            Self::DoesNotFit(n) => write!(
+                f,
+                "kernel, device tree and initrd need {n:#x} bytes of guest RAM"
+            ),
+            Self::NoHostMemory(n) => write!(f, "no {} MiB of host memory for guest RAM", n >> 20),
+            Self::Dtb(e) => write!(f, "guest device tree: {}", e.0),
+            Self::Stage2(e) => write!(f, "stage-2 table: {e}"),
+            Self::Memslot(e) => write!(f, "memslot: {e}"),
+        }
+    }
+}
+
+impl Vm {
+    /// The VM's RAM slot as the fault path needs it, if `ipa` is in one.
+    pub fn slot_for(
+        &self,
+        handle: &crossbeam_epoch::LocalHandle,
+        ipa: u64,
+        cache: &mut memslot::VcpuSlotCache,
+    ) -> Option<SlotView> {
+        let guard = handle.pin();
+        let slots = self.memslots.slots(&guard).ok()?;
+        let slot = slots.find_cached(Gfn::from_ipa(ipa), cache)?;
+        Some(SlotView {
+            ipa: slot.base_gfn().0 << memslot::PAGE_SHIFT,
+            size: slot.npages() << memslot::PAGE_SHIFT,
+            backing: slot.backing().0,
+        })
+    }
+
+    /// True when `ipa` is in the emulated UART's window.
+    pub fn is_uart(&self, ipa: u64) -> bool {
+        (GUEST_UART_BASE..GUEST_UART_BASE + GUEST_UART_SIZE).contains(&ipa)
+    }
+
+    /// True once the VM is shutting down.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Writes a byte of guest console output.
+    pub fn console_byte(&self, byte: u8) {
+        let mut uart = self.uart.lock();
+        if let Some(line) = uart.line.push(byte) {
+            console::write_guest_line(line);
+        }
+    }
+
+    fn flush_console(&self) {
+        let mut uart = self.uart.lock();
+        let rest = uart.line.take();
+        if !rest.is_empty() {
+            console::write_guest_line(rest);
+        }
+    }
+
+    fn print_counters(&self) {
+        for (name, value) in self.counters.snapshot() {
+            console::write_line(format_args!("STAT vm{} {name} {value}", self.index));
+        }
+    }
+
+    /// Guest `SYSTEM_OFF`: reports and powers the machine off.
+    pub fn system_off(&self, vcpu: usize) -> ! {
+        self.stopping.store(true, Ordering::Release);
+        self.flush_console();
+        log::info!("vm{} vcpu{vcpu}: PSCI SYSTEM_OFF", self.index);
+        self.print_counters();
+        log::info!("system off");
+        firmware::system_off()
+    }
+
+    /// Guest `SYSTEM_RESET`: reports and resets the machine.
+    pub fn system_reset(&self, vcpu: usize) -> ! {
+        self.stopping.store(true, Ordering::Release);
+        self.flush_console();
+        log::info!("vm{} vcpu{vcpu}: PSCI SYSTEM_RESET", self.index);
+        self.print_counters();
+        log::info!("system reset");
+        firmware::system_reset()
+    }
+
+    /// Stops the VM because of `reason` (an exit that cannot be handled). The
+    /// hypervisor stays in control: it reports, and with no VM left to run it
+    /// powers the machine off in order.
+    pub fn stop(&self, vcpu: usize, reason: &str) -> ! {
+        self.stopping.store(true, Ordering::Release);
+        self.flush_console();
+        log::error!("vm{} vcpu{vcpu}: stopping the VM: {reason}", self.index);
+        self.print_counters();
+        log::info!("no VM left to run");
+        log::info!("system off");
+        firmware::system_off()
+    }
+}
+
+fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
+    let info = boot_info();
+    let entries = || cpio::entries(payload);
+    let kernel = entries()
+        .find("kernel")
+        .map_err(VmError::Payload)?
+        .ok_or(VmError::NoKernel)?;
+    let initrd = entries().find("initrd").map_err(VmError::Payload)?;
+    let cmdline = entries().find("cmdline").map_err(VmError::Payload)?;
+    let conf = match entries().find("vm.conf").map_err(VmError::Payload)? {
+        Some(e) => VmConf::parse(e.data).map_err(VmError::Conf)?,
+        None => VmConf::default(),
+    };
+    let header = ImageHeader::parse(kernel.data).map_err(VmError::Kernel)?;
+    let vcpus = match conf.vcpus {
+        Some(n) if n as usize > info.cpus_online => {
+            return Err(VmError::TooManyVcpus {
+                asked: n,
+                online: info.cpus_online,
+            });
+        }
+        Some(n) => n as usize,
+        None => info.cpus_online,
+    };
+    let mem_bytes = conf.mem_mib.unwrap_or(DEFAULT_MEM_MIB) << 20;
+    let ram = PhysRange::from_start_size(GUEST_RAM_BASE, mem_bytes);
+    let placement = guest_layout::place(
+        ram,
+        header.text_offset,
+        header.image_size,
+        initrd.map(|e| e.data.len() as u64),
+    )
+    .map_err(|e| VmError::DoesNotFit(e.0))?;
+    let bootargs = cmdline
+        .map(|e| {
+            String::from_utf8_lossy(e.data)
+                .trim_end_matches(['\n', '\0'])
+                .into()
+        })
+        .unwrap_or_else(String::new);
+
+    let backing =
+        memory::alloc_frames(mem_bytes, BACKING_ALIGN).ok_or(VmError::NoHostMemory(mem_bytes))?;
+    // SAFETY: the frames were just allocated for this VM and are identity mapped.
+    let guest_ram =
+        unsafe { core::slice::from_raw_parts_mut(backing as *mut u8, mem_bytes as usize) };
+    guest_ram.fill(0);
+    let at = |ipa: u64| (ipa - GUEST_RAM_BASE) as usize;
+    guest_ram[at(placement.kernel.start)..][..kernel.data.len()].copy_from_slice(kernel.data);
+    if let (Some(range), Some(entry)) = (placement.initrd, initrd) {
+        guest_ram[at(range.start)..][..entry.data.len()].copy_from_slice(entry.data);
+    }
+    let dtb = guest_dtb::build(&GuestDtbConfig {
+        ram,
+        vcpus,
+        uart: PhysRange::from_start_size(GUEST_UART_BASE, GUEST_UART_SIZE),
+        bootargs: &bootargs,
+        initrd: placement.initrd,
+        gic: None,
+        timer: None,
+    })
+    .map_err(VmError::Dtb)?;
+    if dtb.len() as u64 > placement.dtb.size() {
+        return Err(VmError::DoesNotFit(dtb.len() as u64));
+    }
+    guest_ram[at(placement.dtb.start)..][..dtb.len()].copy_from_slice(&dtb);
+    // The guest starts with its MMU off: its accesses bypass the caches.
+    sysreg::clean_dcache_to_poc(backing as usize, mem_bytes as usize);
+    // SAFETY: invalidating instruction caches only discards cached instructions.
+    unsafe {
+        core::arch::asm!(
+            "ic ialluis",
+            "dsb ish",
+            "isb",
+            options(nostack, preserves_flags)
+        )
+    };
+
+    let features = info.features;
+    let vmid16 = features.vmid_bits == 16;
+    let index = 0;
+    let vmid = index as u16 + 1;
+    let config = Stage2Config::new(IPA_BITS.min(u32::from(features.pa_bits)))
+        .map_err(|e| VmError::Stage2(e.into()))?
+        .with_fwb(features.fwb);
+    let vtcr = config
+        .vtcr(features.pa_range, vmid16)
+        .map_err(|e| VmError::Stage2(e.into()))?;
+    let stage2 =
+        Stage2PageTable::new(config, FrameMemory, vmid, vmid16).map_err(VmError::Stage2)?;
+    let vttbr = stage2.vttbr();
+    let counters: &'static VmCounters = Box::leak(Box::new(VmCounters::new()));
+    let collector: &'static Collector = Box::leak(Box::new(Collector::new()));
+    let memslots = Memslots::new(collector, DirtyLogMode::default()).map_err(VmError::Memslot)?;
+    {
+        let handle = collector.register();
+        let spec = SlotSpec {
+            id: SlotId::new(0).map_err(VmError::Memslot)?,
+            base_gfn: Gfn::from_ipa(GUEST_RAM_BASE),
+            npages: mem_bytes >> memslot::PAGE_SHIFT,
+            backing: HostPhysAddr(backing),
+            flags: SlotFlags::NONE,
+        };
+        memslots.create(&handle, spec).map_err(VmError::Memslot)?;
+    }
+    let vm = Box::leak(Box::new(Vm {
+        index,
+        vcpus,
+        stage2: Mutex::new(stage2),
+        vtcr,
+        vttbr,
+        fwb: features.fwb,
+        tlb: CountingTlb::new(Aarch64Tlb::new(TlbCaps::read()), counters),
+        collector,
+        memslots,
+        ram,
+        uart: Mutex::new(GuestUart {
+            device: Pl011::new(),
+            line: ConsoleLine::new(),
+        }),
+        power: PowerStates::new(vcpus),
+        counters,
+        stopping: AtomicBool::new(false),
+    }));
+    log::info!(
+        "vm{index}: {vcpus} vCPU(s), {} MiB RAM at IPA {GUEST_RAM_BASE:#x} backed by {backing:#x}, VMID {vmid}, \
+         kernel {:#x} ({} bytes), device tree {:#x}{}{}",
+        mem_bytes >> 20,
+        placement.kernel.start,
+        kernel.data.len(),
+        placement.dtb.start,
+        placement
+            .initrd
+            .map_or_else(String::new, |r| format!(", initrd {:#x}", r.start)),
+        if bootargs.is_empty() {
+            String::new()
+        } else {
+            format!(", bootargs \"{bootargs}\"")
+        },
+    );
+    let boot = BootRequest {
+        entry: placement.kernel.start,
+        context_id: placement.dtb.start,
+    };
+    Ok((vm, boot))
+}
+
+/// After boot, on the boot CPU: creates the VM and runs its vCPU 0.
 pub fn run_boot_cpu() -> ! {
     let info = boot_info();
     let Some(payload) = info.payload else {
@@ -15,11 +375,50 @@ pub fn run_boot_cpu() -> ! {
         log::info!("system off");
         firmware::system_off();
     };
-    log::info!("payload at {:#x}..{:#x}", payload.start, payload.end);
-    firmware::system_off()
+    // SAFETY: the boot loader placed the payload there; it was excluded from
+    // the frame allocator and is covered by the identity map.
+    let bytes =
+        unsafe { core::slice::from_raw_parts(payload.start as *const u8, payload.size() as usize) };
+    let (vm, boot) = match create_vm(bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            log::error!("cannot start a guest: {e}");
+            log::info!("system off");
+            firmware::system_off();
+        }
+    };
+    VM.call_once(|| vm);
+    sysreg::send_event();
+    vm.power.mark_on(0);
+    let mut vcpu = Vcpu::new(vm, 0);
+    vcpu.run(boot);
+    idle_loop(vm, 0)
 }
 
-/// After boot, on a secondary CPU.
-pub fn run_secondary_cpu(_index: usize) -> ! {
-    firmware::halt()
+/// After boot, on a secondary CPU: waits for its vCPU to be started.
+pub fn run_secondary_cpu(index: usize) -> ! {
+    let vm = loop {
+        if let Some(vm) = VM.get() {
+            break *vm;
+        }
+        sysreg::wait_for_event();
+    };
+    if index >= vm.vcpus {
+        firmware::halt();
+    }
+    idle_loop(vm, index)
+}
+
+/// Waits for CPU_ON of vCPU `index` and runs it, forever.
+fn idle_loop(vm: &'static Vm, index: usize) -> ! {
+    let mut vcpu = Vcpu::new(vm, index);
+    loop {
+        if vm.is_stopping() {
+            firmware::halt();
+        }
+        match vm.power.take_pending(index) {
+            Some(request) => vcpu.run(request),
+            None => sysreg::wait_for_event(),
+        }
+    }
 }

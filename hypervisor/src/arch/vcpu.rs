@@ -1,0 +1,521 @@
+//! A vCPU on its physical CPU: EL2 setup, the run loop and exit handling.
+//!
+//! [`Vcpu::run`] loads the VM's stage-2 and trap configuration into this CPU's
+//! EL2 registers, resets the guest's EL1 state (MMU off, as PSCI and the boot
+//! protocol require), and then loops: enter the guest, decode the exit by
+//! `ESR_EL2` class, handle it, enter again. Handling never lets the guest take
+//! the hypervisor down: a RAM access faults memory in, a device access is
+//! emulated, anything else gets an abort injected; an unknown hypercall gets
+//! `NOT_SUPPORTED`; only an exit nothing can make sense of stops the VM, with a
+//! report.
+//!
+//! The guest's EL1 system registers (and FP/SIMD state: the hypervisor is
+//! soft-float) stay live in the CPU between exits because vCPU `n` never
+//! leaves physical CPU `n`; only the general-purpose registers, PC and PSTATE
+//! travel through [`GuestRegs`].
+
+use super::exceptions::{ExitKind, GuestRegs, enter_guest};
+use super::stage2::FrameMemory;
+use super::sysreg;
+use super::vm::Vm;
+use crate::counters::Counter;
+use crate::esr::{
+    DataAbort, ExceptionClass, FaultKind, InstructionAbort, SysRegAccess, fault_ipa, iss,
+};
+use crate::fault::{self, SlotView};
+use crate::guest_layout::{GUEST_UART_BASE, vcpu_index, vcpu_mpidr};
+use crate::hypercall::{GuestCall, NOT_SUPPORTED, SMCCC_VERSION_1_1};
+use crate::inject::{AbortKind, GuestState, synchronous_external_abort};
+use crate::psci::{BootRequest, MIGRATE_TYPE_NOT_PRESENT, PsciCall, PsciError, VERSION_1_1};
+use crate::sysreg_trap::{self, SysRegPolicy};
+use crate::{mmio, read_sysreg, write_sysreg};
+use alloc::format;
+use alloc::vec::Vec;
+use crossbeam_epoch::LocalHandle;
+use memslot::VcpuSlotCache;
+use pgtable::{Attributes, PageCache, Perms, PhysAddr};
+
+/// `HCR_EL2` for a non-VHE hypervisor running AArch64 EL1 guests: stage 2
+/// (VM), set/way invalidation as clean+invalidate (SWIO), physical FIQ/IRQ/
+/// SError to EL2 (FMO/IMO/AMO), broadcast TLB/cache maintenance (FB, BSU =
+/// inner shareable), trap WFI (TWI) and SMC (TSC), EL1 is AArch64 (RW), do not
+/// trap pointer authentication (APK/API).
+const HCR_EL2_GUEST: u64 = (1 << 0)
+    | (1 << 1)
+    | (1 << 3)
+    | (1 << 4)
+    | (1 << 5)
+    | (1 << 9)
+    | (1 << 10)
+    | (1 << 13)
+    | (1 << 19)
+    | (1 << 31)
+    | (1 << 40)
+    | (1 << 41);
+/// `HCR_EL2.FWB`: stage 2 forces the memory type (FEAT_S2FWB).
+const HCR_EL2_FWB: u64 = 1 << 46;
+/// `CPTR_EL2` (non-VHE): RES1 bits only, so FP/SIMD and SVE are not trapped.
+const CPTR_EL2_NO_TRAPS: u64 = 0x32ff;
+/// `CNTHCTL_EL2`: EL1 may use the physical counter and timer.
+const CNTHCTL_EL2_EL1_ACCESS: u64 = 0b11;
+/// `SCTLR_EL1` reset value: RES1 bits, MMU and caches off.
+const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
+/// Guest PSTATE at entry: EL1h, D/A/I/F masked.
+const PSTATE_EL1H_MASKED: u64 = 0x3c5;
+/// Table pages one fault can need (a table per level below the root).
+const FAULT_CACHE_PAGES: usize = 3;
+
+/// What the run loop does after an exit.
+enum Flow {
+    /// Enter the guest again.
+    Resume,
+    /// The vCPU turned itself off (PSCI `CPU_OFF`).
+    Off,
+}
+
+/// One vCPU, pinned to the physical CPU that runs it.
+pub struct Vcpu {
+    vm: &'static Vm,
+    index: usize,
+    regs: GuestRegs,
+    epoch: LocalHandle,
+    slot_cache: VcpuSlotCache,
+    page_cache: PageCache,
+    reported_sysregs: Vec<crate::esr::SysRegEncoding>,
+}
+
+impl Vcpu {
+    /// vCPU `index` of `vm`, to run on the calling CPU.
+    pub fn new(vm: &'static Vm, index: usize) -> Self {
+        Self {
+            vm,
+            index,
+            regs: GuestRegs::default(),
+            epoch: vm.collector.register(),
+            slot_cache: VcpuSlotCache::new(),
+            page_cache: PageCache::with_capacity(FAULT_CACHE_PAGES),
+            reported_sysregs: Vec::new(),
+        }
+    }
+
+    /// Runs the vCPU from `boot` until it turns itself off.
+    pub fn run(&mut self, boot: BootRequest) {
+        self.load(boot);
+        loop {
+            if self.vm.is_stopping() {
+                super::firmware::halt();
+            }
+            // SAFETY: `load` set this CPU's stage-2 translation and traps for
+            // this VM, so the guest reaches only its own memory.
+            let kind = unsafe { enter_guest(&mut self.regs) };
+            match self.handle_exit(kind) {
+                Flow::Resume => {}
+                Flow::Off => return,
+            }
+        }
+    }
+
+    /// Loads the VM's EL2 configuration and resets the guest's EL1 state.
+    fn load(&mut self, boot: BootRequest) {
+        let vm = self.vm;
+        let hcr = HCR_EL2_GUEST | if vm.fwb { HCR_EL2_FWB } else { 0 };
+        let dfr0 = read_sysreg!(id_aa64dfr0_el1);
+        let pmu = matches!((dfr0 >> 8) & 0xf, 1..=0xe);
+        let mdcr = if pmu {
+            (read_sysreg!(pmcr_el0) >> 11) & 0x1f
+        } else {
+            0
+        };
+        let midr = read_sysreg!(midr_el1);
+        // SAFETY: these EL2 registers configure how EL1/EL0 run; nothing runs
+        // at EL1 on this CPU now. The stage-2 root is the VM's live table.
+        unsafe {
+            write_sysreg!(vtcr_el2, vm.vtcr);
+            write_sysreg!(vttbr_el2, vm.vttbr);
+            write_sysreg!(hcr_el2, hcr);
+            write_sysreg!(vpidr_el2, midr);
+            write_sysreg!(vmpidr_el2, vcpu_mpidr(self.index));
+            write_sysreg!(cptr_el2, CPTR_EL2_NO_TRAPS);
+            write_sysreg!(mdcr_el2, mdcr);
+            write_sysreg!(cnthctl_el2, CNTHCTL_EL2_EL1_ACCESS);
+            write_sysreg!(cntvoff_el2, 0);
+            // EL1 state as after a reset.
+            write_sysreg!(sctlr_el1, SCTLR_EL1_RESET);
+            write_sysreg!(tcr_el1, 0);
+            write_sysreg!(mair_el1, 0);
+            write_sysreg!(ttbr0_el1, 0);
+            write_sysreg!(ttbr1_el1, 0);
+            write_sysreg!(vbar_el1, 0);
+            write_sysreg!(cpacr_el1, 0);
+            write_sysreg!(sp_el1, 0);
+            write_sysreg!(sp_el0, 0);
+            write_sysreg!(elr_el1, 0);
+            write_sysreg!(spsr_el1, 0);
+            write_sysreg!(esr_el1, 0);
+            write_sysreg!(far_el1, 0);
+            write_sysreg!(tpidr_el1, 0);
+            write_sysreg!(tpidr_el0, 0);
+            write_sysreg!(tpidrro_el0, 0);
+            write_sysreg!(contextidr_el1, 0);
+            write_sysreg!(cntkctl_el1, 0);
+            write_sysreg!(cntv_ctl_el0, 0);
+            write_sysreg!(cntp_ctl_el0, 0);
+            core::arch::asm!(
+                "isb",
+                "tlbi vmalle1",
+                "dsb nsh",
+                "isb",
+                options(nostack, preserves_flags)
+            );
+        }
+        self.regs = GuestRegs {
+            pc: boot.entry,
+            pstate: PSTATE_EL1H_MASKED,
+            ..GuestRegs::default()
+        };
+        self.regs.x[0] = boot.context_id;
+    }
+
+    fn stop(&self, reason: &str) -> ! {
+        self.vm.stop(self.index, reason)
+    }
+
+    fn bump(&self, counter: Counter) {
+        self.vm.counters.bump(counter);
+    }
+
+    fn reg(&self, r: u8) -> u64 {
+        if r == 31 { 0 } else { self.regs.x[r as usize] }
+    }
+
+    fn set_reg(&mut self, r: u8, value: u64) {
+        if r != 31 {
+            self.regs.x[r as usize] = value;
+        }
+    }
+
+    fn handle_exit(&mut self, kind: ExitKind) -> Flow {
+        match kind {
+            ExitKind::Sync => self.handle_sync(),
+            ExitKind::Irq => {
+                // No host interrupt is enabled yet; the exit is counted and the
+                // guest resumes.
+                self.bump(Counter::ExitsIrq);
+                Flow::Resume
+            }
+            ExitKind::Fiq | ExitKind::SError | ExitKind::Aarch32 => self.stop(&format!(
+                "unexpected {kind:?} exit at PC {:#x} (ESR_EL2 {:#x})",
+                self.regs.pc, self.regs.esr
+            )),
+        }
+    }
+
+    fn handle_sync(&mut self) -> Flow {
+        let esr = self.regs.esr;
+        match ExceptionClass::from_esr(esr) {
+            ExceptionClass::DataAbortLower => {
+                self.bump(Counter::ExitsDabt);
+                self.data_abort(DataAbort::from_iss(iss(esr)))
+            }
+            ExceptionClass::InstructionAbortLower => {
+                self.bump(Counter::ExitsIabt);
+                self.instruction_abort(InstructionAbort::from_iss(iss(esr)))
+            }
+            ExceptionClass::Hvc64 => {
+                self.bump(Counter::ExitsHvc);
+                // ELR_EL2 already points after the HVC.
+                self.guest_call()
+            }
+            ExceptionClass::Smc64 => {
+                self.bump(Counter::ExitsSmc);
+                // A trapped SMC returns to the SMC itself: step over it.
+                self.regs.pc += 4;
+                self.guest_call()
+            }
+            ExceptionClass::SysReg64 => {
+                self.bump(Counter::ExitsSysreg);
+                self.sysreg(SysRegAccess::from_iss(iss(esr)));
+                Flow::Resume
+            }
+            ExceptionClass::WfiWfe => {
+                self.bump(Counter::ExitsWfx);
+                // Nothing can be pending for the guest yet: WFI completes at once.
+                self.regs.pc += 4;
+                Flow::Resume
+            }
+            class => self.stop(&format!(
+                "undecodable exit: EC {:#x} ({class:?}), ESR_EL2 {esr:#x}, PC {:#x}, FAR {:#x}",
+                class.code(),
+                self.regs.pc,
+                self.regs.far
+            )),
+        }
+    }
+
+    fn ipa(&self) -> u64 {
+        fault_ipa(self.regs.hpfar, self.regs.far)
+    }
+
+    fn data_abort(&mut self, abort: DataAbort) -> Flow {
+        let ipa = self.ipa();
+        match abort.status.kind {
+            FaultKind::Translation | FaultKind::AccessFlag => {}
+            other => self.stop(&format!(
+                "data abort at IPA {ipa:#x} with fault status {other:?} (level {:?}), PC {:#x}",
+                abort.status.level, self.regs.pc
+            )),
+        }
+        if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
+            return self.fault_in(slot, ipa);
+        }
+        if self.vm.is_uart(ipa) && !abort.stage1_walk {
+            return self.uart_access(abort, ipa);
+        }
+        self.inject(AbortKind::Data { write: abort.write }, ipa, "data");
+        Flow::Resume
+    }
+
+    fn instruction_abort(&mut self, abort: InstructionAbort) -> Flow {
+        let ipa = self.ipa();
+        match abort.status.kind {
+            FaultKind::Translation | FaultKind::AccessFlag => {}
+            other => self.stop(&format!(
+                "instruction abort at IPA {ipa:#x} with fault status {other:?}, PC {:#x}",
+                self.regs.pc
+            )),
+        }
+        if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
+            return self.fault_in(slot, ipa);
+        }
+        self.inject(AbortKind::Instruction, ipa, "instruction");
+        Flow::Resume
+    }
+
+    /// Maps the leaf around `ipa` (exclusive `map` behind the VM's stage-2 lock).
+    fn fault_in(&mut self, slot: SlotView, ipa: u64) -> Flow {
+        self.bump(Counter::Stage2Faults);
+        let Some(leaf) = fault::fault_mapping(slot, ipa, 1 << 30) else {
+            self.stop(&format!("IPA {ipa:#x} left its memslot during the fault"));
+        };
+        if self
+            .page_cache
+            .top_up(&FrameMemory, FAULT_CACHE_PAGES)
+            .is_err()
+        {
+            self.stop("out of memory for stage-2 tables");
+        }
+        let result = {
+            let mut stage2 = self.vm.stage2.lock();
+            if stage2.lookup(ipa).is_some() {
+                // Another vCPU mapped it since this one faulted.
+                return Flow::Resume;
+            }
+            stage2.map(
+                leaf.ipa,
+                leaf.size,
+                PhysAddr::new(leaf.pa),
+                Attributes::normal(Perms::RWX),
+                &mut self.page_cache,
+                &self.vm.tlb,
+            )
+        };
+        match result {
+            Ok(()) => {
+                self.bump(match leaf.size {
+                    0x4000_0000 => Counter::MappedBlocks1g,
+                    0x20_0000 => Counter::MappedBlocks2m,
+                    _ => Counter::MappedPages4k,
+                });
+                Flow::Resume
+            }
+            // A concurrent walker held an entry: the guest faults again.
+            Err(pgtable::Error::Again) => Flow::Resume,
+            Err(e) => self.stop(&format!(
+                "stage-2 map of IPA {:#x}+{:#x} failed: {e}",
+                leaf.ipa, leaf.size
+            )),
+        }
+    }
+
+    fn uart_access(&mut self, abort: DataAbort, ipa: u64) -> Flow {
+        let Some(access) = abort.access else {
+            log::warn!(
+                "vm{} vcpu{}: UART access at IPA {ipa:#x} without instruction syndrome (PC {:#x}) cannot be emulated",
+                self.vm.index,
+                self.index,
+                self.regs.pc
+            );
+            self.inject(AbortKind::Data { write: abort.write }, ipa, "data");
+            return Flow::Resume;
+        };
+        let offset = ipa - GUEST_UART_BASE;
+        if abort.write {
+            let value = mmio::store_value(access, self.reg(access.register)) as u32;
+            let result = self.vm.uart.lock().device.write(offset, value);
+            match result {
+                Ok(Some(byte)) => self.vm.console_byte(byte),
+                Ok(None) => {}
+                Err(e) => log::warn!(
+                    "vm{} vcpu{}: UART write ignored: {e:?}",
+                    self.vm.index,
+                    self.index
+                ),
+            }
+        } else {
+            let raw = match self.vm.uart.lock().device.read(offset) {
+                Ok(v) => u64::from(v),
+                Err(e) => {
+                    log::warn!(
+                        "vm{} vcpu{}: UART read as zero: {e:?}",
+                        self.vm.index,
+                        self.index
+                    );
+                    0
+                }
+            };
+            if let Some(value) = mmio::load_result(access, raw) {
+                self.set_reg(access.register, value);
+            }
+        }
+        self.regs.pc += 4;
+        Flow::Resume
+    }
+
+    fn inject(&mut self, kind: AbortKind, ipa: u64, what: &str) {
+        let state = GuestState {
+            pstate: self.regs.pstate,
+            pc: self.regs.pc,
+            far: self.regs.far,
+            vbar: read_sysreg!(vbar_el1),
+        };
+        let exception = match synchronous_external_abort(kind, state) {
+            Ok(e) => e,
+            Err(e) => self.stop(&format!(
+                "cannot inject an abort into guest mode {:#x}",
+                e.0
+            )),
+        };
+        // SAFETY: the EL1 exception registers belong to the guest running on
+        // this CPU; writing them is how the abort is delivered.
+        unsafe {
+            write_sysreg!(esr_el1, exception.esr);
+            write_sysreg!(far_el1, exception.far);
+            write_sysreg!(elr_el1, exception.elr);
+            write_sysreg!(spsr_el1, exception.spsr);
+        }
+        self.regs.pc = exception.pc;
+        self.regs.pstate = exception.pstate;
+        self.bump(Counter::InjectedAborts);
+        log::info!(
+            "vm{} vcpu{}: injected {what} abort: IPA {ipa:#x} is outside every memslot and device",
+            self.vm.index,
+            self.index
+        );
+    }
+
+    fn sysreg(&mut self, access: SysRegAccess) {
+        match sysreg_trap::policy(access.reg) {
+            SysRegPolicy::ReadAsZeroWriteIgnored(_) => {}
+            SysRegPolicy::Unknown => {
+                if !self.reported_sysregs.contains(&access.reg) {
+                    self.reported_sysregs.push(access.reg);
+                    log::warn!(
+                        "vm{} vcpu{}: trapped {} of unknown system register {}: reads as zero, writes ignored",
+                        self.vm.index,
+                        self.index,
+                        if access.read { "read" } else { "write" },
+                        access.reg
+                    );
+                }
+            }
+        }
+        if access.read {
+            self.set_reg(access.rt, 0);
+        }
+        self.regs.pc += 4;
+    }
+
+    fn guest_call(&mut self) -> Flow {
+        let x = &self.regs.x;
+        let call = GuestCall::decode([x[0], x[1], x[2], x[3]]);
+        let result = match call {
+            GuestCall::Psci(psci) => match self.psci(psci) {
+                Ok(value) => value,
+                Err(flow) => return flow,
+            },
+            GuestCall::SmcccVersion => SMCCC_VERSION_1_1,
+            GuestCall::TestReport { code } => {
+                self.bump(Counter::TestReports);
+                if code == 0 {
+                    log::info!("vm{} vcpu{}: test report: pass", self.vm.index, self.index);
+                } else {
+                    log::info!(
+                        "vm{} vcpu{}: test report: failure code {code:#x}",
+                        self.vm.index,
+                        self.index
+                    );
+                }
+                0
+            }
+            GuestCall::Unknown(id) => {
+                self.bump(Counter::UnknownHypercalls);
+                log::info!(
+                    "vm{} vcpu{}: unknown hypercall {id:#x}: returned NOT_SUPPORTED",
+                    self.vm.index,
+                    self.index
+                );
+                NOT_SUPPORTED
+            }
+        };
+        self.regs.x[0] = result;
+        Flow::Resume
+    }
+
+    /// Handles a PSCI call: `Ok(x0)` to resume with, or the flow when the vCPU
+    /// does not resume.
+    fn psci(&mut self, call: PsciCall) -> Result<u64, Flow> {
+        let vm = self.vm;
+        Ok(match call {
+            PsciCall::Version => VERSION_1_1,
+            PsciCall::Features { function_id } => {
+                if GuestCall::is_implemented(function_id) {
+                    0
+                } else {
+                    PsciError::NotSupported.to_register()
+                }
+            }
+            PsciCall::CpuOn {
+                target_mpidr,
+                entry,
+                context_id,
+            } => match vcpu_index(target_mpidr, vm.vcpus) {
+                None => PsciError::InvalidParameters.to_register(),
+                Some(_) if !vm.ram.contains(entry) => PsciError::InvalidAddress.to_register(),
+                Some(target) => match vm
+                    .power
+                    .request_on(target, BootRequest { entry, context_id })
+                {
+                    Ok(()) => {
+                        sysreg::send_event();
+                        0
+                    }
+                    Err(e) => e.to_register(),
+                },
+            },
+            PsciCall::CpuOff => {
+                vm.power.mark_off(self.index);
+                return Err(Flow::Off);
+            }
+            PsciCall::AffinityInfo {
+                target_mpidr,
+                lowest_level,
+            } => match vcpu_index(target_mpidr, vm.vcpus) {
+                Some(target) if lowest_level == 0 => vm.power.state(target).affinity_info(),
+                _ => PsciError::InvalidParameters.to_register(),
+            },
+            PsciCall::MigrateInfoType => MIGRATE_TYPE_NOT_PRESENT,
+            PsciCall::SystemOff => vm.system_off(self.index),
+            PsciCall::SystemReset => vm.system_reset(self.index),
+        })
+    }
+}
