@@ -1,4 +1,9 @@
-//! Turning a trapped data abort into an emulated device access and back.
+//! Emulated devices on the guest's physical address space, and turning a
+//! trapped data abort into a device access and back.
+//!
+//! [`MmioBus`] maps guest-physical windows to the emulated devices behind
+//! them (sorted, non-overlapping; a lookup is a binary search). The data-abort
+//! path asks it which device, if any, an IPA belongs to and at what offset.
 //!
 //! With a valid syndrome (`ISV`), the abort names the transfer register, the
 //! size, the direction and sign extension. A store's value is the register
@@ -7,6 +12,74 @@
 //! written back to the register, exactly as the load instruction would have.
 
 use crate::esr::DataAccess;
+use alloc::vec::Vec;
+
+/// An emulated device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceId {
+    /// The PL011 UART.
+    Uart,
+}
+
+/// A device's window on the guest-physical address space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmioRegion {
+    /// First IPA of the window.
+    pub base: u64,
+    /// Size in bytes (nonzero).
+    pub size: u64,
+    /// The device answering there.
+    pub device: DeviceId,
+}
+
+/// A region was refused: it is empty, wraps, or overlaps this region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionConflict(pub MmioRegion);
+
+/// The emulated devices of one VM.
+#[derive(Clone, Debug, Default)]
+pub struct MmioBus {
+    regions: Vec<MmioRegion>,
+}
+
+impl MmioBus {
+    /// A bus with no devices.
+    pub const fn new() -> Self {
+        Self {
+            regions: Vec::new(),
+        }
+    }
+
+    /// Adds `region`; refused if it is empty, wraps, or overlaps another.
+    pub fn add(&mut self, region: MmioRegion) -> Result<(), RegionConflict> {
+        let end = region
+            .base
+            .checked_add(region.size)
+            .filter(|_| region.size > 0)
+            .ok_or(RegionConflict(region))?;
+        let at = self.regions.partition_point(|r| r.base < region.base);
+        if let Some(next) = self.regions.get(at).filter(|next| next.base < end) {
+            return Err(RegionConflict(*next));
+        }
+        let prev = at.checked_sub(1).map(|i| self.regions[i]);
+        if let Some(prev) = prev.filter(|prev| prev.base + prev.size > region.base) {
+            return Err(RegionConflict(prev));
+        }
+        self.regions.insert(at, region);
+        Ok(())
+    }
+
+    /// The device at `ipa` and the offset into its window.
+    pub fn find(&self, ipa: u64) -> Option<(DeviceId, u64)> {
+        let at = self
+            .regions
+            .partition_point(|r| r.base <= ipa)
+            .checked_sub(1)?;
+        let region = self.regions[at];
+        let offset = ipa - region.base;
+        (offset < region.size).then_some((region.device, offset))
+    }
+}
 
 /// The bits an access of `size` bytes transfers.
 fn size_mask(size: u8) -> u64 {
@@ -55,6 +128,51 @@ mod tests {
             register,
             sixty_four,
         }
+    }
+
+    #[test]
+    fn bus() {
+        let mut bus = MmioBus::new();
+        let uart = MmioRegion {
+            base: 0x0900_0000,
+            size: 0x1000,
+            device: DeviceId::Uart,
+        };
+        bus.add(uart).expect("free");
+        assert_eq!(bus.find(0x0900_0000), Some((DeviceId::Uart, 0)));
+        assert_eq!(bus.find(0x0900_0ffc), Some((DeviceId::Uart, 0xffc)));
+        assert_eq!(bus.find(0x0900_1000), None);
+        assert_eq!(bus.find(0x08ff_ffff), None);
+        assert_eq!(
+            bus.add(MmioRegion {
+                base: 0x0900_0800,
+                ..uart
+            }),
+            Err(RegionConflict(uart))
+        );
+        assert_eq!(
+            bus.add(MmioRegion {
+                base: 0x08ff_f800,
+                ..uart
+            }),
+            Err(RegionConflict(uart))
+        );
+        assert!(bus.add(MmioRegion { size: 0, ..uart }).is_err());
+        assert!(
+            bus.add(MmioRegion {
+                base: u64::MAX,
+                ..uart
+            })
+            .is_err()
+        );
+        bus.add(MmioRegion {
+            base: 0x0800_0000,
+            size: 0x1_0000,
+            device: DeviceId::Uart,
+        })
+        .expect("free");
+        assert_eq!(bus.find(0x0800_0010), Some((DeviceId::Uart, 0x10)));
+        assert_eq!(bus.find(0x0900_0004), Some((DeviceId::Uart, 4)));
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub struct BootInfo {
     pub cpus_online: usize,
     /// The boot payload, if the boot loader passed one.
     pub payload: Option<PhysRange>,
+    /// TLB invalidation capabilities (read from the ID registers at boot).
+    pub tlb_caps: tlb::TlbCaps,
 }
 
 static BOOT_INFO: Once<BootInfo> = Once::new();
@@ -162,11 +164,21 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         platform.cpus.len()
     );
     let payload = platform.initrd;
+    let tlb_caps = tlb::TlbCaps::read();
+    log::info!(
+        "TLB maintenance: {}",
+        if tlb_caps.range {
+            "range invalidation (RIPAS2E1IS)"
+        } else {
+            "per-IPA, whole-VMID invalidation for ranges"
+        }
+    );
     BOOT_INFO.call_once(|| BootInfo {
         platform,
         features,
         cpus_online,
         payload,
+        tlb_caps,
     });
     super::vm::run_boot_cpu()
 }

@@ -23,9 +23,10 @@ use crate::esr::{
     DataAbort, ExceptionClass, FaultKind, InstructionAbort, SysRegAccess, fault_ipa, iss,
 };
 use crate::fault::{self, SlotView};
-use crate::guest_layout::{GUEST_UART_BASE, vcpu_index, vcpu_mpidr};
+use crate::guest_layout::{vcpu_index, vcpu_mpidr};
 use crate::hypercall::{GuestCall, NOT_SUPPORTED, SMCCC_VERSION_1_1};
 use crate::inject::{AbortKind, GuestState, synchronous_external_abort};
+use crate::mmio::DeviceId;
 use crate::psci::{BootRequest, MIGRATE_TYPE_NOT_PRESENT, PsciCall, PsciError, VERSION_1_1};
 use crate::sysreg_trap::{self, SysRegPolicy};
 use crate::{mmio, read_sysreg, write_sysreg};
@@ -268,8 +269,11 @@ impl Vcpu {
         if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
             return self.fault_in(slot, ipa);
         }
-        if self.vm.is_uart(ipa) && !abort.stage1_walk {
-            return self.uart_access(abort, ipa);
+        if !abort.stage1_walk {
+            match self.vm.mmio.find(ipa) {
+                Some((DeviceId::Uart, offset)) => return self.uart_access(abort, ipa, offset),
+                None => {}
+            }
         }
         self.inject(AbortKind::Data { write: abort.write }, ipa, "data");
         Flow::Resume
@@ -337,7 +341,7 @@ impl Vcpu {
         }
     }
 
-    fn uart_access(&mut self, abort: DataAbort, ipa: u64) -> Flow {
+    fn uart_access(&mut self, abort: DataAbort, ipa: u64, offset: u64) -> Flow {
         let Some(access) = abort.access else {
             log::warn!(
                 "vm{} vcpu{}: UART access at IPA {ipa:#x} without instruction syndrome (PC {:#x}) cannot be emulated",
@@ -348,7 +352,6 @@ impl Vcpu {
             self.inject(AbortKind::Data { write: abort.write }, ipa, "data");
             return Flow::Resume;
         };
-        let offset = ipa - GUEST_UART_BASE;
         if abort.write {
             let value = mmio::store_value(access, self.reg(access.register)) as u32;
             let result = self.vm.uart.lock().device.write(offset, value);

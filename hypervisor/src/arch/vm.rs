@@ -19,6 +19,7 @@ use crate::counters::VmCounters;
 use crate::guest_dtb::{self, GuestDtbConfig};
 use crate::guest_layout::{self, GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_SIZE};
 use crate::image::ImageHeader;
+use crate::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::pl011::{ConsoleLine, Pl011};
 use crate::psci::{BootRequest, PowerStates};
 use crate::ranges::PhysRange;
@@ -33,7 +34,7 @@ use crossbeam_epoch::Collector;
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, SlotSpec};
 use pgtable::{Stage2Config, Stage2PageTable};
 use spin::{Mutex, Once};
-use tlb::{Aarch64Tlb, TlbCaps};
+use tlb::Aarch64Tlb;
 
 /// Guest RAM backing is aligned to this, so 2 MiB blocks line up.
 const BACKING_ALIGN: u64 = 2 << 20;
@@ -70,6 +71,8 @@ pub struct Vm {
     pub memslots: Memslots,
     /// Guest RAM as an IPA range.
     pub ram: PhysRange,
+    /// Which emulated device answers at which IPA.
+    pub mmio: MmioBus,
     /// The emulated PL011.
     pub uart: Mutex<GuestUart>,
     /// vCPU power states.
@@ -105,6 +108,8 @@ pub enum VmError {
     NoHostMemory(u64),
     /// The guest device tree could not be written.
     Dtb(guest_dtb::GuestDtbError),
+    /// Two emulated devices claim the same addresses.
+    Devices(crate::mmio::RegionConflict),
     /// The stage-2 table could not be created.
     Stage2(pgtable::Error),
     /// The memslot could not be created.
@@ -130,6 +135,7 @@ impl core::fmt::Display for VmError {
             ),
             Self::NoHostMemory(n) => write!(f, "no {} MiB of host memory for guest RAM", n >> 20),
             Self::Dtb(e) => write!(f, "guest device tree: {}", e.0),
+            Self::Devices(e) => write!(f, "device window conflict at {:#x}", e.0.base),
             Self::Stage2(e) => write!(f, "stage-2 table: {e}"),
             Self::Memslot(e) => write!(f, "memslot: {e}"),
         }
@@ -152,11 +158,6 @@ impl Vm {
             size: slot.npages() << memslot::PAGE_SHIFT,
             backing: slot.backing().0,
         })
-    }
-
-    /// True when `ipa` is in the emulated UART's window.
-    pub fn is_uart(&self, ipa: u64) -> bool {
-        (GUEST_UART_BASE..GUEST_UART_BASE + GUEST_UART_SIZE).contains(&ipa)
     }
 
     /// True once the VM is shutting down.
@@ -325,6 +326,13 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         };
         memslots.create(&handle, spec).map_err(VmError::Memslot)?;
     }
+    let mut mmio = MmioBus::new();
+    mmio.add(MmioRegion {
+        base: GUEST_UART_BASE,
+        size: GUEST_UART_SIZE,
+        device: DeviceId::Uart,
+    })
+    .map_err(VmError::Devices)?;
     let vm = Box::leak(Box::new(Vm {
         index,
         vcpus,
@@ -332,10 +340,11 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         vtcr,
         vttbr,
         fwb: features.fwb,
-        tlb: CountingTlb::new(Aarch64Tlb::new(TlbCaps::read()), counters),
+        tlb: CountingTlb::new(Aarch64Tlb::new(info.tlb_caps), counters),
         collector,
         memslots,
         ram,
+        mmio,
         uart: Mutex::new(GuestUart {
             device: Pl011::new(),
             line: ConsoleLine::new(),
