@@ -54,6 +54,9 @@ pub struct Platform {
     pub ram: Vec<PhysRange>,
     /// Memory that must not be used (reservation block and `/reserved-memory`).
     pub reserved: Vec<PhysRange>,
+    /// The `/reserved-memory` regions marked `no-map`: not even mapped, since
+    /// speculative accesses to them may fault (secure firmware memory).
+    pub no_map: Vec<PhysRange>,
     /// The console UART (a PL011).
     pub uart: PhysRange,
     /// The interrupt controller, when it is a GICv3.
@@ -220,16 +223,22 @@ impl Platform {
             .memory_reservations()
             .map(|r| PhysRange::from_start_size(r.address() as u64, r.size() as u64))
             .collect();
+        let mut no_map = Vec::new();
         for located in &nodes {
             let parent_is_reserved = fdt.find_node("/reserved-memory").is_some_and(|rm| {
                 rm.children()
                     .any(|c| core::ptr::eq(c.name, located.node.name))
             });
             if parent_is_reserved {
-                reserved.extend(reg_ranges(*located)?);
+                let regions = reg_ranges(*located)?;
+                if located.node.property("no-map").is_some() {
+                    no_map.extend(regions.iter().copied());
+                }
+                reserved.extend(regions);
             }
         }
         let reserved = crate::ranges::normalize(reserved);
+        let no_map = crate::ranges::normalize(no_map);
 
         let chosen = fdt.find_node("/chosen");
         let find = |node: FdtNode<'_, '_>| {
@@ -340,6 +349,7 @@ impl Platform {
             model,
             ram,
             reserved,
+            no_map,
             uart,
             gic,
             timer,
@@ -421,7 +431,12 @@ mod tests {
         let fw = w.begin_node("fw@88000000").expect("node");
         w.property_array_u64("reg", &[0x8800_0000, 0x10_0000])
             .expect("p");
+        w.property_null("no-map").expect("p");
         w.end_node(fw).expect("end");
+        let pool = w.begin_node("pool@89000000").expect("node");
+        w.property_array_u64("reg", &[0x8900_0000, 0x1000])
+            .expect("p");
+        w.end_node(pool).expect("end");
         w.end_node(rm).expect("end");
         let chosen = w.begin_node("chosen").expect("node");
         if with_uart {
@@ -473,8 +488,13 @@ mod tests {
             p.reserved,
             vec![
                 PhysRange::from_start_size(0x8000_0000, 0x1000),
-                PhysRange::from_start_size(0x8800_0000, 0x10_0000)
+                PhysRange::from_start_size(0x8800_0000, 0x10_0000),
+                PhysRange::from_start_size(0x8900_0000, 0x1000)
             ]
+        );
+        assert_eq!(
+            p.no_map,
+            vec![PhysRange::from_start_size(0x8800_0000, 0x10_0000)]
         );
         assert_eq!(
             p.uart.start, 0x2000,

@@ -7,7 +7,8 @@
 //! from RAM minus the image, the device tree, the boot payload and reserved
 //! memory. The EL2 translation is an identity map built with `aarch64-paging`:
 //! the image's text read-only and executable, the rest of RAM read-write and
-//! execute-never, the UART and GIC as device memory.
+//! execute-never (except `no-map` reserved memory, left unmapped), the UART
+//! and GIC as device memory.
 
 use crate::platform::Platform;
 use crate::ranges::{self, PhysRange};
@@ -129,7 +130,9 @@ pub fn init(platform: &Platform, in_use: Vec<PhysRange>) -> Result<MemorySummary
     };
     let region = |r: PhysRange| MemoryRegion::new(r.start as usize, r.end as usize);
     for r in &platform.ram {
-        for part in ranges::subtract(alloc::vec![*r], alloc::vec![text]) {
+        let mut holes = alloc::vec![text];
+        holes.extend(platform.no_map.iter().map(|r| r.align_out(FRAME_SIZE)));
+        for part in ranges::subtract(alloc::vec![*r], holes) {
             map.map_range(&region(part), normal | El23Attributes::XN)
                 .map_err(MemoryError::Map)?;
         }
