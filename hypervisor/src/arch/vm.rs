@@ -173,6 +173,14 @@ impl Vm {
         }
     }
 
+    /// Marks the VM as stopping; a CPU that finds it already stopping (another
+    /// vCPU got there first and is reporting) stops here.
+    fn begin_stop(&self) {
+        if self.stopping.swap(true, Ordering::AcqRel) {
+            firmware::halt();
+        }
+    }
+
     fn flush_console(&self) {
         let mut uart = self.uart.lock();
         let rest = uart.line.take();
@@ -189,7 +197,7 @@ impl Vm {
 
     /// Guest `SYSTEM_OFF`: reports and powers the machine off.
     pub fn system_off(&self, vcpu: usize) -> ! {
-        self.stopping.store(true, Ordering::Release);
+        self.begin_stop();
         self.flush_console();
         log::info!("vm{} vcpu{vcpu}: PSCI SYSTEM_OFF", self.index);
         self.print_counters();
@@ -199,7 +207,7 @@ impl Vm {
 
     /// Guest `SYSTEM_RESET`: reports and resets the machine.
     pub fn system_reset(&self, vcpu: usize) -> ! {
-        self.stopping.store(true, Ordering::Release);
+        self.begin_stop();
         self.flush_console();
         log::info!("vm{} vcpu{vcpu}: PSCI SYSTEM_RESET", self.index);
         self.print_counters();
@@ -211,7 +219,7 @@ impl Vm {
     /// hypervisor stays in control: it reports, and with no VM left to run it
     /// powers the machine off in order.
     pub fn stop(&self, vcpu: usize, reason: &str) -> ! {
-        self.stopping.store(true, Ordering::Release);
+        self.begin_stop();
         self.flush_console();
         log::error!("vm{} vcpu{vcpu}: stopping the VM: {reason}", self.index);
         self.print_counters();
