@@ -14,15 +14,19 @@ use crate::addr::PhysAddr;
 use crate::cache::PageCache;
 use crate::descriptor::{Descriptor, ENTRIES_PER_TABLE, LAST_LEVEL, PAGE_SIZE};
 use crate::mm::PageTableMemory;
+use crate::sync::{owned_slots, read_owned, write_owned};
 use crate::table::free_subtree;
-use crate::walk::{VisitContext, WalkError, table_slots};
-use core::sync::atomic::Ordering;
+use crate::walk::{VisitContext, WalkError};
 use tlb::{Scope, TlbInvalidate, TlbTarget};
 
 /// What happens to a table unlinked by a walk.
-pub(crate) enum Reclaim {
-    /// Freed as soon as the TLB no longer references it (exclusive walks).
+pub(crate) enum Reclaim<'g> {
+    /// Freed as soon as the TLB no longer references it (exclusive walks:
+    /// no other walker exists).
     Now,
+    /// Retired: the function defers freeing the subtree `(table, level)`
+    /// until every walker that could still see it has unpinned (shared walks).
+    Epoch(&'g dyn Fn(PhysAddr, u8)),
 }
 
 /// Everything an updating visitor needs besides the slot.
@@ -31,7 +35,7 @@ pub(crate) struct Env<'a, M: PageTableMemory, T: TlbInvalidate> {
     pub(crate) tlb: &'a T,
     pub(crate) target: &'a TlbTarget,
     pub(crate) fwb: bool,
-    pub(crate) reclaim: Reclaim,
+    pub(crate) reclaim: Reclaim<'a>,
 }
 
 impl<M: PageTableMemory, T: TlbInvalidate> Env<'_, M, T> {
@@ -76,6 +80,7 @@ impl<M: PageTableMemory, T: TlbInvalidate> Env<'_, M, T> {
             // subtree, the TLB was invalidated for its span, and no other
             // walker exists.
             Reclaim::Now => unsafe { free_subtree(self.mm, table, level) },
+            Reclaim::Epoch(retire) => retire(table, level),
         }
     }
 
@@ -89,9 +94,9 @@ impl<M: PageTableMemory, T: TlbInvalidate> Env<'_, M, T> {
     ) -> Result<PhysAddr, WalkError> {
         let page = cache.pop().ok_or(WalkError::NoMemory)?;
         // SAFETY: the page came from the cache: ours, live and unpublished.
-        let slots = unsafe { table_slots(self.mm, page, ENTRIES_PER_TABLE) };
-        for (i, slot) in slots.iter().enumerate() {
-            slot.store(block.child_of_block(level, i).raw(), Ordering::Relaxed);
+        let slots = unsafe { owned_slots(self.mm, page) };
+        for (i, slot) in slots.iter_mut().enumerate() {
+            write_owned(slot, block.child_of_block(level, i).raw());
         }
         Ok(page)
     }
@@ -111,11 +116,11 @@ impl<M: PageTableMemory, T: TlbInvalidate> Env<'_, M, T> {
         let table = self.block_children(cache, block, level)?;
         if level + 1 < LAST_LEVEL {
             // SAFETY: the table was just built by us and is unpublished.
-            let slots = unsafe { table_slots(self.mm, table, ENTRIES_PER_TABLE) };
+            let slots = unsafe { owned_slots(self.mm, table) };
             for slot in slots {
-                let child = Descriptor::from_raw(slot.load(Ordering::Relaxed));
+                let child = Descriptor::from_raw(read_owned(slot));
                 let sub = self.page_subtree(cache, child, level + 1)?;
-                slot.store(Descriptor::table(sub).raw(), Ordering::Relaxed);
+                write_owned(slot, Descriptor::table(sub).raw());
             }
         }
         Ok(table)

@@ -21,6 +21,9 @@ pub const ENTRIES_PER_TABLE: usize = 512;
 /// The deepest level (pages).
 pub const LAST_LEVEL: u8 = 3;
 
+/// Sizes a leaf can have: a page, a 2 MiB block, a 1 GiB block.
+pub const LEAF_SIZES: [u64; 3] = [PAGE_SIZE, 2 << 20, 1 << 30];
+
 /// Bytes covered by one entry at `level` (0..=3).
 pub const fn level_size(level: u8) -> u64 {
     1 << level_shift(level)

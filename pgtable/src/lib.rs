@@ -31,9 +31,12 @@ mod bbm;
 mod cache;
 mod config;
 mod descriptor;
+mod fault;
 mod map;
 mod mm;
+mod mmu;
 mod split;
+mod sync;
 mod table;
 mod unmap;
 pub mod walk;
@@ -45,12 +48,15 @@ pub use addr::PhysAddr;
 pub use attrs::FlushNeeded;
 pub use cache::{OutOfMemory, PageCache};
 pub use config::{ConfigError, Stage2Config};
+pub use crossbeam_epoch::LocalHandle;
 pub use descriptor::{
-    Attributes, Descriptor, ENTRIES_PER_TABLE, LAST_LEVEL, MemType, PAGE_SHIFT, PAGE_SIZE, Perms,
-    SOFTWARE_BITS, level_shift, level_size,
+    Attributes, Descriptor, ENTRIES_PER_TABLE, LAST_LEVEL, LEAF_SIZES, MemType, PAGE_SHIFT,
+    PAGE_SIZE, Perms, SOFTWARE_BITS, level_shift, level_size,
 };
+pub use fault::{FAULT_CACHE_PAGES, FaultMapping};
 pub use mm::PageTableMemory;
 #[cfg(any(test, feature = "host"))]
 pub use mm::{HostMemory, POISON};
+pub use mmu::{Mmu, MmuReader, MmuWriter};
 pub use split::{SkipHints, SplitStats};
 pub use table::{Error, Mapping, Stage2PageTable};

@@ -211,7 +211,7 @@ impl<M: PageTableMemory, T: TlbInvalidate> Visitor for MapVisitor<'_, M, T> {
 }
 
 impl<M: PageTableMemory> Stage2PageTable<M> {
-    fn check_output(&self, size: u64, pa: PhysAddr) -> Result<(), Error> {
+    pub(crate) fn check_output(&self, size: u64, pa: PhysAddr) -> Result<(), Error> {
         if !pa.is_aligned(PAGE_SIZE) {
             return Err(Error::Unaligned);
         }

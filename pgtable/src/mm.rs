@@ -74,9 +74,7 @@ mod host {
     extern crate std;
 
     use super::{PageTableMemory, PhysAddr};
-    use crate::descriptor::PAGE_SIZE;
     use core::ptr::NonNull;
-    use std::alloc::{Layout, alloc_zeroed, dealloc};
     use std::collections::{HashMap, VecDeque};
     use std::sync::Mutex;
 
@@ -96,15 +94,18 @@ mod host {
         allocations: u64,
         limit: Option<usize>,
         poison_violations: usize,
+        backing: backing::Backing,
     }
 
     /// Host page-table memory with checks (feature `host`).
     ///
-    /// "Physical" addresses are the host addresses of the pages. Freed pages
-    /// are poisoned with [`POISON`] and quarantined for the next 4096 frees;
-    /// a page written after its free is counted as a poison violation when it
-    /// leaves quarantine or when [`check_quarantine`](Self::check_quarantine)
-    /// runs. Freeing a page that is not live panics.
+    /// "Physical" addresses are the host addresses of the pages (under
+    /// `--cfg loom`, where slots are loom atomics, they are made-up aligned
+    /// addresses of boxed slot arrays). Freed pages are poisoned with
+    /// [`POISON`] and quarantined for the next 4096 frees; a page written
+    /// after its free is counted as a poison violation when it leaves
+    /// quarantine or when [`check_quarantine`](Self::check_quarantine) runs.
+    /// Freeing a page that is not live panics.
     #[derive(Default)]
     pub struct HostMemory {
         state: Mutex<State>,
@@ -147,56 +148,34 @@ mod host {
             self.state().poison_violations
         }
 
-        /// Checks every quarantined page for writes after free and returns
-        /// the number of violations found so far in total.
+        /// Checks every quarantined page for writes after free, releases
+        /// them, and returns the number of violations found so far in total.
         pub fn check_quarantine(&self) -> usize {
-            let mut state = self.state();
-            let bad = state
-                .quarantine
-                .iter()
-                .filter(|&&(pa, count)| !poison_intact(pa, count))
-                .count();
-            state.poison_violations += bad;
-            let total = state.poison_violations;
-            // Count each violation once: release the checked pages.
+            let mut guard = self.state();
+            let state = &mut *guard;
             while let Some((pa, count)) = state.quarantine.pop_front() {
-                release(pa, count);
+                if !state.backing.poison_intact(pa, count) {
+                    state.poison_violations += 1;
+                }
+                state.backing.release(pa, count);
             }
-            total
+            state.poison_violations
         }
-    }
-
-    fn layout(count: usize) -> Layout {
-        let bytes = count * PAGE_SIZE as usize;
-        Layout::from_size_align(bytes, bytes).expect("page layout")
-    }
-
-    fn poison_intact(pa: u64, count: usize) -> bool {
-        let words = count * PAGE_SIZE as usize / 8;
-        // SAFETY: quarantined pages stay allocated until `release`.
-        let slice = unsafe { core::slice::from_raw_parts(pa as *const u64, words) };
-        slice.iter().all(|&w| w == POISON)
-    }
-
-    fn release(pa: u64, count: usize) {
-        // SAFETY: `pa` came from `alloc_zeroed` with this layout and leaves
-        // quarantine exactly once.
-        unsafe { dealloc(pa as *mut u8, layout(count)) }
     }
 
     impl Drop for HostMemory {
         fn drop(&mut self) {
             let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
             while let Some((pa, count)) = state.quarantine.pop_front() {
-                release(pa, count);
+                state.backing.release(pa, count);
             }
             // Live pages are leaked on purpose: a table may still use them.
         }
     }
 
-    // SAFETY: pages come zeroed from the global allocator with a layout
-    // aligned to their size, stay allocated while live (and quarantined), and
-    // the identity mapping makes `phys_to_virt` valid for live pages.
+    // SAFETY: pages come zeroed with an alignment of their size, stay
+    // allocated while live (and while quarantined), and `phys_to_virt`
+    // returns their address.
     unsafe impl PageTableMemory for HostMemory {
         fn alloc_zeroed_pages(&self, count: usize) -> Option<PhysAddr> {
             assert!(
@@ -210,12 +189,7 @@ mod host {
             {
                 return None;
             }
-            // SAFETY: the layout has a nonzero size.
-            let ptr = unsafe { alloc_zeroed(layout(count)) };
-            if ptr.is_null() {
-                return None;
-            }
-            let pa = ptr as u64;
+            let pa = state.backing.alloc_zeroed(count)?;
             state.live.insert(pa, count);
             state.live_pages += count;
             state.allocations += 1;
@@ -223,35 +197,152 @@ mod host {
         }
 
         unsafe fn free_pages(&self, pa: PhysAddr, count: usize) {
-            let mut state = self.state();
+            let mut guard = self.state();
+            let state = &mut *guard;
             match state.live.remove(&pa.as_u64()) {
                 Some(n) if n == count => {}
                 Some(n) => panic!("free of {pa} with {count} pages, allocated with {n}"),
                 None => panic!("double free (or free of a page never allocated) at {pa}"),
             }
             state.live_pages -= count;
-            let words = count * PAGE_SIZE as usize / 8;
-            // SAFETY: the allocation is still ours; nothing may use it now.
-            let slice = unsafe { core::slice::from_raw_parts_mut(pa.as_u64() as *mut u64, words) };
-            slice.fill(POISON);
+            state.backing.poison(pa.as_u64(), count);
             state.quarantine.push_back((pa.as_u64(), count));
             if state.quarantine.len() > QUARANTINE {
                 let (old, old_count) = state.quarantine.pop_front().expect("non-empty quarantine");
-                if !poison_intact(old, old_count) {
+                if !state.backing.poison_intact(old, old_count) {
                     state.poison_violations += 1;
                 }
-                release(old, old_count);
+                state.backing.release(old, old_count);
             }
         }
 
         fn phys_to_virt(&self, pa: PhysAddr) -> NonNull<u64> {
-            NonNull::new(pa.as_u64() as *mut u64).expect("null physical address")
+            backing::Backing::pointer(self, pa.as_u64())
         }
     }
 
-    #[cfg(test)]
+    /// Page storage: raw host memory.
+    #[cfg(not(loom))]
+    mod backing {
+        extern crate std;
+
+        use super::HostMemory;
+        use crate::descriptor::PAGE_SIZE;
+        use core::ptr::NonNull;
+        use std::alloc::{Layout, alloc_zeroed, dealloc};
+
+        #[derive(Default)]
+        pub(super) struct Backing;
+
+        fn layout(count: usize) -> Layout {
+            let bytes = count * PAGE_SIZE as usize;
+            Layout::from_size_align(bytes, bytes).expect("page layout")
+        }
+
+        impl Backing {
+            pub(super) fn alloc_zeroed(&mut self, count: usize) -> Option<u64> {
+                // SAFETY: the layout has a nonzero size.
+                let ptr = unsafe { alloc_zeroed(layout(count)) };
+                (!ptr.is_null()).then_some(ptr as u64)
+            }
+
+            pub(super) fn poison(&mut self, pa: u64, count: usize) {
+                let n = count * PAGE_SIZE as usize / 8;
+                // SAFETY: the allocation is still ours (quarantined); the
+                // caller freed it, so nothing may use it now.
+                unsafe { core::slice::from_raw_parts_mut(pa as *mut u64, n) }.fill(super::POISON);
+            }
+
+            pub(super) fn poison_intact(&mut self, pa: u64, count: usize) -> bool {
+                let n = count * PAGE_SIZE as usize / 8;
+                // SAFETY: quarantined pages stay allocated until `release`.
+                unsafe { core::slice::from_raw_parts(pa as *mut u64, n) }
+                    .iter()
+                    .all(|&w| w == super::POISON)
+            }
+
+            pub(super) fn release(&mut self, pa: u64, count: usize) {
+                // SAFETY: `pa` came from `alloc_zeroed` with this layout and
+                // leaves quarantine exactly once.
+                unsafe { dealloc(pa as *mut u8, layout(count)) }
+            }
+
+            pub(super) fn pointer(_: &HostMemory, pa: u64) -> NonNull<u64> {
+                NonNull::new(pa as *mut u64).expect("null physical address")
+            }
+        }
+    }
+
+    /// Page storage under loom: boxed arrays of loom atomics at made-up
+    /// physical addresses.
+    #[cfg(loom)]
+    mod backing {
+        extern crate std;
+
+        use super::HostMemory;
+        use crate::descriptor::{ENTRIES_PER_TABLE, PAGE_SIZE};
+        use crate::sync::{AtomicU64, read_owned, write_owned};
+        use core::ptr::NonNull;
+        use std::boxed::Box;
+        use std::collections::HashMap;
+
+        #[derive(Default)]
+        pub(super) struct Backing {
+            pages: HashMap<u64, Box<[AtomicU64]>>,
+            next: u64,
+        }
+
+        impl Backing {
+            pub(super) fn alloc_zeroed(&mut self, count: usize) -> Option<u64> {
+                let size = count as u64 * PAGE_SIZE;
+                let pa = (self.next.max(1 << 30)).next_multiple_of(size);
+                self.next = pa + size;
+                let slots = (0..count * ENTRIES_PER_TABLE)
+                    .map(|_| AtomicU64::new(0))
+                    .collect();
+                self.pages.insert(pa, slots);
+                Some(pa)
+            }
+
+            pub(super) fn poison(&mut self, pa: u64, _: usize) {
+                for slot in self.pages.get_mut(&pa).expect("allocated page").iter_mut() {
+                    write_owned(slot, super::POISON);
+                }
+            }
+
+            pub(super) fn poison_intact(&mut self, pa: u64, _: usize) -> bool {
+                self.pages
+                    .get_mut(&pa)
+                    .expect("allocated page")
+                    .iter_mut()
+                    .all(|s| read_owned(s) == super::POISON)
+            }
+
+            pub(super) fn release(&mut self, pa: u64, _: usize) {
+                self.pages.remove(&pa);
+            }
+
+            pub(super) fn pointer(memory: &HostMemory, pa: u64) -> NonNull<u64> {
+                let state = memory.state();
+                // Pages inside a concatenated root resolve to their allocation.
+                let (&base, slots) = state
+                    .backing
+                    .pages
+                    .iter()
+                    .find(|&(&base, slots)| {
+                        base <= pa && pa < base + (slots.len() as u64 / 512) * PAGE_SIZE
+                    })
+                    .expect("physical address of no page");
+                let index = ((pa - base) / PAGE_SIZE) as usize * ENTRIES_PER_TABLE;
+                NonNull::from(&slots[index]).cast()
+            }
+        }
+    }
+
+    #[cfg(all(test, not(loom)))]
     mod tests {
         use super::*;
+        use crate::descriptor::PAGE_SIZE;
 
         #[test]
         fn counts_poisons_and_checks() {

@@ -14,10 +14,10 @@ use crate::descriptor::{
     Attributes, Descriptor, ENTRIES_PER_TABLE, LAST_LEVEL, PAGE_SIZE, level_shift,
 };
 use crate::mm::PageTableMemory;
+use crate::sync::{Ordering, owned_slots, read_owned};
 use crate::walk::{
     Step, VisitContext, VisitKind, Visitor, WalkError, WalkFlags, Walker, table_slots,
 };
-use core::sync::atomic::Ordering;
 use tlb::{TlbInvalidate, TlbTarget};
 
 /// Why an operation failed.
@@ -38,6 +38,9 @@ pub enum Error {
     Again,
     /// The configuration is unusable.
     Config(ConfigError),
+    /// The epoch handle given to a shared operation belongs to another
+    /// MMU's collector, so pinning it would protect nothing.
+    ForeignHandle,
 }
 
 impl From<WalkError> for Error {
@@ -65,6 +68,7 @@ impl core::fmt::Display for Error {
             Self::NoMemory => f.write_str("page cache exhausted"),
             Self::Again => f.write_str("entry busy, retry"),
             Self::Config(e) => write!(f, "configuration: {e}"),
+            Self::ForeignHandle => f.write_str("epoch handle of another MMU"),
         }
     }
 }
@@ -329,9 +333,9 @@ pub(crate) fn table_is_empty<M: PageTableMemory + ?Sized>(mm: &M, table: PhysAdd
 pub(crate) unsafe fn free_subtree<M: PageTableMemory + ?Sized>(mm: &M, table: PhysAddr, level: u8) {
     if level < LAST_LEVEL {
         // SAFETY: the caller owns the subtree.
-        let slots = unsafe { table_slots(mm, table, ENTRIES_PER_TABLE) };
+        let slots = unsafe { owned_slots(mm, table) };
         for slot in slots {
-            let d = Descriptor::from_raw(slot.load(Ordering::Relaxed));
+            let d = Descriptor::from_raw(read_owned(slot));
             if d.is_table(level) {
                 // SAFETY: a child of an owned, unreachable subtree.
                 unsafe { free_subtree(mm, d.output(), level + 1) };

@@ -19,9 +19,9 @@ use crate::cache::PageCache;
 use crate::descriptor::Descriptor;
 use crate::map::{MapVisitor, fresh_tables};
 use crate::mm::PageTableMemory;
+use crate::sync::{owned_slots, read_owned, write_owned};
 use crate::table::{Error, Stage2PageTable, table_is_empty};
-use crate::walk::{Step, VisitContext, VisitKind, Visitor, WalkError, WalkFlags, table_slots};
-use core::sync::atomic::Ordering;
+use crate::walk::{Step, VisitContext, VisitKind, Visitor, WalkError, WalkFlags};
 use tlb::{FlushBatch, Scope, TlbInvalidate};
 
 /// Unlinked table pages waiting for the TLB flush, linked through slot 0.
@@ -37,8 +37,8 @@ impl PendingFree {
     fn push<M: PageTableMemory>(&mut self, mm: &M, page: PhysAddr) {
         let link = self.head.map_or(0, |next| next.as_u64() | LINK);
         // SAFETY: `page` is an unlinked, empty table page owned by this walk.
-        let slots = unsafe { table_slots(mm, page, 1) };
-        slots[0].store(link, Ordering::Relaxed);
+        let slots = unsafe { owned_slots(mm, page) };
+        write_owned(&mut slots[0], link);
         self.head = Some(page);
     }
 
@@ -50,7 +50,7 @@ impl PendingFree {
     unsafe fn free_all<M: PageTableMemory>(&mut self, mm: &M) {
         while let Some(page) = self.head {
             // SAFETY: the page is on the list, so live and owned by it.
-            let link = unsafe { table_slots(mm, page, 1) }[0].load(Ordering::Relaxed);
+            let link = read_owned(&mut unsafe { owned_slots(mm, page) }[0]);
             self.head = (link != 0).then(|| PhysAddr::new(link & !LINK));
             // SAFETY: unreachable since the flush (caller's guarantee).
             unsafe { mm.free_pages(page, 1) };

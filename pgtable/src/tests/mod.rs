@@ -3,6 +3,7 @@
 
 mod edges;
 mod model;
+mod shared;
 
 extern crate std;
 

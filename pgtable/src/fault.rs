@@ -1,0 +1,160 @@
+//! The fault path: shared walks that fix one stage-2 fault.
+//!
+//! Every vCPU handles its faults at the same time, under the read side of the
+//! MMU lock ([`crate::MmuReader`]). Each fix is a walk with
+//! [`WalkFlags::SHARED`] and [`WalkFlags::HANDLE_FAULT`]: every slot change is
+//! a compare-and-swap against the value the walker read, break-before-make
+//! parks the locked marker in the slot (exactly one walker wins), and a walker
+//! that meets a locked entry or loses a swap stops with `Again`, which the
+//! vCPU turns into "re-enter the guest" (the fault recurs if still needed).
+//!
+//! - [`Stage2PageTable::map_shared`] installs a leaf of the size the caller
+//!   allows (4 KiB, or a 2 MiB / 1 GiB block where the memslot and alignment
+//!   permit), splitting a block or collapsing a table on the way with
+//!   break-before-make, exactly as the exclusive map does;
+//! - [`Stage2PageTable::relax_shared`] adds permissions to the leaf and
+//!   flushes it on this CPU only;
+//! - [`Stage2PageTable::set_young_shared`] sets the access flag.
+//!
+//! Tables unlinked by a shared walk are retired to the epoch collector with
+//! the walk's guard and freed, subtree and all, once every walker that could
+//! still see them has unpinned.
+
+use crate::addr::PhysAddr;
+use crate::bbm::{Env, Reclaim};
+use crate::cache::PageCache;
+use crate::descriptor::{Attributes, LEAF_SIZES, PAGE_SIZE, Perms};
+use crate::map::{MapVisitor, Placement};
+use crate::mm::PageTableMemory;
+use crate::table::{Error, Stage2PageTable, free_subtree};
+use crate::walk::{Step, VisitContext, VisitKind, WalkError, WalkFlags};
+use crossbeam_epoch::Guard;
+use tlb::{Scope, TlbInvalidate};
+
+/// Table pages one fault can take at most: a table at each of levels 1-3.
+pub const FAULT_CACHE_PAGES: usize = 3;
+
+/// The leaf a translation fault installs: `[ipa, ipa + size)` to `pa` with
+/// `attrs`, where `size` (4 KiB, 2 MiB or 1 GiB) is the largest leaf the
+/// memslot allows and both addresses are aligned to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultMapping {
+    /// First IPA of the leaf.
+    pub ipa: u64,
+    /// Size of the leaf.
+    pub size: u64,
+    /// Output address of `ipa`.
+    pub pa: PhysAddr,
+    /// Permissions and memory type.
+    pub attrs: Attributes,
+}
+
+const FAULT_WALK: WalkFlags = WalkFlags::SHARED.union(WalkFlags::HANDLE_FAULT);
+
+impl<M: PageTableMemory + Clone + Send + 'static> Stage2PageTable<M> {
+    /// Defers freeing an unlinked subtree past every walker pinned now.
+    fn retire<'g>(&'g self, guard: &'g Guard) -> impl Fn(PhysAddr, u8) + 'g {
+        move |table, level| {
+            let mm = self.mm.clone();
+            guard.defer(move || {
+                // SAFETY: the subtree was unlinked and its span flushed before
+                // it was retired, and the epoch runs this only after every
+                // walker that was pinned then (and so could still see it)
+                // has unpinned: nothing can reach it any more.
+                unsafe { free_subtree(&mm, table, level) }
+            });
+        }
+    }
+
+    /// Installs `leaf` in a shared walk. The caller holds the read side of
+    /// the MMU lock and `guard` pins this CPU.
+    pub(crate) fn map_shared(
+        &self,
+        guard: &Guard,
+        leaf: FaultMapping,
+        cache: &mut PageCache,
+        tlb: &impl TlbInvalidate,
+    ) -> Result<(), Error> {
+        let FaultMapping {
+            ipa,
+            size,
+            pa,
+            attrs,
+        } = leaf;
+        if !LEAF_SIZES.contains(&size) || !ipa.is_multiple_of(size) || !pa.is_aligned(size) {
+            return Err(Error::Unaligned);
+        }
+        let end = self.check_range(ipa, size)?;
+        self.check_output(size, pa)?;
+        let retire = self.retire(guard);
+        let env = Env {
+            mm: &self.mm,
+            tlb,
+            target: &self.target,
+            fwb: self.config.fwb(),
+            reclaim: Reclaim::Epoch(&retire),
+        };
+        let placement = Placement {
+            ipa,
+            pa,
+            attrs,
+            fwb: self.config.fwb(),
+        };
+        let mut visitor = MapVisitor {
+            env,
+            cache,
+            placement,
+        };
+        let flags = FAULT_WALK | WalkFlags::LEAF | WalkFlags::TABLE_PRE;
+        Ok(self.walk_range(ipa, end, flags, &mut visitor)?)
+    }
+
+    /// Applies `update` to the leaf mapping the page of `ipa` in a shared
+    /// walk; `Again` when no valid leaf maps it (unmapped or locked).
+    /// Returns the leaf's `(base, level)` when it changed.
+    fn update_leaf_shared(
+        &self,
+        ipa: u64,
+        update: impl Fn(crate::Descriptor) -> crate::Descriptor,
+    ) -> Result<Option<(u64, u8)>, Error> {
+        let ipa = ipa & !(PAGE_SIZE - 1);
+        let end = self.check_range(ipa, PAGE_SIZE)?;
+        let mut changed = None;
+        let mut visitor = |ctx: &mut VisitContext<'_>, _: VisitKind| -> Result<Step, WalkError> {
+            if !ctx.old.is_valid() {
+                return Err(WalkError::Again);
+            }
+            let new = update(ctx.old);
+            if new != ctx.old {
+                ctx.try_set(new)?;
+                changed = Some((ctx.base(), ctx.level));
+            }
+            Ok(Step::Continue)
+        };
+        self.walk_range(ipa, end, FAULT_WALK | WalkFlags::LEAF, &mut visitor)?;
+        Ok(changed)
+    }
+
+    /// Adds `perms` to the leaf mapping `ipa` (a permission fault), then
+    /// invalidates it on this CPU only. Shared.
+    pub(crate) fn relax_shared(
+        &self,
+        ipa: u64,
+        perms: Perms,
+        tlb: &impl TlbInvalidate,
+    ) -> Result<(), Error> {
+        let changed = self.update_leaf_shared(ipa, |d| d.with_perms(d.perms().union(perms)))?;
+        if let Some((base, level)) = changed {
+            tlb.flush_range(&self.target, base, PAGE_SIZE, Some(level), Scope::Local);
+        }
+        Ok(())
+    }
+
+    /// Sets the access flag of the leaf mapping `ipa` (an access-flag
+    /// fault); returns whether it was clear. Shared; no TLBI.
+    pub(crate) fn set_young_shared(&self, ipa: u64) -> Result<bool, Error> {
+        Ok(self
+            .update_leaf_shared(ipa, |d| d.with_young(true))?
+            .is_some())
+    }
+}

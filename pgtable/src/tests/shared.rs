@@ -1,0 +1,262 @@
+//! The fault path on one thread: what each shared operation does, and how
+//! it answers a locked entry or a handle of another MMU.
+
+extern crate std;
+
+use super::{RANGE_CAPS, VMID};
+use crate::walk::{Step, VisitContext, VisitKind, WalkError, WalkFlags};
+use crate::{
+    Attributes, Error, FAULT_CACHE_PAGES, FaultMapping, HostMemory, Mmu, PageCache, Perms,
+    PhysAddr, Stage2Config, Stage2PageTable,
+};
+use std::sync::Arc;
+use tlb::{ModelTlb, RecordingTlb};
+
+const PAGE: u64 = 4096;
+const MIB2: u64 = 2 << 20;
+
+fn mmu(mem: &Arc<HostMemory>) -> Mmu<Arc<HostMemory>> {
+    let table =
+        Stage2PageTable::new(Stage2Config::new(40).unwrap(), mem.clone(), VMID, true).unwrap();
+    Mmu::new(table)
+}
+
+#[test]
+fn faults_map_relax_and_age() {
+    let mem = Arc::new(HostMemory::new());
+    let mmu = mmu(&mem);
+    let cpu = mmu.register();
+    let tlb = ModelTlb::new(RANGE_CAPS);
+    let mut cache = PageCache::with_capacity(FAULT_CACHE_PAGES);
+    cache.top_up(&*mem, FAULT_CACHE_PAGES).unwrap();
+    let ro = Attributes::normal(Perms::READ);
+    mmu.read()
+        .map(
+            &cpu,
+            FaultMapping {
+                ipa: MIB2,
+                size: MIB2,
+                pa: PhysAddr::new(0x8020_0000),
+                attrs: ro,
+            },
+            &mut cache,
+            &tlb,
+        )
+        .unwrap();
+    assert_eq!(cache.len(), FAULT_CACHE_PAGES - 1, "one level-2 table");
+    let m = mmu.read().lookup(&cpu, MIB2 + 0x123).unwrap().unwrap();
+    assert_eq!(
+        (m.level, m.output, m.perms()),
+        (2, PhysAddr::new(0x8020_0123), Perms::READ)
+    );
+    // A write fault on it: relax, flushed locally (the model drops it).
+    tlb.fill(VMID, MIB2, 0x8020_0000, 2, false);
+    mmu.read()
+        .relax_perms(&cpu, MIB2 + PAGE, Perms::WRITE, &tlb)
+        .unwrap();
+    assert_eq!(tlb.lookup(VMID, MIB2), None);
+    assert_eq!(
+        mmu.read().lookup(&cpu, MIB2).unwrap().unwrap().perms(),
+        Perms::RW
+    );
+    // Access flag: cleared on the write side, set by a fault.
+    assert_eq!(mmu.write().test_and_clear_young(MIB2, MIB2), Ok(true));
+    assert_eq!(mmu.read().set_young(&cpu, MIB2), Ok(true));
+    assert_eq!(mmu.read().set_young(&cpu, MIB2), Ok(false));
+    // A page fault inside the block splits it under the fault.
+    mmu.read()
+        .map(
+            &cpu,
+            FaultMapping {
+                ipa: MIB2 + PAGE,
+                size: PAGE,
+                pa: PhysAddr::new(0x9000_0000),
+                attrs: ro,
+            },
+            &mut cache,
+            &tlb,
+        )
+        .unwrap();
+    assert_eq!(
+        mmu.read()
+            .lookup(&cpu, MIB2 + PAGE)
+            .unwrap()
+            .unwrap()
+            .output,
+        PhysAddr::new(0x9000_0000)
+    );
+    assert_eq!(
+        mmu.read().lookup(&cpu, MIB2).unwrap().unwrap().output,
+        PhysAddr::new(0x8020_0000)
+    );
+    // Nothing mapped: relax and age answer Again (re-enter, fault again).
+    assert_eq!(
+        mmu.read().relax_perms(&cpu, 0, Perms::WRITE, &tlb),
+        Err(Error::Again)
+    );
+    assert_eq!(mmu.read().set_young(&cpu, 0), Err(Error::Again));
+    // Misaligned or odd-sized fault maps are refused.
+    let bad = mmu.read().map(
+        &cpu,
+        FaultMapping {
+            ipa: PAGE,
+            size: MIB2,
+            pa: PhysAddr::new(0),
+            attrs: ro,
+        },
+        &mut cache,
+        &tlb,
+    );
+    assert_eq!(bad, Err(Error::Unaligned));
+    let bad = mmu.read().map(
+        &cpu,
+        FaultMapping {
+            ipa: 0,
+            size: 3 * PAGE,
+            pa: PhysAddr::new(0),
+            attrs: ro,
+        },
+        &mut cache,
+        &tlb,
+    );
+    assert_eq!(bad, Err(Error::Unaligned));
+    cache.release(&*mem);
+}
+
+#[test]
+fn a_locked_entry_means_again() {
+    let mem = Arc::new(HostMemory::new());
+    let mmu = mmu(&mem);
+    let cpu = mmu.register();
+    let tlb = RecordingTlb::new(RANGE_CAPS);
+    let mut cache = PageCache::with_capacity(FAULT_CACHE_PAGES);
+    cache.top_up(&*mem, FAULT_CACHE_PAGES).unwrap();
+    let rw = Attributes::normal(Perms::RW);
+    mmu.read()
+        .map(
+            &cpu,
+            FaultMapping {
+                ipa: 0,
+                size: PAGE,
+                pa: PhysAddr::new(0x1000),
+                attrs: rw,
+            },
+            &mut cache,
+            &tlb,
+        )
+        .unwrap();
+    // Park the locked marker in the page's slot, as a break-before-make in
+    // flight on another CPU would.
+    let mut lock = |ctx: &mut VisitContext<'_>, _: VisitKind| -> Result<Step, WalkError> {
+        ctx.try_lock()?;
+        Ok(Step::Continue)
+    };
+    mmu.read()
+        .walk(&cpu, 0, PAGE, WalkFlags::LEAF, &mut lock)
+        .unwrap();
+    let remap = mmu.read().map(
+        &cpu,
+        FaultMapping {
+            ipa: 0,
+            size: PAGE,
+            pa: PhysAddr::new(0x2000),
+            attrs: rw,
+        },
+        &mut cache,
+        &tlb,
+    );
+    assert_eq!(remap, Err(Error::Again));
+    assert_eq!(
+        mmu.read().relax_perms(&cpu, 0, Perms::EXEC, &tlb),
+        Err(Error::Again)
+    );
+    // A range walk steps over it.
+    assert_eq!(
+        mmu.write().write_protect(0, 2 * PAGE).map(|f| f.size),
+        Ok(0)
+    );
+    // Publishing unlocks it again.
+    let mut unlock = |ctx: &mut VisitContext<'_>, _: VisitKind| -> Result<Step, WalkError> {
+        assert!(ctx.old.is_locked());
+        ctx.publish(crate::Descriptor::leaf(3, PhysAddr::new(0x3000), rw, false));
+        Ok(Step::Continue)
+    };
+    mmu.read()
+        .walk(&cpu, 0, PAGE, WalkFlags::LEAF, &mut unlock)
+        .unwrap();
+    assert_eq!(
+        mmu.read().lookup(&cpu, 0).unwrap().unwrap().output,
+        PhysAddr::new(0x3000)
+    );
+    cache.release(&*mem);
+}
+
+#[test]
+fn a_handle_of_another_mmu_is_refused() {
+    let mem = Arc::new(HostMemory::new());
+    let (one, two) = (mmu(&mem), mmu(&mem));
+    let foreign = two.register();
+    assert_eq!(one.read().lookup(&foreign, 0), Err(Error::ForeignHandle));
+    assert_eq!(one.read().set_young(&foreign, 0), Err(Error::ForeignHandle));
+}
+
+#[test]
+fn a_collapse_under_a_fault_retires_the_table_to_the_epoch() {
+    let mem = Arc::new(HostMemory::new());
+    let mmu = mmu(&mem);
+    let cpu = mmu.register();
+    let tlb = RecordingTlb::new(RANGE_CAPS);
+    let mut cache = PageCache::with_capacity(FAULT_CACHE_PAGES);
+    cache.top_up(&*mem, FAULT_CACHE_PAGES).unwrap();
+    let rw = Attributes::normal(Perms::RW);
+    mmu.read()
+        .map(
+            &cpu,
+            FaultMapping {
+                ipa: 0,
+                size: PAGE,
+                pa: PhysAddr::new(0x4000_0000),
+                attrs: rw,
+            },
+            &mut cache,
+            &tlb,
+        )
+        .unwrap();
+    cache.release(&*mem);
+    assert_eq!(
+        mem.live_pages(),
+        4,
+        "two root pages, level-2 and level-3 tables"
+    );
+    // Held pinned by another CPU: the table survives the collapse.
+    let other = mmu.register();
+    let pinned = other.pin();
+    mmu.read()
+        .map(
+            &cpu,
+            FaultMapping {
+                ipa: 0,
+                size: MIB2,
+                pa: PhysAddr::new(0x4000_0000),
+                attrs: rw,
+            },
+            &mut cache,
+            &tlb,
+        )
+        .unwrap();
+    assert_eq!(mmu.read().lookup(&cpu, PAGE).unwrap().unwrap().level, 2);
+    for _ in 0..4 {
+        mmu.collect(&cpu);
+    }
+    assert_eq!(
+        mem.live_pages(),
+        4,
+        "retired, not freed, while another CPU is pinned"
+    );
+    drop(pinned);
+    for _ in 0..4 {
+        mmu.collect(&cpu);
+    }
+    assert_eq!(mem.live_pages(), 3, "freed once nobody is pinned");
+    assert_eq!(mem.check_quarantine(), 0);
+}
