@@ -76,6 +76,9 @@ fn list_registers(features: &CpuFeatures) -> Option<u64> {
 /// Entry of the boot CPU, with the MMU on (called from `entry`).
 #[unsafe(no_mangle)]
 extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
+    let boot_mpidr = sysreg::current_mpidr();
+    percpu::install(0, boot_mpidr);
+    exceptions::install_vectors();
     memory::init_boot_heap();
     // SAFETY: the boot protocol passes a device tree in x0 and the early map
     // covers it as normal memory.
@@ -112,9 +115,6 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         Ok(s) => s,
         Err(e) => panic!("memory setup failed: {e}"),
     };
-    exceptions::install_vectors();
-    let boot_mpidr = sysreg::current_mpidr();
-    percpu::install(0, boot_mpidr);
     percpu::slot(0).online.store(true, Ordering::Release);
 
     let features = read_features();
@@ -200,9 +200,7 @@ fn start_secondaries(platform: &Platform, boot_mpidr: u64) -> usize {
             log::warn!("CPU {mpidr:#x} not started: the hypervisor drives at most {MAX_CPUS} CPUs");
             continue;
         }
-        let slot = percpu::slot(index);
-        slot.index.store(index as u64, Ordering::Relaxed);
-        slot.mpidr.store(mpidr, Ordering::Relaxed);
+        let slot = percpu::prepare(index, mpidr);
         let boot = percpu::SecondaryBoot {
             stack_top: percpu::stack_top(index),
             mair: crate::read_sysreg!(mair_el2),

@@ -13,7 +13,7 @@
 //! The guest's stack pointers (`SP_EL0`, `SP_EL1`) and other EL1 state are banked
 //! and stay in the CPU while the vCPU is pinned to it.
 
-use super::percpu::{OFFSET_GUEST_CONTEXT, OFFSET_HOST_SP};
+use super::percpu::{OFFSET_GUEST_CONTEXT, OFFSET_HOST_SP, OFFSET_TRAP_SP};
 use core::arch::global_asm;
 use core::mem::offset_of;
 
@@ -102,8 +102,16 @@ hv_vectors:
     GUEST_EXIT 4
     GUEST_EXIT 4
 
+// x0 = vector number. Reports on the CPU's trap stack (the fault may be a
+// stack overflow into the guard page).
 hv_hyp_trap:
-    mov     x1, sp
+    mov     x2, sp
+    mrs     x1, tpidr_el2
+    cbz     x1, 2f
+    ldr     x1, [x1, #{percpu_trap_sp}]
+    cbz     x1, 2f
+    mov     sp, x1
+2:  mov     x1, x2
     bl      hv_hyp_exception
 1:  wfe
     b       1b
@@ -187,6 +195,7 @@ hv_enter_guest:
     eret
 "#,
     percpu_ctx = const OFFSET_GUEST_CONTEXT,
+    percpu_trap_sp = const OFFSET_TRAP_SP,
     percpu_sp = const OFFSET_HOST_SP,
     ctx_pc = const offset_of!(GuestRegs, pc),
     ctx_pstate = const offset_of!(GuestRegs, pstate),

@@ -131,6 +131,7 @@ pub fn init(platform: &Platform, in_use: Vec<PhysRange>) -> Result<MemorySummary
     let region = |r: PhysRange| MemoryRegion::new(r.start as usize, r.end as usize);
     for r in &platform.ram {
         let mut holes = alloc::vec![text];
+        holes.extend(super::percpu::guard_pages());
         holes.extend(platform.no_map.iter().map(|r| r.align_out(FRAME_SIZE)));
         for part in ranges::subtract(alloc::vec![*r], holes) {
             map.map_range(&region(part), normal | El23Attributes::XN)
