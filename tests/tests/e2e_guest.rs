@@ -124,3 +124,25 @@ fn memory_test_passes_on_cortex_a57_with_4_vcpus() {
         "range TLBI on a CPU without it"
     );
 }
+
+#[test]
+fn vm_conf_sets_guest_vcpus_and_memory() {
+    let config = RunConfig {
+        boot: Boot::Hypervisor,
+        scenario: Scenario::Memory,
+        smp: 4,
+        vcpus: Some(2),
+        guest_mem_mib: Some(256),
+        timeout: Duration::from_secs(180),
+        echo: false,
+        ..RunConfig::default()
+    };
+    let report =
+        qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
+    check_memory_run(&report, 2);
+    assert!(
+        report.console().contains("RAM 0x40000000-0x50000000"),
+        "the guest did not get 256 MiB\n{}",
+        explain(&report)
+    );
+}
