@@ -31,7 +31,7 @@ impl SlotView {
 
 /// One leaf to install for a fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FaultMapping {
+pub struct FaultLeaf {
     /// First IPA of the leaf.
     pub ipa: u64,
     /// Host physical address it maps to.
@@ -42,7 +42,7 @@ pub struct FaultMapping {
 
 /// The leaf to map for a fault at `ipa` in `slot`, no larger than `max_leaf`;
 /// `None` when `ipa` is outside the slot.
-pub fn fault_mapping(slot: SlotView, ipa: u64, max_leaf: u64) -> Option<FaultMapping> {
+pub fn fault_leaf(slot: SlotView, ipa: u64, max_leaf: u64) -> Option<FaultLeaf> {
     if !slot.contains(ipa) {
         return None;
     }
@@ -56,7 +56,7 @@ pub fn fault_mapping(slot: SlotView, ipa: u64, max_leaf: u64) -> Option<FaultMap
                 return None;
             }
             let pa = slot.backing + (leaf_ipa - slot.ipa);
-            pa.is_multiple_of(size).then_some(FaultMapping {
+            pa.is_multiple_of(size).then_some(FaultLeaf {
                 ipa: leaf_ipa,
                 pa,
                 size,
@@ -79,18 +79,18 @@ mod tests {
             backing: 0x4800_0000,
         };
         assert_eq!(
-            fault_mapping(slot, 0x4012_3456, 1 << 30),
-            Some(FaultMapping {
+            fault_leaf(slot, 0x4012_3456, 1 << 30),
+            Some(FaultLeaf {
                 ipa: 0x4000_0000,
                 pa: 0x4800_0000,
                 size: 2 * MIB
             })
         );
-        assert_eq!(fault_mapping(slot, 0x3fff_ffff, 1 << 30), None);
-        assert_eq!(fault_mapping(slot, 0x4800_0000, 1 << 30), None);
+        assert_eq!(fault_leaf(slot, 0x3fff_ffff, 1 << 30), None);
+        assert_eq!(fault_leaf(slot, 0x4800_0000, 1 << 30), None);
         assert_eq!(
-            fault_mapping(slot, 0x4012_3456, 4096),
-            Some(FaultMapping {
+            fault_leaf(slot, 0x4012_3456, 4096),
+            Some(FaultLeaf {
                 ipa: 0x4012_3000,
                 pa: 0x4812_3000,
                 size: 4096
@@ -103,7 +103,7 @@ mod tests {
             backing: 0x4800_1000,
         };
         assert_eq!(
-            fault_mapping(skewed, 0x4000_0000, 1 << 30).map(|m| m.size),
+            fault_leaf(skewed, 0x4000_0000, 1 << 30).map(|m| m.size),
             Some(4096)
         );
         // A 1 GiB slot with 1 GiB aligned backing gets a 1 GiB block.
@@ -113,7 +113,7 @@ mod tests {
             backing: 0x8000_0000,
         };
         assert_eq!(
-            fault_mapping(big, 0x5000_0000, 1 << 30).map(|m| m.size),
+            fault_leaf(big, 0x5000_0000, 1 << 30).map(|m| m.size),
             Some(1 << 30)
         );
         // A slot ending mid-block: the tail is mapped with pages.
@@ -123,11 +123,11 @@ mod tests {
             backing: 0x8000_0000,
         };
         assert_eq!(
-            fault_mapping(short, 0x4020_0000, 1 << 30).map(|m| m.size),
+            fault_leaf(short, 0x4020_0000, 1 << 30).map(|m| m.size),
             Some(4096)
         );
         assert_eq!(
-            fault_mapping(short, 0x4000_0000, 1 << 30).map(|m| m.size),
+            fault_leaf(short, 0x4000_0000, 1 << 30).map(|m| m.size),
             Some(2 * MIB)
         );
     }
@@ -142,7 +142,7 @@ mod tests {
         ) {
             let slot = SlotView { ipa: ipa_page << 12, size: pages << 12, backing: backing_page << 12 };
             let ipa = slot.ipa + offset % slot.size;
-            let m = fault_mapping(slot, ipa, 1 << 30).expect("inside the slot");
+            let m = fault_leaf(slot, ipa, 1 << 30).expect("inside the slot");
             prop_assert!(m.ipa <= ipa && ipa < m.ipa + m.size);
             prop_assert!(m.ipa >= slot.ipa && m.ipa + m.size <= slot.ipa + slot.size);
             prop_assert_eq!(m.ipa % m.size, 0);

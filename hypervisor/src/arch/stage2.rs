@@ -9,6 +9,7 @@ use core::ptr::NonNull;
 use pgtable::{PageTableMemory, PhysAddr};
 
 /// Table pages from the frame allocator.
+#[derive(Clone, Copy, Debug)]
 pub struct FrameMemory;
 
 // SAFETY: pages come zeroed from the frame allocator, aligned to their size

@@ -34,7 +34,7 @@ use alloc::format;
 use alloc::vec::Vec;
 use crossbeam_epoch::LocalHandle;
 use memslot::VcpuSlotCache;
-use pgtable::{Attributes, PageCache, Perms, PhysAddr};
+use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, PageCache, Perms, PhysAddr};
 
 /// `HCR_EL2` for a non-VHE hypervisor running AArch64 EL1 guests: stage 2
 /// (VM), set/way invalidation as clean+invalidate (SWIO), physical FIQ/IRQ/
@@ -63,8 +63,6 @@ const CNTHCTL_EL2_EL1_ACCESS: u64 = 0b11;
 const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
 /// Guest PSTATE at entry: EL1h, D/A/I/F masked.
 const PSTATE_EL1H_MASKED: u64 = 0x3c5;
-/// Table pages one fault can need (a table per level below the root).
-const FAULT_CACHE_PAGES: usize = 3;
 
 /// What the run loop does after an exit.
 enum Flow {
@@ -80,6 +78,7 @@ pub struct Vcpu {
     index: usize,
     regs: GuestRegs,
     epoch: LocalHandle,
+    mmu_cpu: LocalHandle,
     slot_cache: VcpuSlotCache,
     page_cache: PageCache,
     reported_sysregs: Vec<crate::esr::SysRegEncoding>,
@@ -93,6 +92,7 @@ impl Vcpu {
             index,
             regs: GuestRegs::default(),
             epoch: vm.collector.register(),
+            mmu_cpu: vm.stage2.register(),
             slot_cache: VcpuSlotCache::new(),
             page_cache: PageCache::with_capacity(FAULT_CACHE_PAGES),
             reported_sysregs: Vec::new(),
@@ -295,10 +295,11 @@ impl Vcpu {
         Flow::Resume
     }
 
-    /// Maps the leaf around `ipa` (exclusive `map` behind the VM's stage-2 lock).
+    /// Maps the leaf around `ipa` with a shared walk (the read side of the
+    /// VM's MMU lock: other vCPUs fault at the same time).
     fn fault_in(&mut self, slot: SlotView, ipa: u64) -> Flow {
         self.bump(Counter::Stage2Faults);
-        let Some(leaf) = fault::fault_mapping(slot, ipa, 1 << 30) else {
+        let Some(leaf) = fault::fault_leaf(slot, ipa, 1 << 30) else {
             self.stop(&format!("IPA {ipa:#x} left its memslot during the fault"));
         };
         if self
@@ -308,21 +309,24 @@ impl Vcpu {
         {
             self.stop("out of memory for stage-2 tables");
         }
-        let result = {
-            let mut stage2 = self.vm.stage2.lock();
-            if stage2.lookup(ipa).is_some() {
-                // Another vCPU mapped it since this one faulted.
-                return Flow::Resume;
-            }
-            stage2.map(
-                leaf.ipa,
-                leaf.size,
-                PhysAddr::new(leaf.pa),
-                Attributes::normal(Perms::RWX),
+        let mmu = self.vm.stage2.read();
+        let result = match mmu.lookup(&self.mmu_cpu, ipa) {
+            // Another vCPU mapped it since this one faulted.
+            Ok(Some(_)) => return Flow::Resume,
+            Ok(None) => mmu.map(
+                &self.mmu_cpu,
+                FaultMapping {
+                    ipa: leaf.ipa,
+                    size: leaf.size,
+                    pa: PhysAddr::new(leaf.pa),
+                    attrs: Attributes::normal(Perms::RWX),
+                },
                 &mut self.page_cache,
                 &self.vm.tlb,
-            )
+            ),
+            Err(e) => Err(e),
         };
+        drop(mmu);
         match result {
             Ok(()) => {
                 self.bump(match leaf.size {
@@ -332,7 +336,7 @@ impl Vcpu {
                 });
                 Flow::Resume
             }
-            // A concurrent walker held an entry: the guest faults again.
+            // Another vCPU is changing this entry: the guest faults again.
             Err(pgtable::Error::Again) => Flow::Resume,
             Err(e) => self.stop(&format!(
                 "stage-2 map of IPA {:#x}+{:#x} failed: {e}",

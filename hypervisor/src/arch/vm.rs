@@ -3,7 +3,8 @@
 //! The boot CPU reads the payload (a cpio newc archive the boot loader passed
 //! as an initrd: `kernel`, optional `initrd`, `cmdline`, `vm.conf`), creates the
 //! VM it describes and runs vCPU 0. A VM owns a VMID, a stage-2 table from
-//! `pgtable` (empty at start: guest memory is mapped on first touch), one
+//! `pgtable` behind its `Mmu` (empty at start: guest memory is mapped on first
+//! touch, by shared walks, so vCPUs fault in parallel), one
 //! memslot from `memslot` for its RAM (host frames, 2 MiB aligned), the
 //! emulated PL011, the vCPU power states and its counters. vCPU `n` is pinned
 //! to physical CPU `n`: every other CPU waits (`WFE`) until the guest starts
@@ -32,7 +33,7 @@ use alloc::string::String;
 use core::sync::atomic::{AtomicBool, Ordering};
 use crossbeam_epoch::Collector;
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, SlotSpec};
-use pgtable::{Stage2Config, Stage2PageTable};
+use pgtable::{Mmu, Stage2Config, Stage2PageTable};
 use spin::{Mutex, Once};
 use tlb::Aarch64Tlb;
 
@@ -55,8 +56,9 @@ pub struct Vm {
     pub index: usize,
     /// Number of vCPUs.
     pub vcpus: usize,
-    /// Stage-2 translation (exclusive operations behind the lock).
-    pub stage2: Mutex<Stage2PageTable<FrameMemory>>,
+    /// Stage-2 translation: shared walks for faults (read side), range
+    /// operations behind the write side.
+    pub stage2: Mmu<FrameMemory>,
     /// `VTCR_EL2` for this VM.
     pub vtcr: u64,
     /// `VTTBR_EL2` for this VM.
@@ -344,7 +346,7 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let vm = Box::leak(Box::new(Vm {
         index,
         vcpus,
-        stage2: Mutex::new(stage2),
+        stage2: Mmu::new(stage2),
         vtcr,
         vttbr,
         fwb: features.fwb,
