@@ -267,7 +267,7 @@ impl Vcpu {
             )),
         }
         if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
-            return self.fault_in(slot, ipa);
+            return self.fault_in(slot, ipa, abort.status.kind);
         }
         if !abort.stage1_walk {
             match self.vm.mmio.find(ipa) {
@@ -289,16 +289,26 @@ impl Vcpu {
             )),
         }
         if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
-            return self.fault_in(slot, ipa);
+            return self.fault_in(slot, ipa, abort.status.kind);
         }
         self.inject(AbortKind::Instruction, ipa, "instruction");
         Flow::Resume
     }
 
     /// Maps the leaf around `ipa` with a shared walk (the read side of the
-    /// VM's MMU lock: other vCPUs fault at the same time).
-    fn fault_in(&mut self, slot: SlotView, ipa: u64) -> Flow {
+    /// VM's MMU lock: other vCPUs fault at the same time); an access-flag
+    /// fault only sets the flag of the leaf already there.
+    fn fault_in(&mut self, slot: SlotView, ipa: u64, kind: FaultKind) -> Flow {
         self.bump(Counter::Stage2Faults);
+        if kind == FaultKind::AccessFlag {
+            return match self.vm.stage2.read().set_young(&self.mmu_cpu, ipa) {
+                // Set, or the leaf is gone or busy: a translation fault follows if needed.
+                Ok(_) | Err(pgtable::Error::Again) => Flow::Resume,
+                Err(e) => self.stop(&format!(
+                    "setting the access flag of IPA {ipa:#x} failed: {e}"
+                )),
+            };
+        }
         let Some(leaf) = fault::fault_leaf(slot, ipa, 1 << 30) else {
             self.stop(&format!("IPA {ipa:#x} left its memslot during the fault"));
         };

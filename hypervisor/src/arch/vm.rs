@@ -409,9 +409,7 @@ pub fn run_boot_cpu() -> ! {
     VM.call_once(|| vm);
     sysreg::send_event();
     vm.power.mark_on(0);
-    let mut vcpu = Vcpu::new(vm, 0);
-    vcpu.run(boot);
-    idle_loop(vm, 0)
+    run_cpu(vm, 0, Some(boot))
 }
 
 /// After boot, on a secondary CPU: waits for its vCPU to be started.
@@ -425,12 +423,16 @@ pub fn run_secondary_cpu(index: usize) -> ! {
     if index >= vm.vcpus {
         firmware::halt();
     }
-    idle_loop(vm, index)
+    run_cpu(vm, index, None)
 }
 
-/// Waits for CPU_ON of vCPU `index` and runs it, forever.
-fn idle_loop(vm: &'static Vm, index: usize) -> ! {
+/// Runs vCPU `index` on this CPU: from `first` if given, then whenever the
+/// guest starts it with CPU_ON, forever.
+fn run_cpu(vm: &'static Vm, index: usize, first: Option<BootRequest>) -> ! {
     let mut vcpu = Vcpu::new(vm, index);
+    if let Some(request) = first {
+        vcpu.run(request);
+    }
     loop {
         if vm.is_stopping() {
             firmware::halt();
