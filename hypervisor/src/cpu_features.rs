@@ -25,6 +25,12 @@ pub struct CpuFeatures {
     pub gic_sysregs: bool,
     /// FEAT_SVE (`ID_AA64PFR0_EL1.SVE`).
     pub sve: bool,
+    /// FEAT_SME (`ID_AA64PFR1_EL1.SME`).
+    pub sme: bool,
+    /// FEAT_FGT: fine-grained trap registers exist (`ID_AA64MMFR0_EL1.FGT`).
+    pub fgt: bool,
+    /// FEAT_HCX: `HCRX_EL2` exists (`ID_AA64MMFR1_EL1.HCX`).
+    pub hcx: bool,
 }
 
 fn field(reg: u64, shift: u32) -> u8 {
@@ -46,7 +52,14 @@ pub fn pa_bits(pa_range: u8) -> u8 {
 
 impl CpuFeatures {
     /// Decodes the features from raw ID register values.
-    pub fn from_id_registers(isar0: u64, mmfr0: u64, mmfr1: u64, mmfr2: u64, pfr0: u64) -> Self {
+    pub fn from_id_registers(
+        isar0: u64,
+        mmfr0: u64,
+        mmfr1: u64,
+        mmfr2: u64,
+        pfr0: u64,
+        pfr1: u64,
+    ) -> Self {
         let pa_range = field(mmfr0, 0);
         Self {
             pa_bits: pa_bits(pa_range),
@@ -58,6 +71,9 @@ impl CpuFeatures {
             fwb: field(mmfr2, 40) != 0,
             gic_sysregs: field(pfr0, 24) != 0,
             sve: field(pfr0, 32) != 0,
+            sme: field(pfr1, 24) != 0,
+            fgt: field(mmfr0, 56) != 0,
+            hcx: field(mmfr1, 40) != 0,
         }
     }
 }
@@ -69,11 +85,12 @@ mod tests {
     #[test]
     fn qemu_max_like() {
         let isar0 = 2u64 << 56;
-        let mmfr0 = 5; // 48-bit PA
-        let mmfr1 = (2 << 4) | (1 << 8);
+        let mmfr0 = 5 | (1 << 56); // 48-bit PA, FGT
+        let mmfr1 = (2 << 4) | (1 << 8) | (1 << 40);
         let mmfr2 = (1 << 48) | (1 << 40);
         let pfr0 = (1 << 24) | (1 << 32);
-        let f = CpuFeatures::from_id_registers(isar0, mmfr0, mmfr1, mmfr2, pfr0);
+        let pfr1 = 1 << 24;
+        let f = CpuFeatures::from_id_registers(isar0, mmfr0, mmfr1, mmfr2, pfr0, pfr1);
         assert_eq!(
             f,
             CpuFeatures {
@@ -85,17 +102,21 @@ mod tests {
                 ttl: true,
                 fwb: true,
                 gic_sysregs: true,
-                sve: true
+                sve: true,
+                sme: true,
+                fgt: true,
+                hcx: true,
             }
         );
     }
 
     #[test]
     fn cortex_a57_like() {
-        let f = CpuFeatures::from_id_registers(0, 2, 0, 0, 1 << 24);
+        let f = CpuFeatures::from_id_registers(0, 2, 0, 0, 1 << 24, 0);
         assert_eq!(f.pa_bits, 40);
         assert_eq!(f.vmid_bits, 8);
-        assert!(!f.tlbi_range && !f.vhe && !f.ttl && !f.fwb && !f.sve);
+        assert!(!f.tlbi_range && !f.vhe && !f.ttl && !f.fwb && !f.sve && !f.sme);
+        assert!(!f.fgt && !f.hcx);
         assert!(f.gic_sysregs);
         assert_eq!(pa_bits(6), 52);
     }

@@ -56,6 +56,7 @@ fn read_features() -> CpuFeatures {
         crate::read_sysreg!(id_aa64mmfr1_el1),
         crate::read_sysreg!(id_aa64mmfr2_el1),
         crate::read_sysreg!(id_aa64pfr0_el1),
+        crate::read_sysreg!(id_aa64pfr1_el1),
     )
 }
 

@@ -57,6 +57,13 @@ const HCR_EL2_GUEST: u64 = (1 << 0)
 const HCR_EL2_FWB: u64 = 1 << 46;
 /// `CPTR_EL2` (non-VHE): RES1 bits only, so FP/SIMD and SVE are not trapped.
 const CPTR_EL2_NO_TRAPS: u64 = 0x32ff;
+/// `CPTR_EL2.TSM` (bit 12, RES1 without FEAT_SME): trap SME.
+const CPTR_EL2_TSM: u64 = 1 << 12;
+/// `HFGRTR_EL2`/`HFGWTR_EL2` nSMPRI_EL1 (54) and nTPIDR2_EL0 (55): set means
+/// not trapped.
+const FGT_SME_NEGATIVE: u64 = (1 << 54) | (1 << 55);
+/// `ZCR_EL2`/`SMCR_EL2` `LEN` asking for the longest vector the CPU has.
+const VECTOR_LEN_MAX: u64 = 0xf;
 /// `CNTHCTL_EL2`: EL1 may use the physical counter and timer.
 const CNTHCTL_EL2_EL1_ACCESS: u64 = 0b11;
 /// `SCTLR_EL1` reset value: RES1 bits, MMU and caches off.
@@ -128,6 +135,12 @@ impl Vcpu {
             0
         };
         let midr = read_sysreg!(midr_el1);
+        let features = super::boot::boot_info().features;
+        let cptr = if features.sme {
+            CPTR_EL2_NO_TRAPS & !CPTR_EL2_TSM
+        } else {
+            CPTR_EL2_NO_TRAPS
+        };
         // SAFETY: these EL2 registers configure how EL1/EL0 run; nothing runs
         // at EL1 on this CPU now. The stage-2 root is the VM's live table.
         unsafe {
@@ -136,7 +149,29 @@ impl Vcpu {
             write_sysreg!(hcr_el2, hcr);
             write_sysreg!(vpidr_el2, midr);
             write_sysreg!(vmpidr_el2, vcpu_mpidr(self.index));
-            write_sysreg!(cptr_el2, CPTR_EL2_NO_TRAPS);
+            write_sysreg!(cptr_el2, cptr);
+            core::arch::asm!("isb", options(nostack, preserves_flags));
+            // The guest may use SVE and SME at the CPU's longest vector length
+            // (their registers stay in the CPU: vCPUs are pinned).
+            if features.sve {
+                write_sysreg!(s3_4_c1_c2_0, VECTOR_LEN_MAX); // ZCR_EL2
+            }
+            if features.sme {
+                write_sysreg!(s3_4_c1_c2_6, VECTOR_LEN_MAX); // SMCR_EL2
+            }
+            // Fine-grained traps and HCRX_EL2 reset to UNKNOWN values: trap
+            // nothing (the negative bits nSMPRI_EL1/nTPIDR2_EL0 trap when clear).
+            if features.fgt {
+                let negative = if features.sme { FGT_SME_NEGATIVE } else { 0 };
+                write_sysreg!(s3_4_c1_c1_4, negative); // HFGRTR_EL2
+                write_sysreg!(s3_4_c1_c1_5, negative); // HFGWTR_EL2
+                write_sysreg!(s3_4_c1_c1_6, 0); // HFGITR_EL2
+                write_sysreg!(s3_4_c3_c1_4, 0); // HDFGRTR_EL2
+                write_sysreg!(s3_4_c3_c1_5, 0); // HDFGWTR_EL2
+            }
+            if features.hcx {
+                write_sysreg!(s3_4_c1_c2_2, 0); // HCRX_EL2
+            }
             write_sysreg!(mdcr_el2, mdcr);
             write_sysreg!(cnthctl_el2, CNTHCTL_EL2_EL1_ACCESS);
             write_sysreg!(cntvoff_el2, 0);
