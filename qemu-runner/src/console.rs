@@ -6,8 +6,16 @@
 //! `[hv] `, among them `[hv] PANIC: <message>` and the final `[hv] system
 //! off`; and `STAT vm<V> <name> <value>` counter lines printed at power-off.
 //! Carriage returns are dropped, so `\r\n` and `\n` consoles read the same.
+//!
+//! A guest kernel's own failure reports are recognised too: after the printk
+//! timestamp (`[    1.234567] `) is stripped, a line that starts with one of
+//! [`KERNEL_FAULT_PREFIXES`] (`Internal error: Oops`, `WARNING:`,
+//! `Kernel panic`, `BUG:`, ...) is a [`Line::KernelFault`]. Each line is kept
+//! with the time it arrived, so figures such as "time to a marker line" come
+//! from the same transcript.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// Prefix of every hypervisor log line.
 pub const HV_PREFIX: &str = "[hv] ";
@@ -17,6 +25,18 @@ pub const RESULT_PREFIX: &str = "RESULT:";
 pub const SYSTEM_OFF_LINE: &str = "[hv] system off";
 /// Prefix of a hypervisor panic line.
 pub const PANIC_PREFIX: &str = "[hv] PANIC:";
+
+/// How a line that reports a guest kernel failure starts (after the printk
+/// timestamp): oopses, warnings, panics, `BUG:` reports and the fault report
+/// that precedes an oops.
+pub const KERNEL_FAULT_PREFIXES: &[&str] = &[
+    "Internal error: Oops",
+    "Oops",
+    "WARNING:",
+    "Kernel panic",
+    "BUG:",
+    "Unable to handle kernel",
+];
 
 /// The guest's verdict, from its `RESULT:` line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,6 +93,9 @@ pub enum Line {
     HypervisorPanic(String),
     /// `[hv] system off`.
     SystemOff,
+    /// A guest kernel failure report (oops, warning, panic, `BUG:`), the line
+    /// without its printk timestamp.
+    KernelFault(String),
     /// Any other `[hv] ` line.
     HypervisorLog,
     /// Anything else (guest output).
@@ -104,7 +127,30 @@ pub fn classify(line: &str) -> Line {
     if let Some(stat) = parse_stat(line) {
         return stat;
     }
+    let message = strip_printk_time(line);
+    if KERNEL_FAULT_PREFIXES
+        .iter()
+        .any(|prefix| message.starts_with(prefix))
+    {
+        return Line::KernelFault(message.to_string());
+    }
     Line::Other
+}
+
+/// `line` without a leading printk timestamp `[ seconds.micros] `.
+fn strip_printk_time(line: &str) -> &str {
+    let Some(rest) = line.strip_prefix('[') else {
+        return line;
+    };
+    match rest.split_once(']') {
+        Some((stamp, message))
+            if !stamp.trim().is_empty()
+                && stamp.trim().chars().all(|c| c.is_ascii_digit() || c == '.') =>
+        {
+            message.trim_start()
+        }
+        _ => line,
+    }
 }
 
 fn parse_stat(line: &str) -> Option<Line> {
@@ -143,15 +189,27 @@ pub struct Transcript {
     pub panic: Option<String>,
     /// Whether `[hv] system off` was printed.
     pub system_off: bool,
+    /// The first guest kernel failure report.
+    pub kernel_fault: Option<String>,
+    /// Every line with the time it arrived (since QEMU started; zero for
+    /// lines given to [`Transcript::push_line`]).
+    pub timed_lines: Vec<(Duration, String)>,
 }
 
 impl Transcript {
     /// Takes one line of console output and returns what it was.
     pub fn push_line(&mut self, raw: &str) -> Line {
+        self.push_line_at(raw, Duration::ZERO)
+    }
+
+    /// Takes one line of console output that arrived `at` after QEMU
+    /// started, and returns what it was.
+    pub fn push_line_at(&mut self, raw: &str, at: Duration) -> Line {
         let line = raw.trim_end_matches(['\r', '\n']).replace('\r', "");
         self.text.push_str(&line);
         self.text.push('\n');
         let kind = classify(&line);
+        self.timed_lines.push((at, line.clone()));
         if line.starts_with(HV_PREFIX) {
             self.hypervisor_log.push(line.clone());
         }
@@ -164,9 +222,21 @@ impl Transcript {
                 self.panic = Some(message.clone())
             }
             Line::SystemOff => self.system_off = true,
+            Line::KernelFault(message) if self.kernel_fault.is_none() => {
+                self.kernel_fault = Some(message.clone())
+            }
             _ => {}
         }
         kind
+    }
+
+    /// When the first line that starts with `prefix` (after surrounding
+    /// blanks) arrived.
+    pub fn arrival_of(&self, prefix: &str) -> Option<Duration> {
+        self.timed_lines
+            .iter()
+            .find(|(_, line)| line.trim().starts_with(prefix))
+            .map(|(at, _)| *at)
     }
 
     /// Hypervisor log lines containing `needle`.
@@ -221,6 +291,52 @@ mod tests {
         assert_eq!(classify("[hv] 4 CPUs"), Line::HypervisorLog);
         assert_eq!(classify("test-guest: hello"), Line::Other);
         assert_eq!(classify("  RESULT: PASS"), Line::Other);
+    }
+
+    #[test]
+    fn kernel_failure_reports_are_recognised_with_or_without_timestamps() {
+        assert_eq!(
+            classify("[    2.345678] WARNING: CPU: 1 PID: 1 at mm/slub.c:1 f+0x4/0x8"),
+            Line::KernelFault("WARNING: CPU: 1 PID: 1 at mm/slub.c:1 f+0x4/0x8".into())
+        );
+        assert_eq!(
+            classify("[   10.000001] Internal error: Oops: 96000004 [#1] SMP"),
+            Line::KernelFault("Internal error: Oops: 96000004 [#1] SMP".into())
+        );
+        assert_eq!(
+            classify("Kernel panic - not syncing: Attempted to kill init!"),
+            Line::KernelFault("Kernel panic - not syncing: Attempted to kill init!".into())
+        );
+        assert_eq!(
+            classify("[ 0.5] BUG: scheduling while atomic: sh/1/0x00000002"),
+            Line::KernelFault("BUG: scheduling while atomic: sh/1/0x00000002".into())
+        );
+        assert!(matches!(
+            classify("[    1.0] Unable to handle kernel paging request at virtual address 0"),
+            Line::KernelFault(_)
+        ));
+        assert_eq!(
+            classify("[    0.000000] Booting Linux on physical CPU 0x0"),
+            Line::Other
+        );
+        assert_eq!(classify("[x] WARNING: not a timestamp"), Line::Other);
+        assert_eq!(classify("no WARNING: in the middle"), Line::Other);
+        assert_eq!(classify("LINUX-INIT: started"), Line::Other);
+    }
+
+    #[test]
+    fn arrival_times_are_kept_per_line() {
+        let mut transcript = Transcript::default();
+        transcript.push_line_at("[    0.1] Booting Linux", Duration::from_millis(300));
+        transcript.push_line_at("LINUX-INIT: started\r", Duration::from_millis(2500));
+        transcript.push_line_at("[    3.0] WARNING: at x", Duration::from_millis(2600));
+        transcript.push_line_at("[    3.1] WARNING: at y", Duration::from_millis(2700));
+        assert_eq!(
+            transcript.arrival_of("LINUX-INIT: started"),
+            Some(Duration::from_millis(2500))
+        );
+        assert_eq!(transcript.arrival_of("RESULT:"), None);
+        assert_eq!(transcript.kernel_fault.as_deref(), Some("WARNING: at x"));
     }
 
     #[test]

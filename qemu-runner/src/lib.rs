@@ -7,8 +7,14 @@
 //! pack the guest into the boot payload ([`payload`], a newc cpio archive),
 //! start `qemu-system-aarch64` and follow its console ([`qemu`]), and read the
 //! verdict, the `STAT` counters and the hypervisor's log from it
-//! ([`console`]). A run passes only on the guest's `RESULT: PASS` with no
-//! hypervisor panic.
+//! ([`console`]). A run passes only on the guest's `RESULT: PASS` followed by
+//! QEMU exiting 0, with no hypervisor panic and no guest kernel failure
+//! report (oops, `WARNING:`, panic, `BUG:`); an interactive Linux session
+//! passes when QEMU exits 0 with no such report.
+//!
+//! The guest is the test guest (`tests/guest`), or a Linux kernel with an
+//! initrd ([`RunConfig::linux`], [`linux`]): Debian's arm64 kernel and a
+//! busybox initramfs ([`debian`], [`initramfs`]), or any files.
 //!
 //! [`Boot::Direct`] boots the guest kernel by itself at EL1 (no
 //! `virtualization=on`, no hypervisor), which shakes out a guest and gives the
@@ -16,7 +22,10 @@
 
 pub mod artifacts;
 pub mod console;
+pub mod debian;
 pub mod image;
+pub mod initramfs;
+pub mod linux;
 pub mod payload;
 pub mod prereq;
 pub mod qemu;
@@ -30,6 +39,7 @@ use std::time::Duration;
 use artifacts::{BuildError, HYPERVISOR, TEST_GUEST};
 use console::{Counters, GuestResult, Transcript};
 use image::ImageError;
+use linux::{LinuxBoot, LinuxError};
 use payload::Payload;
 use prereq::PrereqError;
 use qemu::{Ending, Machine, QemuSetup, Watch};
@@ -76,8 +86,10 @@ impl Scenario {
 pub struct RunConfig {
     /// Hypervisor or direct boot.
     pub boot: Boot,
-    /// Test guest scenario.
+    /// Test guest scenario (unused when `linux` is set).
     pub scenario: Scenario,
+    /// Boot this Linux guest instead of the test guest.
+    pub linux: Option<LinuxBoot>,
     /// Emulated CPUs (`-smp`).
     pub smp: u32,
     /// Machine RAM in MiB (`-m`).
@@ -109,6 +121,7 @@ impl Default for RunConfig {
         RunConfig {
             boot: Boot::Hypervisor,
             scenario: Scenario::Memory,
+            linux: None,
             smp: 4,
             mem_mib: 1024,
             guest_mem_mib: None,
@@ -118,6 +131,53 @@ impl Default for RunConfig {
             gdb: false,
             extra_qemu_args: Vec::new(),
             echo: true,
+        }
+    }
+}
+
+/// A Linux guest's defaults: 2 CPUs, 512 MiB guest RAM (the machine gets
+/// 1024 MiB under the hypervisor), a 300 s limit.
+pub const LINUX_SMP: u32 = 2;
+/// Guest RAM of a Linux guest, in MiB.
+pub const LINUX_GUEST_MEM_MIB: u32 = 512;
+/// Machine RAM of a Linux guest under the hypervisor, in MiB.
+pub const LINUX_HOST_MEM_MIB: u32 = 1024;
+/// Time limit of an unattended Linux run.
+pub const LINUX_TIMEOUT: Duration = Duration::from_secs(300);
+
+impl RunConfig {
+    /// Settings for booting `linux` with `boot`: [`LINUX_SMP`] CPUs,
+    /// [`LINUX_GUEST_MEM_MIB`] of guest RAM (under the hypervisor in a machine
+    /// of [`LINUX_HOST_MEM_MIB`]), [`LINUX_TIMEOUT`].
+    pub fn linux(boot: Boot, linux: LinuxBoot) -> RunConfig {
+        let (mem_mib, guest_mem_mib) = match boot {
+            Boot::Hypervisor => (LINUX_HOST_MEM_MIB, Some(LINUX_GUEST_MEM_MIB)),
+            Boot::Direct => (LINUX_GUEST_MEM_MIB, None),
+        };
+        RunConfig {
+            boot,
+            linux: Some(linux),
+            smp: LINUX_SMP,
+            mem_mib,
+            guest_mem_mib,
+            timeout: LINUX_TIMEOUT,
+            ..RunConfig::default()
+        }
+    }
+
+    /// Whether a person drives the run (an interactive Linux shell): QEMU
+    /// gets our stdin, there is no time limit, and the run follows QEMU to
+    /// its exit.
+    pub fn is_interactive_linux(&self) -> bool {
+        self.linux.as_ref().is_some_and(LinuxBoot::is_interactive)
+    }
+
+    /// CPUs the guest sees: the VM's vCPUs under the hypervisor, the
+    /// machine's CPUs in a direct boot.
+    pub fn guest_cpus(&self) -> u32 {
+        match self.boot {
+            Boot::Hypervisor => self.vcpus.unwrap_or(self.smp),
+            Boot::Direct => self.smp,
         }
     }
 }
@@ -138,6 +198,8 @@ pub enum RunnerError {
         /// What was wrong.
         error: ImageError,
     },
+    /// The Linux guest's kernel or initrd could not be had.
+    Linux(LinuxError),
     /// A file could not be read or written, or QEMU could not be started.
     Io {
         /// What was being done.
@@ -156,6 +218,7 @@ impl fmt::Display for RunnerError {
             RunnerError::Image { elf, error } => {
                 write!(f, "cannot make an Image of {}: {error}", elf.display())
             }
+            RunnerError::Linux(error) => write!(f, "{error}"),
             RunnerError::Io { what, error } => write!(f, "{what}: {error}"),
         }
     }
@@ -175,10 +238,20 @@ impl From<BuildError> for RunnerError {
     }
 }
 
+/// What a run must show to pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expectation {
+    /// The guest's `RESULT: PASS`, then QEMU exiting 0 by itself.
+    ResultThenExit,
+    /// QEMU exiting 0 by itself (an interactive session powered off).
+    CleanExit,
+}
+
 /// The judgement of a run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// `RESULT: PASS` and no hypervisor panic.
+    /// What was expected, with no hypervisor panic and no guest kernel
+    /// failure report.
     Pass,
     /// The guest printed `RESULT: FAIL <why>`.
     GuestFailed(String),
@@ -186,6 +259,10 @@ pub enum Verdict {
     MalformedResult(String),
     /// The hypervisor panicked.
     HypervisorPanic(String),
+    /// The guest kernel reported an oops, warning, panic or `BUG:` (the line).
+    KernelFault(String),
+    /// The guest passed, but QEMU did not then exit 0 by itself.
+    NoCleanExit(String),
     /// The time limit ran out before a result.
     TimedOut(Duration),
     /// QEMU ended without a result line.
@@ -200,6 +277,12 @@ impl fmt::Display for Verdict {
             Verdict::MalformedResult(line) => write!(f, "FAIL: unreadable result line `{line}`"),
             Verdict::HypervisorPanic(message) => {
                 write!(f, "FAIL: the hypervisor panicked: {message}")
+            }
+            Verdict::KernelFault(line) => {
+                write!(f, "FAIL: the guest kernel reported `{line}`")
+            }
+            Verdict::NoCleanExit(how) => {
+                write!(f, "FAIL: QEMU did not power off cleanly: {how}")
             }
             Verdict::TimedOut(limit) => write!(
                 f,
@@ -248,18 +331,51 @@ impl RunReport {
     pub fn hypervisor_log(&self) -> &[String] {
         &self.transcript.hypervisor_log
     }
+
+    /// Time from QEMU's start to the first console line starting with
+    /// `prefix` (e.g. [`initramfs::INIT_MARKER`]).
+    pub fn time_to(&self, prefix: &str) -> Option<Duration> {
+        self.transcript.arrival_of(prefix)
+    }
 }
 
-fn judge(transcript: &Transcript, ending: &Ending, timeout: Duration) -> Verdict {
+/// How QEMU's end reads: whether it exited 0 by itself, or what happened.
+fn clean_exit(ending: &Ending, exited_zero: bool, status: &str) -> Result<(), String> {
+    match ending {
+        Ending::Exited if exited_zero => Ok(()),
+        Ending::Exited => Err(format!("QEMU exited with {status}")),
+        Ending::StoppedAfterGrace => Err(format!(
+            "QEMU was still running after the last expected line and was stopped ({status})"
+        )),
+        Ending::TimedOut => Err(format!("QEMU was killed at the time limit ({status})")),
+    }
+}
+
+/// The verdict: a hypervisor panic, then a guest kernel failure report, then
+/// the guest's result, then how QEMU ended.
+fn judge(
+    transcript: &Transcript,
+    ending: &Ending,
+    status: &ExitStatus,
+    timeout: Duration,
+    expectation: Expectation,
+) -> Verdict {
     if let Some(message) = &transcript.panic {
         return Verdict::HypervisorPanic(message.clone());
     }
-    match &transcript.result {
-        Some(GuestResult::Pass) => Verdict::Pass,
-        Some(GuestResult::Fail(why)) => Verdict::GuestFailed(why.clone()),
-        Some(GuestResult::Malformed(line)) => Verdict::MalformedResult(line.clone()),
-        None if *ending == Ending::TimedOut => Verdict::TimedOut(timeout),
-        None => Verdict::NoResult,
+    if let Some(line) = &transcript.kernel_fault {
+        return Verdict::KernelFault(line.clone());
+    }
+    let exit = clean_exit(ending, status.success(), &status.to_string());
+    match (&transcript.result, expectation) {
+        (Some(GuestResult::Pass), _) => exit.map_or_else(Verdict::NoCleanExit, |()| Verdict::Pass),
+        (Some(GuestResult::Fail(why)), _) => Verdict::GuestFailed(why.clone()),
+        (Some(GuestResult::Malformed(line)), _) => Verdict::MalformedResult(line.clone()),
+        (None, _) if *ending == Ending::TimedOut => Verdict::TimedOut(timeout),
+        (None, Expectation::CleanExit) => {
+            exit.map_or_else(Verdict::NoCleanExit, |()| Verdict::Pass)
+        }
+        (None, Expectation::ResultThenExit) => Verdict::NoResult,
     }
 }
 
@@ -394,19 +510,68 @@ fn check_config(config: &RunConfig) -> Result<(), RunnerError> {
     Ok(())
 }
 
+/// The hypervisor, built and converted: its ELF, Image and gdb symbols.
+fn build_hypervisor(quiet: bool) -> Result<(Vec<u8>, qemu::Symbols), RunnerError> {
+    prereq::ensure_rust_target()?;
+    let built = artifacts::build(&[HYPERVISOR], quiet)?;
+    elf_image(&built[HYPERVISOR])
+}
+
+/// What the run boots as its guest, and the gdb symbols of everything booted.
+struct Guest {
+    /// The guest kernel, an arm64 Image.
+    kernel: Vec<u8>,
+    /// Its initrd.
+    initrd: Option<Vec<u8>>,
+    /// Its command line.
+    cmdline: String,
+    /// The hypervisor Image (hypervisor boot only).
+    hypervisor_image: Option<Vec<u8>>,
+    /// gdb symbols.
+    symbols: Vec<qemu::Symbols>,
+}
+
+fn prepare_guest(config: &RunConfig) -> Result<Guest, RunnerError> {
+    let quiet = !config.echo;
+    let Some(linux) = &config.linux else {
+        let files = build_boot_files(config.boot, quiet)?;
+        return Ok(Guest {
+            kernel: files.guest_image,
+            initrd: None,
+            cmdline: guest_cmdline(config.scenario, config.boot),
+            hypervisor_image: files.hypervisor_image,
+            symbols: files.symbols,
+        });
+    };
+    let (hypervisor_image, symbols) = match config.boot {
+        Boot::Hypervisor => {
+            let (image, symbols) = build_hypervisor(quiet)?;
+            (Some(image), vec![symbols])
+        }
+        Boot::Direct => (None, Vec::new()),
+    };
+    let files = linux::resolve(linux, config.guest_cpus()).map_err(RunnerError::Linux)?;
+    Ok(Guest {
+        kernel: files.kernel,
+        initrd: files.initrd,
+        cmdline: files.cmdline,
+        hypervisor_image,
+        symbols,
+    })
+}
+
 /// Builds everything, boots it under QEMU, and judges the console.
 pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
     check_config(config)?;
     let qemu_program = prereq::ensure_qemu()?;
-    let files = build_boot_files(config.boot, !config.echo)?;
+    let guest = prepare_guest(config)?;
     let dir = RunDir::create()?;
-    let cmdline = guest_cmdline(config.scenario, config.boot);
-    let (machine, kernel, initrd, append) = match (config.boot, &files.hypervisor_image) {
+    let (machine, kernel, initrd, append) = match (config.boot, &guest.hypervisor_image) {
         (Boot::Hypervisor, Some(hypervisor_image)) => {
             let payload = Payload {
-                kernel: files.guest_image.clone(),
-                initrd: None,
-                cmdline: Some(cmdline),
+                kernel: guest.kernel,
+                initrd: guest.initrd,
+                cmdline: Some(guest.cmdline),
                 vcpus: config.vcpus,
                 mem_mib: config.guest_mem_mib,
             };
@@ -414,12 +579,18 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
             let initrd = dir.write("payload.cpio", &payload.to_cpio())?;
             (Machine::WithEl2, kernel, Some(initrd), None)
         }
-        _ => (
-            Machine::El1Only,
-            dir.write("guest.img", &files.guest_image)?,
-            None,
-            Some(cmdline),
-        ),
+        _ => {
+            let initrd = match &guest.initrd {
+                Some(initrd) => Some(dir.write("initrd.img", initrd)?),
+                None => None,
+            };
+            (
+                Machine::El1Only,
+                dir.write("guest.img", &guest.kernel)?,
+                initrd,
+                Some(guest.cmdline),
+            )
+        }
     };
     let setup = QemuSetup {
         program: qemu_program,
@@ -439,13 +610,20 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
              attach from another terminal with:\n    {}\n(then `continue`; `break <symbol>` \
              and `hbreak` work before it)",
             qemu::GDB_PORT,
-            qemu::gdb_command(&files.symbols)
+            qemu::gdb_command(&guest.symbols)
         );
     }
+    let interactive = config.is_interactive_linux();
     let watch = Watch {
-        timeout: (!config.gdb).then_some(config.timeout),
+        timeout: (!config.gdb && !interactive).then_some(config.timeout),
         echo: config.echo,
-        interactive: config.gdb,
+        interactive: config.gdb || interactive,
+        follow_to_exit: interactive,
+    };
+    let expectation = if interactive {
+        Expectation::CleanExit
+    } else {
+        Expectation::ResultThenExit
     };
     let command_line = setup.command_line();
     let outcome = qemu::run(&setup, watch).map_err(|error| RunnerError::Io {
@@ -453,7 +631,13 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
         error,
     })?;
     Ok(RunReport {
-        verdict: judge(&outcome.transcript, &outcome.ending, config.timeout),
+        verdict: judge(
+            &outcome.transcript,
+            &outcome.ending,
+            &outcome.status,
+            config.timeout,
+            expectation,
+        ),
         transcript: outcome.transcript,
         qemu_status: outcome.status,
         qemu_stderr: outcome.stderr,
@@ -474,27 +658,135 @@ mod tests {
         transcript
     }
 
+    use std::os::unix::process::ExitStatusExt;
+
+    fn exited(code: i32) -> ExitStatus {
+        ExitStatus::from_raw(code << 8)
+    }
+
     #[test]
     fn verdicts() {
         let limit = Duration::from_secs(9);
+        let ok = exited(0);
+        let judge_result = |t: &Transcript, ending: Ending| {
+            judge(t, &ending, &ok, limit, Expectation::ResultThenExit)
+        };
         let pass = transcript(&["RESULT: PASS", "[hv] system off"]);
-        assert_eq!(judge(&pass, &Ending::Exited, limit), Verdict::Pass);
+        assert_eq!(judge_result(&pass, Ending::Exited), Verdict::Pass);
         let panic = transcript(&["RESULT: PASS", "[hv] PANIC: boom"]);
         assert_eq!(
-            judge(&panic, &Ending::Exited, limit),
+            judge_result(&panic, Ending::Exited),
             Verdict::HypervisorPanic("boom".into())
         );
         let fail = transcript(&["RESULT: FAIL no abort"]);
         assert_eq!(
-            judge(&fail, &Ending::Exited, limit),
+            judge_result(&fail, Ending::Exited),
             Verdict::GuestFailed("no abort".into())
         );
         let silent = transcript(&["[hv] hello"]);
         assert_eq!(
-            judge(&silent, &Ending::TimedOut, limit),
+            judge_result(&silent, Ending::TimedOut),
             Verdict::TimedOut(limit)
         );
-        assert_eq!(judge(&silent, &Ending::Exited, limit), Verdict::NoResult);
+        assert_eq!(judge_result(&silent, Ending::Exited), Verdict::NoResult);
+    }
+
+    #[test]
+    fn a_pass_needs_a_clean_exit_after_it() {
+        let limit = Duration::from_secs(9);
+        let pass = transcript(&["LINUX-INIT: started", "RESULT: PASS"]);
+        let expect = Expectation::ResultThenExit;
+        assert_eq!(
+            judge(&pass, &Ending::Exited, &exited(0), limit, expect),
+            Verdict::Pass
+        );
+        assert!(matches!(
+            judge(&pass, &Ending::Exited, &exited(1), limit, expect),
+            Verdict::NoCleanExit(_)
+        ));
+        assert!(matches!(
+            judge(&pass, &Ending::StoppedAfterGrace, &exited(0), limit, expect),
+            Verdict::NoCleanExit(_)
+        ));
+    }
+
+    #[test]
+    fn kernel_failure_reports_fail_the_run_even_after_a_pass() {
+        let limit = Duration::from_secs(9);
+        let warned = transcript(&[
+            "[    1.5] WARNING: CPU: 0 PID: 1 at kernel/x.c:9 f+0x1/0x2",
+            "RESULT: PASS",
+        ]);
+        assert_eq!(
+            judge(
+                &warned,
+                &Ending::Exited,
+                &exited(0),
+                limit,
+                Expectation::ResultThenExit
+            ),
+            Verdict::KernelFault("WARNING: CPU: 0 PID: 1 at kernel/x.c:9 f+0x1/0x2".into())
+        );
+        let panicked = transcript(&["[    2.0] Kernel panic - not syncing: No init found"]);
+        assert!(matches!(
+            judge(
+                &panicked,
+                &Ending::StoppedAfterGrace,
+                &exited(0),
+                limit,
+                Expectation::CleanExit
+            ),
+            Verdict::KernelFault(_)
+        ));
+    }
+
+    #[test]
+    fn an_interactive_session_passes_on_a_clean_power_off() {
+        let limit = Duration::from_secs(9);
+        let session = transcript(&["/ # poweroff -f", "reboot: Power down"]);
+        let expect = Expectation::CleanExit;
+        assert_eq!(
+            judge(&session, &Ending::Exited, &exited(0), limit, expect),
+            Verdict::Pass
+        );
+        assert!(matches!(
+            judge(&session, &Ending::Exited, &exited(1), limit, expect),
+            Verdict::NoCleanExit(_)
+        ));
+        assert_eq!(
+            judge(
+                &session,
+                &Ending::Exited,
+                &exited(0),
+                limit,
+                Expectation::ResultThenExit
+            ),
+            Verdict::NoResult
+        );
+    }
+
+    #[test]
+    fn linux_settings() {
+        let linux = LinuxBoot::debian(linux::BusyboxInit::Test);
+        let hosted = RunConfig::linux(Boot::Hypervisor, linux.clone());
+        assert_eq!((hosted.smp, hosted.mem_mib), (2, 1024));
+        assert_eq!(hosted.guest_mem_mib, Some(512));
+        assert_eq!(hosted.guest_cpus(), 2);
+        assert!(!hosted.is_interactive_linux());
+        assert!(check_config(&hosted).is_ok());
+        let direct = RunConfig::linux(Boot::Direct, linux);
+        assert_eq!(
+            (direct.smp, direct.mem_mib, direct.guest_mem_mib),
+            (2, 512, None)
+        );
+        assert!(check_config(&direct).is_ok());
+        let shell = RunConfig::linux(Boot::Direct, LinuxBoot::debian(linux::BusyboxInit::Shell));
+        assert!(shell.is_interactive_linux());
+        let vcpus = RunConfig {
+            vcpus: Some(1),
+            ..RunConfig::default()
+        };
+        assert_eq!(vcpus.guest_cpus(), 1);
     }
 
     #[test]

@@ -1,5 +1,10 @@
-//! `qemu-runner`: builds the hypervisor and the test guest, boots them under
-//! QEMU, streams the console and exits 0 only when the guest passes.
+//! `qemu-runner`: builds the hypervisor and the test guest (or fetches a
+//! Linux guest), boots them under QEMU, streams the console and exits 0 only
+//! when the guest passes.
+//!
+//! Linux options are gathered first and applied last: a Linux guest changes
+//! the defaults of the options the command line did not give
+//! ([`RunConfig::linux`]).
 //!
 //! Usage: `cargo run -p qemu-runner -- [options] [-- extra QEMU arguments]`;
 //! `--help` lists the options. Exit codes: 0 pass, 1 the run failed (guest
@@ -9,6 +14,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use qemu_runner::linux::{BusyboxInit, InitrdSource, KernelSource, LinuxBoot};
 use qemu_runner::{Boot, RunConfig, Scenario};
 
 const USAGE: &str = "\
@@ -29,6 +35,19 @@ options:
   --gdb              start halted with QEMU's gdb stub on localhost:1234 and print
                      the gdb-multiarch command that attaches (no timeout)
   --direct           boot the guest alone at EL1, without the hypervisor
+
+Linux guest (instead of the test guest; defaults become --smp 2, --guest-mem 512,
+--mem 1024 under the hypervisor or 512 with --direct, --timeout 300):
+  --linux            Debian's arm64 kernel (linux-image-arm64) and a busybox
+                     initramfs with an interactive shell; fetched with apt-get
+                     download and cached in target/linux/
+  --linux-test       the initramfs runs the unattended check instead (marker
+                     line, CPUs online, 128 MiB through tmpfs, RESULT line,
+                     power off); implies --linux
+  --kernel PATH      this kernel (arm64 Image, or gzip-compressed Image)
+  --initrd PATH      this initrd (instead of the busybox initramfs)
+  --cmdline TEXT     kernel command line (default: console=ttyAMA0 earlycon
+                     rdinit=/init, plus loglevel=5 with --linux-test)
   -h, --help         this text";
 
 enum Parsed {
@@ -51,8 +70,52 @@ fn number(name: &str, text: &str) -> Result<u32, String> {
         .map_err(|_| format!("{name}: `{text}` is not a number"))
 }
 
+/// The Linux options as given.
+#[derive(Default)]
+struct LinuxOptions {
+    debian: bool,
+    test: bool,
+    kernel: Option<String>,
+    initrd: Option<String>,
+    cmdline: Option<String>,
+}
+
+impl LinuxOptions {
+    /// The Linux guest they name, if any.
+    fn boot(self) -> Result<Option<LinuxBoot>, String> {
+        let debian = self.debian || self.test;
+        if self.test && self.initrd.is_some() {
+            return Err("--linux-test builds its own initramfs; it takes no --initrd".into());
+        }
+        let kernel = match (self.kernel, debian) {
+            (Some(path), _) => KernelSource::File(path.into()),
+            (None, true) => KernelSource::Debian,
+            (None, false) if self.initrd.is_some() => {
+                return Err("--initrd needs --kernel or --linux".into());
+            }
+            (None, false) if self.cmdline.is_some() => {
+                return Err("--cmdline needs --kernel or --linux".into());
+            }
+            (None, false) => return Ok(None),
+        };
+        let initrd = match (self.initrd, debian, self.test) {
+            (Some(path), _, _) => InitrdSource::File(path.into()),
+            (None, true, true) => InitrdSource::Busybox(BusyboxInit::Test),
+            (None, true, false) => InitrdSource::Busybox(BusyboxInit::Shell),
+            (None, false, _) => InitrdSource::None,
+        };
+        Ok(Some(LinuxBoot {
+            kernel,
+            initrd,
+            cmdline: self.cmdline,
+        }))
+    }
+}
+
 fn parse(args: &[String]) -> Result<Parsed, String> {
     let mut config = RunConfig::default();
+    let mut linux = LinuxOptions::default();
+    let mut given: Vec<&str> = Vec::new();
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         if arg == "--" {
@@ -63,6 +126,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             Some((name, inline)) if name.starts_with("--") => (name, Some(inline)),
             _ => (arg.as_str(), None),
         };
+        given.push(name);
         match name {
             "-h" | "--help" => return Ok(Parsed::Help),
             "--gdb" => config.gdb = true,
@@ -84,10 +148,48 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
                 let seconds = number(name, value(name, inline, &mut rest)?)?;
                 config.timeout = Duration::from_secs(u64::from(seconds));
             }
+            "--linux" => linux.debian = true,
+            "--linux-test" => linux.test = true,
+            "--kernel" => linux.kernel = Some(value(name, inline, &mut rest)?.to_string()),
+            "--initrd" => linux.initrd = Some(value(name, inline, &mut rest)?.to_string()),
+            "--cmdline" => linux.cmdline = Some(value(name, inline, &mut rest)?.to_string()),
             _ => return Err(format!("unknown option `{arg}`")),
         }
     }
-    Ok(Parsed::Run(config))
+    let Some(linux) = linux.boot()? else {
+        return Ok(Parsed::Run(config));
+    };
+    if given.contains(&"--guest") {
+        return Err("--guest picks a test guest scenario; a Linux guest has none".into());
+    }
+    let defaults = RunConfig::linux(config.boot, linux);
+    let keep = |option: &str| given.contains(&option);
+    Ok(Parsed::Run(RunConfig {
+        smp: if keep("--smp") {
+            config.smp
+        } else {
+            defaults.smp
+        },
+        mem_mib: if keep("--mem") {
+            config.mem_mib
+        } else {
+            defaults.mem_mib
+        },
+        guest_mem_mib: if keep("--guest-mem") {
+            config.guest_mem_mib
+        } else {
+            defaults.guest_mem_mib
+        },
+        timeout: if keep("--timeout") {
+            config.timeout
+        } else {
+            defaults.timeout
+        },
+        ..RunConfig {
+            linux: defaults.linux,
+            ..config
+        }
+    }))
 }
 
 fn main() -> ExitCode {
@@ -103,13 +205,21 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    eprintln!(
-        "qemu-runner: building {} for aarch64-unknown-none-softfloat",
-        match config.boot {
-            Boot::Hypervisor => "the hypervisor and the test guest",
-            Boot::Direct => "the test guest",
-        }
-    );
+    let building = match (config.boot, &config.linux) {
+        (Boot::Hypervisor, None) => Some("the hypervisor and the test guest"),
+        (Boot::Direct, None) => Some("the test guest"),
+        (Boot::Hypervisor, Some(_)) => Some("the hypervisor"),
+        (Boot::Direct, Some(_)) => None,
+    };
+    if let Some(building) = building {
+        eprintln!("qemu-runner: building {building} for aarch64-unknown-none-softfloat");
+    }
+    if config.is_interactive_linux() {
+        eprintln!(
+            "qemu-runner: interactive Linux guest: your typing goes to its console; \
+             `poweroff -f` or `exit` in the shell ends it, Ctrl-A x quits QEMU"
+        );
+    }
     let report = match qemu_runner::run(&config) {
         Ok(report) => report,
         Err(error) => {
@@ -168,5 +278,42 @@ mod tests {
         assert!(parse_words("--frobnicate").is_err());
         assert_eq!(parse_words("--help").unwrap_err(), "help");
         assert_eq!(parse_words("--direct --gdb").unwrap().boot, Boot::Direct);
+        assert!(parse_words("--initrd x").is_err());
+        assert!(parse_words("--cmdline quiet").is_err());
+        assert!(parse_words("--linux-test --initrd x").is_err());
+        assert!(parse_words("--linux --guest memory").is_err());
+    }
+
+    #[test]
+    fn linux_options_pick_the_guest_and_its_defaults() {
+        let shell = parse_words("--linux").unwrap();
+        assert_eq!(shell.linux, Some(LinuxBoot::debian(BusyboxInit::Shell)));
+        assert_eq!(
+            (shell.smp, shell.mem_mib, shell.guest_mem_mib),
+            (2, 1024, Some(512))
+        );
+        assert_eq!(shell.timeout, Duration::from_secs(300));
+        let test = parse_words("--linux-test --direct --smp 3 --timeout 60").unwrap();
+        assert_eq!(test.linux, Some(LinuxBoot::debian(BusyboxInit::Test)));
+        assert_eq!((test.smp, test.mem_mib, test.guest_mem_mib), (3, 512, None));
+        assert_eq!(test.timeout, Duration::from_secs(60));
+        let files = parse_words("--kernel /k/Image --initrd /k/initrd.gz --cmdline x=1").unwrap();
+        assert_eq!(
+            files.linux,
+            Some(LinuxBoot {
+                kernel: KernelSource::File("/k/Image".into()),
+                initrd: InitrdSource::File("/k/initrd.gz".into()),
+                cmdline: Some("x=1".into()),
+            })
+        );
+        let kernel_only = parse_words("--kernel /k/Image --guest-mem 256").unwrap();
+        assert_eq!(kernel_only.linux.unwrap().initrd, InitrdSource::None);
+        assert_eq!(kernel_only.guest_mem_mib, Some(256));
+        let debian_kernel_own_initrd = parse_words("--linux --initrd /r").unwrap();
+        assert_eq!(
+            debian_kernel_own_initrd.linux.unwrap().kernel,
+            KernelSource::Debian
+        );
+        assert_eq!(parse_words("--smp 2").unwrap().linux, None);
     }
 }

@@ -8,6 +8,10 @@
 //! `kernel` (arm64 Image, required), `initrd`, `cmdline`, `vm.conf`. The same
 //! file passed with QEMU `-initrd` or loaded by U-Boot as a ramdisk reaches the
 //! hypervisor through `/chosen/linux,initrd-{start,end}`.
+//!
+//! The same writer builds Linux initramfs archives ([`crate::initramfs`]):
+//! an [`Entry`] carries its file mode (regular file, directory, symbolic link
+//! whose data is the target, character device with its device number).
 
 use std::fmt;
 
@@ -18,15 +22,67 @@ pub const TRAILER: &str = "TRAILER!!!";
 /// Size of an entry header.
 pub const HEADER_SIZE: usize = 110;
 /// Mode of a regular file readable by everyone.
-const REGULAR_FILE_MODE: u32 = 0o100644;
+pub const REGULAR_FILE_MODE: u32 = 0o100644;
+/// Mode of an executable regular file.
+pub const EXECUTABLE_MODE: u32 = 0o100755;
+/// Mode of a directory.
+pub const DIRECTORY_MODE: u32 = 0o040755;
+/// Mode of a symbolic link.
+pub const SYMLINK_MODE: u32 = 0o120777;
+/// Mode of a character device readable and writable by its owner.
+pub const CHAR_DEVICE_MODE: u32 = 0o020600;
 
 /// One file of an archive.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
-    /// File name (no directories in a payload).
+    /// Path inside the archive, without a leading `/` (no directories in a
+    /// payload).
     pub name: String,
-    /// File contents.
+    /// File type and permission bits, as in `st_mode`.
+    pub mode: u32,
+    /// Device number (major, minor) of a device node; `(0, 0)` otherwise.
+    pub rdev: (u32, u32),
+    /// File contents; a symbolic link's target.
     pub data: Vec<u8>,
+}
+
+impl Entry {
+    /// A regular file readable by everyone.
+    pub fn file(name: &str, data: Vec<u8>) -> Entry {
+        Entry::with_mode(name, REGULAR_FILE_MODE, data)
+    }
+
+    /// An executable regular file.
+    pub fn executable(name: &str, data: Vec<u8>) -> Entry {
+        Entry::with_mode(name, EXECUTABLE_MODE, data)
+    }
+
+    /// A directory.
+    pub fn directory(name: &str) -> Entry {
+        Entry::with_mode(name, DIRECTORY_MODE, Vec::new())
+    }
+
+    /// A symbolic link at `name` pointing to `target`.
+    pub fn symlink(name: &str, target: &str) -> Entry {
+        Entry::with_mode(name, SYMLINK_MODE, target.as_bytes().to_vec())
+    }
+
+    /// A character device node with device number `major:minor`.
+    pub fn char_device(name: &str, major: u32, minor: u32) -> Entry {
+        Entry {
+            rdev: (major, minor),
+            ..Entry::with_mode(name, CHAR_DEVICE_MODE, Vec::new())
+        }
+    }
+
+    fn with_mode(name: &str, mode: u32, data: Vec<u8>) -> Entry {
+        Entry {
+            name: name.to_string(),
+            mode,
+            rdev: (0, 0),
+            data,
+        }
+    }
 }
 
 /// Why an archive could not be read.
@@ -83,19 +139,24 @@ fn pad4(length: usize) -> usize {
     length.next_multiple_of(4)
 }
 
-fn push_entry(archive: &mut Vec<u8>, inode: u32, name: &str, mode: u32, data: &[u8]) {
+fn push_entry(archive: &mut Vec<u8>, inode: u32, entry: &Entry) {
+    let (name, data) = (&entry.name, &entry.data);
     let fields = [
         inode,
-        mode,
+        entry.mode,
         0, // uid
         0, // gid
-        1, // nlink
+        if entry.mode & 0o170000 == 0o040000 {
+            2
+        } else {
+            1
+        }, // nlink
         0, // mtime: fixed, so builds are reproducible
         u32::try_from(data.len()).expect("cpio newc entries are below 4 GiB"),
-        0,
-        0,
-        0,
-        0,
+        0, // dev major
+        0, // dev minor
+        entry.rdev.0,
+        entry.rdev.1,
         u32::try_from(name.len() + 1).expect("short name"),
         0, // check
     ];
@@ -115,15 +176,9 @@ fn push_entry(archive: &mut Vec<u8>, inode: u32, name: &str, mode: u32, data: &[
 pub fn write_archive(entries: &[Entry]) -> Vec<u8> {
     let mut archive = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
-        push_entry(
-            &mut archive,
-            index as u32 + 1,
-            &entry.name,
-            REGULAR_FILE_MODE,
-            &entry.data,
-        );
+        push_entry(&mut archive, index as u32 + 1, entry);
     }
-    push_entry(&mut archive, 0, TRAILER, 0, &[]);
+    push_entry(&mut archive, 0, &Entry::with_mode(TRAILER, 0, Vec::new()));
     archive
 }
 
@@ -149,6 +204,11 @@ pub fn read_archive(archive: &[u8]) -> Result<Vec<Entry>, CpioError> {
         if &archive[offset..offset + 6] != NEWC_MAGIC {
             return Err(CpioError::BadMagic { offset });
         }
+        let mode = hex_field(archive, offset, 1)? as u32;
+        let rdev = (
+            hex_field(archive, offset, 9)? as u32,
+            hex_field(archive, offset, 10)? as u32,
+        );
         let size = hex_field(archive, offset, 6)?;
         let name_size = hex_field(archive, offset, 11)?;
         let name_end = offset + HEADER_SIZE + name_size;
@@ -167,6 +227,8 @@ pub fn read_archive(archive: &[u8]) -> Result<Vec<Entry>, CpioError> {
         }
         entries.push(Entry {
             name: name.to_string(),
+            mode,
+            rdev,
             data: archive[data_start..data_end].to_vec(),
         });
         offset = data_start + pad4(size);
@@ -191,21 +253,12 @@ pub struct Payload {
 impl Payload {
     /// The archive's entries, `kernel` first.
     pub fn entries(&self) -> Vec<Entry> {
-        let mut entries = vec![Entry {
-            name: "kernel".into(),
-            data: self.kernel.clone(),
-        }];
+        let mut entries = vec![Entry::file("kernel", self.kernel.clone())];
         if let Some(initrd) = &self.initrd {
-            entries.push(Entry {
-                name: "initrd".into(),
-                data: initrd.clone(),
-            });
+            entries.push(Entry::file("initrd", initrd.clone()));
         }
         if let Some(cmdline) = &self.cmdline {
-            entries.push(Entry {
-                name: "cmdline".into(),
-                data: cmdline.clone().into_bytes(),
-            });
+            entries.push(Entry::file("cmdline", cmdline.clone().into_bytes()));
         }
         let mut conf = String::new();
         if let Some(vcpus) = self.vcpus {
@@ -215,10 +268,7 @@ impl Payload {
             conf.push_str(&format!("mem_mib={mem_mib}\n"));
         }
         if !conf.is_empty() {
-            entries.push(Entry {
-                name: "vm.conf".into(),
-                data: conf.into_bytes(),
-            });
+            entries.push(Entry::file("vm.conf", conf.into_bytes()));
         }
         entries
     }
@@ -244,10 +294,7 @@ mod tests {
 
     #[test]
     fn header_fields_are_newc() {
-        let archive = write_archive(&[Entry {
-            name: "kernel".into(),
-            data: vec![7; 5],
-        }]);
+        let archive = write_archive(&[Entry::file("kernel", vec![7; 5])]);
         let header = std::str::from_utf8(&archive[..HEADER_SIZE]).unwrap();
         // magic, ino 1, mode 100644, uid, gid, nlink 1, mtime, size 5, ..., namesize 7
         assert_eq!(&header[0..6], "070701");
@@ -278,10 +325,7 @@ mod tests {
 
     #[test]
     fn damaged_archives_are_rejected() {
-        let archive = write_archive(&[Entry {
-            name: "kernel".into(),
-            data: vec![1; 100],
-        }]);
+        let archive = write_archive(&[Entry::file("kernel", vec![1; 100])]);
         assert_eq!(
             read_archive(&archive[..200]),
             Err(CpioError::Truncated { offset: 0 })
@@ -296,13 +340,35 @@ mod tests {
         );
     }
 
+    #[test]
+    fn special_files_keep_their_mode_and_device_number() {
+        let archive = write_archive(&[
+            Entry::directory("dev"),
+            Entry::char_device("dev/console", 5, 1),
+            Entry::symlink("bin/sh", "busybox"),
+            Entry::executable("init", b"#!/bin/sh\n".to_vec()),
+        ]);
+        let header = std::str::from_utf8(&archive[..HEADER_SIZE]).unwrap();
+        assert_eq!(&header[14..22], "000041ed");
+        assert_eq!(&header[38..46], "00000002", "a directory has two links");
+        let entries = read_archive(&archive).unwrap();
+        assert_eq!(entries[1].mode, 0o020600);
+        assert_eq!(entries[1].rdev, (5, 1));
+        assert_eq!(entries[2].mode, 0o120777);
+        assert_eq!(entries[2].data, b"busybox");
+        assert_eq!(entries[3].mode, 0o100755);
+    }
+
     proptest! {
         #[test]
         fn archives_round_trip(files in proptest::collection::vec(
-            ("[a-z.]{1,12}", proptest::collection::vec(any::<u8>(), 0..300)), 0..6)) {
+            ("[a-z./]{1,12}", proptest::collection::vec(any::<u8>(), 0..300),
+             prop_oneof![Just(REGULAR_FILE_MODE), Just(EXECUTABLE_MODE), Just(SYMLINK_MODE),
+                         Just(DIRECTORY_MODE), Just(CHAR_DEVICE_MODE)],
+             (0u32..4096, 0u32..1 << 20)), 0..6)) {
             let entries: Vec<Entry> = files
                 .into_iter()
-                .map(|(name, data)| Entry { name, data })
+                .map(|(name, data, mode, rdev)| Entry { name, mode, rdev, data })
                 .filter(|e| e.name != TRAILER)
                 .collect();
             let archive = write_archive(&entries);

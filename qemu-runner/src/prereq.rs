@@ -62,7 +62,8 @@ pub fn find_on_path(program: &str) -> Option<PathBuf> {
         })
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root (may install packages).
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }

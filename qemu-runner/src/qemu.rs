@@ -3,12 +3,16 @@
 //! QEMU's serial console (`-nographic`) arrives on its stdout. A reader thread
 //! echoes the raw bytes as they come (when asked) and hands complete lines to
 //! the caller, which feeds them to a [`Transcript`]. The run stops when QEMU
-//! exits (the hypervisor's or the guest's PSCI `SYSTEM_OFF` makes it exit 0);
-//! after the guest's `RESULT:` line it waits at most a short grace period for
-//! the `STAT` lines and `[hv] system off`, after `[hv] system off` or a
-//! hypervisor panic a shorter one for QEMU to exit; the overall timeout kills
-//! it. QEMU is stopped with SIGTERM first (it restores the terminal), then
-//! SIGKILL.
+//! exits (the hypervisor's or the guest's PSCI `SYSTEM_OFF` makes it exit 0).
+//! Some lines end a run early: each kind of line has a grace period
+//! ([`grace_after`]) after which QEMU is stopped if it has not exited: the
+//! guest's `RESULT:` line (time for the `STAT` lines and `[hv] system off`),
+//! `[hv] system off` or a hypervisor panic (time to exit), a guest kernel
+//! failure report (time for the backtrace that follows; a panicked kernel
+//! never exits). The earliest such stop wins; the overall timeout kills QEMU
+//! in any case. A session a person drives ([`Watch::follow_to_exit`]) ignores
+//! the stop lines. QEMU is stopped with SIGTERM first (it restores the
+//! terminal), then SIGKILL.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -20,10 +24,24 @@ use std::time::{Duration, Instant};
 
 use crate::console::{Line, Transcript};
 
+/// How long after a line of this kind QEMU may still run before it is
+/// stopped (`None`: the line does not end the run).
+pub fn grace_after(line: &Line) -> Option<Duration> {
+    match line {
+        Line::Result(_) => Some(RESULT_GRACE),
+        Line::SystemOff | Line::HypervisorPanic(_) => Some(EXIT_GRACE),
+        Line::KernelFault(_) => Some(FAULT_GRACE),
+        Line::Stat { .. } | Line::HypervisorLog | Line::Other => None,
+    }
+}
+
 /// How long to wait for the `STAT` tail after the guest's `RESULT:` line.
 pub const RESULT_GRACE: Duration = Duration::from_secs(5);
 /// How long to wait for QEMU to exit after `[hv] system off` or a panic.
 pub const EXIT_GRACE: Duration = Duration::from_secs(3);
+/// How long to keep reading after a guest kernel failure report (the
+/// backtrace and register dump that follow it).
+pub const FAULT_GRACE: Duration = Duration::from_secs(5);
 /// The gdb stub port QEMU's `-s` opens.
 pub const GDB_PORT: u16 = 1234;
 
@@ -165,6 +183,9 @@ pub struct Watch {
     pub echo: bool,
     /// Give QEMU our stdin (typing reaches the guest; Ctrl-A x quits QEMU).
     pub interactive: bool,
+    /// Ignore the lines that end a run early ([`grace_after`]) and follow
+    /// QEMU until it exits (a person drives the guest).
+    pub follow_to_exit: bool,
 }
 
 /// Starts QEMU and follows its console until one of the stop conditions.
@@ -194,16 +215,13 @@ pub fn run(setup: &QemuSetup, watch: Watch) -> std::io::Result<QemuRun> {
             None => lines.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
         match event {
-            Ok(Event::Line(line)) => match transcript.push_line(&line) {
-                Line::Result(_) if stop_at.is_none() => {
-                    stop_at = Some(Instant::now() + RESULT_GRACE)
+            Ok(Event::Line(line)) => {
+                let kind = transcript.push_line_at(&line, start.elapsed());
+                if let Some(grace) = grace_after(&kind).filter(|_| !watch.follow_to_exit) {
+                    let stop_by = Instant::now() + grace;
+                    stop_at = Some(stop_at.map_or(stop_by, |at| at.min(stop_by)));
                 }
-                Line::SystemOff | Line::HypervisorPanic(_) => {
-                    let exit_by = Instant::now() + EXIT_GRACE;
-                    stop_at = Some(stop_at.map_or(exit_by, |at| at.min(exit_by)));
-                }
-                _ => {}
-            },
+            }
             Ok(Event::Closed) | Err(RecvTimeoutError::Disconnected) => break Ending::Exited,
             Err(RecvTimeoutError::Timeout) => {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -228,7 +246,7 @@ pub fn run(setup: &QemuSetup, watch: Watch) -> std::io::Result<QemuRun> {
     };
     // Drain what the reader threads still hold.
     while let Ok(Event::Line(line)) = lines.recv_timeout(Duration::from_millis(200)) {
-        transcript.push_line(&line);
+        transcript.push_line_at(&line, start.elapsed());
     }
     let stderr = stderr.join().unwrap_or_default();
     Ok(QemuRun {
@@ -462,6 +480,23 @@ mod tests {
             direct,
             "gdb-multiarch -q /x/guest -ex 'target remote localhost:1234'"
         );
+    }
+
+    #[test]
+    fn stop_lines_have_grace_periods() {
+        use crate::console::{GuestResult, classify};
+        assert_eq!(
+            grace_after(&Line::Result(GuestResult::Pass)),
+            Some(RESULT_GRACE)
+        );
+        assert_eq!(grace_after(&classify("[hv] system off")), Some(EXIT_GRACE));
+        assert_eq!(grace_after(&classify("[hv] PANIC: x")), Some(EXIT_GRACE));
+        assert_eq!(
+            grace_after(&classify("[    9.1] Kernel panic - not syncing: x")),
+            Some(FAULT_GRACE)
+        );
+        assert_eq!(grace_after(&classify("STAT vm0 exits_hvc 3")), None);
+        assert_eq!(grace_after(&classify("LINUX-INIT: started")), None);
     }
 
     #[test]
