@@ -1,12 +1,15 @@
 //! PSCI as the hypervisor offers it to guests, and the vCPU power states behind it.
 //!
 //! [`PsciCall::decode`] turns the function id in `x0` and the arguments in
-//! `x1..x3` into a call. [`PowerStates`] is the per-VM table of vCPU power
+//! `x1..x3` into a call; [`dispatch`] decides its outcome for a VM.
+//! [`PowerStates`] is the per-VM table of vCPU power
 //! states that `CPU_ON`, `CPU_OFF` and `AFFINITY_INFO` act on: every state change
 //! is a compare-and-swap, so two vCPUs racing to start the same target see
 //! exactly one `SUCCESS`, and the target's physical CPU picks up the entry point
 //! and context id published with the `ON_PENDING` state.
 
+use crate::guest_layout::vcpu_index;
+use crate::ranges::PhysRange;
 use core::sync::atomic::{AtomicU8, Ordering};
 use spin::Mutex;
 
@@ -247,10 +250,179 @@ impl PowerStates {
     }
 }
 
+/// What a PSCI call does, as decided by [`dispatch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PsciOutcome {
+    /// Resume the caller with this value in `x0`.
+    Return(u64),
+    /// CPU_ON succeeded for vCPU `.0`: wake its physical CPU, return SUCCESS.
+    Started(usize),
+    /// The caller turned itself off (already marked off).
+    CpuOff,
+    /// Power the system off.
+    SystemOff,
+    /// Reset the system.
+    SystemReset,
+}
+
+/// Decides the outcome of `call` from vCPU `caller` of a VM whose vCPU power
+/// states are `power` and whose RAM (valid entry points) is `ram`.
+pub fn dispatch(call: PsciCall, caller: usize, power: &PowerStates, ram: PhysRange) -> PsciOutcome {
+    let vcpus = power.len();
+    let value = match call {
+        PsciCall::Version => VERSION_1_1,
+        PsciCall::Features { function_id } => {
+            if crate::hypercall::GuestCall::is_implemented(function_id) {
+                0
+            } else {
+                PsciError::NotSupported.to_register()
+            }
+        }
+        PsciCall::CpuOn {
+            target_mpidr,
+            entry,
+            context_id,
+        } => match vcpu_index(target_mpidr, vcpus) {
+            None => PsciError::InvalidParameters.to_register(),
+            Some(_) if !ram.contains(entry) => PsciError::InvalidAddress.to_register(),
+            Some(target) => match power.request_on(target, BootRequest { entry, context_id }) {
+                Ok(()) => return PsciOutcome::Started(target),
+                Err(e) => e.to_register(),
+            },
+        },
+        PsciCall::CpuOff => {
+            power.mark_off(caller);
+            return PsciOutcome::CpuOff;
+        }
+        PsciCall::AffinityInfo {
+            target_mpidr,
+            lowest_level,
+        } => match vcpu_index(target_mpidr, vcpus) {
+            Some(target) if lowest_level == 0 => power.state(target).affinity_info(),
+            _ => PsciError::InvalidParameters.to_register(),
+        },
+        PsciCall::MigrateInfoType => MIGRATE_TYPE_NOT_PRESENT,
+        PsciCall::SystemOff => return PsciOutcome::SystemOff,
+        PsciCall::SystemReset => return PsciOutcome::SystemReset,
+    };
+    PsciOutcome::Return(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guest_layout::vcpu_mpidr;
     use std::sync::Arc;
+
+    fn err(e: PsciError) -> PsciOutcome {
+        PsciOutcome::Return(e.to_register())
+    }
+
+    #[test]
+    fn dispatch_outcomes() {
+        let ram = PhysRange::from_start_size(0x4000_0000, 0x800_0000);
+        let power = PowerStates::new(2);
+        power.mark_on(0);
+        let on = |mpidr, entry| PsciCall::CpuOn {
+            target_mpidr: mpidr,
+            entry,
+            context_id: 5,
+        };
+        let info = |mpidr, level| PsciCall::AffinityInfo {
+            target_mpidr: mpidr,
+            lowest_level: level,
+        };
+        assert_eq!(
+            dispatch(PsciCall::Version, 0, &power, ram),
+            PsciOutcome::Return(0x10001)
+        );
+        assert_eq!(
+            dispatch(on(vcpu_mpidr(2), 0x4000_0000), 0, &power, ram),
+            err(PsciError::InvalidParameters)
+        );
+        assert_eq!(
+            dispatch(on(vcpu_mpidr(1), 0x1000), 0, &power, ram),
+            err(PsciError::InvalidAddress)
+        );
+        assert_eq!(
+            dispatch(info(vcpu_mpidr(1), 0), 0, &power, ram),
+            PsciOutcome::Return(1)
+        );
+        assert_eq!(
+            dispatch(on(vcpu_mpidr(1), 0x4008_0000), 0, &power, ram),
+            PsciOutcome::Started(1)
+        );
+        assert_eq!(
+            dispatch(info(vcpu_mpidr(1), 0), 0, &power, ram),
+            PsciOutcome::Return(2)
+        );
+        assert_eq!(
+            dispatch(on(vcpu_mpidr(1), 0x4008_0000), 0, &power, ram),
+            err(PsciError::OnPending)
+        );
+        assert_eq!(
+            power.take_pending(1),
+            Some(BootRequest {
+                entry: 0x4008_0000,
+                context_id: 5
+            })
+        );
+        assert_eq!(
+            dispatch(on(vcpu_mpidr(1), 0x4008_0000), 0, &power, ram),
+            err(PsciError::AlreadyOn)
+        );
+        assert_eq!(
+            dispatch(on(vcpu_mpidr(0), 0x4008_0000), 1, &power, ram),
+            err(PsciError::AlreadyOn)
+        );
+        assert_eq!(
+            dispatch(info(vcpu_mpidr(1), 0), 0, &power, ram),
+            PsciOutcome::Return(0)
+        );
+        assert_eq!(
+            dispatch(info(vcpu_mpidr(1), 1), 0, &power, ram),
+            err(PsciError::InvalidParameters)
+        );
+        assert_eq!(
+            dispatch(PsciCall::CpuOff, 1, &power, ram),
+            PsciOutcome::CpuOff
+        );
+        assert_eq!(power.state(1), PowerState::Off);
+        assert_eq!(
+            dispatch(
+                PsciCall::Features {
+                    function_id: PSCI_CPU_ON
+                },
+                0,
+                &power,
+                ram
+            ),
+            PsciOutcome::Return(0)
+        );
+        assert_eq!(
+            dispatch(
+                PsciCall::Features {
+                    function_id: 0x8400_0001
+                },
+                0,
+                &power,
+                ram
+            ),
+            err(PsciError::NotSupported)
+        );
+        assert_eq!(
+            dispatch(PsciCall::MigrateInfoType, 0, &power, ram),
+            PsciOutcome::Return(2)
+        );
+        assert_eq!(
+            dispatch(PsciCall::SystemOff, 0, &power, ram),
+            PsciOutcome::SystemOff
+        );
+        assert_eq!(
+            dispatch(PsciCall::SystemReset, 0, &power, ram),
+            PsciOutcome::SystemReset
+        );
+    }
 
     #[test]
     fn decode_calls() {

@@ -23,11 +23,11 @@ use crate::esr::{
     DataAbort, ExceptionClass, FaultKind, InstructionAbort, SysRegAccess, fault_ipa, iss,
 };
 use crate::fault::{self, SlotView};
-use crate::guest_layout::{vcpu_index, vcpu_mpidr};
+use crate::guest_layout::vcpu_mpidr;
 use crate::hypercall::{GuestCall, NOT_SUPPORTED, SMCCC_VERSION_1_1};
 use crate::inject::{AbortKind, GuestState, synchronous_external_abort};
 use crate::mmio::DeviceId;
-use crate::psci::{BootRequest, MIGRATE_TYPE_NOT_PRESENT, PsciCall, PsciError, VERSION_1_1};
+use crate::psci::{self, BootRequest, PsciCall, PsciOutcome};
 use crate::sysreg_trap::{self, SysRegPolicy};
 use crate::{mmio, read_sysreg, write_sysreg};
 use alloc::format;
@@ -527,47 +527,16 @@ impl Vcpu {
     /// does not resume.
     fn psci(&mut self, call: PsciCall) -> Result<u64, Flow> {
         let vm = self.vm;
-        Ok(match call {
-            PsciCall::Version => VERSION_1_1,
-            PsciCall::Features { function_id } => {
-                if GuestCall::is_implemented(function_id) {
-                    0
-                } else {
-                    PsciError::NotSupported.to_register()
-                }
+        match psci::dispatch(call, self.index, &vm.power, vm.ram) {
+            PsciOutcome::Return(value) => Ok(value),
+            PsciOutcome::Started(_) => {
+                // The target's CPU waits in WFE for its request.
+                sysreg::send_event();
+                Ok(0)
             }
-            PsciCall::CpuOn {
-                target_mpidr,
-                entry,
-                context_id,
-            } => match vcpu_index(target_mpidr, vm.vcpus) {
-                None => PsciError::InvalidParameters.to_register(),
-                Some(_) if !vm.ram.contains(entry) => PsciError::InvalidAddress.to_register(),
-                Some(target) => match vm
-                    .power
-                    .request_on(target, BootRequest { entry, context_id })
-                {
-                    Ok(()) => {
-                        sysreg::send_event();
-                        0
-                    }
-                    Err(e) => e.to_register(),
-                },
-            },
-            PsciCall::CpuOff => {
-                vm.power.mark_off(self.index);
-                return Err(Flow::Off);
-            }
-            PsciCall::AffinityInfo {
-                target_mpidr,
-                lowest_level,
-            } => match vcpu_index(target_mpidr, vm.vcpus) {
-                Some(target) if lowest_level == 0 => vm.power.state(target).affinity_info(),
-                _ => PsciError::InvalidParameters.to_register(),
-            },
-            PsciCall::MigrateInfoType => MIGRATE_TYPE_NOT_PRESENT,
-            PsciCall::SystemOff => vm.system_off(self.index),
-            PsciCall::SystemReset => vm.system_reset(self.index),
-        })
+            PsciOutcome::CpuOff => Err(Flow::Off),
+            PsciOutcome::SystemOff => vm.system_off(self.index),
+            PsciOutcome::SystemReset => vm.system_reset(self.index),
+        }
     }
 }
