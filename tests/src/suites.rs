@@ -1,5 +1,6 @@
 //! The benchmark suites, one module each, and the table that names them.
 
+pub mod linux_boot;
 pub mod memslots;
 pub mod split;
 pub mod tlb;
@@ -31,6 +32,11 @@ pub const SUITES: &[Suite] = &[
         name: "split",
         about: "Eager split of 1 GiB to 4 KiB pages with and without skip hints",
         run: split::run,
+    },
+    Suite {
+        name: "linux_boot",
+        about: "Linux guest: QEMU start to the init's marker line, under the hypervisor vs direct at EL1",
+        run: linux_boot::run,
     },
     Suite {
         name: "unmap",
