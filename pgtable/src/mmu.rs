@@ -10,7 +10,8 @@
 //! write-protect, split, map of a whole region, destroy) need `&mut` and so
 //! are only reachable there. Shared walks pin the caller's per-CPU epoch
 //! handle ([`Mmu::register`]) for their duration; the tables they unlink are
-//! retired to the MMU's collector.
+//! retired to the MMU's collector. The lock prefers writers: while one
+//! waits, new readers hold back, so faults cannot starve the write side.
 
 use crate::cache::PageCache;
 use crate::descriptor::Perms;
@@ -18,6 +19,7 @@ use crate::fault::FaultMapping;
 use crate::mm::PageTableMemory;
 use crate::table::{Error, Mapping, Stage2PageTable};
 use crate::walk::{Visitor, WalkFlags};
+use core::sync::atomic::{AtomicUsize, Ordering};
 use crossbeam_epoch::{Collector, LocalHandle};
 use spin::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tlb::{TlbInvalidate, TlbTarget};
@@ -25,6 +27,9 @@ use tlb::{TlbInvalidate, TlbTarget};
 /// A VM's stage-2 MMU: the table, its lock, and its epoch collector.
 pub struct Mmu<M: PageTableMemory> {
     table: RwLock<Stage2PageTable<M>>,
+    /// Writers waiting for the lock: new readers hold back while nonzero,
+    /// so a stream of faults cannot starve the write side.
+    writers_waiting: AtomicUsize,
     collector: Collector,
 }
 
@@ -33,6 +38,7 @@ impl<M: PageTableMemory + Clone + Send + 'static> Mmu<M> {
     pub fn new(table: Stage2PageTable<M>) -> Self {
         Self {
             table: RwLock::new(table),
+            writers_waiting: AtomicUsize::new(0),
             collector: Collector::new(),
         }
     }
@@ -43,19 +49,24 @@ impl<M: PageTableMemory + Clone + Send + 'static> Mmu<M> {
         self.collector.register()
     }
 
-    /// Takes the read side: fault handling.
+    /// Takes the read side: fault handling. Waits while a writer waits.
     pub fn read(&self) -> MmuReader<'_, M> {
+        while self.writers_waiting.load(Ordering::Acquire) != 0 {
+            core::hint::spin_loop();
+        }
         MmuReader {
             table: self.table.read(),
             collector: &self.collector,
         }
     }
 
-    /// Takes the write side: range operations.
+    /// Takes the write side: range operations. Readers arriving meanwhile
+    /// wait, so the writer gets the lock once the current readers leave.
     pub fn write(&self) -> MmuWriter<'_, M> {
-        MmuWriter {
-            table: self.table.write(),
-        }
+        self.writers_waiting.fetch_add(1, Ordering::AcqRel);
+        let table = self.table.write();
+        self.writers_waiting.fetch_sub(1, Ordering::Release);
+        MmuWriter { table }
     }
 
     /// Tries to free retired tables whose readers have all unpinned.

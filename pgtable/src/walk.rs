@@ -280,6 +280,12 @@ impl<M: PageTableMemory + ?Sized, V: Visitor + ?Sized> Walker<'_, M, V> {
     /// `slot` is in a live table; see [`walk_table`](Self::walk_table).
     unsafe fn visit(&mut self, slot: &AtomicU64, level: u8) -> Result<Flow, WalkError> {
         let old = Descriptor::from_raw(slot.load(Ordering::Acquire));
+        // The engine only ever leaves empty or locked invalid entries in a
+        // live table; anything else is a freed (poisoned) or corrupt page.
+        debug_assert!(
+            old.is_valid() || old == Descriptor::EMPTY || old.is_locked(),
+            "corrupt entry {old:?} at level {level}: a freed table read?"
+        );
         let mut ctx = VisitContext {
             slot,
             old,
