@@ -64,21 +64,29 @@ fn every_answer_is_right_for_a_generation_live_during_the_lookup() {
     let started = Arc::new(AtomicU64::new(0));
     let finished = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
+    // Lookups made so far: the writer waits for the readers to run, so the
+    // test checks concurrent lookups even when the machine is loaded.
+    let lookups = Arc::new(AtomicU64::new(0));
+    const READERS: u64 = 3;
+    let ready = Arc::new(std::sync::Barrier::new(READERS as usize + 1));
 
-    let readers: Vec<_> = (0..3)
+    let readers: Vec<_> = (0..READERS)
         .map(|r| {
-            let (vm, collector, started, finished, stop) = (
+            let (vm, collector, started, finished, stop, lookups, ready) = (
                 vm.clone(),
                 collector.clone(),
                 started.clone(),
                 finished.clone(),
                 stop.clone(),
+                lookups.clone(),
+                ready.clone(),
             );
             thread::spawn(move || {
                 let handle = collector.register();
                 let mut rng = Rng(0x1234_5678 + r);
                 let mut cache = VcpuSlotCache::new();
                 let mut seen = Vec::new();
+                ready.wait();
                 while !stop.load(Ordering::Acquire) {
                     let finished_before = finished.load(Ordering::SeqCst);
                     let guard = handle.pin();
@@ -93,6 +101,7 @@ fn every_answer_is_right_for_a_generation_live_during_the_lookup() {
                     let (generation, len) = (set.generation(), set.len());
                     drop(guard);
                     let started_after = started.load(Ordering::SeqCst);
+                    lookups.fetch_add(1, Ordering::Relaxed);
                     seen.push(Seen {
                         finished_before,
                         generation,
@@ -112,7 +121,12 @@ fn every_answer_is_right_for_a_generation_live_during_the_lookup() {
     let mut rng = Rng(0xDEAD_BEEF);
     let mut state: Vec<SlotSpec> = Vec::new();
     let mut history: Vec<Vec<SlotSpec>> = vec![Vec::new()];
+    ready.wait();
     while history.len() < 3000 {
+        // Let the readers in between changes, even on a single free core.
+        if history.len() % 16 == 0 {
+            thread::yield_now();
+        }
         let id = SlotId::new(rng.below(u64::from(IDS)) as u32).unwrap();
         let current = state.iter().copied().find(|s| s.id == id);
         let next_generation = history.len() as u64;
@@ -150,6 +164,9 @@ fn every_answer_is_right_for_a_generation_live_during_the_lookup() {
             state.push(request);
         }
         history.push(state.clone());
+    }
+    while lookups.load(Ordering::Relaxed) < 2000 {
+        thread::yield_now();
     }
     stop.store(true, Ordering::Release);
 
