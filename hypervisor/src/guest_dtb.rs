@@ -20,8 +20,12 @@ use vm_fdt::FdtWriter;
 const PHANDLE_CLOCK: u32 = 1;
 /// Phandle of the interrupt controller.
 const PHANDLE_GIC: u32 = 2;
-/// The PL011's SPI number (INTID 33), as in QEMU's `virt`.
-const UART_SPI: u32 = 1;
+/// GIC interrupt specifier type of an SPI.
+const GIC_SPI: u32 = 0;
+/// GIC interrupt specifier type of a PPI.
+const GIC_PPI: u32 = 1;
+/// GIC interrupt specifier flags: level-sensitive, active high.
+const IRQ_LEVEL_HIGH: u32 = 4;
 
 /// A virtual GICv3 as the guest sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +34,10 @@ pub struct GuestGic {
     pub distributor: PhysRange,
     /// Redistributor region (one 128 KiB frame pair per vCPU).
     pub redistributors: PhysRange,
+    /// The maintenance interrupt (a PPI, as an INTID).
+    pub maintenance_intid: u32,
+    /// The PL011's SPI number (INTID - 32).
+    pub uart_spi: u32,
 }
 
 /// The guest's architected timer PPIs (INTIDs).
@@ -140,6 +148,10 @@ pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
                 gic.redistributors.size(),
             ],
         )?;
+        fdt.property_array_u32(
+            "interrupts",
+            &[GIC_PPI, gic.maintenance_intid - 16, IRQ_LEVEL_HIGH],
+        )?;
         fdt.property_phandle(PHANDLE_GIC)?;
         fdt.end_node(node)?;
     }
@@ -154,7 +166,7 @@ pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
         let mut cells = Vec::new();
         for intid in timer.intids {
             // PPI, number relative to 16, level-high.
-            cells.extend_from_slice(&[1, intid - 16, 4]);
+            cells.extend_from_slice(&[GIC_PPI, intid - 16, IRQ_LEVEL_HIGH]);
         }
         fdt.property_array_u32("interrupts", &cells)?;
         fdt.end_node(node)?;
@@ -168,8 +180,9 @@ pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
     fdt.property_array_u64("reg", &[config.uart.start, config.uart.size()])?;
     fdt.property_array_u32("clocks", &[PHANDLE_CLOCK, PHANDLE_CLOCK])?;
     fdt.property_string_list("clock-names", vec!["uartclk".into(), "apb_pclk".into()])?;
-    if config.gic.is_some() {
-        fdt.property_array_u32("interrupts", &[0, UART_SPI, 4])?;
+    if let Some(gic) = config.gic {
+        fdt.property_array_u32("interrupts", &[GIC_SPI, gic.uart_spi, IRQ_LEVEL_HIGH])?;
+        fdt.property_u32("interrupt-parent", PHANDLE_GIC)?;
     }
     fdt.end_node(uart)?;
 
@@ -253,6 +266,8 @@ mod tests {
         c.gic = Some(GuestGic {
             distributor: PhysRange::from_start_size(0x0800_0000, 0x1_0000),
             redistributors: PhysRange::from_start_size(0x080a_0000, 2 * 0x2_0000),
+            maintenance_intid: 25,
+            uart_spi: 1,
         });
         c.timer = Some(GuestTimer {
             intids: [29, 30, 27, 26],
@@ -267,5 +282,35 @@ mod tests {
         let uart = fdt.find_node("/pl011@9000000").expect("uart");
         let irq = uart.property("interrupts").expect("interrupts").value;
         assert_eq!(irq, [0u8, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 4]);
+        let gic_node = fdt.find_node("/intc@8000000").expect("gic node");
+        assert!(gic_node.property("interrupt-controller").is_some());
+        assert_eq!(
+            gic_node
+                .property("#interrupt-cells")
+                .and_then(|p| p.as_usize()),
+            Some(3)
+        );
+        let maintenance = gic_node.property("interrupts").expect("maintenance").value;
+        assert_eq!(maintenance, [0u8, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 4]);
+        let timer = fdt.find_node("/timer").expect("timer");
+        let cells: Vec<u32> = timer
+            .property("interrupts")
+            .expect("timer interrupts")
+            .value
+            .chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        assert_eq!(cells, [1, 13, 4, 1, 14, 4, 1, 11, 4, 1, 10, 4]);
+        let parent = fdt
+            .root()
+            .property("interrupt-parent")
+            .and_then(|p| p.as_usize())
+            .expect("root interrupt-parent");
+        assert_eq!(
+            gic_node.property("phandle").and_then(|p| p.as_usize()),
+            Some(parent)
+        );
+        let clocks = uart.property("clock-names").expect("clock names").value;
+        assert_eq!(clocks, b"uartclk\0apb_pclk\0");
     }
 }

@@ -1,7 +1,10 @@
 //! The guest's physical address map and where the boot path puts things in it.
 //!
-//! The guest sees RAM at [`GUEST_RAM_BASE`] and an emulated PL011 at
-//! [`GUEST_UART_BASE`]; nothing else is mapped. Inside guest RAM the kernel
+//! The guest sees RAM at [`GUEST_RAM_BASE`], an emulated PL011 at
+//! [`GUEST_UART_BASE`] (its interrupt is SPI [`GUEST_UART_SPI`]) and a
+//! virtual GICv3 (distributor at [`GUEST_GICD_BASE`], one 128 KiB
+//! redistributor per vCPU from [`GUEST_GICR_BASE`]), where QEMU's `virt`
+//! board has them; nothing else is mapped. Inside guest RAM the kernel
 //! goes at the 2 MiB aligned RAM base plus its `text_offset`; the device tree
 //! goes at the first 2 MiB boundary after the kernel's `image_size` (where
 //! Linux's early mapping can reach it, and it never shares a block with the
@@ -15,6 +18,20 @@ pub const GUEST_RAM_BASE: u64 = 0x4000_0000;
 pub const GUEST_UART_BASE: u64 = 0x0900_0000;
 /// Size of the emulated PL011's window.
 pub const GUEST_UART_SIZE: u64 = crate::pl011::WINDOW_SIZE;
+/// IPA of the virtual GIC distributor.
+pub const GUEST_GICD_BASE: u64 = 0x0800_0000;
+/// IPA of vCPU 0's redistributor; vCPU n's follows at n * 128 KiB.
+pub const GUEST_GICR_BASE: u64 = 0x080a_0000;
+/// The PL011's SPI number (INTID 32 + 1 = 33).
+pub const GUEST_UART_SPI: u32 = 1;
+/// SPIs the virtual GIC implements (INTIDs 32..96).
+pub const GUEST_SPI_COUNT: u32 = 64;
+/// The guest's timer PPIs as INTIDs: secure physical, non-secure physical,
+/// virtual, hypervisor physical.
+pub const GUEST_TIMER_INTIDS: [u32; 4] = [29, 30, 27, 26];
+/// The GIC maintenance interrupt (INTID 25) as the guest sees it.
+pub const GUEST_MAINTENANCE_INTID: u32 = 25;
+
 /// Room reserved for the guest device tree.
 pub const GUEST_DTB_MAX: u64 = 0x1_0000;
 

@@ -20,6 +20,7 @@ pub mod esr;
 pub mod fault;
 pub mod guest_dtb;
 pub mod guest_layout;
+pub mod host_gic;
 pub mod hypercall;
 pub mod image;
 pub mod inject;

@@ -19,6 +19,8 @@ use alloc::vec::Vec;
 pub enum DeviceId {
     /// The PL011 UART.
     Uart,
+    /// The virtual GICv3's distributor and redistributors.
+    Gic,
 }
 
 /// A device's window on the guest-physical address space.

@@ -59,6 +59,9 @@ pub struct Platform {
     pub no_map: Vec<PhysRange>,
     /// The console UART (a PL011).
     pub uart: PhysRange,
+    /// The console UART's interrupt as a GIC INTID (its `interrupts`
+    /// property: an SPI `<0 n flags>` is INTID 32 + n), when the tree gives one.
+    pub uart_intid: Option<u32>,
     /// The interrupt controller, when it is a GICv3.
     pub gic: Option<Gicv3>,
     /// The timer interrupts, when the tree describes them.
@@ -190,6 +193,19 @@ fn chosen_address(
     }
 }
 
+/// The INTID of the first `(type, number, flags)` GIC interrupt specifier
+/// in an `interrupts` value: type 0 is an SPI (INTID 32 + number), type 1 a
+/// PPI (INTID 16 + number).
+fn gic_intid(cells: &[u8]) -> Option<u32> {
+    let kind = read_cells(cells.get(..4)?, 1)?;
+    let number = read_cells(cells.get(4..8)?, 1)? as u32;
+    match kind {
+        0 => Some(32 + number),
+        1 => Some(16 + number),
+        _ => None,
+    }
+}
+
 impl Platform {
     /// Reads the platform from a device tree blob.
     pub fn from_dtb(dtb: &[u8]) -> Result<Self, PlatformError> {
@@ -268,6 +284,10 @@ impl Platform {
         let uart = *reg_ranges(uart_node)?
             .first()
             .ok_or(PlatformError::NoUart)?;
+        let uart_intid = uart_node
+            .node
+            .property("interrupts")
+            .and_then(|p| gic_intid(p.value));
 
         let gic = match nodes
             .iter()
@@ -351,6 +371,7 @@ impl Platform {
             reserved,
             no_map,
             uart,
+            uart_intid,
             gic,
             timer,
             cpus,
@@ -380,6 +401,7 @@ mod tests {
             vec![PhysRange::from_start_size(0x4000_0000, 0x4000_0000)]
         );
         assert_eq!(p.uart, PhysRange::from_start_size(0x0900_0000, 0x1000));
+        assert_eq!(p.uart_intid, Some(33), "QEMU virt's PL011 is SPI 1");
         assert_eq!(p.cpus, vec![0, 1, 2, 3]);
         assert_eq!(p.psci, PsciConduit::Smc);
         let gic = p.gic.clone().expect("gic-v3");

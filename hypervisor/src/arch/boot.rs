@@ -8,7 +8,7 @@
 //! `wrong_el_main` reports that the image was entered outside EL2.
 
 use super::percpu::{self, MAX_CPUS};
-use super::{console, exceptions, firmware, memory, sysreg};
+use super::{console, exceptions, firmware, gic, memory, sysreg};
 use crate::cpu_features::CpuFeatures;
 use crate::platform::{Platform, PsciConduit};
 use crate::ranges::PhysRange;
@@ -159,6 +159,21 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         Err(e) => log::warn!("firmware PSCI_VERSION failed: {e:?}"),
     }
 
+    if let Some(host_gic) = platform.gic.as_ref().filter(|_| list_regs.is_some()) {
+        let vtimer = platform
+            .timer
+            .map_or(crate::vgic::VTIMER_INTID, |timer| timer.virt);
+        gic::init_distributor(host_gic, vtimer, platform.uart_intid, boot_mpidr);
+        match gic::init_cpu(0) {
+            Ok(()) => {
+                if platform.uart_intid.is_some() {
+                    console::enable_receive_interrupt();
+                }
+            }
+            Err(e) => log::warn!("GICv3 CPU interface: {e:?}"),
+        }
+    }
+
     let cpus_online = start_secondaries(&platform, boot_mpidr);
     log::info!(
         "CPUs: {cpus_online} online of {} in the device tree",
@@ -247,6 +262,9 @@ extern "C" fn secondary_main() -> ! {
         // SAFETY: as on the boot CPU: enables the GIC system-register interface.
         unsafe { crate::write_sysreg!(icc_sre_el2, 0x9) };
         sysreg::isb();
+        if let Err(e) = gic::init_cpu(cpu.index()) {
+            log::warn!("CPU {}: GICv3 CPU interface: {e:?}", cpu.index());
+        }
     }
     cpu.online.store(true, Ordering::Release);
     super::vm::run_secondary_cpu(cpu.index())

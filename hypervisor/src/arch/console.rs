@@ -56,6 +56,19 @@ pub unsafe fn init(base: usize) {
     }
 }
 
+/// Enables the console UART's receive interrupts.
+pub fn enable_receive_interrupt() {
+    if let Some(uart) = CONSOLE.lock().as_mut() {
+        uart.enable_receive_interrupt();
+    }
+}
+
+/// Reads received bytes into `buf` (up to its length; the rest stays in the
+/// UART's FIFO) and returns how many were read.
+pub fn receive(buf: &mut [u8]) -> usize {
+    CONSOLE.lock().as_mut().map_or(0, |uart| uart.receive(buf))
+}
+
 /// Writes one guest console line, unchanged, followed by a newline.
 pub fn write_guest_line(line: &[u8]) {
     let mut guard = CONSOLE.lock();

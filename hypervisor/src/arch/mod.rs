@@ -10,6 +10,7 @@ pub mod console;
 mod entry;
 pub mod exceptions;
 pub mod firmware;
+pub mod gic;
 pub mod memory;
 pub mod percpu;
 pub mod stage2;

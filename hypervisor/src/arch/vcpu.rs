@@ -13,22 +13,42 @@
 //! soft-float) stay live in the CPU between exits because vCPU `n` never
 //! leaves physical CPU `n`; only the general-purpose registers, PC and PSTATE
 //! travel through [`GuestRegs`].
+//!
+//! Interrupts: the virtual GIC (`vgic`) is folded after every exit and filled
+//! right before every entry; what an exit made deliverable to another vCPU
+//! is signalled with a physical kick SGI to its CPU once the vgic lock is
+//! dropped. Physical interrupts taken while the guest runs are IRQ exits
+//! (`HCR_EL2.IMO`): the kick SGI and the maintenance interrupt only need the
+//! exit (the refill follows), the virtual timer PPI raises the vgic timer line
+//! and is masked at the redistributor while the line stays high (the guest's
+//! `CNTV_CTL_EL0` is never touched; the line is re-sampled from it before each
+//! entry and the PPI unmasked once it drops), and the console UART's interrupt
+//! moves the received bytes into the emulated PL011.
+//!
+//! WFI and WFE are not trapped (`HCR_EL2.TWI`/`TWE` clear): the CPU halts in
+//! the guest until a physical interrupt (a kick, the virtual timer, the UART)
+//! or a pending virtual interrupt wakes it. Each vCPU owns its CPU, so halting
+//! the CPU is exactly what a waiting vCPU should do, with no exit and no
+//! wake-up path to get wrong.
 
 use super::exceptions::{ExitKind, GuestRegs, enter_guest};
 use super::stage2::FrameMemory;
 use super::sysreg;
 use super::vm::Vm;
+use super::{console, gic};
 use crate::counters::Counter;
 use crate::esr::{
     DataAbort, ExceptionClass, FaultKind, InstructionAbort, SysRegAccess, fault_ipa, iss,
 };
 use crate::fault::{self, SlotView};
 use crate::guest_layout::vcpu_mpidr;
+use crate::host_gic::{self, HostIrq};
 use crate::hypercall::{GuestCall, NOT_SUPPORTED, SMCCC_VERSION_1_1};
 use crate::inject::{AbortKind, GuestState, synchronous_external_abort};
 use crate::mmio::DeviceId;
 use crate::psci::{self, BootRequest, PsciCall, PsciOutcome};
 use crate::sysreg_trap::{self, SysRegPolicy};
+use crate::vgic::{HardwareListRegisters, SgiGroup, VcpuSet};
 use crate::{mmio, read_sysreg, write_sysreg};
 use alloc::format;
 use alloc::vec::Vec;
@@ -39,8 +59,8 @@ use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, PageCache, Perms, Phy
 /// `HCR_EL2` for a non-VHE hypervisor running AArch64 EL1 guests: stage 2
 /// (VM), set/way invalidation as clean+invalidate (SWIO), physical FIQ/IRQ/
 /// SError to EL2 (FMO/IMO/AMO), broadcast TLB/cache maintenance (FB, BSU =
-/// inner shareable), trap WFI (TWI) and SMC (TSC), EL1 is AArch64 (RW), do not
-/// trap pointer authentication (APK/API).
+/// inner shareable), trap SMC (TSC), EL1 is AArch64 (RW), do not trap
+/// pointer authentication (APK/API). WFI/WFE run natively (see the module docs).
 const HCR_EL2_GUEST: u64 = (1 << 0)
     | (1 << 1)
     | (1 << 3)
@@ -48,7 +68,6 @@ const HCR_EL2_GUEST: u64 = (1 << 0)
     | (1 << 5)
     | (1 << 9)
     | (1 << 10)
-    | (1 << 13)
     | (1 << 19)
     | (1 << 31)
     | (1 << 40)
@@ -64,7 +83,10 @@ const CPTR_EL2_TSM: u64 = 1 << 12;
 const FGT_SME_NEGATIVE: u64 = (1 << 54) | (1 << 55);
 /// `ZCR_EL2`/`SMCR_EL2` `LEN` asking for the longest vector the CPU has.
 const VECTOR_LEN_MAX: u64 = 0xf;
-/// `CNTHCTL_EL2`: EL1 may use the physical counter and timer.
+/// `CNTHCTL_EL2`: EL1 may read the physical counter (EL1PCTEN) and use the
+/// EL1 physical timer (EL1PCEN) without a trap. The guest's device tree names
+/// the virtual timer's PPI for Linux at EL1, which is the timer forwarded
+/// through the virtual GIC; the physical timer's interrupt is not forwarded.
 const CNTHCTL_EL2_EL1_ACCESS: u64 = 0b11;
 /// `SCTLR_EL1` reset value: RES1 bits, MMU and caches off.
 const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
@@ -89,6 +111,12 @@ pub struct Vcpu {
     slot_cache: VcpuSlotCache,
     page_cache: PageCache,
     reported_sysregs: Vec<crate::esr::SysRegEncoding>,
+    /// This CPU's list registers (none without a GICv3 CPU interface).
+    lrs: Option<HardwareListRegisters>,
+    /// The virtual timer PPI is masked at the redistributor (its line is high).
+    vtimer_masked: bool,
+    /// vCPUs to kick once the vgic lock is dropped.
+    kicks: VcpuSet,
 }
 
 impl Vcpu {
@@ -103,6 +131,75 @@ impl Vcpu {
             slot_cache: VcpuSlotCache::new(),
             page_cache: PageCache::with_capacity(FAULT_CACHE_PAGES),
             reported_sysregs: Vec::new(),
+            lrs: super::boot::boot_info().features.gic_sysregs.then(|| {
+                // SAFETY: the boot path set ICC_SRE_EL2.SRE on every CPU with
+                // the GICv3 system-register interface; this vCPU lives on the
+                // calling CPU, whose list registers these are.
+                unsafe { HardwareListRegisters::new() }
+            }),
+            vtimer_masked: false,
+            kicks: VcpuSet::EMPTY,
+        }
+    }
+
+    /// Before an entry: re-samples the virtual timer line, fills the list
+    /// registers, then kicks the vCPUs the exit made something deliverable to.
+    fn prepare_entry(&mut self) {
+        let Some(lrs) = self.lrs.as_mut() else {
+            return;
+        };
+        let line = host_gic::vtimer_line(read_sysreg!(cntv_ctl_el0));
+        let mut vgic = self.vm.vgic.lock();
+        match vgic.set_timer_level(self.index, line) {
+            Ok(kicks) => self.kicks = self.kicks.union(kicks),
+            Err(e) => {
+                drop(vgic);
+                self.stop(&format!("virtual timer line: {e:?}"));
+            }
+        }
+        if let Err(e) = vgic.fill(self.index, lrs) {
+            drop(vgic);
+            self.stop(&format!("list register fill: {e:?}"));
+        }
+        drop(vgic);
+        if !line && self.vtimer_masked {
+            gic::set_vtimer_masked(false);
+            self.vtimer_masked = false;
+        }
+        self.send_kicks();
+    }
+
+    /// After an exit: copies the list registers back into the vgic.
+    fn fold(&mut self) {
+        let Some(lrs) = self.lrs.as_mut() else {
+            return;
+        };
+        let result = self.vm.vgic.lock().fold(self.index, lrs);
+        if let Err(e) = result {
+            self.stop(&format!("list register fold: {e:?}"));
+        }
+    }
+
+    /// Kicks every CPU whose vCPU has something new (not this one: it
+    /// refills before its next entry anyway).
+    fn send_kicks(&mut self) {
+        let kicks = core::mem::take(&mut self.kicks).without(self.index);
+        for vcpu in kicks.iter() {
+            gic::kick(vcpu);
+        }
+    }
+
+    /// Drives the emulated PL011's interrupt line from its state.
+    fn update_uart_line(&mut self) {
+        let level = self.vm.uart.lock().device.interrupt_pending();
+        let result = self
+            .vm
+            .vgic
+            .lock()
+            .set_spi_level(self.vm.uart_intid(), level);
+        match result {
+            Ok(kicks) => self.kicks = self.kicks.union(kicks),
+            Err(e) => self.stop(&format!("UART interrupt line: {e:?}")),
         }
     }
 
@@ -113,10 +210,14 @@ impl Vcpu {
             if self.vm.is_stopping() {
                 super::firmware::halt();
             }
+            self.prepare_entry();
             // SAFETY: `load` set this CPU's stage-2 translation and traps for
             // this VM, so the guest reaches only its own memory.
             let kind = unsafe { enter_guest(&mut self.regs) };
-            match self.handle_exit(kind) {
+            self.fold();
+            let flow = self.handle_exit(kind);
+            self.send_kicks();
+            match flow {
                 Flow::Resume => {}
                 Flow::Off => return,
             }
@@ -196,6 +297,14 @@ impl Vcpu {
             write_sysreg!(cntkctl_el1, 0);
             write_sysreg!(cntv_ctl_el0, 0);
             write_sysreg!(cntp_ctl_el0, 0);
+            if self.lrs.is_some() {
+                // The virtual CPU interface as after a reset: nothing listed,
+                // no active priorities, the guest's view of its own control
+                // registers zero; `fill` sets ICH_HCR_EL2.En before entry.
+                write_sysreg!(ich_vmcr_el2, 0);
+                write_sysreg!(ich_ap0r0_el2, 0);
+                write_sysreg!(ich_ap1r0_el2, 0);
+            }
             core::arch::asm!(
                 "isb",
                 "tlbi vmalle1",
@@ -203,6 +312,18 @@ impl Vcpu {
                 "isb",
                 options(nostack, preserves_flags)
             );
+        }
+        if let Some(lrs) = self.lrs.as_mut() {
+            // A previous run of this vCPU unloaded on CPU_OFF; this empties
+            // the list registers once more (nothing is listed).
+            let result = self.vm.vgic.lock().unload(self.index, lrs);
+            if let Err(e) = result {
+                self.stop(&format!("list register reset: {e:?}"));
+            }
+        }
+        if self.vtimer_masked {
+            gic::set_vtimer_masked(false);
+            self.vtimer_masked = false;
         }
         self.regs = GuestRegs {
             pc: boot.entry,
@@ -234,9 +355,8 @@ impl Vcpu {
         match kind {
             ExitKind::Sync => self.handle_sync(),
             ExitKind::Irq => {
-                // No host interrupt is enabled yet; the exit is counted and the
-                // guest resumes.
                 self.bump(Counter::ExitsIrq);
+                self.host_interrupts();
                 Flow::Resume
             }
             ExitKind::Fiq | ExitKind::SError | ExitKind::Aarch32 => self.stop(&format!(
@@ -244,6 +364,58 @@ impl Vcpu {
                 self.regs.pc, self.regs.esr
             )),
         }
+    }
+
+    /// Acknowledges and handles the pending host interrupts. The maintenance
+    /// interrupt is a level that stays high until the list registers are
+    /// refilled, so it ends the loop: the refill comes before the next entry,
+    /// and anything else still pending exits again right after it.
+    fn host_interrupts(&mut self) {
+        let vtimer = gic::vtimer_intid();
+        let uart = super::boot::boot_info().platform.uart_intid;
+        loop {
+            let intid = gic::acknowledge();
+            match HostIrq::classify(intid, vtimer, uart) {
+                HostIrq::Spurious => return,
+                HostIrq::Maintenance => {
+                    gic::end_of_interrupt(intid);
+                    return;
+                }
+                // The refill before the next entry is all it needs.
+                HostIrq::Kick => {}
+                HostIrq::VirtualTimer => {
+                    gic::set_vtimer_masked(true);
+                    self.vtimer_masked = true;
+                    let result = self.vm.vgic.lock().set_timer_level(self.index, true);
+                    match result {
+                        Ok(kicks) => self.kicks = self.kicks.union(kicks),
+                        Err(e) => self.stop(&format!("virtual timer line: {e:?}")),
+                    }
+                }
+                HostIrq::UartReceive => self.console_input(),
+                HostIrq::Unexpected(other) => log::warn!(
+                    "vm{} vcpu{}: unexpected host interrupt {other}",
+                    self.vm.index,
+                    self.index
+                ),
+            }
+            gic::end_of_interrupt(intid);
+        }
+    }
+
+    /// Moves the bytes typed on the host console into the emulated PL011
+    /// (bytes that find its FIFO full are dropped, as a real UART would
+    /// overrun) and updates its interrupt line.
+    fn console_input(&mut self) {
+        let mut buf = [0u8; 64];
+        let len = console::receive(&mut buf);
+        {
+            let mut uart = self.vm.uart.lock();
+            for &byte in &buf[..len] {
+                uart.device.push_rx(byte);
+            }
+        }
+        self.update_uart_line();
     }
 
     fn handle_sync(&mut self) -> Flow {
@@ -307,6 +479,7 @@ impl Vcpu {
         if !abort.stage1_walk {
             match self.vm.mmio.find(ipa) {
                 Some((DeviceId::Uart, offset)) => return self.uart_access(abort, ipa, offset),
+                Some((DeviceId::Gic, _)) => return self.gic_access(abort, ipa),
                 None => {}
             }
         }
@@ -429,6 +602,48 @@ impl Vcpu {
                 self.set_reg(access.register, value);
             }
         }
+        self.update_uart_line();
+        self.regs.pc += 4;
+        Flow::Resume
+    }
+
+    /// A guest access to the virtual GIC's distributor or redistributors.
+    fn gic_access(&mut self, abort: DataAbort, ipa: u64) -> Flow {
+        let Some(access) = abort.access else {
+            log::warn!(
+                "vm{} vcpu{}: GIC access at IPA {ipa:#x} without instruction syndrome (PC {:#x}) cannot be emulated",
+                self.vm.index,
+                self.index,
+                self.regs.pc
+            );
+            self.inject(AbortKind::Data { write: abort.write }, ipa, "data");
+            return Flow::Resume;
+        };
+        if abort.write {
+            let value = mmio::store_value(access, self.reg(access.register));
+            let result = self.vm.vgic.lock().mmio_write(ipa, access.size, value);
+            match result {
+                Ok(kicks) => self.kicks = self.kicks.union(kicks),
+                Err(e) => log::warn!(
+                    "vm{} vcpu{}: GIC write of {value:#x} at IPA {ipa:#x} ignored: {e:?}",
+                    self.vm.index,
+                    self.index
+                ),
+            }
+        } else {
+            let result = self.vm.vgic.lock().mmio_read(ipa, access.size);
+            let raw = result.unwrap_or_else(|e| {
+                log::warn!(
+                    "vm{} vcpu{}: GIC read at IPA {ipa:#x} as zero: {e:?}",
+                    self.vm.index,
+                    self.index
+                );
+                0
+            });
+            if let Some(value) = mmio::load_result(access, raw) {
+                self.set_reg(access.register, value);
+            }
+        }
         self.regs.pc += 4;
         Flow::Resume
     }
@@ -466,6 +681,22 @@ impl Vcpu {
     }
 
     fn sysreg(&mut self, access: SysRegAccess) {
+        let r = access.reg;
+        if let Some(group) = SgiGroup::from_sysreg(r.op0, r.op1, r.crn, r.crm, r.op2) {
+            if !access.read {
+                let value = self.reg(access.rt);
+                let result = self.vm.vgic.lock().send_sgi(self.index, value, group);
+                match result {
+                    Ok(kicks) => self.kicks = self.kicks.union(kicks),
+                    Err(e) => self.stop(&format!("SGI {value:#x}: {e:?}")),
+                }
+            } else {
+                // The SGI generation registers are write-only.
+                self.set_reg(access.rt, 0);
+            }
+            self.regs.pc += 4;
+            return;
+        }
         match sysreg_trap::policy(access.reg) {
             SysRegPolicy::ReadAsZeroWriteIgnored(_) => {}
             SysRegPolicy::Unknown => {
@@ -511,11 +742,13 @@ impl Vcpu {
             }
             GuestCall::Unknown(id) => {
                 self.bump(Counter::UnknownHypercalls);
-                log::info!(
-                    "vm{} vcpu{}: unknown hypercall {id:#x}: returned NOT_SUPPORTED",
-                    self.vm.index,
-                    self.index
-                );
+                if self.vm.first_report_of_call(id) {
+                    log::info!(
+                        "vm{} vcpu{}: unknown hypercall {id:#x}: returned NOT_SUPPORTED",
+                        self.vm.index,
+                        self.index
+                    );
+                }
                 NOT_SUPPORTED
             }
         };
@@ -534,7 +767,15 @@ impl Vcpu {
                 sysreg::send_event();
                 Ok(0)
             }
-            PsciOutcome::CpuOff => Err(Flow::Off),
+            PsciOutcome::CpuOff => {
+                if let Some(lrs) = self.lrs.as_mut() {
+                    let result = vm.vgic.lock().unload(self.index, lrs);
+                    if let Err(e) = result {
+                        self.stop(&format!("list register unload: {e:?}"));
+                    }
+                }
+                Err(Flow::Off)
+            }
             PsciOutcome::SystemOff => vm.system_off(self.index),
             PsciOutcome::SystemReset => vm.system_reset(self.index),
         }

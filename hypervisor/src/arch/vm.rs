@@ -6,7 +6,8 @@
 //! `pgtable` behind its `Mmu` (empty at start: guest memory is mapped on first
 //! touch, by shared walks, so vCPUs fault in parallel), one
 //! memslot from `memslot` for its RAM (host frames, 2 MiB aligned), the
-//! emulated PL011, the vCPU power states and its counters. vCPU `n` is pinned
+//! emulated PL011 (its receive side fed from the host console), the virtual
+//! GICv3 (`vgic`), the vCPU power states and its counters. vCPU `n` is pinned
 //! to physical CPU `n`: every other CPU waits (`WFE`) until the guest starts
 //! its vCPU with PSCI `CPU_ON`, runs it until `CPU_OFF`, and waits again.
 //! Guest `SYSTEM_OFF` prints the counters and powers the machine off; a VM that
@@ -17,19 +18,25 @@ use super::stage2::FrameMemory;
 use super::vcpu::Vcpu;
 use super::{console, firmware, memory, sysreg};
 use crate::counters::VmCounters;
-use crate::guest_dtb::{self, GuestDtbConfig};
-use crate::guest_layout::{self, GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_SIZE};
+use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestTimer};
+use crate::guest_layout::{
+    self, GUEST_GICD_BASE, GUEST_GICR_BASE, GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE,
+    GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE, GUEST_UART_SIZE, GUEST_UART_SPI,
+    vcpu_mpidr,
+};
 use crate::image::ImageHeader;
 use crate::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::pl011::{ConsoleLine, Pl011};
 use crate::psci::{BootRequest, PowerStates};
 use crate::ranges::PhysRange;
 use crate::tlb_count::CountingTlb;
+use crate::vgic::{self, Vgic, VgicConfig};
 use crate::vmconf::{DEFAULT_MEM_MIB, VmConf};
 use crate::{cpio, fault::SlotView};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
+use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
 use crossbeam_epoch::Collector;
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, SlotSpec};
@@ -77,10 +84,15 @@ pub struct Vm {
     pub mmio: MmioBus,
     /// The emulated PL011.
     pub uart: Mutex<GuestUart>,
+    /// The virtual GICv3.
+    pub vgic: Vgic,
     /// vCPU power states.
     pub power: PowerStates,
     /// Event counters.
     pub counters: &'static VmCounters,
+    /// Hypercall function ids already reported as unknown (each is logged
+    /// once per VM).
+    reported_calls: Mutex<Vec<u64>>,
     stopping: AtomicBool,
 }
 
@@ -116,6 +128,8 @@ pub enum VmError {
     Stage2(pgtable::Error),
     /// The memslot could not be created.
     Memslot(memslot::MemslotError),
+    /// The virtual GIC refused the configuration.
+    Vgic(vgic::VgicError),
 }
 
 impl core::fmt::Display for VmError {
@@ -140,6 +154,7 @@ impl core::fmt::Display for VmError {
             Self::Devices(e) => write!(f, "device window conflict at {:#x}", e.0.base),
             Self::Stage2(e) => write!(f, "stage-2 table: {e}"),
             Self::Memslot(e) => write!(f, "memslot: {e}"),
+            Self::Vgic(e) => write!(f, "virtual GIC: {e:?}"),
         }
     }
 }
@@ -160,6 +175,23 @@ impl Vm {
             size: slot.npages() << memslot::PAGE_SHIFT,
             backing: slot.backing().0,
         })
+    }
+
+    /// Whether hypercall `id` is reported for the first time in this VM
+    /// (and records it).
+    pub fn first_report_of_call(&self, id: u64) -> bool {
+        let mut reported = self.reported_calls.lock();
+        if reported.contains(&id) {
+            false
+        } else {
+            reported.push(id);
+            true
+        }
+    }
+
+    /// The guest INTID of the emulated PL011.
+    pub const fn uart_intid(&self) -> u32 {
+        32 + GUEST_UART_SPI
     }
 
     /// True once the VM is shutting down.
@@ -289,8 +321,18 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         uart: PhysRange::from_start_size(GUEST_UART_BASE, GUEST_UART_SIZE),
         bootargs: &bootargs,
         initrd: placement.initrd,
-        gic: None,
-        timer: None,
+        gic: Some(GuestGic {
+            distributor: PhysRange::from_start_size(GUEST_GICD_BASE, vgic::DISTRIBUTOR_SIZE),
+            redistributors: PhysRange::from_start_size(
+                GUEST_GICR_BASE,
+                vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE,
+            ),
+            maintenance_intid: GUEST_MAINTENANCE_INTID,
+            uart_spi: GUEST_UART_SPI,
+        }),
+        timer: Some(GuestTimer {
+            intids: GUEST_TIMER_INTIDS,
+        }),
     })
     .map_err(VmError::Dtb)?;
     if dtb.len() as u64 > placement.dtb.size() {
@@ -343,6 +385,25 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         device: DeviceId::Uart,
     })
     .map_err(VmError::Devices)?;
+    mmio.add(MmioRegion {
+        base: GUEST_GICD_BASE,
+        size: vgic::DISTRIBUTOR_SIZE,
+        device: DeviceId::Gic,
+    })
+    .map_err(VmError::Devices)?;
+    mmio.add(MmioRegion {
+        base: GUEST_GICR_BASE,
+        size: vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE,
+        device: DeviceId::Gic,
+    })
+    .map_err(VmError::Devices)?;
+    let vgic = Vgic::new(VgicConfig {
+        distributor_base: GUEST_GICD_BASE,
+        redistributor_base: GUEST_GICR_BASE,
+        spi_count: GUEST_SPI_COUNT,
+        vcpu_mpidrs: (0..vcpus).map(vcpu_mpidr).collect(),
+    })
+    .map_err(VmError::Vgic)?;
     let vm = Box::leak(Box::new(Vm {
         index,
         vcpus,
@@ -359,8 +420,10 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
             device: Pl011::new(),
             line: ConsoleLine::new(),
         }),
+        vgic,
         power: PowerStates::new(vcpus),
         counters,
+        reported_calls: Mutex::new(Vec::new()),
         stopping: AtomicBool::new(false),
     }));
     log::info!(
