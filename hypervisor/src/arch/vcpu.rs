@@ -34,7 +34,7 @@
 use super::exceptions::{ExitKind, GuestRegs, enter_guest};
 use super::stage2::FrameMemory;
 use super::sysreg;
-use super::vm::Vm;
+use super::vm::{GuestUart, Vm};
 use super::{console, gic};
 use crate::counters::Counter;
 use crate::esr::{
@@ -403,17 +403,24 @@ impl Vcpu {
         }
     }
 
-    /// Moves the bytes typed on the host console into the emulated PL011
-    /// (bytes that find its FIFO full are dropped, as a real UART would
-    /// overrun) and updates its interrupt line.
+    /// Moves the bytes typed on the host console into the emulated PL011's
+    /// backlog and FIFO (the backlog refills the FIFO as the guest reads it)
+    /// and updates its interrupt line.
     fn console_input(&mut self) {
         let mut buf = [0u8; 64];
-        let len = console::receive(&mut buf);
-        {
-            let mut uart = self.vm.uart.lock();
-            for &byte in &buf[..len] {
-                uart.device.push_rx(byte);
+        loop {
+            let len = console::receive(&mut buf);
+            if len == 0 {
+                break;
             }
+            let mut uart = self.vm.uart.lock();
+            let GuestUart {
+                device, backlog, ..
+            } = &mut *uart;
+            for &byte in &buf[..len] {
+                backlog.push(byte);
+            }
+            backlog.drain_into(device);
         }
         self.update_uart_line();
     }
@@ -587,7 +594,16 @@ impl Vcpu {
                 ),
             }
         } else {
-            let raw = match self.vm.uart.lock().device.read(offset) {
+            let result = {
+                let mut uart = self.vm.uart.lock();
+                let GuestUart {
+                    device, backlog, ..
+                } = &mut *uart;
+                let result = device.read(offset);
+                backlog.drain_into(device);
+                result
+            };
+            let raw = match result {
                 Ok(v) => u64::from(v),
                 Err(e) => {
                     log::warn!(

@@ -26,7 +26,7 @@ use crate::guest_layout::{
 };
 use crate::image::ImageHeader;
 use crate::mmio::{DeviceId, MmioBus, MmioRegion};
-use crate::pl011::{ConsoleLine, Pl011};
+use crate::pl011::{ConsoleLine, Pl011, RxBacklog};
 use crate::psci::{BootRequest, PowerStates};
 use crate::ranges::PhysRange;
 use crate::tlb_count::CountingTlb;
@@ -55,6 +55,8 @@ pub struct GuestUart {
     pub device: Pl011,
     /// Output not yet written to the console.
     pub line: ConsoleLine,
+    /// Typed bytes waiting for room in the RX FIFO.
+    pub backlog: RxBacklog,
 }
 
 /// One virtual machine.
@@ -419,6 +421,7 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         uart: Mutex::new(GuestUart {
             device: Pl011::new(),
             line: ConsoleLine::new(),
+            backlog: RxBacklog::new(),
         }),
         vgic,
         power: PowerStates::new(vcpus),
