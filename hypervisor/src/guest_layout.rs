@@ -141,6 +141,25 @@ mod tests {
     }
 
     #[test]
+    fn debian_kernel_placement() {
+        // Debian bookworm's arm64 Image: text_offset 0, image_size 0x2010000
+        // (its BSS included), flags 0xa; a 1 MiB initramfs; 512 MiB of RAM.
+        let ram = PhysRange::from_start_size(GUEST_RAM_BASE, 512 << 20);
+        let p = place(ram, 0, 0x201_0000, Some(1_039_786)).expect("fits");
+        assert_eq!(p.kernel.start, GUEST_RAM_BASE);
+        // Nothing the kernel occupies (up to image_size) is reused.
+        assert!(p.dtb.start >= p.kernel.end);
+        assert_eq!(p.dtb.start, 0x4220_0000);
+        assert_eq!(p.dtb.start % 8, 0);
+        let initrd = p.initrd.expect("initrd");
+        assert!(initrd.start >= p.dtb.end);
+        assert_eq!(initrd.start % 4096, 0);
+        assert!(initrd.end <= ram.end);
+        // The DTB lies within one 2 MiB block, as the boot protocol asks.
+        assert_eq!(p.dtb.start >> 21, (p.dtb.end - 1) >> 21);
+    }
+
+    #[test]
     fn mpidrs_round_trip() {
         for i in 0..300 {
             let mpidr = vcpu_mpidr(i);

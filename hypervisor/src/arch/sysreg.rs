@@ -53,6 +53,37 @@ pub fn clean_dcache_to_poc(addr: usize, len: usize) {
     dsb_ish();
 }
 
+/// Zeroes `[addr, addr + len)` (normal cacheable memory), with `DC ZVA`
+/// where the CPU permits it (`DCZID_EL0.DZP` clear) for the whole blocks,
+/// and plain stores for the unaligned ends.
+pub fn zero_memory(addr: usize, len: usize) {
+    let dczid = read_sysreg!(dczid_el0);
+    let block = 4usize << (dczid & 0xf);
+    let permitted = dczid & (1 << 4) == 0;
+    let end = addr + len;
+    let first = addr.next_multiple_of(block).min(end);
+    let last = if permitted { end & !(block - 1) } else { first };
+    let zero_bytes = |from: usize, to: usize| {
+        if to > from {
+            // SAFETY: the caller owns the range; it is mapped as normal memory.
+            unsafe { core::ptr::write_bytes(from as *mut u8, 0, to - from) }
+        }
+    };
+    zero_bytes(addr, first);
+    if last > first {
+        let mut p = first;
+        while p < last {
+            // SAFETY: DC ZVA zeroes one aligned block inside the caller's range.
+            unsafe { core::arch::asm!("dc zva, {}", in(reg) p, options(nostack, preserves_flags)) }
+            p += block;
+        }
+        zero_bytes(last, end);
+    } else {
+        zero_bytes(first, end);
+    }
+    dsb_ish();
+}
+
 /// Waits for an event (`WFE`).
 pub fn wait_for_event() {
     // SAFETY: WFE only suspends the CPU until an event.

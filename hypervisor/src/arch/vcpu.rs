@@ -242,6 +242,13 @@ impl Vcpu {
         } else {
             CPTR_EL2_NO_TRAPS
         };
+        // ICH_VTR_EL2.PREbits + 1 preemption bits: 5 need one active-priority
+        // register per group, 6 two, 7 four.
+        let preemption_bits = if self.lrs.is_some() {
+            ((read_sysreg!(ich_vtr_el2) >> 26) & 7) + 1
+        } else {
+            5
+        };
         // SAFETY: these EL2 registers configure how EL1/EL0 run; nothing runs
         // at EL1 on this CPU now. The stage-2 root is the VM's live table.
         unsafe {
@@ -304,6 +311,16 @@ impl Vcpu {
                 write_sysreg!(ich_vmcr_el2, 0);
                 write_sysreg!(ich_ap0r0_el2, 0);
                 write_sysreg!(ich_ap1r0_el2, 0);
+                if preemption_bits >= 6 {
+                    write_sysreg!(ich_ap0r1_el2, 0);
+                    write_sysreg!(ich_ap1r1_el2, 0);
+                }
+                if preemption_bits == 7 {
+                    write_sysreg!(ich_ap0r2_el2, 0);
+                    write_sysreg!(ich_ap1r2_el2, 0);
+                    write_sysreg!(ich_ap0r3_el2, 0);
+                    write_sysreg!(ich_ap1r3_el2, 0);
+                }
             }
             core::arch::asm!(
                 "isb",

@@ -308,10 +308,11 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
 
     let backing =
         memory::alloc_frames(mem_bytes, BACKING_ALIGN).ok_or(VmError::NoHostMemory(mem_bytes))?;
+    // No data of an earlier owner may reach the guest.
+    sysreg::zero_memory(backing as usize, mem_bytes as usize);
     // SAFETY: the frames were just allocated for this VM and are identity mapped.
     let guest_ram =
         unsafe { core::slice::from_raw_parts_mut(backing as *mut u8, mem_bytes as usize) };
-    guest_ram.fill(0);
     let at = |ipa: u64| (ipa - GUEST_RAM_BASE) as usize;
     guest_ram[at(placement.kernel.start)..][..kernel.data.len()].copy_from_slice(kernel.data);
     if let (Some(range), Some(entry)) = (placement.initrd, initrd) {
@@ -341,8 +342,11 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         return Err(VmError::DoesNotFit(dtb.len() as u64));
     }
     guest_ram[at(placement.dtb.start)..][..dtb.len()].copy_from_slice(&dtb);
-    // The guest starts with its MMU off: its accesses bypass the caches.
-    sysreg::clean_dcache_to_poc(backing as usize, mem_bytes as usize);
+    // The guest starts with its MMU off: its accesses bypass the caches,
+    // unless stage 2 forces them write-back cacheable (FEAT_S2FWB).
+    if !info.features.fwb {
+        sysreg::clean_dcache_to_poc(backing as usize, mem_bytes as usize);
+    }
     // SAFETY: invalidating instruction caches only discards cached instructions.
     unsafe {
         core::arch::asm!(
