@@ -6,7 +6,9 @@
 //! guest). [`policy`] names each trapped register the hypervisor knows and says
 //! how to emulate it; a register it does not know reads as zero and ignores
 //! writes, which the run loop logs once per register so it never goes unnoticed.
-//! The virtual GIC's `ICC_*` traps will be dispatched from here.
+//! The virtual GIC's trapped SGI registers (`ICC_SGI1R_EL1` and the group 0
+//! ones) never get here: the run loop recognises them first
+//! (`vgic::SgiGroup::from_sysreg`).
 
 use crate::esr::SysRegEncoding;
 
