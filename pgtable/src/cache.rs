@@ -22,6 +22,8 @@ impl core::fmt::Display for OutOfMemory {
     }
 }
 
+impl core::error::Error for OutOfMemory {}
+
 /// Pre-allocated zeroed table pages, drawn from inside walks.
 #[derive(Debug, Default)]
 pub struct PageCache {

@@ -49,6 +49,8 @@ impl core::fmt::Display for ConfigError {
     }
 }
 
+impl core::error::Error for ConfigError {}
+
 /// A stage-2 table configuration (4 KiB granule).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stage2Config {

@@ -49,6 +49,52 @@ pub struct FaultMapping {
     pub attrs: Attributes,
 }
 
+impl<M: PageTableMemory> Stage2PageTable<M> {
+    /// Checks a fault's leaf and returns its end.
+    fn check_leaf(&self, leaf: &FaultMapping) -> Result<u64, Error> {
+        let FaultMapping { ipa, size, pa, .. } = *leaf;
+        if !LEAF_SIZES.contains(&size) || !ipa.is_multiple_of(size) || !pa.is_aligned(size) {
+            return Err(Error::Unaligned);
+        }
+        self.check_output(size, pa)?;
+        self.check_range(ipa, size)
+    }
+
+    /// Installs `leaf` in an exclusive walk: the fault fix of a hypervisor
+    /// that handles faults under the write side of the MMU lock (one vCPU at
+    /// a time), and the baseline the shared path is measured against. Takes
+    /// at most [`FAULT_CACHE_PAGES`] pages; on `NoMemory` nothing changed.
+    pub fn map_leaf(
+        &mut self,
+        leaf: FaultMapping,
+        cache: &mut PageCache,
+        tlb: &impl TlbInvalidate,
+    ) -> Result<(), Error> {
+        let end = self.check_leaf(&leaf)?;
+        let FaultMapping { ipa, pa, attrs, .. } = leaf;
+        let env = Env {
+            mm: &self.mm,
+            tlb,
+            target: &self.target,
+            fwb: self.config.fwb(),
+            reclaim: Reclaim::Now,
+        };
+        let placement = Placement {
+            ipa,
+            pa,
+            attrs,
+            fwb: self.config.fwb(),
+        };
+        let mut visitor = MapVisitor {
+            env,
+            cache,
+            placement,
+        };
+        let flags = WalkFlags::HANDLE_FAULT | WalkFlags::LEAF | WalkFlags::TABLE_PRE;
+        Ok(self.walk_range(ipa, end, flags, &mut visitor)?)
+    }
+}
+
 const FAULT_WALK: WalkFlags = WalkFlags::SHARED.union(WalkFlags::HANDLE_FAULT);
 
 impl<M: PageTableMemory + Clone + Send + 'static> Stage2PageTable<M> {

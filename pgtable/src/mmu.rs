@@ -3,15 +3,21 @@
 //!
 //! [`Mmu::read`] takes the read side and returns an [`MmuReader`], which
 //! offers only the fault path (shared walks: map, relax permissions, set the
-//! access flag) and pinned lookups; it never hands out the table itself, so
-//! no exclusive operation, and no unpinned read, can run beside a shared walk.
-//! [`Mmu::write`] takes the write side and returns an [`MmuWriter`], which
-//! dereferences to `&mut Stage2PageTable`: the range operations (unmap,
-//! write-protect, split, map of a whole region, destroy) need `&mut` and so
-//! are only reachable there. Shared walks pin the caller's per-CPU epoch
-//! handle ([`Mmu::register`]) for their duration; the tables they unlink are
-//! retired to the MMU's collector. The lock prefers writers: while one
-//! waits, new readers hold back, so faults cannot starve the write side.
+//! access flag) and pinned lookups and walks; it never hands out the table
+//! itself, so no exclusive operation, and no unpinned read, can run beside a
+//! shared walk. [`Mmu::write`] takes the write side and returns an
+//! [`MmuWriter`], which dereferences to `&mut Stage2PageTable`: the range
+//! operations (unmap, write-protect, split, map of a region, destroy) need
+//! `&mut` and so are only reachable there.
+//!
+//! The lock is a per-CPU reader-writer lock built from `spin` locks: each
+//! registered CPU ([`Mmu::register`] returns its [`MmuCpu`]) has its own
+//! `spin::RwLock` on its own cache line and read-locks only that one, so
+//! vCPUs faulting at the same time share no written cache line; a writer
+//! write-locks every CPU's lock, in order. While a writer waits, new readers
+//! hold back, so faults cannot starve the write side. The same handle
+//! carries the CPU's epoch registration: shared walks pin it, and the tables
+//! they unlink are retired to the MMU's collector.
 
 use crate::cache::PageCache;
 use crate::descriptor::Perms;
@@ -19,96 +25,146 @@ use crate::fault::FaultMapping;
 use crate::mm::PageTableMemory;
 use crate::table::{Error, Mapping, Stage2PageTable};
 use crate::walk::{Visitor, WalkFlags};
+use alloc::boxed::Box;
+use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use crossbeam_epoch::{Collector, LocalHandle};
 use spin::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tlb::{TlbInvalidate, TlbTarget};
 
+/// Most CPUs one MMU serves.
+pub const MAX_MMU_CPUS: usize = 64;
+
+/// One CPU's reader lock, alone on its cache line(s).
+#[repr(align(128))]
+struct ReaderLock(RwLock<()>);
+
 /// A VM's stage-2 MMU: the table, its lock, and its epoch collector.
 pub struct Mmu<M: PageTableMemory> {
-    table: RwLock<Stage2PageTable<M>>,
-    /// Writers waiting for the lock: new readers hold back while nonzero,
-    /// so a stream of faults cannot starve the write side.
+    table: UnsafeCell<Stage2PageTable<M>>,
+    readers: Box<[ReaderLock]>,
+    registered: AtomicUsize,
+    /// Writers waiting for the lock: new readers hold back while nonzero.
     writers_waiting: AtomicUsize,
     collector: Collector,
 }
 
+// SAFETY: the table is reached as `&` only through an `MmuReader`, which
+// holds one CPU's read lock, and as `&mut` only through an `MmuWriter`,
+// which holds every CPU's write lock; so `&mut` never coexists with any
+// other reference. Sharing the MMU shares the table, hence `Send + Sync`.
+unsafe impl<M: PageTableMemory + Send> Sync for Mmu<M> {}
+
+/// A CPU registered with an [`Mmu`]: its reader lock and its epoch handle.
+/// Like the epoch handle it holds, it stays on its CPU (neither `Send` nor
+/// `Sync`).
+pub struct MmuCpu {
+    epoch: LocalHandle,
+    slot: usize,
+}
+
+impl MmuCpu {
+    /// The CPU's epoch handle (registered with the MMU's collector).
+    pub fn epoch(&self) -> &LocalHandle {
+        &self.epoch
+    }
+}
+
 impl<M: PageTableMemory + Clone + Send + 'static> Mmu<M> {
-    /// Wraps `table`.
-    pub fn new(table: Stage2PageTable<M>) -> Self {
-        Self {
-            table: RwLock::new(table),
+    /// Wraps `table` for up to `max_cpus` (at most [`MAX_MMU_CPUS`])
+    /// registered CPUs.
+    pub fn new(table: Stage2PageTable<M>, max_cpus: usize) -> Result<Self, Error> {
+        if max_cpus > MAX_MMU_CPUS {
+            return Err(Error::TooManyCpus);
+        }
+        Ok(Self {
+            table: UnsafeCell::new(table),
+            readers: (0..max_cpus).map(|_| ReaderLock(RwLock::new(()))).collect(),
+            registered: AtomicUsize::new(0),
             writers_waiting: AtomicUsize::new(0),
             collector: Collector::new(),
+        })
+    }
+
+    /// Registers one CPU; keep the handle on that CPU and use it for every
+    /// read-side operation there. `TooManyCpus` past `max_cpus`.
+    pub fn register(&self) -> Result<MmuCpu, Error> {
+        let slot = self.registered.fetch_add(1, Ordering::Relaxed);
+        if slot >= self.readers.len() {
+            self.registered.fetch_sub(1, Ordering::Relaxed);
+            return Err(Error::TooManyCpus);
         }
+        Ok(MmuCpu {
+            epoch: self.collector.register(),
+            slot,
+        })
     }
 
-    /// Registers one CPU with the MMU's epoch collector. Keep one handle per
-    /// CPU and pass it to every shared operation on that CPU.
-    pub fn register(&self) -> LocalHandle {
-        self.collector.register()
-    }
-
-    /// Takes the read side: fault handling. Waits while a writer waits.
-    pub fn read(&self) -> MmuReader<'_, M> {
+    /// Takes `cpu`'s read side: fault handling. Waits while a writer waits.
+    /// `ForeignHandle` when `cpu` was registered with another MMU.
+    pub fn read<'a>(&'a self, cpu: &'a MmuCpu) -> Result<MmuReader<'a, M>, Error> {
+        if cpu.epoch.collector() != &self.collector {
+            return Err(Error::ForeignHandle);
+        }
         while self.writers_waiting.load(Ordering::Acquire) != 0 {
             core::hint::spin_loop();
         }
-        MmuReader {
-            table: self.table.read(),
-            collector: &self.collector,
-        }
+        let lock = self.readers[cpu.slot].0.read();
+        // SAFETY: a read lock is held for the reader's lifetime, so no
+        // `MmuWriter` (which needs every write lock) exists meanwhile.
+        let table = unsafe { &*self.table.get() };
+        Ok(MmuReader {
+            table,
+            cpu,
+            _lock: lock,
+        })
     }
 
     /// Takes the write side: range operations. Readers arriving meanwhile
     /// wait, so the writer gets the lock once the current readers leave.
+    /// Must not be called while this CPU holds an [`MmuReader`].
     pub fn write(&self) -> MmuWriter<'_, M> {
         self.writers_waiting.fetch_add(1, Ordering::AcqRel);
-        let table = self.table.write();
+        // Every writer locks in the same order, so two cannot deadlock.
+        let locks = core::array::from_fn(|i| self.readers.get(i).map(|r| r.0.write()));
         self.writers_waiting.fetch_sub(1, Ordering::Release);
-        MmuWriter { table }
+        MmuWriter {
+            mmu: self,
+            _locks: locks,
+        }
     }
 
     /// Tries to free retired tables whose readers have all unpinned.
-    pub fn collect(&self, cpu: &LocalHandle) {
-        cpu.pin().flush();
+    pub fn collect(&self, cpu: &MmuCpu) {
+        cpu.epoch.pin().flush();
     }
 
     /// The table, once every other user is gone. Tables retired earlier are
-    /// freed when the last epoch handle is dropped.
+    /// freed when the last CPU handle is dropped.
     pub fn into_inner(self) -> Stage2PageTable<M> {
         self.table.into_inner()
     }
 }
 
-/// The read side of an [`Mmu`]: shared walks only.
+/// The read side of an [`Mmu`] on one CPU: shared walks only.
 pub struct MmuReader<'a, M: PageTableMemory> {
-    table: RwLockReadGuard<'a, Stage2PageTable<M>>,
-    collector: &'a Collector,
+    table: &'a Stage2PageTable<M>,
+    cpu: &'a MmuCpu,
+    _lock: RwLockReadGuard<'a, ()>,
 }
 
 impl<M: PageTableMemory + Clone + Send + 'static> MmuReader<'_, M> {
-    fn check(&self, cpu: &LocalHandle) -> Result<(), Error> {
-        if cpu.collector() == self.collector {
-            Ok(())
-        } else {
-            Err(Error::ForeignHandle)
-        }
-    }
-
     /// Fixes a translation fault by installing `leaf`, taking at most
     /// [`FAULT_CACHE_PAGES`](crate::FAULT_CACHE_PAGES) pages from `cache`
     /// (splitting a block or collapsing a table on the way as needed).
     /// `Err(Again)`: another vCPU is changing this entry; re-enter the guest.
     pub fn map(
         &self,
-        cpu: &LocalHandle,
         leaf: FaultMapping,
         cache: &mut PageCache,
         tlb: &impl TlbInvalidate,
     ) -> Result<(), Error> {
-        self.check(cpu)?;
-        let guard = cpu.pin();
+        let guard = self.cpu.epoch.pin();
         self.table.map_shared(&guard, leaf, cache, tlb)
     }
 
@@ -116,21 +172,18 @@ impl<M: PageTableMemory + Clone + Send + 'static> MmuReader<'_, M> {
     /// invalidates it on this CPU. `Err(Again)` when no leaf maps it now.
     pub fn relax_perms(
         &self,
-        cpu: &LocalHandle,
         ipa: u64,
         perms: Perms,
         tlb: &impl TlbInvalidate,
     ) -> Result<(), Error> {
-        self.check(cpu)?;
-        let _guard = cpu.pin();
+        let _guard = self.cpu.epoch.pin();
         self.table.relax_shared(ipa, perms, tlb)
     }
 
     /// Fixes an access-flag fault: sets the flag of the leaf mapping `ipa`;
     /// returns whether it was clear. `Err(Again)` when no leaf maps it now.
-    pub fn set_young(&self, cpu: &LocalHandle, ipa: u64) -> Result<bool, Error> {
-        self.check(cpu)?;
-        let _guard = cpu.pin();
+    pub fn set_young(&self, ipa: u64) -> Result<bool, Error> {
+        let _guard = self.cpu.epoch.pin();
         self.table.set_young_shared(ipa)
     }
 
@@ -139,25 +192,22 @@ impl<M: PageTableMemory + Clone + Send + 'static> MmuReader<'_, M> {
     /// is a compare-and-swap, and an `Again` it returns skips that entry.
     pub fn walk<V: Visitor>(
         &self,
-        cpu: &LocalHandle,
         ipa: u64,
         size: u64,
         flags: WalkFlags,
         visitor: &mut V,
     ) -> Result<(), Error> {
-        self.check(cpu)?;
         let end = self.table.check_range(ipa, size)?;
-        let _guard = cpu.pin();
+        let _guard = self.cpu.epoch.pin();
         Ok(self
             .table
             .walk_range(ipa, end, flags | WalkFlags::SHARED, visitor)?)
     }
 
     /// The leaf mapping `ipa`, read while pinned.
-    pub fn lookup(&self, cpu: &LocalHandle, ipa: u64) -> Result<Option<Mapping>, Error> {
-        self.check(cpu)?;
-        let _guard = cpu.pin();
-        Ok(self.table.lookup(ipa))
+    pub fn lookup(&self, ipa: u64) -> Option<Mapping> {
+        let _guard = self.cpu.epoch.pin();
+        self.table.lookup(ipa)
     }
 
     /// The VM these operations invalidate TLB entries of.
@@ -165,7 +215,7 @@ impl<M: PageTableMemory + Clone + Send + 'static> MmuReader<'_, M> {
         *self.table.tlb_target()
     }
 
-    /// The page-table memory provider (to top up caches outside the lock).
+    /// The page-table memory provider (to top up caches).
     pub fn memory(&self) -> &M {
         self.table.memory()
     }
@@ -173,18 +223,22 @@ impl<M: PageTableMemory + Clone + Send + 'static> MmuReader<'_, M> {
 
 /// The write side of an [`Mmu`]: exclusive access to the table.
 pub struct MmuWriter<'a, M: PageTableMemory> {
-    table: RwLockWriteGuard<'a, Stage2PageTable<M>>,
+    mmu: &'a Mmu<M>,
+    _locks: [Option<RwLockWriteGuard<'a, ()>>; MAX_MMU_CPUS],
 }
 
 impl<M: PageTableMemory> core::ops::Deref for MmuWriter<'_, M> {
     type Target = Stage2PageTable<M>;
     fn deref(&self) -> &Stage2PageTable<M> {
-        &self.table
+        // SAFETY: every CPU's write lock is held: no other reference exists.
+        unsafe { &*self.mmu.table.get() }
     }
 }
 
 impl<M: PageTableMemory> core::ops::DerefMut for MmuWriter<'_, M> {
     fn deref_mut(&mut self) -> &mut Stage2PageTable<M> {
-        &mut self.table
+        // SAFETY: every CPU's write lock is held, and `&mut self` makes this
+        // the only reference.
+        unsafe { &mut *self.mmu.table.get() }
     }
 }

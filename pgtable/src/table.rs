@@ -41,6 +41,8 @@ pub enum Error {
     /// The epoch handle given to a shared operation belongs to another
     /// MMU's collector, so pinning it would protect nothing.
     ForeignHandle,
+    /// More CPUs registered with an MMU than it was made for.
+    TooManyCpus,
 }
 
 impl From<WalkError> for Error {
@@ -69,9 +71,12 @@ impl core::fmt::Display for Error {
             Self::Again => f.write_str("entry busy, retry"),
             Self::Config(e) => write!(f, "configuration: {e}"),
             Self::ForeignHandle => f.write_str("epoch handle of another MMU"),
+            Self::TooManyCpus => f.write_str("more CPUs than the MMU was made for"),
         }
     }
 }
+
+impl core::error::Error for Error {}
 
 /// A leaf found by [`Stage2PageTable::lookup`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

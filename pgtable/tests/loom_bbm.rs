@@ -62,7 +62,7 @@ fn world(setup: impl FnOnce(&mut Stage2PageTable<Memory>, &mut PageCache, &Recor
     cache.release(&*mem);
     World {
         mem,
-        mmu: Arc::new(Mmu::new(table)),
+        mmu: Arc::new(Mmu::new(table, 3).expect("CPU count")),
         tlb: Arc::new(tlb),
     }
 }
@@ -72,12 +72,11 @@ fn world(setup: impl FnOnce(&mut Stage2PageTable<Memory>, &mut PageCache, &Recor
 fn fault(world: &World, ipa: u64, size: u64, pa: u64, pages: usize) -> thread::JoinHandle<()> {
     let (mem, mmu, tlb) = (world.mem.clone(), world.mmu.clone(), world.tlb.clone());
     thread::spawn(move || {
-        let cpu = mmu.register();
+        let cpu = mmu.register().unwrap();
         let mut cache = PageCache::with_capacity(pages);
         cache.top_up(&*mem, pages).expect("host memory");
         loop {
-            match mmu.read().map(
-                &cpu,
+            match mmu.read(&cpu).unwrap().map(
                 FaultMapping {
                     ipa,
                     size,
@@ -201,7 +200,7 @@ fn a_pinned_walker_keeps_an_unlinked_table_alive() {
         });
         // The level-3 table: what the level-2 entry for IPA 0 points at.
         let level3 = {
-            let cpu = world.mmu.register();
+            let cpu = world.mmu.register().unwrap();
             let mut table_addr = None;
             let mut find =
                 |ctx: &mut VisitContext<'_>, kind: VisitKind| -> Result<Step, WalkError> {
@@ -212,15 +211,16 @@ fn a_pinned_walker_keeps_an_unlinked_table_alive() {
                 };
             world
                 .mmu
-                .read()
-                .walk(&cpu, 0, PAGE, WalkFlags::TABLE_PRE, &mut find)
+                .read(&cpu)
+                .unwrap()
+                .walk(0, PAGE, WalkFlags::TABLE_PRE, &mut find)
                 .unwrap();
             table_addr.expect("a level-3 table")
         };
         let reader = {
             let (mem, mmu) = (world.mem.clone(), world.mmu.clone());
             thread::spawn(move || {
-                let cpu = mmu.register();
+                let cpu = mmu.register().unwrap();
                 let mut check =
                     |ctx: &mut VisitContext<'_>, _: VisitKind| -> Result<Step, WalkError> {
                         // Reading the level-3 table; let the other thread unlink it.
@@ -231,7 +231,11 @@ fn a_pinned_walker_keeps_an_unlinked_table_alive() {
                         Ok(Step::Continue)
                     };
                 loop {
-                    match mmu.read().walk(&cpu, 0, PAGE, WalkFlags::LEAF, &mut check) {
+                    match mmu
+                        .read(&cpu)
+                        .unwrap()
+                        .walk(0, PAGE, WalkFlags::LEAF, &mut check)
+                    {
                         Err(Error::Again) => thread::yield_now(),
                         r => break r.unwrap(),
                     }
@@ -241,11 +245,10 @@ fn a_pinned_walker_keeps_an_unlinked_table_alive() {
         let unlinker = {
             let (mmu, tlb) = (world.mmu.clone(), world.tlb.clone());
             thread::spawn(move || {
-                let cpu = mmu.register();
+                let cpu = mmu.register().unwrap();
                 let mut cache = PageCache::with_capacity(0);
                 loop {
-                    match mmu.read().map(
-                        &cpu,
+                    match mmu.read(&cpu).unwrap().map(
                         FaultMapping {
                             ipa: 0,
                             size: MIB2,

@@ -83,7 +83,7 @@ fn vcpu(
     ops: &AtomicU64,
     writes: &AtomicU64,
 ) -> u64 {
-    let cpu = mmu.register();
+    let cpu = mmu.register().expect("a CPU slot");
     let mut cache = PageCache::with_capacity(FAULT_CACHE_PAGES);
     let mut rng = Rng(seed);
     let mut again = 0;
@@ -100,7 +100,7 @@ fn vcpu(
             .expect("host memory");
         let span = rng.span();
         let ipa = BASE + rng.below(span / PAGE) * PAGE;
-        let reader = mmu.read();
+        let reader = mmu.read(&cpu).expect("own handle");
         let result = match rng.below(10) {
             0..=6 => {
                 let size = if rng.below(3) == 0 { MIB2 } else { PAGE };
@@ -116,16 +116,16 @@ fn vcpu(
                     pa: backing(leaf_ipa),
                     attrs: Attributes::normal(perms),
                 };
-                reader.map(&cpu, leaf, &mut cache, tlb)
+                reader.map(leaf, &mut cache, tlb)
             }
-            7 | 8 => reader.relax_perms(&cpu, ipa, Perms::WRITE, tlb),
-            _ => reader.set_young(&cpu, ipa).map(|_| ()),
+            7 | 8 => reader.relax_perms(ipa, Perms::WRITE, tlb),
+            _ => reader.set_young(ipa).map(|_| ()),
         };
         match result {
             Ok(()) => {
                 // Still under the read lock: whatever maps `ipa` now (another
                 // vCPU may be breaking it: then nothing) is its backing.
-                if let Some(m) = reader.lookup(&cpu, ipa).expect("own handle") {
+                if let Some(m) = reader.lookup(ipa) {
                     assert_eq!(
                         m.output,
                         backing(ipa),
@@ -216,7 +216,7 @@ fn run(vcpus: u64) {
     let mem: Memory = Arc::new(HostMemory::new());
     let tlb = RecordingTlb::new(CAPS);
     let table = Stage2PageTable::new(Stage2Config::new(40).unwrap(), mem.clone(), 1, true).unwrap();
-    let mmu = Mmu::new(table);
+    let mmu = Mmu::new(table, vcpus as usize).expect("CPU count");
     let ops = AtomicU64::new(0);
     let writes = AtomicU64::new(0);
     let done = AtomicBool::new(false);

@@ -1,6 +1,7 @@
 //! The benchmark suites, one module each, and the table that names them.
 
 pub mod linux_boot;
+pub mod faults;
 pub mod memslots;
 pub mod split;
 pub mod tlb;
@@ -37,6 +38,11 @@ pub const SUITES: &[Suite] = &[
         name: "linux_boot",
         about: "Linux guest: QEMU start to the init's marker line, under the hypervisor vs direct at EL1",
         run: linux_boot::run,
+    },
+    Suite {
+        name: "faults",
+        about: "Fault-in throughput of 1 GiB with 1..N threads: shared walks vs one write lock",
+        run: faults::run,
     },
     Suite {
         name: "unmap",
