@@ -137,6 +137,8 @@ pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
         let node = fdt.begin_node(&format!("intc@{:x}", gic.distributor.start))?;
         fdt.property_string("compatible", "arm,gic-v3")?;
         fdt.property_u32("#interrupt-cells", 3)?;
+        // No child nodes (no ITS); dtc wants the cell count on interrupt providers.
+        fdt.property_u32("#address-cells", 0)?;
         fdt.property_null("interrupt-controller")?;
         fdt.property_u32("#redistributor-regions", 1)?;
         fdt.property_array_u64(

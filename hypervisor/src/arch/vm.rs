@@ -410,6 +410,11 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         vcpu_mpidrs: (0..vcpus).map(vcpu_mpidr).collect(),
     })
     .map_err(VmError::Vgic)?;
+    if !features.gic_sysregs || info.platform.gic.is_none() {
+        log::warn!(
+            "vm{index}: the host has no GICv3 with a system-register CPU interface: the guest gets no interrupts"
+        );
+    }
     let vm = Box::leak(Box::new(Vm {
         index,
         vcpus,
