@@ -1,6 +1,7 @@
 //! Model-based property test of the exclusive operations.
 //!
 //! Random sequences of map / unmap / write-protect / relax / split / collapse
+//! and fault fixes (shared and exclusive)
 //! over an 8 GiB window that straddles the two concatenated root pages of a
 //! 40-bit table, with 4 KiB, 2 MiB and 1 GiB sizes, unaligned ranges and
 //! misaligned outputs, and some operations starved of cache pages. After every
@@ -205,6 +206,15 @@ enum Op {
         pages: u64,
         starve: bool,
     },
+    /// A fault fix: one leaf of `pages` (1, 512 or 512 * 512), by the shared
+    /// walk (single-threaded here) or the exclusive one.
+    Fault {
+        first: u64,
+        pages: u64,
+        out: u64,
+        perms: Perms,
+        shared: bool,
+    },
 }
 
 fn clamp(first: u64, pages: u64) -> (u64, u64) {
@@ -277,6 +287,22 @@ fn op() -> impl Strategy<Value = Op> {
                 starve: false,
             }
         });
+    // A fault: a page, a 2 MiB or a 1 GiB leaf at an aligned IPA, its
+    // output congruent to it (as a memslot's backing is).
+    let fault = (0..WINDOW_PAGES, 0..3usize, 0..64u64, perms(), any::<bool>()).prop_map(
+        |(page, size, gib, perms, shared)| {
+            let pages = [1, PAGES_2M, PAGES_1G][size];
+            let first = WINDOW + page / pages * pages;
+            let out = OUT_BASE + gib * PAGES_1G + (first % PAGES_1G);
+            Op::Fault {
+                first,
+                pages,
+                out,
+                perms,
+                shared,
+            }
+        },
+    );
     prop_oneof![
         4 => map,
         2 => collapse,
@@ -284,6 +310,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => range().prop_map(|(first, pages)| Op::WriteProtect { first, pages }),
         1 => (range(), perms()).prop_map(|((first, pages), perms)| Op::Relax { first, pages, perms }),
         2 => (range(), prop::bool::weighted(0.15)).prop_map(|((first, pages), starve)| Op::Split { first, pages, starve }),
+        3 => fault,
     ]
 }
 
@@ -294,7 +321,8 @@ impl Op {
             | Op::Unmap { first, pages, .. }
             | Op::WriteProtect { first, pages }
             | Op::Relax { first, pages, .. }
-            | Op::Split { first, pages, .. } => (first, first + pages),
+            | Op::Split { first, pages, .. }
+            | Op::Fault { first, pages, .. } => (first, first + pages),
         }
     }
 }
@@ -416,6 +444,27 @@ fn run_ops(ops: &[Op], range_caps: bool) -> Result<(), TestCaseError> {
                         .update_perms(f, f + crate::level_size(level) / PAGE, |p| p.union(perms));
                 }
             }
+            Op::Fault {
+                out, perms, shared, ..
+            } => {
+                provision(&mut h, crate::FAULT_CACHE_PAGES, false);
+                let leaf = crate::FaultMapping {
+                    ipa,
+                    size,
+                    pa: PhysAddr::new(out * PAGE),
+                    attrs: Attributes::normal(perms),
+                };
+                let r = if shared {
+                    // SAFETY: single-threaded: no other walker can see a
+                    // table this walk retires, so freeing it at once is safe.
+                    let guard = unsafe { crossbeam_epoch::unprotected() };
+                    h.table.map_shared(guard, leaf, &mut h.cache, &tlb)
+                } else {
+                    h.table.map_leaf(leaf, &mut h.cache, &tlb)
+                };
+                prop_assert_eq!(r, Ok(()));
+                reference.set(first, end, out, perms);
+            }
             Op::Split { starve, .. } => {
                 let needed = h.table.pages_needed_to_split(ipa, size).unwrap();
                 let starved = provision(&mut h, needed, starve);
@@ -461,10 +510,10 @@ fn run_ops(ops: &[Op], range_caps: bool) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
-    fn operations_match_the_reference_model(ops in prop::collection::vec(op(), 1..20), range_caps in any::<bool>()) {
+    fn operations_match_the_reference_model(ops in prop::collection::vec(op(), 1..24), range_caps in any::<bool>()) {
         run_ops(&ops, range_caps)?;
     }
 }
