@@ -54,7 +54,7 @@ use alloc::format;
 use alloc::vec::Vec;
 use crossbeam_epoch::LocalHandle;
 use memslot::VcpuSlotCache;
-use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, PageCache, Perms, PhysAddr};
+use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, MmuCpu, PageCache, Perms, PhysAddr};
 
 /// `HCR_EL2` for a non-VHE hypervisor running AArch64 EL1 guests: stage 2
 /// (VM), set/way invalidation as clean+invalidate (SWIO), physical FIQ/IRQ/
@@ -107,7 +107,7 @@ pub struct Vcpu {
     index: usize,
     regs: GuestRegs,
     epoch: LocalHandle,
-    mmu_cpu: LocalHandle,
+    mmu_cpu: MmuCpu,
     slot_cache: VcpuSlotCache,
     page_cache: PageCache,
     reported_sysregs: Vec<crate::esr::SysRegEncoding>,
@@ -122,12 +122,16 @@ pub struct Vcpu {
 impl Vcpu {
     /// vCPU `index` of `vm`, to run on the calling CPU.
     pub fn new(vm: &'static Vm, index: usize) -> Self {
+        let mmu_cpu = match vm.stage2.register() {
+            Ok(cpu) => cpu,
+            Err(e) => vm.stop(index, &format!("stage-2 MMU registration: {e}")),
+        };
         Self {
             vm,
             index,
             regs: GuestRegs::default(),
             epoch: vm.collector.register(),
-            mmu_cpu: vm.stage2.register(),
+            mmu_cpu,
             slot_cache: VcpuSlotCache::new(),
             page_cache: PageCache::with_capacity(FAULT_CACHE_PAGES),
             reported_sysregs: Vec::new(),
@@ -533,7 +537,12 @@ impl Vcpu {
     fn fault_in(&mut self, slot: SlotView, ipa: u64, kind: FaultKind) -> Flow {
         self.bump(Counter::Stage2Faults);
         if kind == FaultKind::AccessFlag {
-            return match self.vm.stage2.read().set_young(&self.mmu_cpu, ipa) {
+            let result = self
+                .vm
+                .stage2
+                .read(&self.mmu_cpu)
+                .and_then(|mmu| mmu.set_young(ipa));
+            return match result {
                 // Set, or the leaf is gone or busy: a translation fault follows if needed.
                 Ok(_) | Err(pgtable::Error::Again) => Flow::Resume,
                 Err(e) => self.stop(&format!(
@@ -551,23 +560,24 @@ impl Vcpu {
         {
             self.stop("out of memory for stage-2 tables");
         }
-        let mmu = self.vm.stage2.read();
-        let result = match mmu.lookup(&self.mmu_cpu, ipa) {
-            // Another vCPU mapped it since this one faulted.
-            Ok(Some(_)) => return Flow::Resume,
-            Ok(None) => mmu.map(
-                &self.mmu_cpu,
-                FaultMapping {
-                    ipa: leaf.ipa,
-                    size: leaf.size,
-                    pa: PhysAddr::new(leaf.pa),
-                    attrs: Attributes::normal(Perms::RWX),
-                },
-                &mut self.page_cache,
-                &self.vm.tlb,
-            ),
-            Err(e) => Err(e),
+        let mmu = match self.vm.stage2.read(&self.mmu_cpu) {
+            Ok(mmu) => mmu,
+            Err(e) => self.stop(&format!("stage-2 read side for IPA {ipa:#x}: {e}")),
         };
+        if mmu.lookup(ipa).is_some() {
+            // Another vCPU mapped it since this one faulted.
+            return Flow::Resume;
+        }
+        let result = mmu.map(
+            FaultMapping {
+                ipa: leaf.ipa,
+                size: leaf.size,
+                pa: PhysAddr::new(leaf.pa),
+                attrs: Attributes::normal(Perms::RWX),
+            },
+            &mut self.page_cache,
+            &self.vm.tlb,
+        );
         drop(mmu);
         match result {
             Ok(()) => {

@@ -370,6 +370,8 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let stage2 =
         Stage2PageTable::new(config, FrameMemory, vmid, vmid16).map_err(VmError::Stage2)?;
     let vttbr = stage2.vttbr();
+    // One read-side handle per vCPU (each vCPU registers once, on its CPU).
+    let stage2 = Mmu::new(stage2, vcpus).map_err(VmError::Stage2)?;
     let counters: &'static VmCounters = Box::leak(Box::new(VmCounters::new()));
     let collector: &'static Collector = Box::leak(Box::new(Collector::new()));
     let memslots = Memslots::new(collector, DirtyLogMode::default()).map_err(VmError::Memslot)?;
@@ -418,7 +420,7 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let vm = Box::leak(Box::new(Vm {
         index,
         vcpus,
-        stage2: Mmu::new(stage2),
+        stage2,
         vtcr,
         vttbr,
         fwb: features.fwb,
