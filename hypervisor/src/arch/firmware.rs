@@ -61,7 +61,8 @@ pub fn system_reset() -> ! {
 
 /// Stops this CPU for good.
 pub fn halt() -> ! {
+    super::gic::quiesce();
     loop {
-        super::sysreg::wait_for_event();
+        super::gic::wait_for_wakeup();
     }
 }

@@ -196,11 +196,57 @@ pub fn set_vtimer_masked(masked: bool) {
     }
 }
 
+/// Whether the host GIC is driven (a GICv3 was found and set up).
+pub fn is_up() -> bool {
+    GIC.get().is_some()
+}
+
+/// Acknowledges and finishes every interrupt pending for this CPU, handling
+/// none (for a CPU that waits at EL2 and only needs to be woken).
+pub fn discard_pending() {
+    if !is_up() {
+        return;
+    }
+    loop {
+        let intid = acknowledge();
+        if intid >= host_gic::SPURIOUS_FIRST {
+            return;
+        }
+        end_of_interrupt(intid);
+    }
+}
+
+/// Waits at EL2 until another CPU wakes this one: with the GIC up, `WFI`
+/// (a kick SGI wakes it although `PSTATE.I` masks it), else `WFE` (an
+/// event). Callers first discard or handle what is already pending, since a
+/// pending interrupt ends `WFI` at once.
+pub fn wait_for_wakeup() {
+    if is_up() {
+        // SAFETY: WFI only suspends the CPU until an interrupt or event.
+        unsafe { core::arch::asm!("dsb sy", "wfi", options(nostack, preserves_flags)) }
+    } else {
+        super::sysreg::wait_for_event();
+    }
+}
+
+/// Stops this CPU from being signalled any interrupt (group 1 disabled at
+/// its CPU interface), for a CPU that halts for good.
+pub fn quiesce() {
+    if is_up() {
+        // SAFETY: disabling group 1 at this CPU's interface only stops
+        // interrupts from being signalled to it.
+        unsafe {
+            crate::write_sysreg!(icc_igrpen1_el1, 0);
+            core::arch::asm!("isb", options(nostack, preserves_flags));
+        }
+    }
+}
+
 /// Sends the kick SGI to logical CPU `index`. Without a host GICv3 (the VM
 /// was created with a warning that its guest gets no interrupts) there is
 /// nothing to send.
 pub fn kick(index: usize) {
-    if GIC.get().is_none() {
+    if !is_up() {
         return;
     }
     let mpidr = percpu::slot(index).mpidr.load(Ordering::Relaxed);

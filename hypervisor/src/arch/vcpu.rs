@@ -14,10 +14,11 @@
 //! leaves physical CPU `n`; only the general-purpose registers, PC and PSTATE
 //! travel through [`GuestRegs`].
 //!
-//! Interrupts: the virtual GIC (`vgic`) is folded after every exit and filled
-//! right before every entry; what an exit made deliverable to another vCPU
-//! is signalled with a physical kick SGI to its CPU once the vgic lock is
-//! dropped. Physical interrupts taken while the guest runs are IRQ exits
+//! Interrupts: the virtual GIC (`vgic`) is folded and refilled right before
+//! an entry whenever the exit could have changed what the list registers
+//! should hold (see `prepare_entry`), and folded before a GIC register
+//! access; what an exit made deliverable to another vCPU is signalled with a
+//! physical kick SGI to its CPU once the vgic lock is dropped. Physical interrupts taken while the guest runs are IRQ exits
 //! (`HCR_EL2.IMO`): the kick SGI and the maintenance interrupt only need the
 //! exit (the refill follows), the virtual timer PPI raises the vgic timer line
 //! and is masked at the redistributor while the line stays high (the guest's
@@ -117,6 +118,10 @@ pub struct Vcpu {
     vtimer_masked: bool,
     /// vCPUs to kick once the vgic lock is dropped.
     kicks: VcpuSet,
+    /// The list registers must be folded and refilled before the next entry.
+    needs_fill: bool,
+    /// The virtual timer line as last given to the vgic (`None` after load).
+    timer_line: Option<bool>,
 }
 
 impl Vcpu {
@@ -143,29 +148,45 @@ impl Vcpu {
             }),
             vtimer_masked: false,
             kicks: VcpuSet::EMPTY,
+            needs_fill: true,
+            timer_line: None,
         }
     }
 
-    /// Before an entry: re-samples the virtual timer line, fills the list
-    /// registers, then kicks the vCPUs the exit made something deliverable to.
+    /// Before an entry: re-samples the virtual timer line (the vgic hears
+    /// of it only when it moved), refills the list registers when something
+    /// could have changed what they should hold, then kicks the vCPUs the
+    /// exit made something deliverable to.
+    ///
+    /// A refill is needed after an IRQ exit (a kick, the maintenance
+    /// interrupt, the timer), a GIC register access, a vgic change that named
+    /// this vCPU, and a load. Otherwise the list registers still hold the
+    /// best interrupts: whatever the guest did with them since the last fill
+    /// (acknowledge, EOI) is folded back at the next fill, a level interrupt's
+    /// EOI raises the maintenance interrupt, and another vCPU that pends
+    /// something here kicks this CPU.
     fn prepare_entry(&mut self) {
-        let Some(lrs) = self.lrs.as_mut() else {
+        if self.lrs.is_none() {
             return;
-        };
+        }
         let line = host_gic::vtimer_line(read_sysreg!(cntv_ctl_el0));
-        let mut vgic = self.vm.vgic.lock();
-        match vgic.set_timer_level(self.index, line) {
-            Ok(kicks) => self.kicks = self.kicks.union(kicks),
-            Err(e) => {
-                drop(vgic);
-                self.stop(&format!("virtual timer line: {e:?}"));
+        if self.timer_line != Some(line) {
+            let result = self.vm.vgic.lock().set_timer_level(self.index, line);
+            match result {
+                Ok(kicks) => self.absorb(kicks),
+                Err(e) => self.stop(&format!("virtual timer line: {e:?}")),
             }
+            self.timer_line = Some(line);
         }
-        if let Err(e) = vgic.fill(self.index, lrs) {
-            drop(vgic);
-            self.stop(&format!("list register fill: {e:?}"));
+        if self.needs_fill
+            && let Some(lrs) = self.lrs.as_mut()
+        {
+            let result = self.vm.vgic.lock().fill(self.index, lrs);
+            if let Err(e) = result {
+                self.stop(&format!("list register fill: {e:?}"));
+            }
+            self.needs_fill = false;
         }
-        drop(vgic);
         if !line && self.vtimer_masked {
             gic::set_vtimer_masked(false);
             self.vtimer_masked = false;
@@ -173,7 +194,8 @@ impl Vcpu {
         self.send_kicks();
     }
 
-    /// After an exit: copies the list registers back into the vgic.
+    /// Copies the list registers back into the vgic (before a GIC register
+    /// access reads or changes the model).
     fn fold(&mut self) {
         let Some(lrs) = self.lrs.as_mut() else {
             return;
@@ -182,6 +204,15 @@ impl Vcpu {
         if let Err(e) = result {
             self.stop(&format!("list register fold: {e:?}"));
         }
+    }
+
+    /// Takes the vCPUs a vgic operation says to kick; this vCPU among them
+    /// means its own list registers need a refill.
+    fn absorb(&mut self, kicks: VcpuSet) {
+        if kicks.contains(self.index) {
+            self.needs_fill = true;
+        }
+        self.kicks = self.kicks.union(kicks);
     }
 
     /// Kicks every CPU whose vCPU has something new (not this one: it
@@ -193,17 +224,35 @@ impl Vcpu {
         }
     }
 
-    /// Drives the emulated PL011's interrupt line from its state.
+    /// Drives the emulated PL011's interrupt line from its state; the vgic
+    /// hears of it only when the level moved (the UART lock is held across,
+    /// so vCPUs cannot reorder their updates; the vgic lock nests inside it).
     fn update_uart_line(&mut self) {
-        let level = self.vm.uart.lock().device.interrupt_pending();
+        let mut uart = self.vm.uart.lock();
+        let level = uart.device.interrupt_pending();
+        if uart.irq_level == level {
+            return;
+        }
+        uart.irq_level = level;
         let result = self
             .vm
             .vgic
             .lock()
             .set_spi_level(self.vm.uart_intid(), level);
+        drop(uart);
         match result {
-            Ok(kicks) => self.kicks = self.kicks.union(kicks),
+            Ok(kicks) => self.absorb(kicks),
             Err(e) => self.stop(&format!("UART interrupt line: {e:?}")),
+        }
+    }
+
+    /// While the vCPU is off: handles what is pending for this CPU (the
+    /// console's bytes still reach the PL011; a fired virtual timer is
+    /// masked until the next load), so that waiting for a wake-up does not
+    /// end at once.
+    pub fn handle_interrupts_while_off(&mut self) {
+        if gic::is_up() {
+            self.host_interrupts();
         }
     }
 
@@ -218,7 +267,6 @@ impl Vcpu {
             // SAFETY: `load` set this CPU's stage-2 translation and traps for
             // this VM, so the guest reaches only its own memory.
             let kind = unsafe { enter_guest(&mut self.regs) };
-            self.fold();
             let flow = self.handle_exit(kind);
             self.send_kicks();
             match flow {
@@ -342,10 +390,12 @@ impl Vcpu {
                 self.stop(&format!("list register reset: {e:?}"));
             }
         }
-        if self.vtimer_masked {
-            gic::set_vtimer_masked(false);
-            self.vtimer_masked = false;
-        }
+        // The timer may have been masked while the vCPU was off; CNTV_CTL_EL0
+        // was just cleared, so its line is low.
+        gic::set_vtimer_masked(false);
+        self.vtimer_masked = false;
+        self.needs_fill = true;
+        self.timer_line = None;
         self.regs = GuestRegs {
             pc: boot.entry,
             pstate: PSTATE_EL1H_MASKED,
@@ -377,6 +427,7 @@ impl Vcpu {
             ExitKind::Sync => self.handle_sync(),
             ExitKind::Irq => {
                 self.bump(Counter::ExitsIrq);
+                self.needs_fill = true;
                 self.host_interrupts();
                 Flow::Resume
             }
@@ -407,9 +458,10 @@ impl Vcpu {
                 HostIrq::VirtualTimer => {
                     gic::set_vtimer_masked(true);
                     self.vtimer_masked = true;
+                    self.timer_line = Some(true);
                     let result = self.vm.vgic.lock().set_timer_level(self.index, true);
                     match result {
-                        Ok(kicks) => self.kicks = self.kicks.union(kicks),
+                        Ok(kicks) => self.absorb(kicks),
                         Err(e) => self.stop(&format!("virtual timer line: {e:?}")),
                     }
                 }
@@ -652,6 +704,8 @@ impl Vcpu {
 
     /// A guest access to the virtual GIC's distributor or redistributors.
     fn gic_access(&mut self, abort: DataAbort, ipa: u64) -> Flow {
+        self.fold();
+        self.needs_fill = true;
         let Some(access) = abort.access else {
             log::warn!(
                 "vm{} vcpu{}: GIC access at IPA {ipa:#x} without instruction syndrome (PC {:#x}) cannot be emulated",
@@ -666,7 +720,7 @@ impl Vcpu {
             let value = mmio::store_value(access, self.reg(access.register));
             let result = self.vm.vgic.lock().mmio_write(ipa, access.size, value);
             match result {
-                Ok(kicks) => self.kicks = self.kicks.union(kicks),
+                Ok(kicks) => self.absorb(kicks),
                 Err(e) => log::warn!(
                     "vm{} vcpu{}: GIC write of {value:#x} at IPA {ipa:#x} ignored: {e:?}",
                     self.vm.index,
@@ -730,7 +784,7 @@ impl Vcpu {
                 let value = self.reg(access.rt);
                 let result = self.vm.vgic.lock().send_sgi(self.index, value, group);
                 match result {
-                    Ok(kicks) => self.kicks = self.kicks.union(kicks),
+                    Ok(kicks) => self.absorb(kicks),
                     Err(e) => self.stop(&format!("SGI {value:#x}: {e:?}")),
                 }
             } else {
@@ -805,9 +859,11 @@ impl Vcpu {
         let vm = self.vm;
         match psci::dispatch(call, self.index, &vm.power, vm.ram) {
             PsciOutcome::Return(value) => Ok(value),
-            PsciOutcome::Started(_) => {
-                // The target's CPU waits in WFE for its request.
+            PsciOutcome::Started(target) => {
+                // The target's CPU waits in WFI (WFE without a GIC) for its
+                // request.
                 sysreg::send_event();
+                gic::kick(target);
                 Ok(0)
             }
             PsciOutcome::CpuOff => {

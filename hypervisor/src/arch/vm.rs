@@ -8,15 +8,17 @@
 //! memslot from `memslot` for its RAM (host frames, 2 MiB aligned), the
 //! emulated PL011 (its receive side fed from the host console), the virtual
 //! GICv3 (`vgic`), the vCPU power states and its counters. vCPU `n` is pinned
-//! to physical CPU `n`: every other CPU waits (`WFE`) until the guest starts
-//! its vCPU with PSCI `CPU_ON`, runs it until `CPU_OFF`, and waits again.
+//! to physical CPU `n`: every other CPU waits (`WFI`, woken by a kick SGI;
+//! `WFE` without a GIC) until the guest starts its vCPU with PSCI `CPU_ON`,
+//! runs it until `CPU_OFF`, and waits again. CPUs beyond the VM's vCPUs halt
+//! with their GIC CPU interface disabled.
 //! Guest `SYSTEM_OFF` prints the counters and powers the machine off; a VM that
 //! must stop (an exit the hypervisor cannot decode) is reported the same way.
 
 use super::boot::boot_info;
 use super::stage2::FrameMemory;
 use super::vcpu::Vcpu;
-use super::{console, firmware, memory, sysreg};
+use super::{console, firmware, gic, memory, sysreg};
 use crate::counters::VmCounters;
 use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestTimer};
 use crate::guest_layout::{
@@ -57,6 +59,8 @@ pub struct GuestUart {
     pub line: ConsoleLine,
     /// Typed bytes waiting for room in the RX FIFO.
     pub backlog: RxBacklog,
+    /// The interrupt line level last given to the vgic.
+    pub irq_level: bool,
 }
 
 /// One virtual machine.
@@ -433,6 +437,7 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
             device: Pl011::new(),
             line: ConsoleLine::new(),
             backlog: RxBacklog::new(),
+            irq_level: false,
         }),
         vgic,
         power: PowerStates::new(vcpus),
@@ -485,6 +490,9 @@ pub fn run_boot_cpu() -> ! {
     };
     VM.call_once(|| vm);
     sysreg::send_event();
+    for cpu in 1..info.cpus_online {
+        gic::kick(cpu);
+    }
     vm.power.mark_on(0);
     run_cpu(vm, 0, Some(boot))
 }
@@ -495,7 +503,10 @@ pub fn run_secondary_cpu(index: usize) -> ! {
         if let Some(vm) = VM.get() {
             break *vm;
         }
-        sysreg::wait_for_event();
+        gic::discard_pending();
+        if VM.get().is_none() {
+            gic::wait_for_wakeup();
+        }
     };
     if index >= vm.vcpus {
         firmware::halt();
@@ -514,9 +525,12 @@ fn run_cpu(vm: &'static Vm, index: usize, first: Option<BootRequest>) -> ! {
         if vm.is_stopping() {
             firmware::halt();
         }
+        // Handle first, then look for a request, then wait: a CPU_ON that
+        // lands after the look leaves its kick pending, which ends the wait.
+        vcpu.handle_interrupts_while_off();
         match vm.power.take_pending(index) {
             Some(request) => vcpu.run(request),
-            None => sysreg::wait_for_event(),
+            None => gic::wait_for_wakeup(),
         }
     }
 }
