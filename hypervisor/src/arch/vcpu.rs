@@ -59,16 +59,16 @@ use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, MmuCpu, PageCache, Pe
 
 /// `HCR_EL2` for a non-VHE hypervisor running AArch64 EL1 guests: stage 2
 /// (VM), set/way invalidation as clean+invalidate (SWIO), physical FIQ/IRQ/
-/// SError to EL2 (FMO/IMO/AMO), broadcast TLB/cache maintenance (FB, BSU =
-/// inner shareable), trap SMC (TSC), EL1 is AArch64 (RW), do not trap
-/// pointer authentication (APK/API). WFI/WFE run natively (see the module docs).
+/// SError to EL2 (FMO/IMO/AMO), trap SMC (TSC), EL1 is AArch64 (RW), do not
+/// trap pointer authentication (APK/API). WFI/WFE run natively (see the
+/// module docs). The guest's local TLB and cache maintenance and barriers
+/// stay local (no FB, no BSU upgrade): a vCPU never leaves its CPU, so what
+/// it cached elsewhere cannot exist, exactly as on real hardware.
 const HCR_EL2_GUEST: u64 = (1 << 0)
     | (1 << 1)
     | (1 << 3)
     | (1 << 4)
     | (1 << 5)
-    | (1 << 9)
-    | (1 << 10)
     | (1 << 19)
     | (1 << 31)
     | (1 << 40)
