@@ -279,6 +279,7 @@ mod tests {
         let gic = platform.gic.expect("gic");
         assert_eq!(gic.distributor.start, 0x0800_0000);
         assert_eq!(gic.redistributors[0].size(), 0x4_0000);
+        assert_eq!(gic.maintenance_intid, Some(25));
         assert_eq!(platform.timer.map(|t| t.virt), Some(27));
         let fdt = Fdt::new(&blob).expect("parses");
         let uart = fdt.find_node("/pl011@9000000").expect("uart");

@@ -68,8 +68,9 @@ pub mod gicr {
 /// The physical SGI a CPU sends another to make it leave the guest and
 /// refill its list registers.
 pub const KICK_SGI: u32 = 8;
-/// The GIC maintenance interrupt (PPI 9).
-pub const MAINTENANCE_INTID: u32 = 25;
+/// The GIC maintenance interrupt the architecture recommends (PPI 9), used
+/// when the device tree does not name one.
+pub const DEFAULT_MAINTENANCE_INTID: u32 = 25;
 /// Priority of every interrupt the hypervisor enables (all equal: none
 /// preempts another, since EL2 runs with interrupts masked anyway).
 pub const HOST_PRIORITY: u8 = 0xa0;
@@ -152,11 +153,12 @@ pub enum HostIrq {
 }
 
 impl HostIrq {
-    /// Sorts `intid` given the virtual timer's and the UART's INTIDs.
-    pub fn classify(intid: u32, vtimer: u32, uart: Option<u32>) -> Self {
+    /// Sorts `intid` given the maintenance interrupt's, the virtual timer's
+    /// and the UART's INTIDs.
+    pub fn classify(intid: u32, maintenance: u32, vtimer: u32, uart: Option<u32>) -> Self {
         match intid {
             KICK_SGI => Self::Kick,
-            MAINTENANCE_INTID => Self::Maintenance,
+            i if i == maintenance => Self::Maintenance,
             i if i == vtimer => Self::VirtualTimer,
             i if Some(i) == uart => Self::UartReceive,
             i if i >= SPURIOUS_FIRST => Self::Spurious,
@@ -215,11 +217,22 @@ mod tests {
 
     #[test]
     fn classify() {
-        assert_eq!(HostIrq::classify(8, 27, Some(33)), HostIrq::Kick);
-        assert_eq!(HostIrq::classify(25, 27, Some(33)), HostIrq::Maintenance);
-        assert_eq!(HostIrq::classify(27, 27, Some(33)), HostIrq::VirtualTimer);
-        assert_eq!(HostIrq::classify(33, 27, Some(33)), HostIrq::UartReceive);
-        assert_eq!(HostIrq::classify(33, 27, None), HostIrq::Unexpected(33));
-        assert_eq!(HostIrq::classify(1023, 27, None), HostIrq::Spurious);
+        assert_eq!(HostIrq::classify(8, 25, 27, Some(33)), HostIrq::Kick);
+        assert_eq!(
+            HostIrq::classify(25, 25, 27, Some(33)),
+            HostIrq::Maintenance
+        );
+        assert_eq!(
+            HostIrq::classify(27, 25, 27, Some(33)),
+            HostIrq::VirtualTimer
+        );
+        assert_eq!(
+            HostIrq::classify(33, 25, 27, Some(33)),
+            HostIrq::UartReceive
+        );
+        assert_eq!(HostIrq::classify(33, 25, 27, None), HostIrq::Unexpected(33));
+        assert_eq!(HostIrq::classify(1023, 25, 27, None), HostIrq::Spurious);
+        assert_eq!(HostIrq::classify(24, 24, 27, None), HostIrq::Maintenance);
+        assert_eq!(HostIrq::classify(25, 24, 27, None), HostIrq::Unexpected(25));
     }
 }

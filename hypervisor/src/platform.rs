@@ -30,6 +30,9 @@ pub struct Gicv3 {
     pub distributor: PhysRange,
     /// The redistributor regions.
     pub redistributors: Vec<PhysRange>,
+    /// The virtual CPU interface's maintenance interrupt (its `interrupts`
+    /// property), when the tree gives it.
+    pub maintenance_intid: Option<u32>,
 }
 
 /// The architected timer's interrupts (PPI numbers as INTIDs).
@@ -301,9 +304,12 @@ impl Platform {
                     .property("#redistributor-regions")
                     .and_then(|p| p.as_usize())
                     .unwrap_or(1);
+                let maintenance_intid =
+                    node.property("interrupts").and_then(|p| gic_intid(p.value));
                 regs.split_first().map(|(distributor, rest)| Gicv3 {
                     distributor: *distributor,
                     redistributors: rest.iter().take(redist_regions).copied().collect(),
+                    maintenance_intid,
                 })
             }
             None => None,
@@ -413,6 +419,7 @@ mod tests {
             gic.redistributors,
             vec![PhysRange::from_start_size(0x080a_0000, 0xf6_0000)]
         );
+        assert_eq!(gic.maintenance_intid, Some(25), "PPI 9");
         assert_eq!(
             p.timer,
             Some(TimerIrqs {

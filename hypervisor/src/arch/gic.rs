@@ -5,7 +5,8 @@
 //! routed to the boot CPU and enabled. [`init_cpu`] (every CPU): finds the
 //! CPU's redistributor by `GICR_TYPER` affinity in the device tree's regions,
 //! wakes it (`GICR_WAKER`), makes its SGIs and PPIs group 1 and enables the
-//! kick SGI, the maintenance PPI and the virtual timer PPI; then the CPU
+//! kick SGI, the maintenance PPI and the virtual timer PPI (both as the
+//! device tree names them); then the CPU
 //! interface: `ICC_SRE_EL2` (SRE, Enable for EL1), `ICC_PMR_EL1` open,
 //! `ICC_CTLR_EL1.EOImode` 0 (an EOI at EL2 drops priority and deactivates:
 //! no list register is hardware-linked, every interrupt is finished here) and
@@ -18,7 +19,9 @@
 //! line is high, so the guest's `CNTV_CTL_EL0` stays exactly as it wrote it.
 
 use super::percpu::{self, MAX_CPUS};
-use crate::host_gic::{self, HOST_PRIORITY, KICK_SGI, MAINTENANCE_INTID, gicd, gicr, sgi1r_value};
+use crate::host_gic::{
+    self, DEFAULT_MAINTENANCE_INTID, HOST_PRIORITY, KICK_SGI, gicd, gicr, sgi1r_value,
+};
 use crate::platform::Gicv3;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -26,6 +29,7 @@ use spin::Once;
 
 /// What the driver learned at boot.
 struct HostGic {
+    maintenance: u32,
     regions: alloc::vec::Vec<crate::ranges::PhysRange>,
     vtimer: u32,
 }
@@ -105,7 +109,14 @@ pub fn init_distributor(gic: &Gicv3, vtimer: u32, uart_intid: Option<u32>, boot_
         write64(distributor + gicd::IROUTER + intid as usize * 8, route);
         write32(distributor + gicd::ISENABLER + word, bit);
     }
+    let maintenance = gic.maintenance_intid.unwrap_or_else(|| {
+        log::warn!(
+            "the device tree's GICv3 names no maintenance interrupt: using INTID {DEFAULT_MAINTENANCE_INTID}"
+        );
+        DEFAULT_MAINTENANCE_INTID
+    });
     GIC.call_once(|| HostGic {
+        maintenance,
         regions: gic.redistributors.clone(),
         vtimer,
     });
@@ -135,7 +146,7 @@ pub fn init_cpu(index: usize) -> Result<(), GicError> {
     let sgi = rd + gicr::SGI_BASE;
     write32(sgi + gicr::ICENABLER0, u32::MAX);
     write32(sgi + gicr::IGROUPR0, u32::MAX);
-    for intid in [KICK_SGI, MAINTENANCE_INTID, gic.vtimer] {
+    for intid in [KICK_SGI, gic.maintenance, gic.vtimer] {
         // SAFETY: byte access to the interrupt's priority byte, in the frame.
         unsafe {
             write_volatile(
@@ -146,7 +157,7 @@ pub fn init_cpu(index: usize) -> Result<(), GicError> {
     }
     write32(
         sgi + gicr::ISENABLER0,
-        1 << KICK_SGI | 1 << MAINTENANCE_INTID | 1 << gic.vtimer,
+        1 << KICK_SGI | 1 << gic.maintenance | 1 << gic.vtimer,
     );
     SGI_BASES[index].store(sgi, Ordering::Release);
     // SAFETY: these ICC registers configure this CPU's physical interface;
@@ -161,6 +172,12 @@ pub fn init_cpu(index: usize) -> Result<(), GicError> {
         core::arch::asm!("isb", options(nostack, preserves_flags));
     }
     Ok(())
+}
+
+/// The GIC maintenance interrupt of this machine.
+pub fn maintenance_intid() -> u32 {
+    GIC.get()
+        .map_or(DEFAULT_MAINTENANCE_INTID, |g| g.maintenance)
 }
 
 /// The virtual timer PPI of this machine.

@@ -443,11 +443,12 @@ impl Vcpu {
     /// refilled, so it ends the loop: the refill comes before the next entry,
     /// and anything else still pending exits again right after it.
     fn host_interrupts(&mut self) {
+        let maintenance = gic::maintenance_intid();
         let vtimer = gic::vtimer_intid();
         let uart = super::boot::boot_info().platform.uart_intid;
         loop {
             let intid = gic::acknowledge();
-            match HostIrq::classify(intid, vtimer, uart) {
+            match HostIrq::classify(intid, maintenance, vtimer, uart) {
                 HostIrq::Spurious => return,
                 HostIrq::Maintenance => {
                     gic::end_of_interrupt(intid);
