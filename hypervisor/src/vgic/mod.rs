@@ -39,10 +39,16 @@
 //!
 //! # The vCPU run loop
 //!
-//! - After every exit: [`VgicState::fold`] copies the list registers back
+//! - After an exit: [`VgicState::fold`] copies the list registers back
 //!   (an interrupt the guest acknowledged and EOI'd leaves its list register
 //!   empty, so its active state clears; pending/active states are copied
 //!   back; a level interrupt whose line is still high is pending again).
+//!   Folding after every exit is simplest; a run loop may instead fold only
+//!   before the vCPU's own GIC register accesses and before each fill, and
+//!   skip the fill when the exit changed nothing for this vCPU (no IRQ exit,
+//!   no GIC access, no returned [`VcpuSet`] naming it): the other operations
+//!   work on unfolded state, since another vCPU's list registers are never
+//!   folded while it runs either.
 //! - Handle the exit: MMIO in [`VgicConfig`]'s frames goes to
 //!   [`VgicState::mmio_read`]/[`VgicState::mmio_write`]; a trapped
 //!   `ICC_SGI1R_EL1` to [`VgicState::send_sgi`] ([`SgiGroup::from_sysreg`]
@@ -62,7 +68,9 @@
 //!   and `ICH_AP<n>R<m>_EL2` belong to the vCPU context and are saved and
 //!   restored by whoever moves a vCPU between CPUs.)
 //! - A trapped WFI may block only while [`VgicState::has_deliverable`] is
-//!   false; a kicked vCPU that waits in WFI is woken.
+//!   false; a kicked vCPU that waits in WFI is woken. (With WFI not trapped,
+//!   the hardware does this: a pending virtual interrupt or a physical kick
+//!   ends the guest's WFI.)
 
 mod distributor;
 pub mod irq;
