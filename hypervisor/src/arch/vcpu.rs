@@ -18,13 +18,16 @@
 //! an entry whenever the exit could have changed what the list registers
 //! should hold (see `prepare_entry`), and folded before a GIC register
 //! access; what an exit made deliverable to another vCPU is signalled with a
-//! physical kick SGI to its CPU once the vgic lock is dropped. Physical interrupts taken while the guest runs are IRQ exits
-//! (`HCR_EL2.IMO`): the kick SGI and the maintenance interrupt only need the
-//! exit (the refill follows), the virtual timer PPI raises the vgic timer line
-//! and is masked at the redistributor while the line stays high (the guest's
-//! `CNTV_CTL_EL0` is never touched; the line is re-sampled from it before each
-//! entry and the PPI unmasked once it drops), and the console UART's interrupt
-//! moves the received bytes into the emulated PL011.
+//! physical kick SGI to its CPU once the vgic lock is dropped. Physical
+//! interrupts taken while the guest runs are IRQ exits (`HCR_EL2.IMO`): the
+//! kick SGI and the maintenance interrupt only need the exit (the refill
+//! follows), the virtual timer PPI raises the vgic timer line and is masked
+//! at the redistributor while the line stays high (the guest's
+//! `CNTV_CTL_EL0` is never touched; the line is re-sampled from it before
+//! each entry and the PPI unmasked once it drops: the guest's EOI of the
+//! level interrupt, listed with EOI maintenance, guarantees that exit), and
+//! the console UART's interrupt moves the received bytes into the emulated
+//! PL011.
 //!
 //! WFI and WFE are not trapped (`HCR_EL2.TWI`/`TWE` clear): the CPU halts in
 //! the guest until a physical interrupt (a kick, the virtual timer, the UART)
