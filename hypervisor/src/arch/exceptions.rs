@@ -46,8 +46,6 @@ pub enum ExitKind {
     Fiq,
     /// An SError.
     SError,
-    /// An exception from AArch32 state (never expected).
-    Aarch32,
 }
 
 impl ExitKind {
@@ -57,7 +55,7 @@ impl ExitKind {
             1 => Self::Irq,
             2 => Self::Fiq,
             3 => Self::SError,
-            _ => Self::Aarch32,
+            _ => unreachable!("the vectors pass exit codes 0..=3, not {code}"),
         }
     }
 }
@@ -96,11 +94,12 @@ hv_vectors:
     GUEST_EXIT 1
     GUEST_EXIT 2
     GUEST_EXIT 3
-    // Lower EL, AArch32.
-    GUEST_EXIT 4
-    GUEST_EXIT 4
-    GUEST_EXIT 4
-    GUEST_EXIT 4
+    // Lower EL, AArch32: the guest's EL1 is AArch64 (HCR_EL2.RW), but its
+    // EL0 may run AArch32 code; its interrupts and aborts exit the same way.
+    GUEST_EXIT 0
+    GUEST_EXIT 1
+    GUEST_EXIT 2
+    GUEST_EXIT 3
 
 // x0 = vector number. Reports on the CPU's trap stack (the fault may be a
 // stack overflow into the guard page).

@@ -84,6 +84,70 @@ pub fn zero_memory(addr: usize, len: usize) {
     dsb_ish();
 }
 
+/// Reads the ID register `S3_0_C0_C<crm>_<op2>` (`crm` 1..=7, `op2` 0..=7:
+/// the ID space, where unallocated encodings read as zero); `None` outside it.
+pub fn read_id_register(crm: u8, op2: u8) -> Option<u64> {
+    Some(match (crm, op2) {
+        (1, 0) => read_sysreg!(s3_0_c0_c1_0),
+        (1, 1) => read_sysreg!(s3_0_c0_c1_1),
+        (1, 2) => read_sysreg!(s3_0_c0_c1_2),
+        (1, 3) => read_sysreg!(s3_0_c0_c1_3),
+        (1, 4) => read_sysreg!(s3_0_c0_c1_4),
+        (1, 5) => read_sysreg!(s3_0_c0_c1_5),
+        (1, 6) => read_sysreg!(s3_0_c0_c1_6),
+        (1, 7) => read_sysreg!(s3_0_c0_c1_7),
+        (2, 0) => read_sysreg!(s3_0_c0_c2_0),
+        (2, 1) => read_sysreg!(s3_0_c0_c2_1),
+        (2, 2) => read_sysreg!(s3_0_c0_c2_2),
+        (2, 3) => read_sysreg!(s3_0_c0_c2_3),
+        (2, 4) => read_sysreg!(s3_0_c0_c2_4),
+        (2, 5) => read_sysreg!(s3_0_c0_c2_5),
+        (2, 6) => read_sysreg!(s3_0_c0_c2_6),
+        (2, 7) => read_sysreg!(s3_0_c0_c2_7),
+        (3, 0) => read_sysreg!(s3_0_c0_c3_0),
+        (3, 1) => read_sysreg!(s3_0_c0_c3_1),
+        (3, 2) => read_sysreg!(s3_0_c0_c3_2),
+        (3, 3) => read_sysreg!(s3_0_c0_c3_3),
+        (3, 4) => read_sysreg!(s3_0_c0_c3_4),
+        (3, 5) => read_sysreg!(s3_0_c0_c3_5),
+        (3, 6) => read_sysreg!(s3_0_c0_c3_6),
+        (3, 7) => read_sysreg!(s3_0_c0_c3_7),
+        (4, 0) => read_sysreg!(s3_0_c0_c4_0),
+        (4, 1) => read_sysreg!(s3_0_c0_c4_1),
+        (4, 2) => read_sysreg!(s3_0_c0_c4_2),
+        (4, 3) => read_sysreg!(s3_0_c0_c4_3),
+        (4, 4) => read_sysreg!(s3_0_c0_c4_4),
+        (4, 5) => read_sysreg!(s3_0_c0_c4_5),
+        (4, 6) => read_sysreg!(s3_0_c0_c4_6),
+        (4, 7) => read_sysreg!(s3_0_c0_c4_7),
+        (5, 0) => read_sysreg!(s3_0_c0_c5_0),
+        (5, 1) => read_sysreg!(s3_0_c0_c5_1),
+        (5, 2) => read_sysreg!(s3_0_c0_c5_2),
+        (5, 3) => read_sysreg!(s3_0_c0_c5_3),
+        (5, 4) => read_sysreg!(s3_0_c0_c5_4),
+        (5, 5) => read_sysreg!(s3_0_c0_c5_5),
+        (5, 6) => read_sysreg!(s3_0_c0_c5_6),
+        (5, 7) => read_sysreg!(s3_0_c0_c5_7),
+        (6, 0) => read_sysreg!(s3_0_c0_c6_0),
+        (6, 1) => read_sysreg!(s3_0_c0_c6_1),
+        (6, 2) => read_sysreg!(s3_0_c0_c6_2),
+        (6, 3) => read_sysreg!(s3_0_c0_c6_3),
+        (6, 4) => read_sysreg!(s3_0_c0_c6_4),
+        (6, 5) => read_sysreg!(s3_0_c0_c6_5),
+        (6, 6) => read_sysreg!(s3_0_c0_c6_6),
+        (6, 7) => read_sysreg!(s3_0_c0_c6_7),
+        (7, 0) => read_sysreg!(s3_0_c0_c7_0),
+        (7, 1) => read_sysreg!(s3_0_c0_c7_1),
+        (7, 2) => read_sysreg!(s3_0_c0_c7_2),
+        (7, 3) => read_sysreg!(s3_0_c0_c7_3),
+        (7, 4) => read_sysreg!(s3_0_c0_c7_4),
+        (7, 5) => read_sysreg!(s3_0_c0_c7_5),
+        (7, 6) => read_sysreg!(s3_0_c0_c7_6),
+        (7, 7) => read_sysreg!(s3_0_c0_c7_7),
+        _ => return None,
+    })
+}
+
 /// Waits for an event (`WFE`).
 pub fn wait_for_event() {
     // SAFETY: WFE only suspends the CPU until an event.

@@ -62,7 +62,9 @@ use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, MmuCpu, PageCache, Pe
 
 /// `HCR_EL2` for a non-VHE hypervisor running AArch64 EL1 guests: stage 2
 /// (VM), set/way invalidation as clean+invalidate (SWIO), physical FIQ/IRQ/
-/// SError to EL2 (FMO/IMO/AMO), trap SMC (TSC), EL1 is AArch64 (RW), do not
+/// SError to EL2 (FMO/IMO/AMO), trap the ID registers (TID3: the guest sees
+/// them through `sysreg_trap::guest_id_value`), trap SMC (TSC), EL1 is
+/// AArch64 (RW), do not
 /// trap pointer authentication (APK/API). WFI/WFE run natively (see the
 /// module docs). The guest's local TLB and cache maintenance and barriers
 /// stay local (no FB, no BSU upgrade): a vCPU never leaves its CPU, so what
@@ -72,6 +74,7 @@ const HCR_EL2_GUEST: u64 = (1 << 0)
     | (1 << 3)
     | (1 << 4)
     | (1 << 5)
+    | (1 << 18)
     | (1 << 19)
     | (1 << 31)
     | (1 << 40)
@@ -434,7 +437,7 @@ impl Vcpu {
                 self.host_interrupts();
                 Flow::Resume
             }
-            ExitKind::Fiq | ExitKind::SError | ExitKind::Aarch32 => self.stop(&format!(
+            ExitKind::Fiq | ExitKind::SError => self.stop(&format!(
                 "unexpected {kind:?} exit at PC {:#x} (ESR_EL2 {:#x})",
                 self.regs.pc, self.regs.esr
             )),
@@ -794,6 +797,16 @@ impl Vcpu {
             } else {
                 // The SGI generation registers are write-only.
                 self.set_reg(access.rt, 0);
+            }
+            self.regs.pc += 4;
+            return;
+        }
+        if sysreg_trap::is_id_register(r) {
+            if access.read {
+                let Some(host) = sysreg::read_id_register(r.crm, r.op2) else {
+                    self.stop(&format!("ID register {r} outside the ID space"));
+                };
+                self.set_reg(access.rt, sysreg_trap::guest_id_value(r, host));
             }
             self.regs.pc += 4;
             return;
