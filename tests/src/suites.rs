@@ -1,7 +1,7 @@
 //! The benchmark suites, one module each, and the table that names them.
 
-pub mod linux_boot;
 pub mod faults;
+pub mod linux_boot;
 pub mod memslots;
 pub mod split;
 pub mod tlb;
