@@ -124,7 +124,7 @@ fn every_answer_is_right_for_a_generation_live_during_the_lookup() {
     ready.wait();
     while history.len() < 3000 {
         // Let the readers in between changes, even on a single free core.
-        if history.len() % 16 == 0 {
+        if history.len().is_multiple_of(16) {
             thread::yield_now();
         }
         let id = SlotId::new(rng.below(u64::from(IDS)) as u32).unwrap();
