@@ -73,6 +73,12 @@ impl ExceptionClass {
 /// Bit 25 of `ESR_ELx`: the trapped instruction was 32 bits long.
 pub const ESR_IL: u64 = 1 << 25;
 
+/// Bytes to step over a trapped instruction: 4, or 2 for a 16-bit T32
+/// instruction (`ESR_ELx.IL` clear) from a guest's AArch32 code.
+pub fn trapped_instruction_len(esr: u64) -> u64 {
+    if esr & ESR_IL != 0 { 4 } else { 2 }
+}
+
 /// The instruction-specific syndrome of a raw `ESR_ELx`.
 pub fn iss(esr: u64) -> u32 {
     (esr & 0x1ff_ffff) as u32
@@ -284,6 +290,13 @@ pub fn fault_ipa(hpfar: u64, far: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn trapped_instruction_length_follows_il() {
+        assert_eq!(trapped_instruction_len(0x24 << 26 | ESR_IL), 4);
+        assert_eq!(trapped_instruction_len(0x24 << 26), 2);
+    }
+
     use super::*;
 
     #[test]

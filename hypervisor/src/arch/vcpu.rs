@@ -43,6 +43,7 @@ use super::{console, gic};
 use crate::counters::Counter;
 use crate::esr::{
     DataAbort, ExceptionClass, FaultKind, InstructionAbort, SysRegAccess, fault_ipa, iss,
+    trapped_instruction_len,
 };
 use crate::fault::{self, SlotView};
 use crate::guest_layout::vcpu_mpidr;
@@ -524,7 +525,7 @@ impl Vcpu {
             ExceptionClass::Smc64 => {
                 self.bump(Counter::ExitsSmc);
                 // A trapped SMC returns to the SMC itself: step over it.
-                self.regs.pc += 4;
+                self.skip_trapped_instruction();
                 self.guest_call()
             }
             ExceptionClass::SysReg64 => {
@@ -535,7 +536,7 @@ impl Vcpu {
             ExceptionClass::WfiWfe => {
                 self.bump(Counter::ExitsWfx);
                 // Nothing can be pending for the guest yet: WFI completes at once.
-                self.regs.pc += 4;
+                self.skip_trapped_instruction();
                 Flow::Resume
             }
             class => self.stop(&format!(
@@ -705,7 +706,7 @@ impl Vcpu {
             }
         }
         self.update_uart_line();
-        self.regs.pc += 4;
+        self.skip_trapped_instruction();
         Flow::Resume
     }
 
@@ -748,7 +749,7 @@ impl Vcpu {
                 self.set_reg(access.register, value);
             }
         }
-        self.regs.pc += 4;
+        self.skip_trapped_instruction();
         Flow::Resume
     }
 
@@ -798,7 +799,7 @@ impl Vcpu {
                 // The SGI generation registers are write-only.
                 self.set_reg(access.rt, 0);
             }
-            self.regs.pc += 4;
+            self.skip_trapped_instruction();
             return;
         }
         if sysreg_trap::is_id_register(r) {
@@ -808,7 +809,7 @@ impl Vcpu {
                 };
                 self.set_reg(access.rt, sysreg_trap::guest_id_value(r, host));
             }
-            self.regs.pc += 4;
+            self.skip_trapped_instruction();
             return;
         }
         match sysreg_trap::policy(access.reg) {
@@ -829,7 +830,13 @@ impl Vcpu {
         if access.read {
             self.set_reg(access.rt, 0);
         }
-        self.regs.pc += 4;
+        self.skip_trapped_instruction();
+    }
+
+    /// Steps the guest over the instruction that trapped (2 or 4 bytes, from
+    /// `ESR_EL2.IL`: a guest's AArch32 T32 code has 16-bit instructions).
+    fn skip_trapped_instruction(&mut self) {
+        self.regs.pc += trapped_instruction_len(self.regs.esr);
     }
 
     fn guest_call(&mut self) -> Flow {
