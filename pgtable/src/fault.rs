@@ -72,26 +72,8 @@ impl<M: PageTableMemory> Stage2PageTable<M> {
     ) -> Result<(), Error> {
         let end = self.check_leaf(&leaf)?;
         let FaultMapping { ipa, pa, attrs, .. } = leaf;
-        let env = Env {
-            mm: &self.mm,
-            tlb,
-            target: &self.target,
-            fwb: self.config.fwb(),
-            reclaim: Reclaim::Now,
-        };
-        let placement = Placement {
-            ipa,
-            pa,
-            attrs,
-            fwb: self.config.fwb(),
-        };
-        let mut visitor = MapVisitor {
-            env,
-            cache,
-            placement,
-        };
         let flags = WalkFlags::HANDLE_FAULT | WalkFlags::LEAF | WalkFlags::TABLE_PRE;
-        Ok(self.walk_range(ipa, end, flags, &mut visitor)?)
+        self.exclusive_map_walk(ipa, end, pa, attrs, cache, tlb, flags)
     }
 }
 

@@ -263,30 +263,51 @@ impl<M: PageTableMemory> Stage2PageTable<M> {
         if cache.len() < self.pages_needed_to_map(ipa, size, pa)? {
             return Err(Error::NoMemory);
         }
+        self.exclusive_map_walk(
+            ipa,
+            end,
+            pa,
+            attrs,
+            cache,
+            tlb,
+            WalkFlags::LEAF | WalkFlags::TABLE_PRE,
+        )
+    }
+
+    /// The exclusive walk behind [`map`](Self::map) and
+    /// [`map_leaf`](Self::map_leaf): places `[ipa, end)` at `pa`, freeing
+    /// replaced subtrees at once (no shared walker can see them).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn exclusive_map_walk(
+        &mut self,
+        ipa: u64,
+        end: u64,
+        pa: PhysAddr,
+        attrs: Attributes,
+        cache: &mut PageCache,
+        tlb: &impl TlbInvalidate,
+        flags: WalkFlags,
+    ) -> Result<(), Error> {
+        let fwb = self.config.fwb();
         let env = Env {
             mm: &self.mm,
             tlb,
             target: &self.target,
-            fwb: self.config.fwb(),
+            fwb,
             reclaim: Reclaim::Now,
         };
         let placement = Placement {
             ipa,
             pa,
             attrs,
-            fwb: self.config.fwb(),
+            fwb,
         };
         let mut visitor = MapVisitor {
             env,
             cache,
             placement,
         };
-        self.walk_range(
-            ipa,
-            end,
-            WalkFlags::LEAF | WalkFlags::TABLE_PRE,
-            &mut visitor,
-        )?;
+        self.walk_range(ipa, end, flags, &mut visitor)?;
         Ok(())
     }
 }

@@ -42,8 +42,8 @@ use super::vm::{GuestUart, Vm};
 use super::{console, gic};
 use crate::counters::Counter;
 use crate::esr::{
-    DataAbort, ExceptionClass, FaultKind, InstructionAbort, SysRegAccess, fault_ipa, iss,
-    trapped_instruction_len,
+    DataAbort, DataAccess, ExceptionClass, FaultKind, InstructionAbort, SysRegAccess, fault_ipa,
+    iss, trapped_instruction_len,
 };
 use crate::fault::{self, SlotView};
 use crate::guest_layout::vcpu_mpidr;
@@ -658,14 +658,7 @@ impl Vcpu {
     }
 
     fn uart_access(&mut self, abort: DataAbort, ipa: u64, offset: u64) -> Flow {
-        let Some(access) = abort.access else {
-            log::warn!(
-                "vm{} vcpu{}: UART access at IPA {ipa:#x} without instruction syndrome (PC {:#x}) cannot be emulated",
-                self.vm.index,
-                self.index,
-                self.regs.pc
-            );
-            self.inject(AbortKind::Data { write: abort.write }, ipa, "data");
+        let Some(access) = self.emulable_access(abort, ipa, "UART") else {
             return Flow::Resume;
         };
         if abort.write {
@@ -710,18 +703,28 @@ impl Vcpu {
         Flow::Resume
     }
 
-    /// A guest access to the virtual GIC's distributor or redistributors.
-    fn gic_access(&mut self, abort: DataAbort, ipa: u64) -> Flow {
-        self.fold();
-        self.needs_fill = true;
-        let Some(access) = abort.access else {
+    /// The access description of an MMIO data abort on `device`, or `None`
+    /// after injecting an abort into the guest when the syndrome does not
+    /// describe the access (no `ISV`: e.g. a load/store pair), since such an
+    /// instruction cannot be emulated without decoding it.
+    fn emulable_access(&mut self, abort: DataAbort, ipa: u64, device: &str) -> Option<DataAccess> {
+        if abort.access.is_none() {
             log::warn!(
-                "vm{} vcpu{}: GIC access at IPA {ipa:#x} without instruction syndrome (PC {:#x}) cannot be emulated",
+                "vm{} vcpu{}: {device} access at IPA {ipa:#x} without instruction syndrome (PC {:#x}) cannot be emulated",
                 self.vm.index,
                 self.index,
                 self.regs.pc
             );
             self.inject(AbortKind::Data { write: abort.write }, ipa, "data");
+        }
+        abort.access
+    }
+
+    /// A guest access to the virtual GIC's distributor or redistributors.
+    fn gic_access(&mut self, abort: DataAbort, ipa: u64) -> Flow {
+        self.fold();
+        self.needs_fill = true;
+        let Some(access) = self.emulable_access(abort, ipa, "GIC") else {
             return Flow::Resume;
         };
         if abort.write {
