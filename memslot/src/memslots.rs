@@ -279,6 +279,14 @@ impl Memslots {
         ))
     }
 
+    /// The current spec of slot `id` in the active set.
+    fn live_spec(&self, id: SlotId) -> Result<SlotSpec, MemslotError> {
+        self.active_set()
+            .get(id)
+            .map(|slot| slot.spec())
+            .ok_or(MemslotError::NoSuchSlot(id))
+    }
+
     /// Moves a slot to `base_gfn` in guest space (same size, backing and
     /// flags; a logging slot gets a fresh bitmap, as in KVM).
     pub fn move_slot(
@@ -289,11 +297,7 @@ impl Memslots {
     ) -> Result<u64, MemslotError> {
         self.check_handle(handle)?;
         let mut writer = self.writer.lock();
-        let spec = self
-            .active_set()
-            .get(id)
-            .ok_or(MemslotError::NoSuchSlot(id))?
-            .spec();
+        let spec = self.live_spec(id)?;
         let (_, generation) =
             self.update_locked(handle, &mut writer, SlotSpec { base_gfn, ..spec })?;
         Ok(generation)
@@ -309,11 +313,7 @@ impl Memslots {
     ) -> Result<u64, MemslotError> {
         self.check_handle(handle)?;
         let mut writer = self.writer.lock();
-        let spec = self
-            .active_set()
-            .get(id)
-            .ok_or(MemslotError::NoSuchSlot(id))?
-            .spec();
+        let spec = self.live_spec(id)?;
         let spec = SlotSpec { flags, ..spec };
         spec.validate_shape()?;
         let (_, generation) = self.update_locked(handle, &mut writer, spec)?;
