@@ -96,6 +96,8 @@ impl QemuSetup {
             "-m",
             &format!("{}M", self.mem_mib),
             "-nographic",
+            "-nic",
+            "none",
             "-no-reboot",
             "-kernel",
         ]
