@@ -61,17 +61,20 @@ pub enum Scenario {
     /// Unmapped device access and unknown hypercall; the hypervisor must
     /// survive and report both.
     BadGuest,
+    /// The hostile-guest fuzzer (seed and counts in [`RunConfig::guest_args`]).
+    Fuzz,
 }
 
 impl Scenario {
     /// Every scenario, for help texts.
-    pub const ALL: [Scenario; 2] = [Scenario::Memory, Scenario::BadGuest];
+    pub const ALL: [Scenario; 3] = [Scenario::Memory, Scenario::BadGuest, Scenario::Fuzz];
 
     /// The scenario's name on the command line and in `test=`.
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
+            Scenario::Fuzz => "fuzz",
         }
     }
 
@@ -88,6 +91,9 @@ pub struct RunConfig {
     pub boot: Boot,
     /// Test guest scenario (unused when `linux` is set).
     pub scenario: Scenario,
+    /// Extra words for the test guest's bootargs, after `test=<scenario>`
+    /// (e.g. `seed=5 seeds=10 ops=400` for the fuzz scenario).
+    pub guest_args: String,
     /// Boot this Linux guest instead of the test guest.
     pub linux: Option<LinuxBoot>,
     /// Emulated CPUs (`-smp`).
@@ -121,6 +127,7 @@ impl Default for RunConfig {
         RunConfig {
             boot: Boot::Hypervisor,
             scenario: Scenario::Memory,
+            guest_args: String::new(),
             linux: None,
             smp: 4,
             mem_mib: 1024,
@@ -538,7 +545,10 @@ fn prepare_guest(config: &RunConfig) -> Result<Guest, RunnerError> {
         return Ok(Guest {
             kernel: files.guest_image,
             initrd: None,
-            cmdline: guest_cmdline(config.scenario, config.boot),
+            cmdline: match config.guest_args.trim() {
+                "" => guest_cmdline(config.scenario, config.boot),
+                args => format!("{} {args}", guest_cmdline(config.scenario, config.boot)),
+            },
             hypervisor_image: files.hypervisor_image,
             symbols: files.symbols,
         });

@@ -25,7 +25,10 @@ qemu-system-aarch64 -machine virt,virtualization=on,gic-version=3, streams the
 console and exits 0 only when the guest prints RESULT: PASS.
 
 options:
-  --guest SCENARIO   test guest scenario: memory (default) or bad-guest
+  --guest SCENARIO   test guest scenario: memory (default), bad-guest or fuzz
+  --guest-args WORDS more test guest bootargs, e.g. 'seed=5 seeds=10 ops=400'
+                     for fuzz (also fuzz-allow=el0-aarch32,hvc-any,gic-active,
+                     ptimer,straddle,cpu-on-race)
   --smp N            emulated CPUs (default 4)
   --mem MIB          machine RAM in MiB (default 1024)
   --guest-mem MIB    guest RAM in MiB (vm.conf mem_mib; hypervisor default 128)
@@ -134,9 +137,10 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             "--guest" => {
                 let scenario = value(name, inline, &mut rest)?;
                 config.scenario = Scenario::from_name(scenario).ok_or_else(|| {
-                    format!("--guest: unknown scenario `{scenario}` (memory, bad-guest)")
+                    format!("--guest: unknown scenario `{scenario}` (memory, bad-guest, fuzz)")
                 })?;
             }
+            "--guest-args" => config.guest_args = value(name, inline, &mut rest)?.to_string(),
             "--smp" => config.smp = number(name, value(name, inline, &mut rest)?)?,
             "--mem" => config.mem_mib = number(name, value(name, inline, &mut rest)?)?,
             "--guest-mem" => {

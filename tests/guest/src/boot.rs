@@ -157,7 +157,7 @@ extern "C" fn primary_main(dtb: u64) -> ! {
         }
     };
     psci::set_hypervisor_services(options.hypervisor_services);
-    let outcome = scenarios::run(&platform, options.scenario);
+    let outcome = scenarios::run(&platform, options);
     smp::finish(outcome)
 }
 

@@ -1,10 +1,14 @@
 //! The guest's options, read from its bootargs (`/chosen/bootargs`):
-//! `test=<scenario>` picks the scenario (`memory` by default, or
-//! `bad-guest`), and `hypercalls=psci` says that only PSCI answers hypercalls
+//! `test=<scenario>` picks the scenario (`memory` by default, `bad-guest` or
+//! `fuzz`), and `hypercalls=psci` says that only PSCI answers hypercalls
 //! (booted by QEMU directly, without the hypervisor), so the hypervisor's own
-//! calls (`TEST_REPORT`, SMCCC `VERSION`) must not be made. Other words are
-//! ignored, as a kernel ignores parameters it does not know. Pure code, tested
-//! on the host.
+//! calls (`TEST_REPORT`, SMCCC `VERSION`) must not be made. The fuzz scenario
+//! reads `seed=N` (first seed, default 1), `seeds=K` (consecutive seeds run in
+//! one boot, default 1), `ops=M` (operations per seed and vCPU, default 500)
+//! and `fuzz-allow=a,b,...` (operation families left out of the default mix,
+//! see [`FuzzOptions::ALLOW_NAMES`]). Numbers are decimal or `0x` hex. Other
+//! words are ignored, as a kernel ignores parameters it does not know. Pure
+//! code, tested on the host.
 
 /// Test scenario chosen by `test=`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,6 +17,8 @@ pub enum Scenario {
     Memory,
     /// Unmapped device access and unknown hypercall.
     BadGuest,
+    /// Hostile-guest fuzzer driven by a seed.
+    Fuzz,
 }
 
 impl Scenario {
@@ -21,7 +27,68 @@ impl Scenario {
         match self {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
+            Scenario::Fuzz => "fuzz",
         }
+    }
+}
+
+/// The fuzz scenario's options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FuzzOptions {
+    /// First seed.
+    pub seed: u64,
+    /// Consecutive seeds to run (`seed..seed + seeds`).
+    pub seeds: u64,
+    /// Operations per seed on each vCPU.
+    pub ops: u64,
+    /// Operation families added to the default mix (`ALLOW_*` bits).
+    pub allow: u32,
+}
+
+impl FuzzOptions {
+    /// Drops to AArch32 EL0 as well as AArch64 EL0.
+    pub const ALLOW_EL0_AARCH32: u32 = 1 << 0;
+    /// Hypercalls with any function id (the default draws unknown ids from a
+    /// small fixed pool, so the hypervisor's once-per-id log stays short).
+    pub const ALLOW_HVC_ANY: u32 = 1 << 1;
+    /// Writes to the GIC's `ISACTIVER` registers and `ICC_IAR*_EL1` reads that
+    /// are never completed: many interrupts active at once.
+    pub const ALLOW_GIC_ACTIVE: u32 = 1 << 2;
+    /// Accesses to the EL1 physical timer (`CNTP_*_EL0`, PPI 30).
+    pub const ALLOW_PTIMER: u32 = 1 << 3;
+    /// Unaligned MMIO accesses that straddle the end of a device window.
+    pub const ALLOW_STRADDLE: u32 = 1 << 4;
+    /// PSCI `CPU_ON` of a secondary that is powering off, with a real entry.
+    pub const ALLOW_CPU_ON_RACE: u32 = 1 << 5;
+
+    /// `fuzz-allow=` names and their bits.
+    pub const ALLOW_NAMES: [(&'static str, u32); 6] = [
+        ("el0-aarch32", Self::ALLOW_EL0_AARCH32),
+        ("hvc-any", Self::ALLOW_HVC_ANY),
+        ("gic-active", Self::ALLOW_GIC_ACTIVE),
+        ("ptimer", Self::ALLOW_PTIMER),
+        ("straddle", Self::ALLOW_STRADDLE),
+        ("cpu-on-race", Self::ALLOW_CPU_ON_RACE),
+    ];
+
+    /// The defaults: seed 1, one seed, 500 operations, nothing extra.
+    pub const DEFAULT: FuzzOptions = FuzzOptions {
+        seed: 1,
+        seeds: 1,
+        ops: 500,
+        allow: 0,
+    };
+
+    /// Whether `bit` was allowed.
+    pub fn allows(&self, bit: u32) -> bool {
+        self.allow & bit != 0
+    }
+}
+
+fn number(text: &str) -> Option<u64> {
+    match text.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
     }
 }
 
@@ -32,24 +99,48 @@ pub struct Options {
     pub scenario: Scenario,
     /// Whether the hypervisor's own services exist.
     pub hypervisor_services: bool,
+    /// Options of the fuzz scenario.
+    pub fuzz: FuzzOptions,
 }
 
 impl Options {
-    /// Reads the options; an unknown scenario name is returned as the error.
+    /// Reads the options; an unknown scenario name, a malformed number or an
+    /// unknown `fuzz-allow` name is returned as the error (the offending word).
     pub fn parse(bootargs: &str) -> Result<Options, &str> {
         let mut scenario = Scenario::Memory;
+        let mut fuzz = FuzzOptions::DEFAULT;
         for word in bootargs.split_ascii_whitespace() {
-            if let Some(name) = word.strip_prefix("test=") {
-                scenario = match name {
-                    "memory" => Scenario::Memory,
-                    "bad-guest" => Scenario::BadGuest,
-                    _ => return Err(name),
-                };
+            let Some((key, value)) = word.split_once('=') else {
+                continue;
+            };
+            match key {
+                "test" => {
+                    scenario = match value {
+                        "memory" => Scenario::Memory,
+                        "bad-guest" => Scenario::BadGuest,
+                        "fuzz" => Scenario::Fuzz,
+                        _ => return Err(value),
+                    }
+                }
+                "seed" => fuzz.seed = number(value).ok_or(word)?,
+                "seeds" => fuzz.seeds = number(value).ok_or(word)?,
+                "ops" => fuzz.ops = number(value).ok_or(word)?,
+                "fuzz-allow" => {
+                    for name in value.split(',').filter(|n| !n.is_empty()) {
+                        let (_, bit) = FuzzOptions::ALLOW_NAMES
+                            .iter()
+                            .find(|(known, _)| *known == name)
+                            .ok_or(name)?;
+                        fuzz.allow |= bit;
+                    }
+                }
+                _ => {}
             }
         }
         Ok(Options {
             scenario,
             hypervisor_services: !Options::psci_only(bootargs),
+            fuzz,
         })
     }
 
@@ -70,6 +161,7 @@ mod tests {
         let default = Options {
             scenario: Scenario::Memory,
             hypervisor_services: true,
+            fuzz: FuzzOptions::DEFAULT,
         };
         assert_eq!(Options::parse(""), Ok(default));
         assert_eq!(Options::parse("console=ttyAMA0 test=memory"), Ok(default));
@@ -77,7 +169,8 @@ mod tests {
             Options::parse("test=bad-guest hypercalls=psci"),
             Ok(Options {
                 scenario: Scenario::BadGuest,
-                hypervisor_services: false
+                hypervisor_services: false,
+                fuzz: FuzzOptions::DEFAULT,
             })
         );
         assert_eq!(
@@ -88,9 +181,34 @@ mod tests {
         );
         assert_eq!(Options::parse("test=fly hypercalls=psci"), Err("fly"));
         assert!(!Options::psci_only("hypercalls=psci-ish"));
-        for scenario in [Scenario::Memory, Scenario::BadGuest] {
+        for scenario in [Scenario::Memory, Scenario::BadGuest, Scenario::Fuzz] {
             let bootargs = format!("test={}", scenario.name());
             assert_eq!(Options::parse(&bootargs).unwrap().scenario, scenario);
         }
+    }
+
+    #[test]
+    fn fuzz_options() {
+        let options =
+            Options::parse("test=fuzz seed=0x10 seeds=7 ops=300 fuzz-allow=hvc-any,ptimer")
+                .unwrap();
+        assert_eq!(options.scenario, Scenario::Fuzz);
+        assert_eq!(
+            options.fuzz,
+            FuzzOptions {
+                seed: 16,
+                seeds: 7,
+                ops: 300,
+                allow: FuzzOptions::ALLOW_HVC_ANY | FuzzOptions::ALLOW_PTIMER,
+            }
+        );
+        assert!(options.fuzz.allows(FuzzOptions::ALLOW_PTIMER));
+        assert!(!options.fuzz.allows(FuzzOptions::ALLOW_STRADDLE));
+        assert_eq!(Options::parse("test=fuzz seed=x1"), Err("seed=x1"));
+        assert_eq!(Options::parse("test=fuzz fuzz-allow=fly"), Err("fly"));
+        assert_eq!(
+            Options::parse("test=fuzz").unwrap().fuzz,
+            FuzzOptions::DEFAULT
+        );
     }
 }

@@ -2,6 +2,8 @@
 //!
 //! Every vector entry saves `x0..x30`, `ELR_EL1` and `SPSR_EL1` in a frame on
 //! the current stack and calls [`handle_exception`] with the entry's number.
+//! The fuzz scenario's hook ([`crate::fuzz::handle`]) sees every exception
+//! first and takes those of the code it runs and the interrupts it arms.
 //! A probe arms its CPU's slot, performs one load or store (a single
 //! instruction in inline assembly) and disarms it. A synchronous data abort
 //! (EC 0x25) taken while armed is recorded (ESR, FAR) and the faulting
@@ -46,9 +48,12 @@ const VECTOR_NAMES: [&str; 16] = [
 /// Registers saved by the vector entry, in the order the assembly stores them.
 #[repr(C)]
 pub struct ExceptionFrame {
-    x: [u64; 31],
-    elr: u64,
-    spsr: u64,
+    /// `x0..x30`.
+    pub x: [u64; 31],
+    /// `ELR_EL1`: where the entry returns to.
+    pub elr: u64,
+    /// `SPSR_EL1`: the state it returns to.
+    pub spsr: u64,
     _pad: u64,
 }
 
@@ -216,6 +221,9 @@ extern "C" fn handle_exception(vector: u64, frame: &mut ExceptionFrame) {
     unsafe {
         asm!("mrs {}, esr_el1", "mrs {}, far_el1", out(reg) esr, out(reg) far,
              options(nomem, nostack));
+    }
+    if crate::fuzz::handle(vector, esr, far, frame) {
+        return;
     }
     let cpu = smp::current_cpu();
     let class = (esr >> 26) & 0x3f;

@@ -14,6 +14,9 @@
 //!   catch the abort.
 //! * `bad-guest`: reads and writes an unmapped device address and issues an
 //!   unknown hypercall, expecting aborts and `NOT_SUPPORTED`.
+//! * `fuzz`: a hostile guest on every vCPU, reproducible from `seed=`
+//!   (`seeds=`, `ops=`, `fuzz-allow=`); it checks the answers a guest may
+//!   rely on and counts violations (see `fuzz`).
 //!
 //! It ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the
@@ -34,6 +37,10 @@ mod bootargs;
 mod console;
 #[cfg(target_os = "none")]
 mod exceptions;
+#[cfg(target_os = "none")]
+mod fuzz;
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+mod fuzz_model;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod memory_map;
 #[cfg(target_os = "none")]

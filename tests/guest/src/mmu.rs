@@ -87,6 +87,12 @@ fn clean_invalidate_table() {
     unsafe { asm!("dsb sy", options(nostack)) };
 }
 
+/// The shared level-1 table, for scenarios that map more (the fuzzer's EL0
+/// window).
+pub fn level1() -> &'static [AtomicU64; ENTRIES] {
+    &LEVEL1.0
+}
+
 /// Builds the boot map (first gigabyte device, the image's gigabyte normal)
 /// and turns on the MMU of the boot vCPU. Runs with the MMU off.
 pub fn enable_boot_map(image_start: u64) {

@@ -54,6 +54,9 @@ pub struct Platform {
     pub cpus_in_tree: usize,
     /// Base address of the PL011 used as console.
     pub uart_base: u64,
+    /// GICv3 distributor base and redistributor region (`arm,gic-v3`), when
+    /// the device tree has one.
+    pub gic: Option<(u64, MemRange)>,
     /// Where the device tree itself lies.
     pub dtb: MemRange,
     /// The bootargs (`/chosen/bootargs`), empty when absent.
@@ -79,6 +82,7 @@ impl Platform {
             cpu_count: 0,
             cpus_in_tree: 0,
             uart_base: 0,
+            gic: None,
             dtb: MemRange {
                 start: dtb,
                 end: dtb + fdt.total_size() as u64,
@@ -126,6 +130,20 @@ impl Platform {
             .and_then(|mut regs| regs.next())
             .map(|reg| reg.starting_address as u64)
             .ok_or(PlatformError::NoUart)?;
+
+        platform.gic = fdt.find_compatible(&["arm,gic-v3"]).and_then(|gic| {
+            let mut regs = gic.reg()?;
+            let distributor = regs.next()?.starting_address as u64;
+            let redistributors = regs.next()?;
+            let start = redistributors.starting_address as u64;
+            Some((
+                distributor,
+                MemRange {
+                    start,
+                    end: start + redistributors.size? as u64,
+                },
+            ))
+        });
 
         let (image_start, image_end) = boot::image_range();
         platform.reserve(MemRange {

@@ -10,16 +10,18 @@
 //! a mismatch. The boot vCPU then reads an IPA outside RAM and must catch the
 //! abort, and waits until PSCI reports the secondaries off.
 //!
+//! `fuzz`: see [`crate::fuzz`].
+//!
 //! `bad-guest`: reads and writes 0x0a00_0000 (no RAM, no device in the guest
 //! memory map) and must catch two aborts with the right FAR and direction,
 //! then issues the unknown hypercall 0xC600_00FF, which must return
 //! `NOT_SUPPORTED`.
 
 use core::fmt;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::boot::MAX_CPUS;
-use crate::bootargs::Scenario;
+use crate::bootargs::{Options, Scenario};
 use crate::exceptions::{self, Access, DFSC_EXTERNAL_ABORT, EC_DATA_ABORT_SAME_EL};
 use crate::memory_map::{MemRange, PAGE};
 use crate::platform::Platform;
@@ -116,6 +118,14 @@ pub enum Failure {
         /// CPUs in the device tree.
         found: usize,
     },
+    /// The device tree has no GICv3 (the fuzzer needs one).
+    NoGic,
+    /// The fuzzer saw answers the architecture or the hypervisor's contract
+    /// rules out.
+    FuzzViolations {
+        /// How many.
+        violations: u64,
+    },
 }
 
 impl Failure {
@@ -136,6 +146,8 @@ impl Failure {
                 Failure::NeedsHypervisor => 11,
                 Failure::UnknownScenario(_) => 12,
                 Failure::TooManyCpus { .. } => 13,
+                Failure::NoGic => 14,
+                Failure::FuzzViolations { .. } => 15,
             }
     }
 }
@@ -186,15 +198,24 @@ impl fmt::Display for Failure {
             Failure::UnknownScenario(name) => {
                 write!(
                     f,
-                    "unknown scenario `test={name}` (known: memory, bad-guest)"
+                    "bad bootarg `{name}`: unknown scenario (known: memory, bad-guest, fuzz), \
+                     malformed fuzz number or unknown fuzz-allow name"
                 )
+            }
+            Failure::NoGic => write!(f, "no arm,gic-v3 in the device tree"),
+            Failure::FuzzViolations { violations } => {
+                write!(f, "fuzz: {violations} violation(s), see the FUZZ lines")
             }
         }
     }
 }
 
+/// Set when the fuzz scenario runs: secondaries fuzz instead of testing memory.
+static FUZZING: AtomicBool = AtomicBool::new(false);
+
 /// Runs the scenario the bootargs chose, on the boot vCPU.
-pub fn run(platform: &Platform, scenario: Scenario) -> Result<(), Failure> {
+pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
+    let scenario = options.scenario;
     let ram = platform.ram()[0];
     println!(
         "test-guest: scenario {}, {} vCPUs, RAM {}{}, UART {:#x}, device tree at {:#x}",
@@ -217,12 +238,24 @@ pub fn run(platform: &Platform, scenario: Scenario) -> Result<(), Failure> {
     match scenario {
         Scenario::Memory => memory(platform),
         Scenario::BadGuest => bad_guest(),
+        Scenario::Fuzz => {
+            if !psci::hypervisor_services() {
+                return Err(Failure::NeedsHypervisor);
+            }
+            FUZZING.store(true, Ordering::Release);
+            crate::fuzz::run(platform, options.fuzz)
+        }
     }
 }
 
-/// Entry of a secondary's part of the scenario (only `memory` starts them).
+/// Entry of a secondary's part of the scenario (`memory` and `fuzz` start
+/// them).
 pub fn secondary(cpu: usize) {
-    memory_worker(cpu, None);
+    if FUZZING.load(Ordering::Acquire) {
+        crate::fuzz::secondary(cpu);
+    } else {
+        memory_worker(cpu, None);
+    }
 }
 
 fn expect(function: u32, returned: i64, ok: bool) -> Result<(), Failure> {

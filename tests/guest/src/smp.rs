@@ -61,15 +61,22 @@ impl Deadline {
 /// Starts every secondary in `platform` at the guest's secondary entry and
 /// waits until each has arrived in Rust.
 pub fn start_secondaries(platform: &Platform) -> Result<(), Failure> {
+    start_secondaries_up_to(platform, platform.cpus().len())
+}
+
+/// Starts the secondaries among the first `count` CPUs of `platform` and
+/// waits until each has arrived in Rust.
+pub fn start_secondaries_up_to(platform: &Platform, count: usize) -> Result<(), Failure> {
     let entry = boot::secondary_entry_address();
-    for (cpu, &mpidr) in platform.cpus().iter().enumerate().skip(1) {
+    let cpus = &platform.cpus()[..count.min(platform.cpus().len())];
+    for (cpu, &mpidr) in cpus.iter().enumerate().skip(1) {
         let status = psci::cpu_on(mpidr, entry, cpu as u64);
         if status != 0 {
             return Err(Failure::CpuOn { cpu, mpidr, status });
         }
     }
     let deadline = Deadline::step();
-    for (cpu, (&mpidr, arrived)) in platform.cpus().iter().zip(&ARRIVED).enumerate().skip(1) {
+    for (cpu, (&mpidr, arrived)) in cpus.iter().zip(&ARRIVED).enumerate().skip(1) {
         while !arrived.load(Ordering::Acquire) {
             if deadline.passed() {
                 return Err(Failure::CpuNeverArrived { cpu });
@@ -83,8 +90,14 @@ pub fn start_secondaries(platform: &Platform) -> Result<(), Failure> {
 
 /// Waits until PSCI reports every secondary off.
 pub fn wait_secondaries_off(platform: &Platform) -> Result<(), Failure> {
+    wait_secondaries_off_up_to(platform, platform.cpus().len())
+}
+
+/// Waits until PSCI reports the secondaries among the first `count` CPUs off.
+pub fn wait_secondaries_off_up_to(platform: &Platform, count: usize) -> Result<(), Failure> {
     let deadline = Deadline::step();
-    for (cpu, &mpidr) in platform.cpus().iter().enumerate().skip(1) {
+    let cpus = &platform.cpus()[..count.min(platform.cpus().len())];
+    for (cpu, &mpidr) in cpus.iter().enumerate().skip(1) {
         loop {
             let state = psci::affinity_info(mpidr);
             if state == psci::AFFINITY_OFF {

@@ -1,0 +1,1604 @@
+//! The `fuzz` scenario: a hostile guest driven by a seed.
+//!
+//! Every vCPU (secondaries started with PSCI `CPU_ON`) runs `ops` random
+//! operations per seed, for `seeds` consecutive seeds from `seed`, all vCPUs
+//! finishing a seed before any starts the next. Each operation is a few
+//! instruction words the fuzzer writes at run time into its vCPU's code page
+//! (cleaned to the point of unification, instruction cache invalidated, then
+//! entered with `ERET`), so every access width, pair, exclusive, LSE atomic,
+//! cache or address-translation operation, `MRS`/`MSR` of any encoding,
+//! `HVC`/`SMC` with any immediate, and random instruction words are all run
+//! the same way: registers loaded from a block, the words executed, a `B`
+//! back to [`fuzz_return`], which restores the stack and callee-saved
+//! registers. A synchronous exception taken in the code page is recorded
+//! (vector, ESR, FAR) and the instruction skipped; one taken from EL0 (the
+//! code page of the vCPU's EL0 window, AArch64 or, with
+//! `fuzz-allow=el0-aarch32`, AArch32) returns to [`fuzz_return`] at EL1.
+//!
+//! The operations and the answers checked (anything else is a violation,
+//! printed with its seed, vCPU and operation number, and counted):
+//! * RAM: store then load back every width, pairs, exclusives, acquire/
+//!   release, LSE atomics and CAS (when `ID_AA64ISAR0_EL1.Atomic` says so) in
+//!   the vCPU's scratch area: the values must match.
+//! * Holes (no RAM, no device, up to the top of the 39-bit identity map):
+//!   loads, stores, pairs, exclusives and atomics must take a synchronous
+//!   external data abort (EC 0x25, DFSC 0x10) with FAR in the access and, for
+//!   plain loads and stores, the right WnR.
+//! * The PL011, distributor and redistributors at every offset and width
+//!   (random values; the distributor's `CTLR` keeps group 1 enabled, writes
+//!   only to the vCPU's own redistributor): the PL011 and GIC ID registers,
+//!   `GICD_TYPER`, `GICR_TYPER` (affinity, processor number, `Last`), and the
+//!   RAZ/WI registers of the GICv3 specification with affinity routing and a
+//!   single security state (banked words of INTIDs 0..31 in the distributor,
+//!   `ITARGETSR`, `IGRPMODR`, `NSACR`, `SGIR`, `C/SPENDSGIR`, reserved
+//!   offsets, registers of SPIs beyond `ITLinesNumber`, the redistributor's
+//!   `IGRPMODR0`/`NSACR`) must answer as the specification says.
+//! * DC (CIVAC, CVAC, CVAU, IVAC, ZVA), IC IVAU and AT S1E1R/W, S1E0R/W on
+//!   every kind of address: `DC ZVA` must zero its block in RAM, `AT` must
+//!   agree with the identity map.
+//! * `HVC`/`SMC`: the SMCCC and PSCI calls the hypervisor implements with
+//!   random arguments (`PSCI_FEATURES`, `AFFINITY_INFO` of bogus MPIDRs and
+//!   levels, `CPU_ON` with a bogus target or entry), unknown ids (from a
+//!   fixed pool; any id with `fuzz-allow=hvc-any`) must answer
+//!   `NOT_SUPPORTED`, and `x4..x17` must survive every call (SMCCC 1.1).
+//!   `CPU_OFF`, `SYSTEM_OFF`, `SYSTEM_RESET(2)` and `TEST_REPORT` are never
+//!   called by accident.
+//! * `MRS` of random encodings (then `MSR` of the value read back): EL2/EL3
+//!   registers must be UNDEFINED, reserved ID registers must read as zero,
+//!   `ID_AA64PFR1_EL1` must show no MTE. Reads that acknowledge interrupts and
+//!   the EL1 physical timer are left out unless allowed.
+//! * SGIs with random targets and ranges through `ICC_SGI1R/ASGI1R/SGI0R_EL1`.
+//! * Random instruction words at EL1 (no branches, system instructions, SVE
+//!   or memory copy/set) with registers pointing at the scratch area, devices
+//!   and holes, and at EL0 (no branches).
+//! * Interrupt delivery: an SGI to itself or the virtual timer, with the
+//!   GIC set up again first, must arrive within two seconds (one retry).
+//!
+//! At the end the boot vCPU restores the PL011, prints
+//! `FUZZ: seeds=K ops=N violations=V` and passes only without violations.
+
+use core::arch::{asm, global_asm};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::boot::MAX_CPUS;
+use crate::bootargs::FuzzOptions;
+use crate::exceptions::ExceptionFrame;
+use crate::fuzz_model::{
+    self, ICC_SGI1R_EL1, ID_AA64PFR1_EL1, IMPLEMENTED, Layout, NOT_SUPPORTED, Region, Rng,
+    SAFE_IMPLEMENTED, SysReg, UNKNOWN_POOL,
+};
+use crate::platform::Platform;
+use crate::println;
+use crate::scenarios::Failure;
+use crate::smp::{self, Deadline};
+
+/// Most vCPUs that fuzz (the others are not started).
+pub const FUZZ_CPUS: usize = 8;
+const PAGE: usize = 4096;
+/// Scratch area of each vCPU; registers and the stack point at its middle,
+/// and every immediate offset of a load or store (at most 65520 bytes up,
+/// 1024 down) stays inside it.
+const SCRATCH_SIZE: usize = 0x2_1000;
+const SCRATCH_MIDDLE: u64 = 0x1_0000;
+/// Where RAM operations store (below the middle, above the stack's reach of
+/// the exception frames the handler pushes).
+const RAM_TARGET: u64 = 0x1000;
+/// Virtual window of the EL0 pages (one gigabyte, outside every IPA the
+/// fuzzer calls a hole): per vCPU a code page and a data page.
+const EL0_WINDOW: u64 = 0xc000_0000;
+const EL0_WINDOW_INDEX: usize = 3;
+
+/// Exception vectors the hook handles.
+const VECTOR_SYNC_EL1: u64 = 4;
+const VECTOR_IRQ_EL1: u64 = 5;
+const VECTOR_FIQ_EL1: u64 = 6;
+const VECTOR_SYNC_EL0_64: u64 = 8;
+const VECTOR_SYNC_EL0_32: u64 = 12;
+
+/// `SPSR_EL1` values: EL1h and EL0t (AArch64), AArch32 User, all with
+/// D, A, I and F masked.
+const SPSR_EL1H: u64 = 0x3c5;
+const SPSR_EL0T: u64 = 0x3c0;
+const SPSR_USR32: u64 = 0x1d0;
+
+const EC_UNKNOWN: u64 = 0x00;
+const EC_DATA_ABORT_EL1: u64 = 0x25;
+const EC_DATA_ABORT_EL0: u64 = 0x24;
+const DFSC_EXTERNAL: u64 = 0x10;
+
+/// `NOP`.
+const NOP: u32 = 0xd503_201f;
+/// Virtual timer PPI.
+const TIMER_INTID: u32 = 27;
+
+#[repr(C, align(4096))]
+struct Pages<const N: usize>([[u8; PAGE]; N]);
+
+#[repr(C, align(4096))]
+struct Scratch([[u8; SCRATCH_SIZE]; FUZZ_CPUS]);
+
+#[repr(C, align(4096))]
+struct Table([u64; 512]);
+
+/// EL1 code pages, one per vCPU.
+static mut CODE: Pages<FUZZ_CPUS> = Pages([[0; PAGE]; FUZZ_CPUS]);
+/// EL0 pages: code then data, per vCPU.
+static mut EL0_PAGES: Pages<{ 2 * FUZZ_CPUS }> = Pages([[0; PAGE]; 2 * FUZZ_CPUS]);
+static mut SCRATCH: Scratch = Scratch([[0; SCRATCH_SIZE]; FUZZ_CPUS]);
+static mut EL0_L2: Table = Table([0; 512]);
+static mut EL0_L3: Table = Table([0; 512]);
+
+/// Stack pointer of each vCPU while it runs fuzzed code (read by
+/// `fuzz_return`, indexed by `TPIDR_EL1`).
+#[unsafe(no_mangle)]
+static FUZZ_SAVED_SP: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+
+/// Registers loaded before the code page runs: `x0..x30`, `SP_EL1`, `SP_EL0`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RegBlock {
+    x: [u64; 31],
+    sp: u64,
+    sp_el0: u64,
+}
+
+global_asm!(
+    r#"
+    .section .text.fuzz, "ax"
+    .global fuzz_exec
+// x0: register block, x1: entry, x2: SPSR. Returns through fuzz_return.
+fuzz_exec:
+    sub     sp, sp, #96
+    stp     x19, x20, [sp, #0]
+    stp     x21, x22, [sp, #16]
+    stp     x23, x24, [sp, #32]
+    stp     x25, x26, [sp, #48]
+    stp     x27, x28, [sp, #64]
+    stp     x29, x30, [sp, #80]
+    mrs     x3, tpidr_el1
+    adrp    x4, FUZZ_SAVED_SP
+    add     x4, x4, :lo12:FUZZ_SAVED_SP
+    mov     x5, sp
+    str     x5, [x4, x3, lsl #3]
+    msr     elr_el1, x1
+    msr     spsr_el1, x2
+    ldr     x1, [x0, #256]
+    msr     sp_el0, x1
+    ldr     x1, [x0, #248]
+    mov     sp, x1
+    ldp     x2, x3, [x0, #16]
+    ldp     x4, x5, [x0, #32]
+    ldp     x6, x7, [x0, #48]
+    ldp     x8, x9, [x0, #64]
+    ldp     x10, x11, [x0, #80]
+    ldp     x12, x13, [x0, #96]
+    ldp     x14, x15, [x0, #112]
+    ldp     x16, x17, [x0, #128]
+    ldp     x18, x19, [x0, #144]
+    ldp     x20, x21, [x0, #160]
+    ldp     x22, x23, [x0, #176]
+    ldp     x24, x25, [x0, #192]
+    ldp     x26, x27, [x0, #208]
+    ldp     x28, x29, [x0, #224]
+    ldr     x30, [x0, #240]
+    ldp     x0, x1, [x0, #0]
+    eret
+
+    .global fuzz_return
+fuzz_return:
+    mrs     x0, tpidr_el1
+    adrp    x1, FUZZ_SAVED_SP
+    add     x1, x1, :lo12:FUZZ_SAVED_SP
+    ldr     x1, [x1, x0, lsl #3]
+    mov     sp, x1
+    ldp     x19, x20, [sp, #0]
+    ldp     x21, x22, [sp, #16]
+    ldp     x23, x24, [sp, #32]
+    ldp     x25, x26, [sp, #48]
+    ldp     x27, x28, [sp, #64]
+    ldp     x29, x30, [sp, #80]
+    add     sp, sp, #96
+    ret
+"#
+);
+
+unsafe extern "C" {
+    fn fuzz_exec(block: *const RegBlock, entry: u64, spsr: u64);
+    fn fuzz_return();
+}
+
+/// Whether the hook handles exceptions (set while the scenario runs).
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Per vCPU: running EL0 code now.
+static IN_EL0: [AtomicBool; FUZZ_CPUS] = [const { AtomicBool::new(false) }; FUZZ_CPUS];
+/// Per vCPU: exceptions taken by the current operation, and the first two.
+static TAKEN: [AtomicU32; FUZZ_CPUS] = [const { AtomicU32::new(0) }; FUZZ_CPUS];
+static TAKEN_ESR: [[AtomicU64; 2]; FUZZ_CPUS] =
+    [const { [const { AtomicU64::new(0) }; 2] }; FUZZ_CPUS];
+static TAKEN_FAR: [[AtomicU64; 2]; FUZZ_CPUS] =
+    [const { [const { AtomicU64::new(0) }; 2] }; FUZZ_CPUS];
+/// Per vCPU and private INTID: interrupts taken. `OTHER_IRQS`: SPIs.
+static IRQS: [[AtomicU32; 32]; FUZZ_CPUS] =
+    [const { [const { AtomicU32::new(0) }; 32] }; FUZZ_CPUS];
+static OTHER_IRQS: AtomicU64 = AtomicU64::new(0);
+
+/// What the run found, per vCPU.
+static OPS: [AtomicU64; FUZZ_CPUS] = [const { AtomicU64::new(0) }; FUZZ_CPUS];
+static VIOLATIONS: [AtomicU64; FUZZ_CPUS] = [const { AtomicU64::new(0) }; FUZZ_CPUS];
+static SEEDS_DONE: AtomicUsize = AtomicUsize::new(0);
+static WORKERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Shared settings, written by the boot vCPU before the secondaries start.
+static SETTINGS: Settings = Settings {
+    seed: AtomicU64::new(0),
+    seeds: AtomicU64::new(0),
+    ops: AtomicU64::new(0),
+    allow: AtomicU32::new(0),
+    ram_start: AtomicU64::new(0),
+    ram_end: AtomicU64::new(0),
+    uart: AtomicU64::new(0),
+    gicd: AtomicU64::new(0),
+    gicr: AtomicU64::new(0),
+    vcpus: AtomicU64::new(0),
+    lse: AtomicBool::new(false),
+    el0_aarch32: AtomicBool::new(false),
+    gicd_typer: AtomicU64::new(0),
+    dczid: AtomicU64::new(0),
+};
+
+static MPIDRS: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+
+struct Settings {
+    seed: AtomicU64,
+    seeds: AtomicU64,
+    ops: AtomicU64,
+    allow: AtomicU32,
+    ram_start: AtomicU64,
+    ram_end: AtomicU64,
+    uart: AtomicU64,
+    gicd: AtomicU64,
+    gicr: AtomicU64,
+    vcpus: AtomicU64,
+    lse: AtomicBool,
+    el0_aarch32: AtomicBool,
+    gicd_typer: AtomicU64,
+    dczid: AtomicU64,
+}
+
+macro_rules! read_sysreg {
+    ($name:literal) => {{
+        let value: u64;
+        // SAFETY: reading this system register has no side effect the guest
+        // depends on.
+        unsafe { asm!(concat!("mrs {}, ", $name), out(reg) value, options(nomem, nostack)) };
+        value
+    }};
+}
+
+macro_rules! write_sysreg {
+    ($name:literal, $value:expr) => {{
+        let value: u64 = $value;
+        // SAFETY: the callers write GIC CPU-interface, timer and CPACR
+        // settings of this vCPU only; none of them moves memory.
+        unsafe { asm!(concat!("msr ", $name, ", {}"), "isb", in(reg) value, options(nostack)) };
+    }};
+}
+
+/// One vCPU's view while it fuzzes.
+struct Ctx {
+    cpu: usize,
+    layout: Layout,
+    allow: u32,
+    lse: bool,
+    el0_aarch32: bool,
+    seed: u64,
+    op: u64,
+    rng: Rng,
+    scratch: u64,
+    code: u64,
+    el0_code_va: u64,
+    el0_data_va: u64,
+    el0_code: u64,
+    /// What the current operation does, for violation reports.
+    note: &'static str,
+}
+
+/// The exceptions an executed sequence took.
+#[derive(Clone, Copy, Debug)]
+struct Outcome {
+    taken: u32,
+    esr: u64,
+    far: u64,
+    /// `x0..x17` after the words ran (EL1 sequences with the result
+    /// epilogue only).
+    out: [u64; 18],
+}
+
+impl Outcome {
+    fn class(&self) -> u64 {
+        (self.esr >> 26) & 0x3f
+    }
+    fn is_external_abort(&self) -> bool {
+        self.taken >= 1 && self.class() == EC_DATA_ABORT_EL1 && self.esr & 0x3f == DFSC_EXTERNAL
+    }
+    fn is_undef(&self) -> bool {
+        self.taken >= 1 && self.class() == EC_UNKNOWN
+    }
+}
+
+/// Called first by the guest's exception handler; true when it handled the
+/// exception.
+pub fn handle(vector: u64, esr: u64, far: u64, frame: &mut ExceptionFrame) -> bool {
+    if !ACTIVE.load(Ordering::Relaxed) {
+        return false;
+    }
+    let cpu = smp::current_cpu();
+    if cpu >= FUZZ_CPUS {
+        return false;
+    }
+    match vector {
+        VECTOR_IRQ_EL1 | VECTOR_FIQ_EL1 => {
+            take_interrupt(cpu, vector == VECTOR_FIQ_EL1);
+            true
+        }
+        VECTOR_SYNC_EL1 => {
+            let code = code_page(cpu);
+            if !(code..code + PAGE as u64).contains(&frame.elr) {
+                return false;
+            }
+            record(cpu, esr, far);
+            frame.elr += 4;
+            true
+        }
+        VECTOR_SYNC_EL0_64 | VECTOR_SYNC_EL0_32 if IN_EL0[cpu].load(Ordering::Relaxed) => {
+            record(cpu, esr, far);
+            frame.elr = fuzz_return as *const () as u64;
+            frame.spsr = SPSR_EL1H;
+            true
+        }
+        _ => false,
+    }
+}
+
+fn record(cpu: usize, esr: u64, far: u64) {
+    let n = TAKEN[cpu].fetch_add(1, Ordering::Relaxed) as usize;
+    if n < 2 {
+        TAKEN_ESR[cpu][n].store(esr, Ordering::Relaxed);
+        TAKEN_FAR[cpu][n].store(far, Ordering::Relaxed);
+    }
+}
+
+/// Acknowledges, counts, silences the source of and completes one interrupt.
+fn take_interrupt(cpu: usize, fiq: bool) {
+    let intid = if fiq {
+        read_sysreg!("icc_iar0_el1")
+    } else {
+        read_sysreg!("icc_iar1_el1")
+    } & 0xff_ffff;
+    if intid >= 1020 {
+        return;
+    }
+    let s = &SETTINGS;
+    if intid < 32 {
+        IRQS[cpu][intid as usize].fetch_add(1, Ordering::Relaxed);
+    } else {
+        OTHER_IRQS.fetch_add(1, Ordering::Relaxed);
+    }
+    if intid == u64::from(TIMER_INTID) {
+        write_sysreg!("cntv_ctl_el0", 0);
+    } else if (16..32).contains(&intid) {
+        let sgi_base =
+            s.gicr.load(Ordering::Relaxed) + cpu as u64 * fuzz_model::GICR_STRIDE + 0x1_0000;
+        mmio_write32(sgi_base + 0x180, 1 << intid);
+    } else if intid >= 32 {
+        let gicd = s.gicd.load(Ordering::Relaxed);
+        mmio_write32(gicd + 0x180 + intid / 32 * 4, 1 << (intid % 32));
+    }
+    if fiq {
+        write_sysreg!("icc_eoir0_el1", intid);
+    } else {
+        write_sysreg!("icc_eoir1_el1", intid);
+    }
+}
+
+fn mmio_write32(address: u64, value: u32) {
+    // SAFETY: the GIC registers the fuzzer configures, mapped as device
+    // memory; the write only changes interrupt state.
+    unsafe { core::ptr::write_volatile(address as *mut u32, value) };
+}
+
+fn mmio_read32(address: u64) -> u32 {
+    // SAFETY: as above; GIC reads have no side effects.
+    unsafe { core::ptr::read_volatile(address as *const u32) }
+}
+
+fn code_page(cpu: usize) -> u64 {
+    (&raw const CODE) as u64 + (cpu * PAGE) as u64
+}
+
+fn el0_page(index: usize) -> u64 {
+    (&raw const EL0_PAGES) as u64 + (index * PAGE) as u64
+}
+
+/// Writes `words` at `at` and makes them visible to instruction fetch.
+fn write_code(at: u64, words: &[u32]) {
+    for (i, &word) in words.iter().enumerate() {
+        // SAFETY: `at` is this vCPU's own code page (EL1 or EL0), which only
+        // it writes and runs; `words` fits in it.
+        unsafe { core::ptr::write_volatile((at + 4 * i as u64) as *mut u32, word) };
+    }
+    let end = at + 4 * words.len() as u64;
+    let mut line = at & !15;
+    while line < end {
+        // SAFETY: cache maintenance of the code page by address changes no
+        // data.
+        unsafe { asm!("dc cvau, {}", in(reg) line, options(nostack)) };
+        line += 16;
+    }
+    // SAFETY: barriers and a local instruction-cache invalidation.
+    unsafe { asm!("dsb ish", "ic iallu", "dsb ish", "isb", options(nostack)) };
+}
+
+impl Ctx {
+    fn violation(&mut self, what: &str, a: u64, b: u64) {
+        let n = VIOLATIONS[self.cpu].fetch_add(1, Ordering::Relaxed);
+        if n < 8 {
+            println!(
+                "FUZZ: violation seed={} vcpu={} op={} ({}): {what} ({a:#x}, {b:#x})",
+                self.seed, self.cpu, self.op, self.note
+            );
+        }
+    }
+
+    fn allows(&self, bit: u32) -> bool {
+        self.allow & bit != 0
+    }
+
+    /// Registers for explicit operations: `x0..x7` point into the scratch
+    /// area, `x4..x17` carry a pattern the SMCCC check compares.
+    fn block(&self) -> RegBlock {
+        let middle = self.scratch + SCRATCH_MIDDLE;
+        let mut x = [0u64; 31];
+        for (i, r) in x.iter_mut().enumerate() {
+            *r = 0x5a5a_0000_0000_0000 | (i as u64) << 8;
+        }
+        x[29] = middle;
+        x[30] = middle;
+        RegBlock {
+            x,
+            sp: middle,
+            sp_el0: 0,
+        }
+    }
+
+    /// Runs `words` at EL1 followed by the epilogue that stores `x0..x17`
+    /// below the stack pointer, and returns what happened.
+    fn run(&mut self, words: &[u32], block: &RegBlock) -> Outcome {
+        let mut page = [0u32; 24];
+        let n = words.len();
+        page[..n].copy_from_slice(words);
+        // stp x0, x1, [sp, #-144] ... stp x16, x17, [sp, #-16]
+        for pair in 0..9u32 {
+            let offset = (-(144i32) + 16 * pair as i32) / 8;
+            page[n + pair as usize] = 0xa900_0000
+                | ((offset as u32 & 0x7f) << 15)
+                | ((2 * pair + 1) << 10)
+                | (31 << 5)
+                | (2 * pair);
+        }
+        let back = self.code + 4 * (n as u64 + 9);
+        page[n + 9] = fuzz_model::branch(back, fuzz_return as *const () as u64);
+        write_code(self.code, &page[..n + 10]);
+        let outcome = self.enter(self.code, SPSR_EL1H, block);
+        let mut out = [0u64; 18];
+        let base = block.sp - 144;
+        for (i, o) in out.iter_mut().enumerate() {
+            // SAFETY: the epilogue just wrote these 18 words in the scratch
+            // area below the block's stack pointer.
+            *o = unsafe { core::ptr::read_volatile((base + 8 * i as u64) as *const u64) };
+        }
+        Outcome { out, ..outcome }
+    }
+
+    /// Runs one random word at EL1 with no epilogue (it may move the stack).
+    fn run_bare(&mut self, word: u32, block: &RegBlock) -> Outcome {
+        let back = fuzz_model::branch(self.code + 4, fuzz_return as *const () as u64);
+        write_code(self.code, &[word, back]);
+        self.enter(self.code, SPSR_EL1H, block)
+    }
+
+    fn enter(&mut self, entry: u64, spsr: u64, block: &RegBlock) -> Outcome {
+        TAKEN[self.cpu].store(0, Ordering::Relaxed);
+        let el0 = spsr & 0xf == 0 || spsr & 0x10 != 0;
+        IN_EL0[self.cpu].store(el0, Ordering::Relaxed);
+        // SAFETY: the code at `entry` is this vCPU's code page, just written:
+        // the words end in a branch to `fuzz_return` (or an SVC from EL0,
+        // which the hook turns into a return there); every exception they
+        // take in between is recorded and skipped by the hook. `block` sets
+        // registers that point only at the scratch area, devices, holes or
+        // the EL0 pages, so the words cannot reach the guest's own memory.
+        unsafe { fuzz_exec(block, entry, spsr) };
+        IN_EL0[self.cpu].store(false, Ordering::Relaxed);
+        let taken = TAKEN[self.cpu].load(Ordering::Relaxed);
+        Outcome {
+            taken,
+            esr: TAKEN_ESR[self.cpu][0].load(Ordering::Relaxed),
+            far: TAKEN_FAR[self.cpu][0].load(Ordering::Relaxed),
+            out: [0; 18],
+        }
+    }
+
+    /// One random operation.
+    fn step(&mut self) {
+        let (note, op): (&'static str, fn(&mut Ctx)) = match self.rng.below(100) {
+            0..10 => ("ram", Ctx::ram_op),
+            10..22 => ("hole", Ctx::hole_op),
+            22..44 => ("device", Ctx::device_op),
+            44..50 => ("cache/at", Ctx::cache_op),
+            50..60 => ("call", Ctx::call_op),
+            60..74 => ("sysreg", Ctx::sysreg_op),
+            74..77 => ("sgi", Ctx::sgi_op),
+            77..88 => ("random EL1 word", Ctx::random_el1),
+            88..96 => ("EL0", Ctx::el0_op),
+            _ => ("interrupt", Ctx::interrupt_op),
+        };
+        self.note = note;
+        op(self);
+    }
+
+    /// A memory instruction on `[x2]` with `x0`, `x1`, `x3` as data: the
+    /// kind, its size and whether it writes.
+    fn memory_words(&mut self, size: u32) -> ([u32; 1], &'static str, bool) {
+        let kinds: &[&str] = if self.lse {
+            &[
+                "ldr", "str", "ldp", "stp", "ldxr", "stxr", "ldar", "stlr", "ldadd", "swp", "cas",
+            ]
+        } else {
+            &["ldr", "str", "ldp", "stp", "ldxr", "stxr", "ldar", "stlr"]
+        };
+        let kind = self.rng.pick(kinds);
+        let word = match kind {
+            "ldr" => fuzz_model::ldst(true, size, 0, 2),
+            "str" => fuzz_model::ldst(false, size, 0, 2),
+            "ldp" => fuzz_model::pair(true, size == 3, 0, 1, 2),
+            "stp" => fuzz_model::pair(false, size == 3, 0, 1, 2),
+            "ldxr" => fuzz_model::ldxr(size, 0, 2),
+            "stxr" => fuzz_model::stxr(size, 1, 0, 2),
+            "ldar" => fuzz_model::acquire_release(true, size, 0, 2),
+            "stlr" => fuzz_model::acquire_release(false, size, 0, 2),
+            "ldadd" => fuzz_model::lse(self.rng.below(8) as u32, size, 3, 0, 2),
+            "swp" => fuzz_model::lse(8, size, 3, 0, 2),
+            _ => fuzz_model::cas(size, 0, 3, 2),
+        };
+        let writes = !matches!(kind, "ldr" | "ldp" | "ldxr" | "ldar");
+        self.note = kind;
+        ([word], kind, writes)
+    }
+
+    fn ram_op(&mut self) {
+        let size = self.rng.pick(&fuzz_model::SIZES);
+        let bytes = 1u64 << size;
+        let target = self.scratch + RAM_TARGET + self.rng.below(0x800) * 8;
+        let value = self.rng.next();
+        let mask = if size == 3 {
+            u64::MAX
+        } else {
+            (1 << (8 * bytes)) - 1
+        };
+        let mut block = self.block();
+        block.x[2] = target;
+        block.x[0] = value;
+        block.x[1] = !value;
+        block.x[3] = value.rotate_left(17);
+        let kind = self.rng.below(if self.lse { 5 } else { 4 });
+        let words: [u32; 3] = match kind {
+            0 => [
+                fuzz_model::ldst(false, size, 0, 2),
+                fuzz_model::ldst(true, size, 1, 2),
+                NOP,
+            ],
+            1 => [
+                fuzz_model::pair(false, true, 0, 1, 2),
+                fuzz_model::pair(true, true, 3, 4, 2),
+                NOP,
+            ],
+            2 => [
+                fuzz_model::ldxr(size, 5, 2),
+                fuzz_model::stxr(size, 4, 0, 2),
+                fuzz_model::ldst(true, size, 1, 2),
+            ],
+            3 => [
+                fuzz_model::acquire_release(false, size, 0, 2),
+                fuzz_model::acquire_release(true, size, 1, 2),
+                NOP,
+            ],
+            _ => [
+                fuzz_model::lse(8, size, 0, 1, 2),
+                fuzz_model::ldst(true, size, 4, 2),
+                NOP,
+            ],
+        };
+        let outcome = self.run(&words, &block);
+        if outcome.taken != 0 {
+            self.violation("exception on a RAM access", outcome.esr, target);
+            return;
+        }
+        let o = outcome.out;
+        let (ok, found) = match kind {
+            0 | 3 => (o[1] == value & mask, o[1]),
+            1 => (o[3] == value && o[4] == !value, o[3]),
+            // A failed store-exclusive (status 1) is allowed.
+            2 => (o[4] == 1 || o[1] == value & mask, o[1]),
+            _ => (o[4] == value & mask, o[4]),
+        };
+        if !ok {
+            self.violation("RAM read back a different value", target, found);
+        }
+    }
+
+    fn hole_op(&mut self) {
+        let size = self.rng.pick(&fuzz_model::SIZES);
+        let (words, kind, writes) = self.memory_words(size);
+        let span = match kind {
+            "ldp" | "stp" if size == 3 => 16,
+            "ldp" | "stp" => 8,
+            _ => 1u64 << size,
+        };
+        let address = self.layout.hole(&mut self.rng, span);
+        let mut block = self.block();
+        block.x[2] = address;
+        let outcome = self.run(&words, &block);
+        if kind == "stxr" && outcome.taken == 0 && outcome.out[1] == 1 {
+            // A store-exclusive without a monitor fails without an access.
+            return;
+        }
+        if !outcome.is_external_abort() {
+            let esr = if outcome.taken == 0 {
+                u64::MAX
+            } else {
+                outcome.esr
+            };
+            self.violation("hole access did not take an external abort", address, esr);
+            return;
+        }
+        if !(address..address + span).contains(&outcome.far) {
+            self.violation("hole abort has the wrong FAR", address, outcome.far);
+        }
+        if matches!(kind, "ldr" | "str") && (outcome.esr >> 6) & 1 != u64::from(writes) {
+            self.violation("hole abort has the wrong WnR", address, outcome.esr);
+        }
+    }
+
+    /// A random offset in a device window, and whether the fuzzer may write it.
+    fn device_target(&mut self, size: u32) -> (u64, Region, bool) {
+        let l = self.layout;
+        let align = !((1u64 << size) - 1);
+        let straddle = self.allows(FuzzOptions::ALLOW_STRADDLE) && self.rng.one_in(16);
+        let (address, region) = match self.rng.below(3) {
+            0 => {
+                let offset = if straddle {
+                    fuzz_model::UART_SIZE - 2
+                } else {
+                    self.rng.below(fuzz_model::UART_SIZE - 16) & align
+                };
+                (l.uart + offset, Region::Uart(offset))
+            }
+            1 => {
+                let offset = if straddle {
+                    fuzz_model::GICD_SIZE - 2
+                } else {
+                    self.rng.below(fuzz_model::GICD_SIZE - 16) & align
+                };
+                (l.gicd + offset, Region::Gicd(offset))
+            }
+            _ => {
+                let vcpu = if self.rng.one_in(2) {
+                    self.cpu as u64
+                } else {
+                    self.rng.below(l.vcpus)
+                };
+                let offset = if straddle {
+                    fuzz_model::GICR_STRIDE - 2
+                } else {
+                    self.rng.below(fuzz_model::GICR_STRIDE - 16) & align
+                };
+                (
+                    l.gicr + vcpu * fuzz_model::GICR_STRIDE + offset,
+                    Region::Gicr(vcpu, offset),
+                )
+            }
+        };
+        let writable = match region {
+            Region::Gicd(offset) => {
+                (offset >= 0x10)
+                    && (self.allows(FuzzOptions::ALLOW_GIC_ACTIVE)
+                        || !(0x2f0..0x380).contains(&offset))
+            }
+            Region::Gicr(vcpu, offset) => {
+                vcpu == self.cpu as u64
+                    && (self.allows(FuzzOptions::ALLOW_GIC_ACTIVE)
+                        || !(0x1_02f0..0x1_0380).contains(&offset))
+            }
+            _ => true,
+        };
+        (address, region, writable)
+    }
+
+    fn device_op(&mut self) {
+        match self.rng.below(8) {
+            0 => return self.gic_razwi(),
+            1 => return self.id_registers(),
+            _ => {}
+        }
+        let size = self.rng.pick(&fuzz_model::SIZES);
+        let (address, region, writable) = self.device_target(size);
+        let mut block = self.block();
+        block.x[2] = address;
+        let mut value = self.rng.next();
+        if let Region::Uart(0) = region {
+            // Printable bytes only on the console.
+            value = b'a' as u64 + value % 26;
+        }
+        if let Region::Gicd(0..4) = region {
+            value |= 0x13; // CTLR: keep ARE and both groups enabled.
+        }
+        block.x[0] = value;
+        block.x[1] = value.rotate_left(32);
+        block.x[3] = value;
+        let word = if self.rng.below(4) == 0 {
+            let (words, _, writes) = self.memory_words(size);
+            if writes && !writable {
+                fuzz_model::ldst(true, size, 0, 2)
+            } else {
+                words[0]
+            }
+        } else {
+            fuzz_model::ldst(writable && self.rng.one_in(2), size, 0, 2)
+        };
+        self.run(&[word], &block);
+    }
+
+    /// Writes random values to a register the GIC specification makes RAZ/WI
+    /// (affinity routing on, one security state) and reads it back.
+    fn gic_razwi(&mut self) {
+        let l = self.layout;
+        let typer = SETTINGS.gicd_typer.load(Ordering::Relaxed);
+        let spis_end = 32 * ((typer & 0x1f) + 1);
+        let (address, what) = match self.rng.below(9) {
+            0 => (
+                l.gicd
+                    + self
+                        .rng
+                        .pick(&[0x080, 0x100, 0x180, 0x200, 0x280, 0x380u64]),
+                "GICD bank 0 word",
+            ),
+            1 => (
+                l.gicd + 0x400 + 4 * self.rng.below(8),
+                "GICD_IPRIORITYR of INTIDs 0..31",
+            ),
+            2 => (l.gicd + 0x800 + 4 * self.rng.below(0x100), "GICD_ITARGETSR"),
+            3 => (
+                l.gicd
+                    + self
+                        .rng
+                        .pick(&[0xc00, 0xc04, 0xf00, 0xd00, 0xe00, 0xf10, 0xf20, 0xf2c]),
+                "GICD RAZ/WI register",
+            ),
+            4 => (
+                l.gicd
+                    + self.rng.pick(&[
+                        0x14, 0x18, 0x1c, 0x44, 0x4c, 0x54, 0x5c, 0x7c, 0xf30, 0x1000, 0x5ffc,
+                        0x6000, 0x60f8, 0x8000, 0xa000,
+                    ]),
+                "GICD reserved offset",
+            ),
+            5 => {
+                // Bit registers of SPIs beyond ITLinesNumber.
+                let word = spis_end / 32 + self.rng.below(32 - spis_end / 32);
+                (
+                    l.gicd + 0x80 * (1 + self.rng.below(6)) + 4 * word,
+                    "GICD register of an unimplemented SPI",
+                )
+            }
+            6 => {
+                let intid = spis_end + self.rng.below(1020 - spis_end);
+                (
+                    l.gicd + 0x400 + (intid & !3),
+                    "GICD_IPRIORITYR of an unimplemented SPI",
+                )
+            }
+            7 => (
+                l.gicr
+                    + self.cpu as u64 * fuzz_model::GICR_STRIDE
+                    + 0x1_0000
+                    + self.rng.pick(&[0x0d00, 0x0e00u64]),
+                "GICR_IGRPMODR0/NSACR",
+            ),
+            _ => (
+                l.gicr
+                    + self.cpu as u64 * fuzz_model::GICR_STRIDE
+                    + 0x1_0000
+                    + 0x84
+                    + 4 * self.rng.below(31),
+                "GICR SGI_base reserved word",
+            ),
+        };
+        let mut block = self.block();
+        block.x[2] = address;
+        block.x[0] = self.rng.next() & 0xffff_ffff;
+        let outcome = self.run(
+            &[
+                fuzz_model::ldst(false, 2, 0, 2),
+                fuzz_model::ldst(true, 2, 1, 2),
+            ],
+            &block,
+        );
+        if outcome.taken != 0 {
+            self.violation("RAZ/WI GIC register access aborted", address, outcome.esr);
+        } else if outcome.out[1] != 0 {
+            self.violation(what, address, outcome.out[1]);
+        }
+    }
+
+    /// ID and type registers: PL011 PrimeCell IDs, GIC architecture revision,
+    /// `GICD_TYPER` stability, `GICR_TYPER` of a random redistributor.
+    fn id_registers(&mut self) {
+        let l = self.layout;
+        let mut block = self.block();
+        match self.rng.below(4) {
+            0 => {
+                const PL011_ID: [u64; 8] = [0x11, 0x10, 0x34, 0x00, 0x0d, 0xf0, 0x05, 0xb1];
+                let i = self.rng.below(8);
+                block.x[2] = l.uart + 0xfe0 + 4 * i;
+                let o = self.run(&[fuzz_model::ldst(true, 2, 0, 2)], &block);
+                // PeriphID2 carries the revision: only its designer bits are fixed.
+                let mask = if i == 2 { 0xf } else { 0xff };
+                if o.taken != 0 || o.out[0] & mask != PL011_ID[i as usize] & mask {
+                    self.violation("PL011 ID register", 0xfe0 + 4 * i, o.out[0]);
+                }
+            }
+            1 => {
+                let gicr = l.gicr + self.rng.below(l.vcpus) * fuzz_model::GICR_STRIDE;
+                block.x[2] = if self.rng.one_in(2) {
+                    l.gicd + 0xffe8
+                } else {
+                    gicr + 0xffe8
+                };
+                let o = self.run(&[fuzz_model::ldst(true, 2, 0, 2)], &block);
+                if o.taken != 0 || (o.out[0] >> 4) & 0xf != 3 {
+                    self.violation("GIC PIDR2 does not say GICv3", block.x[2], o.out[0]);
+                }
+            }
+            2 => {
+                block.x[2] = l.gicd + 4;
+                let o = self.run(&[fuzz_model::ldst(true, 2, 0, 2)], &block);
+                let typer = SETTINGS.gicd_typer.load(Ordering::Relaxed);
+                if o.taken != 0 || o.out[0] != typer {
+                    self.violation("GICD_TYPER changed", typer, o.out[0]);
+                }
+            }
+            _ => {
+                let vcpu = self.rng.below(l.vcpus);
+                block.x[2] = l.gicr + vcpu * fuzz_model::GICR_STRIDE + 8;
+                let o = self.run(&[fuzz_model::ldst(true, 3, 0, 2)], &block);
+                let typer = o.out[0];
+                let mpidr = MPIDRS[vcpu as usize].load(Ordering::Relaxed);
+                let affinity = (mpidr & 0xff_ffff) | ((mpidr >> 8) & 0xff00_0000);
+                let last = vcpu == l.vcpus - 1;
+                if o.taken != 0
+                    || typer >> 32 != affinity
+                    || (typer >> 8) & 0xffff != vcpu
+                    || (typer >> 4) & 1 != u64::from(last)
+                {
+                    self.violation("GICR_TYPER", vcpu, typer);
+                }
+            }
+        }
+    }
+
+    /// A cache maintenance or address translation operation on RAM, a hole
+    /// or a device: only `DC ZVA` in RAM and `AT` have answers to check.
+    fn cache_op(&mut self) {
+        let (address, ram) = match self.rng.below(4) {
+            0 => (self.scratch + RAM_TARGET + self.rng.below(0x400) * 16, true),
+            1 => (self.layout.hole(&mut self.rng, 64), false),
+            _ => (self.device_target(3).0, false),
+        };
+        let word = match self.rng.below(9) {
+            0 => fuzz_model::sys(3, 7, 14, 1, 2), // DC CIVAC
+            1 => fuzz_model::sys(3, 7, 10, 1, 2), // DC CVAC
+            2 => fuzz_model::sys(3, 7, 11, 1, 2), // DC CVAU
+            3 => fuzz_model::sys(0, 7, 6, 1, 2),  // DC IVAC
+            4 => fuzz_model::sys(3, 7, 12, 1, 2), // DC CVAP
+            5 => fuzz_model::sys(3, 7, 5, 1, 2),  // IC IVAU
+            6 if ram => return self.dc_zva(address),
+            6 => fuzz_model::sys(3, 7, 4, 1, 2), // DC ZVA
+            _ => return self.at_op(),
+        };
+        let mut block = self.block();
+        block.x[2] = address;
+        self.run(&[word], &block);
+    }
+
+    fn dc_zva(&mut self, address: u64) {
+        let dczid = SETTINGS.dczid.load(Ordering::Relaxed);
+        if dczid & 0x10 != 0 {
+            return;
+        }
+        let block_size = 4u64 << (dczid & 0xf);
+        let address = address & !(block_size - 1);
+        let mut block = self.block();
+        block.x[2] = address;
+        block.x[0] = self.rng.next() | 1;
+        // Fill a word first so that the zeroing is seen.
+        let outcome = self.run(
+            &[
+                fuzz_model::ldst(false, 3, 0, 2),
+                fuzz_model::sys(3, 7, 4, 1, 2), // DC ZVA
+                fuzz_model::ldst(true, 3, 1, 2),
+            ],
+            &block,
+        );
+        if outcome.taken != 0 || outcome.out[1] != 0 {
+            self.violation("DC ZVA in RAM", address, outcome.out[1]);
+        }
+    }
+
+    fn at_op(&mut self) {
+        let (va, el0) = match self.rng.below(3) {
+            0 => (self.scratch + self.rng.below(SCRATCH_SIZE as u64), false),
+            1 => (self.layout.hole(&mut self.rng, 8), false),
+            _ => (self.rng.below(1 << 40), self.rng.one_in(2)),
+        };
+        let op2 = if el0 { 2 } else { 0 } + self.rng.below(2) as u32;
+        let mut block = self.block();
+        block.x[2] = va;
+        let outcome = self.run(&[fuzz_model::sys(0, 7, 8, op2, 2)], &block);
+        let par = read_sysreg!("par_el1");
+        if outcome.taken != 0 {
+            self.violation("AT took an exception", va, outcome.esr);
+            return;
+        }
+        if (EL0_WINDOW..EL0_WINDOW + (1 << 30)).contains(&va) {
+            return;
+        }
+        // The identity map covers 2^39 bytes for EL1 only.
+        let expect_fault = va >= fuzz_model::VA_LIMIT || el0;
+        let fault = par & 1 != 0;
+        if fault != expect_fault || (!fault && (par & 0xf_ffff_ffff_f000) != (va & !0xfff)) {
+            self.violation("AT disagrees with the identity map", va, par);
+        }
+    }
+
+    /// `HVC`/`SMC` calls.
+    fn call_op(&mut self) {
+        let smc = self.rng.one_in(3);
+        let imm = if self.rng.one_in(8) {
+            self.rng.next() as u32 & 0xffff
+        } else {
+            0
+        };
+        let mut block = self.block();
+        let me = MPIDRS[self.cpu].load(Ordering::Relaxed);
+        let vcpus = self.layout.vcpus as usize;
+        enum Expect {
+            Exactly(u64),
+            OneOf(&'static [i64]),
+            Anything,
+        }
+        let (id, expect) = match self.rng.below(6) {
+            0 | 1 => {
+                let id = if self.allows(FuzzOptions::ALLOW_HVC_ANY) && self.rng.one_in(2) {
+                    let mut id = self.rng.next();
+                    if self.rng.one_in(2) {
+                        id &= 0xffff_ffff;
+                    }
+                    if fuzz_model::id_is_dangerous(id)
+                        || (id >> 32 == 0 && IMPLEMENTED.contains(&(id as u32)))
+                    {
+                        id = UNKNOWN_POOL[0];
+                    }
+                    id
+                } else {
+                    self.rng.pick(&UNKNOWN_POOL)
+                };
+                block.x[1] = self.rng.next();
+                block.x[2] = self.rng.next();
+                block.x[3] = self.rng.next();
+                (id, Expect::Exactly(NOT_SUPPORTED))
+            }
+            2 => {
+                let id = self.rng.pick(&SAFE_IMPLEMENTED);
+                let mut expect = Expect::Exactly(0x1_0001);
+                match id {
+                    0x8400_000a => {
+                        let function = match self.rng.below(3) {
+                            0 => self.rng.pick(&IMPLEMENTED),
+                            1 => self.rng.pick(&UNKNOWN_POOL) as u32,
+                            _ => self.rng.next() as u32,
+                        };
+                        block.x[1] = u64::from(function);
+                        expect = Expect::Exactly(if IMPLEMENTED.contains(&function) {
+                            0
+                        } else {
+                            NOT_SUPPORTED
+                        });
+                    }
+                    0xc400_0004 => {
+                        let (mpidr, level) = self.random_mpidr(me);
+                        block.x[1] = mpidr;
+                        block.x[2] = level;
+                        let valid = level == 0 && self.mpidr_index(mpidr, vcpus).is_some();
+                        expect = if !valid {
+                            Expect::Exactly(-2i64 as u64)
+                        } else if self.mpidr_index(mpidr, vcpus) == Some(self.cpu) {
+                            Expect::Exactly(0)
+                        } else {
+                            Expect::OneOf(&[0, 1, 2])
+                        };
+                    }
+                    0x8400_0006 => expect = Expect::Exactly(2),
+                    _ => {}
+                }
+                (u64::from(id), expect)
+            }
+            3 => {
+                // CPU_ON with a bogus target or entry, or of itself.
+                let (mpidr, _) = self.random_mpidr(me);
+                block.x[1] = mpidr;
+                let entry_in_ram =
+                    self.mpidr_index(mpidr, vcpus) == Some(self.cpu) && self.rng.one_in(2);
+                block.x[2] = if entry_in_ram {
+                    self.layout.ram.0 + self.rng.below(self.layout.ram.1 - self.layout.ram.0)
+                } else {
+                    self.layout.hole(&mut self.rng, 4)
+                };
+                block.x[3] = self.rng.next();
+                let expect = match self.mpidr_index(mpidr, vcpus) {
+                    None => Expect::Exactly(-2i64 as u64),
+                    Some(cpu) if cpu == self.cpu && entry_in_ram => Expect::Exactly(-4i64 as u64),
+                    Some(_) => Expect::OneOf(&[-9, -4, -5]),
+                };
+                (0xc400_0003, expect)
+            }
+            _ => {
+                // The fast calls again, with the 64-bit id convention's upper
+                // bits or random arguments; answers are not pinned.
+                block.x[1] = self.rng.next();
+                (
+                    u64::from(self.rng.pick(&SAFE_IMPLEMENTED)),
+                    Expect::Anything,
+                )
+            }
+        };
+        if fuzz_model::id_is_dangerous(id) && id != 0xc400_0003 {
+            return;
+        }
+        block.x[0] = id;
+        let word = if smc {
+            fuzz_model::smc(imm)
+        } else {
+            fuzz_model::hvc(imm)
+        };
+        let outcome = self.run(&[word], &block);
+        if outcome.taken != 0 {
+            self.violation("hypercall took an exception", id, outcome.esr);
+            return;
+        }
+        if imm != 0 {
+            return;
+        }
+        let x0 = outcome.out[0];
+        let ok = match expect {
+            Expect::Exactly(v) => x0 == v,
+            Expect::OneOf(set) => set.contains(&(x0 as i64)),
+            Expect::Anything => true,
+        };
+        if !ok {
+            self.violation(if smc { "SMC answer" } else { "HVC answer" }, id, x0);
+        }
+        for r in 4..18 {
+            if outcome.out[r] != block.x[r] {
+                self.violation(
+                    "hypercall changed a register the caller owns (x4..x17)",
+                    id,
+                    r as u64,
+                );
+                break;
+            }
+        }
+    }
+
+    /// An MPIDR (valid, the caller's, or bogus) and an affinity level.
+    fn random_mpidr(&mut self, me: u64) -> (u64, u64) {
+        let vcpus = self.layout.vcpus;
+        let mpidr = match self.rng.below(4) {
+            0 => me,
+            1 => MPIDRS[self.rng.below(vcpus) as usize].load(Ordering::Relaxed),
+            2 => me ^ (1 << self.rng.pick(&[0u64, 4, 8, 16, 32, 39])),
+            _ => self.rng.next(),
+        };
+        let level = if self.rng.one_in(4) {
+            self.rng.below(5)
+        } else {
+            0
+        };
+        (mpidr, level)
+    }
+
+    /// The vCPU a PSCI MPIDR argument names (affinity fields only).
+    fn mpidr_index(&self, mpidr: u64, vcpus: usize) -> Option<usize> {
+        let affinity = |m: u64| m & 0xff_00ff_ffff;
+        (0..vcpus).find(|&i| affinity(MPIDRS[i].load(Ordering::Relaxed)) == affinity(mpidr))
+    }
+
+    fn sysreg_op(&mut self) {
+        let reg = match self.rng.below(10) {
+            0..3 => SysReg::new(
+                3,
+                0,
+                0,
+                1 + self.rng.below(7) as u32,
+                self.rng.below(8) as u32,
+            ),
+            3 => SysReg::new(
+                3,
+                self.rng.pick(&[0u32, 3]),
+                12,
+                self.rng.below(16) as u32,
+                self.rng.below(8) as u32,
+            ),
+            4 => SysReg::new(
+                3,
+                self.rng.pick(&[4u32, 5, 6]),
+                self.rng.below(16) as u32,
+                self.rng.below(16) as u32,
+                self.rng.below(8) as u32,
+            ),
+            5 => SysReg::new(
+                2,
+                0,
+                self.rng.below(2) as u32,
+                self.rng.below(16) as u32,
+                self.rng.below(8) as u32,
+            ),
+            _ => SysReg::random(&mut self.rng),
+        };
+        if reg.is_sgi()
+            || (reg.read_acknowledges() && !self.allows(FuzzOptions::ALLOW_GIC_ACTIVE))
+            || (reg.is_physical_timer() && !self.allows(FuzzOptions::ALLOW_PTIMER))
+        {
+            return;
+        }
+        let block = self.block();
+        let read = self.run(&[reg.mrs(0)], &block);
+        let value = read.out[0];
+        if reg.is_undefined_at_el1() && !read.is_undef() {
+            self.violation(
+                "EL2/EL3 register did not UNDEF at EL1",
+                encoding(reg),
+                value,
+            );
+        }
+        if reg.is_id_space() && read.taken != 0 {
+            self.violation(
+                "ID register read took an exception",
+                encoding(reg),
+                read.esr,
+            );
+        }
+        if reg.is_reserved_id() && read.taken == 0 && value != 0 {
+            self.violation("reserved ID register is not RAZ", encoding(reg), value);
+        }
+        if reg == ID_AA64PFR1_EL1 && read.taken == 0 && (value >> 8) & 0xf != 0 {
+            self.violation("ID_AA64PFR1_EL1 shows MTE", encoding(reg), value);
+        }
+        if read.taken == 0 && self.rng.one_in(2) {
+            let mut block = self.block();
+            block.x[0] = value;
+            let write = self.run(&[reg.msr(0)], &block);
+            if reg.is_id_space() && !write.is_undef() {
+                // Writing an allocated read-only ID register is UNDEFINED.
+                self.violation(
+                    "write to an ID register did not UNDEF",
+                    encoding(reg),
+                    write.esr,
+                );
+            }
+        }
+    }
+
+    fn sgi_op(&mut self) {
+        let mut value = self.rng.next();
+        // Mostly plausible: few clusters, no range selector.
+        if !self.rng.one_in(4) {
+            value &= 0x0000_0000_0f03_ffff | (1 << 40);
+        }
+        let reg = match self.rng.below(6) {
+            0 => SysReg::new(3, 0, 12, 11, 6), // ASGI1R
+            1 => SysReg::new(3, 0, 12, 11, 7), // SGI0R
+            _ => ICC_SGI1R_EL1,
+        };
+        let mut block = self.block();
+        block.x[0] = value;
+        let outcome = self.run(&[reg.msr(0)], &block);
+        if outcome.taken != 0 {
+            self.violation("SGI register write took an exception", value, outcome.esr);
+        }
+    }
+
+    fn random_el1(&mut self) {
+        let word = loop {
+            let word = self.rng.next() as u32;
+            if fuzz_model::el1_word_allowed(word) {
+                break word;
+            }
+        };
+        let l = self.layout;
+        let mut block = self.block();
+        let middle = self.scratch + SCRATCH_MIDDLE;
+        for i in 0..8 {
+            block.x[i] = middle + 8 * i as u64;
+        }
+        let own_gicr = l.gicr + self.cpu as u64 * fuzz_model::GICR_STRIDE;
+        for i in 8..16 {
+            block.x[i] = match self.rng.below(4) {
+                0 => l.uart + self.rng.below(fuzz_model::UART_SIZE),
+                1 => l.gicd + 0x800 + self.rng.below(0x400),
+                2 => own_gicr + self.rng.below(0x300),
+                _ => l.hole(&mut self.rng, 8),
+            };
+        }
+        for r in block.x.iter_mut().take(29).skip(16) {
+            *r = (self.rng.next() << 32) | self.rng.below(64);
+        }
+        self.run_bare(word, &block);
+    }
+
+    fn el0_op(&mut self) {
+        let aarch32 = self.el0_aarch32 && self.rng.one_in(2);
+        let mut block = self.block();
+        let (words, spsr) = if aarch32 {
+            let word = loop {
+                let word = self.rng.next() as u32;
+                if fuzz_model::a32_word_allowed(word) {
+                    break word;
+                }
+            };
+            for i in 0..13 {
+                block.x[i] = self.el0_data_va + 0x400 + 8 * i as u64;
+            }
+            block.x[13] = self.el0_data_va + 0x800;
+            block.x[14] = self.el0_code_va;
+            ([word, fuzz_model::A32_SVC0], SPSR_USR32)
+        } else {
+            let word = loop {
+                let word = self.rng.next() as u32;
+                if fuzz_model::el0_word_allowed(word) {
+                    break word;
+                }
+            };
+            for (i, r) in block.x.iter_mut().enumerate() {
+                *r = if i < 16 {
+                    self.el0_data_va + 0x400 + 8 * i as u64
+                } else {
+                    self.rng.next()
+                };
+            }
+            ([word, fuzz_model::SVC0], SPSR_EL0T)
+        };
+        block.sp_el0 = self.el0_data_va + 0x800;
+        write_code(self.el0_code, &words);
+        let outcome = self.enter(self.el0_code_va, spsr, &block);
+        if outcome.taken == 0 {
+            self.violation(
+                "EL0 code returned without an exception",
+                u64::from(words[0]),
+                0,
+            );
+        } else if outcome.class() == EC_DATA_ABORT_EL0 && outcome.esr & 0x3f == DFSC_EXTERNAL {
+            self.violation(
+                "external abort injected into EL0",
+                u64::from(words[0]),
+                outcome.far,
+            );
+        }
+    }
+
+    /// Sets up the GIC for an SGI or the timer on this vCPU, raises it and
+    /// waits for it; one retry before a violation.
+    fn interrupt_op(&mut self) {
+        let intid = if self.rng.one_in(3) {
+            TIMER_INTID
+        } else {
+            self.rng.below(16) as u32
+        };
+        for attempt in 0..2 {
+            if self.raise_and_wait(intid) {
+                return;
+            }
+            if attempt == 1 {
+                self.violation("interrupt not delivered", u64::from(intid), 0);
+            }
+        }
+    }
+
+    fn raise_and_wait(&mut self, intid: u32) -> bool {
+        let l = self.layout;
+        let rd = l.gicr + self.cpu as u64 * fuzz_model::GICR_STRIDE;
+        let sgi_base = rd + 0x1_0000;
+        let bit = 1u32 << intid;
+        mmio_write32(rd + 0x14, 0); // WAKER: awake
+        mmio_write32(sgi_base + 0x080, mmio_read32(sgi_base + 0x080) | bit); // IGROUPR0
+        mmio_write32(sgi_base + 0x380, bit); // ICACTIVER0
+        let priority = sgi_base + 0x400 + u64::from(intid & !3);
+        let shift = 8 * (intid & 3);
+        mmio_write32(
+            priority,
+            (mmio_read32(priority) & !(0xff << shift)) | (0x80 << shift),
+        );
+        if intid == TIMER_INTID {
+            mmio_write32(sgi_base + 0x280, bit); // ICPENDR0: no stale edge state
+        }
+        mmio_write32(sgi_base + 0x100, bit); // ISENABLER0
+        mmio_write32(l.gicd, 0x13); // ARE, EnableGrp1, EnableGrp0
+        write_sysreg!("icc_pmr_el1", 0xff);
+        write_sysreg!("icc_bpr1_el1", 0);
+        write_sysreg!("icc_ctlr_el1", 0);
+        write_sysreg!("icc_igrpen1_el1", 1);
+        let before = IRQS[self.cpu][intid as usize].load(Ordering::Relaxed);
+        if intid == TIMER_INTID {
+            let now = read_sysreg!("cntvct_el0");
+            let frequency = read_sysreg!("cntfrq_el0");
+            write_sysreg!("cntv_cval_el0", now + frequency / 1000);
+            write_sysreg!("cntv_ctl_el0", 1);
+        } else {
+            let mpidr = MPIDRS[self.cpu].load(Ordering::Relaxed);
+            let value = (u64::from(intid) << 24)
+                | (((mpidr >> 8) & 0xff) << 16)
+                | (((mpidr >> 16) & 0xff) << 32)
+                | (((mpidr >> 32) & 0xff) << 48)
+                | (1 << (mpidr & 0xf));
+            write_sysreg!("icc_sgi1r_el1", value);
+        }
+        let deadline = Deadline::after_seconds(2);
+        // SAFETY: unmasking IRQ and FIQ: the hook acknowledges and completes
+        // every interrupt and silences its source.
+        unsafe { asm!("msr daifclr, #3", options(nostack)) };
+        let delivered = loop {
+            if IRQS[self.cpu][intid as usize].load(Ordering::Relaxed) != before {
+                break true;
+            }
+            if deadline.passed() {
+                break false;
+            }
+            core::hint::spin_loop();
+        };
+        // SAFETY: masking interrupts again.
+        unsafe { asm!("msr daifset, #3", options(nostack)) };
+        write_sysreg!("cntv_ctl_el0", 0);
+        delivered
+    }
+}
+
+fn encoding(reg: SysReg) -> u64 {
+    u64::from(reg.op0) << 16
+        | u64::from(reg.op1) << 12
+        | u64::from(reg.crn) << 8
+        | u64::from(reg.crm) << 4
+        | u64::from(reg.op2)
+}
+
+/// Maps the EL0 window: a level-2 and a level-3 table under level-1 entry
+/// `EL0_WINDOW_INDEX`, per vCPU an EL0 read-only executable code page and an
+/// EL0 read-write data page (both never executable at EL1).
+fn map_el0_window(l1: &[AtomicU64; 512], cpus: usize) {
+    const VALID_TABLE: u64 = 0b11;
+    const PAGE_DESC: u64 = 0b11 | (1 << 2) | (0b11 << 8) | (1 << 10) | (1 << 53);
+    const AP_EL0_RW: u64 = 0b01 << 6;
+    const AP_RO: u64 = 0b11 << 6;
+    const UXN: u64 = 1 << 54;
+    let l2 = (&raw mut EL0_L2) as u64;
+    let l3 = (&raw mut EL0_L3) as u64;
+    for cpu in 0..cpus {
+        let code = el0_page(2 * cpu);
+        let data = el0_page(2 * cpu + 1);
+        let entries = (&raw mut EL0_L3).cast::<u64>();
+        // SAFETY: the tables are this module's statics, not yet in use (the
+        // window's entry still points elsewhere) and written only here; the
+        // indexes are below 2 * FUZZ_CPUS < 512.
+        unsafe {
+            entries.add(2 * cpu).write(code | PAGE_DESC | AP_RO);
+            entries
+                .add(2 * cpu + 1)
+                .write(data | PAGE_DESC | AP_EL0_RW | UXN);
+        }
+    }
+    // SAFETY: as above.
+    unsafe { (&raw mut EL0_L2).cast::<u64>().write(l3 | VALID_TABLE) };
+    l1[EL0_WINDOW_INDEX].store(l2 | VALID_TABLE, Ordering::Relaxed);
+    // SAFETY: publishing a changed level-1 entry: barrier, invalidate the
+    // old block from every vCPU's TLB (only the boot vCPU runs yet).
+    unsafe {
+        asm!(
+            "dsb ishst",
+            "tlbi vmalle1is",
+            "dsb ish",
+            "isb",
+            options(nostack)
+        )
+    };
+}
+
+/// Per-vCPU setup: FP/SIMD enabled (random words may be SIMD loads and
+/// stores), the GIC CPU interface on.
+fn setup_cpu() {
+    let cpacr = read_sysreg!("cpacr_el1");
+    write_sysreg!("cpacr_el1", cpacr | (0b11 << 20));
+    write_sysreg!("icc_sre_el1", read_sysreg!("icc_sre_el1") | 1);
+    write_sysreg!("icc_pmr_el1", 0xff);
+    write_sysreg!("icc_igrpen1_el1", 1);
+}
+
+/// Runs the scenario on the boot vCPU.
+pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
+    let Some((gicd, gicr)) = platform.gic else {
+        return Err(Failure::NoGic);
+    };
+    let workers = platform.cpus().len().min(FUZZ_CPUS);
+    let s = &SETTINGS;
+    let ram = platform.ram()[0];
+    s.seed.store(options.seed, Ordering::Relaxed);
+    s.seeds.store(options.seeds, Ordering::Relaxed);
+    s.ops.store(options.ops, Ordering::Relaxed);
+    s.allow.store(options.allow, Ordering::Relaxed);
+    s.ram_start.store(ram.start, Ordering::Relaxed);
+    s.ram_end.store(ram.end, Ordering::Relaxed);
+    s.uart.store(platform.uart_base, Ordering::Relaxed);
+    s.gicd.store(gicd, Ordering::Relaxed);
+    s.gicr.store(gicr.start, Ordering::Relaxed);
+    s.vcpus.store(
+        (gicr.len() / fuzz_model::GICR_STRIDE).min(platform.cpus().len() as u64),
+        Ordering::Relaxed,
+    );
+    for (slot, &mpidr) in MPIDRS.iter().zip(platform.cpus()) {
+        slot.store(mpidr, Ordering::Relaxed);
+    }
+    let isar0 = read_sysreg!("id_aa64isar0_el1");
+    s.lse.store((isar0 >> 20) & 0xf >= 2, Ordering::Relaxed);
+    let pfr0 = read_sysreg!("id_aa64pfr0_el1");
+    let aarch32 = options.allows(FuzzOptions::ALLOW_EL0_AARCH32) && pfr0 & 0xf == 2;
+    s.el0_aarch32.store(aarch32, Ordering::Relaxed);
+    s.dczid.store(read_sysreg!("dczid_el0"), Ordering::Relaxed);
+    s.gicd_typer
+        .store(u64::from(mmio_read32(gicd + 4)), Ordering::Relaxed);
+    WORKERS.store(workers, Ordering::Relaxed);
+    map_el0_window(crate::mmu::level1(), workers);
+    println!(
+        "test-guest: fuzz: seeds {}..{} ({} ops per seed and vCPU), {workers} vCPUs, LSE {}, \
+         AArch32 EL0 {}, allow {:#x}",
+        options.seed,
+        options.seed + options.seeds,
+        options.ops,
+        if s.lse.load(Ordering::Relaxed) {
+            "yes"
+        } else {
+            "no"
+        },
+        if aarch32 { "yes" } else { "no" },
+        options.allow
+    );
+    ACTIVE.store(true, Ordering::Release);
+    smp::start_secondaries_up_to(platform, workers)?;
+    let finished = worker(0, true);
+    let deadline = Deadline::step();
+    let wanted = workers * options.seeds as usize;
+    while SEEDS_DONE.load(Ordering::Acquire) < wanted && !deadline.passed() {
+        core::hint::spin_loop();
+    }
+    ACTIVE.store(false, Ordering::Release);
+    restore_uart(platform.uart_base);
+    let ops: u64 = OPS.iter().map(|o| o.load(Ordering::Relaxed)).sum();
+    let violations: u64 = VIOLATIONS.iter().map(|v| v.load(Ordering::Relaxed)).sum();
+    println!(
+        "FUZZ: seeds={} ops={ops} violations={violations} interrupts={}",
+        options.seeds,
+        IRQS.iter()
+            .flatten()
+            .map(|n| u64::from(n.load(Ordering::Relaxed)))
+            .sum::<u64>()
+            + OTHER_IRQS.load(Ordering::Relaxed)
+    );
+    let done = SEEDS_DONE.load(Ordering::Acquire);
+    if !finished || done < wanted {
+        return Err(Failure::CpuTimedOut {
+            arrived: done,
+            expected: wanted,
+        });
+    }
+    smp::wait_secondaries_off_up_to(platform, workers)?;
+    if violations > 0 {
+        return Err(Failure::FuzzViolations { violations });
+    }
+    Ok(())
+}
+
+/// A secondary's part.
+pub fn secondary(cpu: usize) {
+    if cpu < FUZZ_CPUS {
+        worker(cpu, false);
+    }
+}
+
+/// Runs every seed on this vCPU, meeting the others after each; false when
+/// the boot vCPU gave up waiting for the others.
+fn worker(cpu: usize, boot: bool) -> bool {
+    setup_cpu();
+    let s = &SETTINGS;
+    let workers = WORKERS.load(Ordering::Relaxed);
+    let layout = Layout {
+        ram: (
+            s.ram_start.load(Ordering::Relaxed),
+            s.ram_end.load(Ordering::Relaxed),
+        ),
+        uart: s.uart.load(Ordering::Relaxed),
+        gicd: s.gicd.load(Ordering::Relaxed),
+        gicr: s.gicr.load(Ordering::Relaxed),
+        vcpus: s.vcpus.load(Ordering::Relaxed),
+        el0: (EL0_WINDOW, EL0_WINDOW + (1 << 30)),
+    };
+    let first = s.seed.load(Ordering::Relaxed);
+    let seeds = s.seeds.load(Ordering::Relaxed);
+    let ops = s.ops.load(Ordering::Relaxed);
+    let mut ctx = Ctx {
+        cpu,
+        layout,
+        allow: s.allow.load(Ordering::Relaxed),
+        lse: s.lse.load(Ordering::Relaxed),
+        el0_aarch32: s.el0_aarch32.load(Ordering::Relaxed),
+        seed: first,
+        op: 0,
+        rng: Rng::new(first, cpu as u64),
+        scratch: (&raw const SCRATCH) as u64 + (cpu * SCRATCH_SIZE) as u64,
+        code: code_page(cpu),
+        el0_code_va: EL0_WINDOW + (2 * cpu * PAGE) as u64,
+        el0_data_va: EL0_WINDOW + ((2 * cpu + 1) * PAGE) as u64,
+        el0_code: el0_page(2 * cpu),
+        note: "",
+    };
+    for (index, seed) in (first..first + seeds).enumerate() {
+        if boot {
+            println!("FUZZ: seed {seed}");
+        }
+        ctx.seed = seed;
+        ctx.rng = Rng::new(seed, cpu as u64);
+        for op in 0..ops {
+            ctx.op = op;
+            ctx.step();
+            OPS[cpu].fetch_add(1, Ordering::Relaxed);
+        }
+        SEEDS_DONE.fetch_add(1, Ordering::AcqRel);
+        let wanted = (index + 1) * workers;
+        let deadline = boot.then(Deadline::step);
+        while SEEDS_DONE.load(Ordering::Acquire) < wanted {
+            if deadline.is_some_and(Deadline::passed) {
+                println!("FUZZ: vCPUs did not finish seed {seed} in time");
+                return false;
+            }
+            core::hint::spin_loop();
+        }
+    }
+    true
+}
+
+/// Puts the PL011 back the way the console needs it (the fuzzer wrote its
+/// control registers) and starts a fresh line.
+fn restore_uart(base: u64) {
+    const LCR_H: u64 = 0x2c;
+    const CR: u64 = 0x30;
+    const IMSC: u64 = 0x38;
+    mmio_write32(base + IMSC, 0);
+    mmio_write32(base + LCR_H, 0x70);
+    mmio_write32(base + CR, 0x301);
+    println!("test-guest: fuzz: PL011 restored");
+}
