@@ -4,7 +4,9 @@
 //! measuring kit they share; `src/bin/bench.rs` is the single entry point
 //! (`cargo run --release -p tests --bin bench -- SUITE`) and `tests/` holds the
 //! integration tests. Every figure is printed as one `SUITE/CASE/FIGURE VALUE
-//! UNIT` line.
+//! UNIT` line. [`fuzz`] drives the test guest's fuzz scenario, for the
+//! `e2e_fuzz` test and the long campaigns of `src/bin/fuzz.rs`.
 
+pub mod fuzz;
 pub mod measure;
 pub mod suites;

@@ -1,0 +1,122 @@
+//! Long fuzz campaigns: `cargo run --release -p tests --bin fuzz -- --seeds N`.
+//!
+//! Boots the test guest's `fuzz` scenario under the hypervisor for seeds
+//! `first..first + N`, `--per-boot` seeds per boot, alternating the `-cpu`
+//! models given, and prints the campaign's figures as `fuzz/NAME VALUE UNIT`
+//! lines (seeds, ops, hv_panics, vm_stops, violations). Every failure is
+//! printed with its seed and the command that replays it; the exit status is
+//! 0 only for a clean campaign.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use tests::fuzz::{self, Campaign};
+
+const USAGE: &str = "\
+usage: fuzz --seeds N [--first-seed S] [--ops M] [--per-boot K] [--cpu MODEL]... [--allow LIST] [--smp N]
+
+  --seeds N        seeds to run (required)
+  --first-seed S   first seed (default 1)
+  --ops M          operations per seed and vCPU (default 300)
+  --per-boot K     seeds per boot (default 50)
+  --cpu MODEL      QEMU -cpu; repeat to alternate boots between models
+                   (default: max,pauth=off and cortex-a57)
+  --allow LIST     fuzz-allow list: el0-aarch32,hvc-any,gic-active,ptimer,
+                   straddle,cpu-on-race (default: none)
+  --smp N          emulated CPUs and vCPUs (default 4)";
+
+fn parse(args: &[String]) -> Result<Campaign, String> {
+    let mut campaign = Campaign {
+        first_seed: 1,
+        seeds: 0,
+        ops: 300,
+        per_boot: 50,
+        cpus: Vec::new(),
+        allow: String::new(),
+        smp: 4,
+    };
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => (name, Some(value.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| rest.next().cloned())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        let mut number = |name: &str| -> Result<u64, String> {
+            let text = value()?;
+            text.parse()
+                .map_err(|_| format!("{name}: `{text}` is not a number"))
+        };
+        match name {
+            "--seeds" => campaign.seeds = number(name)?,
+            "--first-seed" => campaign.first_seed = number(name)?,
+            "--ops" => campaign.ops = number(name)?,
+            "--per-boot" => campaign.per_boot = number(name)?.max(1),
+            "--smp" => campaign.smp = number(name)?.clamp(1, 8) as u32,
+            "--cpu" => campaign.cpus.push(value()?),
+            "--allow" => campaign.allow = value()?,
+            _ => return Err(format!("unknown option `{arg}`")),
+        }
+    }
+    if campaign.seeds == 0 {
+        return Err("--seeds N is required".into());
+    }
+    if campaign.cpus.is_empty() {
+        campaign.cpus = vec![qemu_runner::DEFAULT_CPU.to_string(), "cortex-a57".into()];
+    }
+    Ok(campaign)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let campaign = match parse(&args) {
+        Ok(campaign) => campaign,
+        Err(error) => {
+            eprintln!("fuzz: {error}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let started = Instant::now();
+    let tally = fuzz::run(&campaign, |boot, tally| {
+        let (first, count) = boot.seeds;
+        eprintln!(
+            "fuzz: seeds {first}..{} on {}: {} ({} seeds, {} ops, {} violations so far, {:.0} s)",
+            first + count,
+            boot.cpu,
+            match &boot.report {
+                Some(report) => report.verdict.to_string(),
+                None => boot.error.clone().unwrap_or_default(),
+            },
+            tally.seeds,
+            tally.ops,
+            tally.violations,
+            started.elapsed().as_secs_f64()
+        );
+    });
+    for failure in &tally.failures {
+        println!(
+            "fuzz: FAIL seed {} on {}: {}\n  rerun: {}",
+            failure.seed, failure.cpu, failure.what, failure.rerun
+        );
+    }
+    print!("{}", tally.figures());
+    println!(
+        "fuzz/interrupts {} interrupts\nfuzz/time {:.0} s",
+        tally.interrupts,
+        started.elapsed().as_secs_f64()
+    );
+    if tally.clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,347 @@
+//! Host side of the hostile-guest fuzzer: boots the test guest's `fuzz`
+//! scenario under the hypervisor for a range of seeds and tallies what went
+//! wrong.
+//!
+//! A campaign is cut into boots of `per_boot` consecutive seeds (the guest
+//! runs them one after the other, every vCPU finishing a seed before the next
+//! starts). Each boot is judged from its console:
+//! * a hypervisor panic (`[hv] PANIC`) or a VM stop (`stopping the VM`) is
+//!   charged to the last seed the guest announced (`FUZZ: seed N`);
+//! * each `FUZZ: violation seed=N ...` line names its seed, and the summary
+//!   line `FUZZ: seeds=K ops=N violations=V` gives the totals;
+//! * a boot without `RESULT: PASS` for another reason (timeout, guest
+//!   failure) counts as a failure of its first unfinished seed.
+//!
+//! Every failure comes with the command that replays its seed alone.
+
+use std::time::Duration;
+
+use qemu_runner::{RunConfig, Scenario};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Campaign {
+    /// First seed.
+    pub first_seed: u64,
+    /// Number of seeds.
+    pub seeds: u64,
+    /// Operations per seed and vCPU.
+    pub ops: u64,
+    /// Seeds per boot.
+    pub per_boot: u64,
+    /// QEMU `-cpu` models, used in turn boot by boot.
+    pub cpus: Vec<String>,
+    /// `fuzz-allow=` list (empty: the default mix).
+    pub allow: String,
+    /// Emulated CPUs (and vCPUs).
+    pub smp: u32,
+}
+
+impl Campaign {
+    /// The guest bootargs for `count` seeds from `first`.
+    pub fn guest_args(&self, first: u64, count: u64) -> String {
+        let mut args = format!("seed={first} seeds={count} ops={}", self.ops);
+        if !self.allow.is_empty() {
+            args.push_str(&format!(" fuzz-allow={}", self.allow));
+        }
+        args
+    }
+
+    /// The command that replays `seed` alone on `cpu`.
+    pub fn rerun_command(&self, cpu: &str, seed: u64) -> String {
+        format!(
+            "cargo run --release -p qemu-runner -- --guest fuzz --smp {} --cpu {cpu} \
+             --guest-args '{}'",
+            self.smp,
+            self.guest_args(seed, 1)
+        )
+    }
+
+    /// Time limit of a boot of `count` seeds: generous, as the machine may be
+    /// shared (about 1000 operations a second on an idle TCG host).
+    pub fn boot_timeout(&self, count: u64) -> Duration {
+        let ops = count * self.ops * u64::from(self.smp);
+        Duration::from_secs(90 + ops / 150)
+    }
+}
+
+/// One failure, with how to replay it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The seed it is charged to.
+    pub seed: u64,
+    /// The `-cpu` model.
+    pub cpu: String,
+    /// What happened.
+    pub what: String,
+    /// Command that replays the seed alone.
+    pub rerun: String,
+}
+
+/// Totals of a campaign.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Seeds run to the end.
+    pub seeds: u64,
+    /// Operations run (all vCPUs).
+    pub ops: u64,
+    /// Hypervisor panics.
+    pub hv_panics: u64,
+    /// VM stops.
+    pub vm_stops: u64,
+    /// Violations the guest counted.
+    pub violations: u64,
+    /// Boots that failed for another reason (timeout, guest failure).
+    pub other_failures: u64,
+    /// Interrupts the guest took.
+    pub interrupts: u64,
+    /// Every failure.
+    pub failures: Vec<Failure>,
+}
+
+impl Tally {
+    /// True when nothing went wrong.
+    pub fn clean(&self) -> bool {
+        self.hv_panics == 0
+            && self.vm_stops == 0
+            && self.violations == 0
+            && self.other_failures == 0
+    }
+
+    /// The figures, one `name value unit` line each.
+    pub fn figures(&self) -> String {
+        format!(
+            "fuzz/seeds {} seeds\nfuzz/ops {} ops\nfuzz/hv_panics {} panics\n\
+             fuzz/vm_stops {} stops\nfuzz/violations {} violations\n",
+            self.seeds, self.ops, self.hv_panics, self.vm_stops, self.violations
+        )
+    }
+}
+
+/// What one boot's console says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BootSummary {
+    /// The `FUZZ: seeds=K ops=N violations=V interrupts=I` totals, if printed.
+    pub totals: Option<(u64, u64, u64, u64)>,
+    /// Seeds named by violation lines.
+    pub violation_seeds: Vec<u64>,
+    /// The last `FUZZ: seed N` line.
+    pub last_seed: Option<u64>,
+    /// `[hv] PANIC` lines.
+    pub panics: Vec<String>,
+    /// `stopping the VM` lines.
+    pub vm_stops: Vec<String>,
+}
+
+fn field(line: &str, name: &str) -> Option<u64> {
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix(name)?.strip_prefix('='))
+        .and_then(|value| value.parse().ok())
+}
+
+/// Reads a boot's console.
+pub fn summarize(console: &str) -> BootSummary {
+    let mut summary = BootSummary::default();
+    for line in console.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.contains("[hv] PANIC") {
+            summary.panics.push(line.to_string());
+        }
+        if line.contains("stopping the VM") {
+            summary.vm_stops.push(line.to_string());
+        }
+        let Some(rest) = line.find("FUZZ: ").map(|at| &line[at + 6..]) else {
+            continue;
+        };
+        if let Some(seed) = rest.strip_prefix("seed ") {
+            summary.last_seed = seed.trim().parse().ok().or(summary.last_seed);
+        } else if rest.starts_with("violation ") {
+            if let Some(seed) = field(rest, "seed") {
+                summary.violation_seeds.push(seed);
+            }
+        } else if rest.starts_with("seeds=") {
+            summary.totals = Some((
+                field(rest, "seeds").unwrap_or(0),
+                field(rest, "ops").unwrap_or(0),
+                field(rest, "violations").unwrap_or(0),
+                field(rest, "interrupts").unwrap_or(0),
+            ));
+        }
+    }
+    summary
+}
+
+/// The outcome of one boot.
+#[derive(Debug)]
+pub struct Boot {
+    /// `-cpu` model.
+    pub cpu: String,
+    /// First seed and count.
+    pub seeds: (u64, u64),
+    /// Its console, read.
+    pub summary: BootSummary,
+    /// The runner's report (`None` when QEMU could not be run at all).
+    pub report: Option<qemu_runner::RunReport>,
+    /// Why it could not run.
+    pub error: Option<String>,
+}
+
+/// Boots `count` seeds from `first` on `cpu`.
+pub fn boot(campaign: &Campaign, cpu: &str, first: u64, count: u64) -> Boot {
+    let config = RunConfig {
+        scenario: Scenario::Fuzz,
+        guest_args: campaign.guest_args(first, count),
+        cpu: cpu.to_string(),
+        smp: campaign.smp,
+        timeout: campaign.boot_timeout(count),
+        echo: false,
+        ..RunConfig::default()
+    };
+    let (report, error) = match qemu_runner::run(&config) {
+        Ok(report) => (Some(report), None),
+        Err(error) => (None, Some(error.to_string())),
+    };
+    let summary = report
+        .as_ref()
+        .map(|r| summarize(r.console()))
+        .unwrap_or_default();
+    Boot {
+        cpu: cpu.to_string(),
+        seeds: (first, count),
+        summary,
+        report,
+        error,
+    }
+}
+
+/// Adds one boot to the tally.
+pub fn tally_boot(campaign: &Campaign, tally: &mut Tally, boot: &Boot) {
+    let s = &boot.summary;
+    let (first, count) = boot.seeds;
+    let mut fail = |seed: u64, what: String| {
+        tally.failures.push(Failure {
+            seed,
+            cpu: boot.cpu.clone(),
+            what,
+            rerun: campaign.rerun_command(&boot.cpu, seed),
+        })
+    };
+    let current = s.last_seed.unwrap_or(first);
+    for line in &s.panics {
+        fail(current, line.clone());
+    }
+    for line in &s.vm_stops {
+        fail(current, line.clone());
+    }
+    let mut seeds = s.violation_seeds.clone();
+    seeds.sort_unstable();
+    seeds.dedup();
+    for seed in seeds {
+        fail(
+            seed,
+            "guest counted violations (FUZZ: violation lines)".into(),
+        );
+    }
+    tally.hv_panics += s.panics.len() as u64;
+    tally.vm_stops += s.vm_stops.len() as u64;
+    let passed = boot.report.as_ref().is_some_and(|r| r.passed());
+    match s.totals {
+        Some((seeds, ops, violations, interrupts)) => {
+            tally.ops += ops;
+            tally.violations += violations;
+            tally.interrupts += interrupts;
+            if passed || violations > 0 {
+                tally.seeds += seeds;
+            }
+        }
+        None => {
+            // The guest never finished: count the seeds it completed.
+            tally.seeds += current - first;
+        }
+    }
+    let explained = !s.panics.is_empty()
+        || !s.vm_stops.is_empty()
+        || s.totals.is_some_and(|(_, _, violations, _)| violations > 0);
+    if !passed && !explained {
+        tally.other_failures += 1;
+        let why = match (&boot.error, &boot.report) {
+            (Some(error), _) => error.clone(),
+            (None, Some(report)) => report.verdict.to_string(),
+            (None, None) => "no report".into(),
+        };
+        fail(
+            current,
+            format!("boot of seeds {first}..{}: {why}", first + count),
+        );
+    }
+}
+
+/// Runs the campaign, calling `progress` after every boot.
+pub fn run(campaign: &Campaign, mut progress: impl FnMut(&Boot, &Tally)) -> Tally {
+    let mut tally = Tally::default();
+    let per_boot = campaign.per_boot.max(1);
+    let mut first = campaign.first_seed;
+    let end = campaign.first_seed + campaign.seeds;
+    let mut index = 0;
+    while first < end {
+        let count = per_boot.min(end - first);
+        let cpu = &campaign.cpus[index % campaign.cpus.len()];
+        let boot = boot(campaign, cpu, first, count);
+        tally_boot(campaign, &mut tally, &boot);
+        progress(&boot, &tally);
+        first += count;
+        index += 1;
+    }
+    tally
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn console_is_read() {
+        let console = "test-guest: fuzz: seeds 5..7\nFUZZ: seed 5\n\
+            FUZZ: violation seed=5 vcpu=1 op=3 (ldr): hole access (0x1, 0x2)\n\
+            abcFUZZ: seed 6\n[hv] ERROR: vm0 vcpu2: stopping the VM: undecodable exit\n\
+            FUZZ: seeds=2 ops=800 violations=1 interrupts=9\r\n";
+        let s = summarize(console);
+        assert_eq!(s.totals, Some((2, 800, 1, 9)));
+        assert_eq!(s.violation_seeds, vec![5]);
+        assert_eq!(s.last_seed, Some(6));
+        assert_eq!(s.vm_stops.len(), 1);
+        assert!(s.panics.is_empty());
+    }
+
+    #[test]
+    fn failures_name_their_seed_and_rerun() {
+        let campaign = Campaign {
+            first_seed: 10,
+            seeds: 4,
+            ops: 100,
+            per_boot: 4,
+            cpus: vec!["cortex-a57".into()],
+            allow: "ptimer".into(),
+            smp: 4,
+        };
+        let boot = Boot {
+            cpu: "cortex-a57".into(),
+            seeds: (10, 4),
+            summary: summarize("FUZZ: seed 10\nFUZZ: seed 11\n[hv] PANIC: oops\n"),
+            report: None,
+            error: Some("timed out".into()),
+        };
+        let mut tally = Tally::default();
+        tally_boot(&campaign, &mut tally, &boot);
+        assert_eq!(tally.hv_panics, 1);
+        assert_eq!(tally.seeds, 1);
+        assert!(!tally.clean());
+        assert_eq!(tally.failures[0].seed, 11);
+        assert_eq!(
+            tally.failures[0].rerun,
+            "cargo run --release -p qemu-runner -- --guest fuzz --smp 4 --cpu cortex-a57 \
+             --guest-args 'seed=11 seeds=1 ops=100 fuzz-allow=ptimer'"
+        );
+        assert!(tally.figures().contains("fuzz/hv_panics 1 panics\n"));
+    }
+}
