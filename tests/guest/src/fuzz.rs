@@ -87,6 +87,13 @@ const RAM_TARGET: u64 = 0x1000;
 /// fuzzer calls a hole): per vCPU a code page and a data page.
 const EL0_WINDOW: u64 = 0xc000_0000;
 const EL0_WINDOW_INDEX: usize = 3;
+/// Level-1 index of vCPU 0's window: one gigabyte of virtual addresses per
+/// vCPU that an operation points anywhere (a hole or device gigabyte as
+/// Normal executable memory, an IPA beyond the VM's 40 bits, or a table in a
+/// hole or a device).
+const WINDOW_INDEX: usize = 4;
+/// IPA bits of every VM (the hypervisor's `IPA_BITS`): above them is a hole.
+const VM_IPA_BITS: u64 = 40;
 
 /// Exception vectors the hook handles.
 const VECTOR_SYNC_EL1: u64 = 4;
@@ -104,6 +111,7 @@ const SPSR_USR32: u64 = 0x1d0;
 const EC_UNKNOWN: u64 = 0x00;
 const EC_DATA_ABORT_EL1: u64 = 0x25;
 const EC_DATA_ABORT_EL0: u64 = 0x24;
+const EC_INSTRUCTION_ABORT_EL1: u64 = 0x21;
 const DFSC_EXTERNAL: u64 = 0x10;
 
 /// `NOP`.
@@ -209,6 +217,11 @@ unsafe extern "C" {
 
 /// Whether the hook handles exceptions (set while the scenario runs).
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Per vCPU: an instruction abort at EL1 outside the code page returns to
+/// `x30` (an operation branched into its window).
+static FETCH_ARMED: [AtomicBool; FUZZ_CPUS] = [const { AtomicBool::new(false) }; FUZZ_CPUS];
+/// Output address bits the fuzzer's stage 1 uses (`TCR_EL1.IPS`).
+static OA_BITS: AtomicU64 = AtomicU64::new(40);
 /// Per vCPU: running EL0 code now.
 static IN_EL0: [AtomicBool; FUZZ_CPUS] = [const { AtomicBool::new(false) }; FUZZ_CPUS];
 /// Per vCPU: exceptions taken by the current operation, and the first two.
@@ -344,6 +357,13 @@ pub fn handle(vector: u64, esr: u64, far: u64, frame: &mut ExceptionFrame) -> bo
         VECTOR_SYNC_EL1 => {
             let code = code_page(cpu);
             if !(code..code + PAGE as u64).contains(&frame.elr) {
+                if (esr >> 26) & 0x3f == EC_INSTRUCTION_ABORT_EL1
+                    && FETCH_ARMED[cpu].swap(false, Ordering::Relaxed)
+                {
+                    record(cpu, esr, far);
+                    frame.elr = frame.x[30];
+                    return true;
+                }
                 return false;
             }
             record(cpu, esr, far);
@@ -538,8 +558,9 @@ impl Ctx {
             50..60 => ("call", Ctx::call_op),
             60..74 => ("sysreg", Ctx::sysreg_op),
             74..77 => ("sgi", Ctx::sgi_op),
-            77..88 => ("random EL1 word", Ctx::random_el1),
-            88..96 => ("EL0", Ctx::el0_op),
+            77..86 => ("random EL1 word", Ctx::random_el1),
+            86..90 => ("window", Ctx::window_op),
+            90..96 => ("EL0", Ctx::el0_op),
             _ => ("interrupt", Ctx::interrupt_op),
         };
         self.note = note;
@@ -1381,6 +1402,176 @@ impl Ctx {
     }
 }
 
+/// First virtual address of `cpu`'s window.
+fn window_va(cpu: usize) -> u64 {
+    ((WINDOW_INDEX + cpu) as u64) << 30
+}
+
+impl Ctx {
+    /// Points this vCPU's window at `descriptor` (a level-1 block or table).
+    fn set_window(&self, descriptor: u64) {
+        crate::mmu::level1()[WINDOW_INDEX + self.cpu].store(descriptor, Ordering::Relaxed);
+        let page = window_va(self.cpu) >> 12;
+        // SAFETY: only this vCPU uses its window, so a local invalidation of
+        // the window's translations (walk caches included) suffices.
+        unsafe {
+            asm!("dsb ishst", "tlbi vaae1, {}", "dsb nsh", "isb", in(reg) page, options(nostack))
+        };
+    }
+
+    /// A gigabyte-aligned IPA that is a hole: above the VM's IPA bits when
+    /// the stage 1 can output it, else a gigabyte of the 39-bit map without
+    /// RAM, devices or the fuzzer's windows.
+    fn hole_gigabyte(&mut self) -> u64 {
+        let oa = OA_BITS.load(Ordering::Relaxed);
+        if oa > VM_IPA_BITS && self.rng.one_in(2) {
+            let first = 1u64 << (VM_IPA_BITS - 30);
+            let count = (1u64 << (oa - 30)) - first;
+            return (first + self.rng.below(count)) << 30;
+        }
+        let first = (window_va(FUZZ_CPUS) >> 30).max(2);
+        (first + self.rng.below(512 - first)) << 30
+    }
+
+    /// Accesses through the window: data, instruction fetch, or a walk
+    /// through a table that lies in a hole or a device.
+    fn window_op(&mut self) {
+        const NORMAL_BLOCK: u64 = 0b01 | (1 << 2) | (0b11 << 8) | (1 << 10) | (1 << 54);
+        let va = window_va(self.cpu);
+        let l = self.layout;
+        match self.rng.below(4) {
+            0 => {
+                // Device gigabyte as Normal memory: unaligned, exclusive and
+                // atomic accesses reach the emulated devices.
+                self.note = "window: devices as Normal memory";
+                self.set_window(NORMAL_BLOCK);
+                let size = self.rng.pick(&fuzz_model::SIZES);
+                let (address, region, writable) = if self.rng.one_in(3) {
+                    let hole = l.hole(&mut self.rng, 8) & ((1 << 30) - 1);
+                    (hole, l.region(hole), true)
+                } else {
+                    self.device_target(size)
+                };
+                let address = address
+                    + if self.rng.one_in(2) {
+                        self.rng.below(4)
+                    } else {
+                        0
+                    };
+                let (words, kind, writes) = self.memory_words(size);
+                let word = if writes && !writable {
+                    fuzz_model::ldst(true, size, 0, 2)
+                } else {
+                    words[0]
+                };
+                let mut block = self.block();
+                block.x[2] = va + address;
+                block.x[0] = b'a' as u64 + self.rng.below(26);
+                block.x[1] = block.x[0];
+                block.x[3] = block.x[0];
+                let outcome = self.run(&[word], &block);
+                // Acquire/release and exclusives must be aligned (else an
+                // alignment fault comes first).
+                let aligned = address.is_multiple_of(1 << size);
+                let single = matches!(kind, "ldr" | "str")
+                    || (aligned && matches!(kind, "ldar" | "stlr" | "ldxr"));
+                if region == Region::Hole
+                    && single
+                    && !(outcome.is_external_abort() && outcome.far == va + address)
+                {
+                    self.violation(
+                        "hole behind a Normal mapping: no external abort at the VA",
+                        va + address,
+                        outcome.esr,
+                    );
+                }
+            }
+            1 => {
+                self.note = "window: data in a hole gigabyte";
+                let target = self.hole_gigabyte();
+                self.set_window(target | NORMAL_BLOCK);
+                let size = self.rng.pick(&fuzz_model::SIZES);
+                let (words, _, _) = self.memory_words(size);
+                let offset = self.rng.below(1 << 30) & !15;
+                let mut block = self.block();
+                block.x[2] = va + offset;
+                let outcome = self.run(&words, &block);
+                let done = self.note == "stxr" && outcome.taken == 0 && outcome.out[1] == 1;
+                let aborted = outcome.is_external_abort()
+                    && (va + offset..va + offset + 16).contains(&outcome.far);
+                if !(done || aborted) {
+                    self.violation(
+                        "access to a hole IPA took no external abort",
+                        target + offset,
+                        outcome.esr,
+                    );
+                }
+            }
+            2 => {
+                self.note = "window: instruction fetch";
+                let target = if self.rng.one_in(3) {
+                    0
+                } else {
+                    self.hole_gigabyte()
+                };
+                self.set_window(target | NORMAL_BLOCK);
+                let offset = if target == 0 && self.rng.one_in(2) {
+                    self.device_target(2).0
+                } else {
+                    self.rng.below(1 << 30) & !3
+                };
+                let mut block = self.block();
+                block.x[2] = va + offset;
+                FETCH_ARMED[self.cpu].store(true, Ordering::Relaxed);
+                let outcome = self.run(&[0xd63f_0040], &block); // blr x2
+                FETCH_ARMED[self.cpu].store(false, Ordering::Relaxed);
+                let ok = outcome.taken == 1
+                    && outcome.class() == EC_INSTRUCTION_ABORT_EL1
+                    && outcome.esr & 0x3f == DFSC_EXTERNAL
+                    && outcome.far == va + offset;
+                if !ok {
+                    self.violation(
+                        "fetch from a hole or device took no external instruction abort",
+                        target + offset,
+                        outcome.esr,
+                    );
+                }
+            }
+            _ => {
+                self.note = "window: table walk through a hole or device";
+                let table = match self.rng.below(4) {
+                    0 => l.uart,
+                    1 => l.gicd + (self.rng.below(16) << 12),
+                    2 => {
+                        l.gicr
+                            + ((self.cpu as u64 * fuzz_model::GICR_STRIDE)
+                                | (self.rng.below(32) << 12))
+                    }
+                    _ => self.hole_gigabyte() + (self.rng.below(1 << 18) << 12),
+                };
+                self.set_window(table | 0b11);
+                let offset = self.rng.below(1 << 30) & !7;
+                let mut block = self.block();
+                block.x[2] = va + offset;
+                let outcome = self.run(&[fuzz_model::ldst(true, 3, 0, 2)], &block);
+                let status = outcome.esr & 0x3f;
+                let ok = outcome.taken == 1
+                    && outcome.class() == EC_DATA_ABORT_EL1
+                    && (status == DFSC_EXTERNAL || (0x14..=0x17).contains(&status))
+                    && outcome.far == va + offset;
+                if !ok {
+                    self.violation(
+                        "walk through a hole or device took no external abort",
+                        table,
+                        outcome.esr,
+                    );
+                }
+            }
+        }
+        self.set_window(0);
+    }
+}
+
 fn encoding(reg: SysReg) -> u64 {
     u64::from(reg.op0) << 16
         | u64::from(reg.op1) << 12
@@ -1433,6 +1624,15 @@ fn map_el0_window(l1: &[AtomicU64; 512], cpus: usize) {
 /// Per-vCPU setup: FP/SIMD enabled (random words may be SIMD loads and
 /// stores), the GIC CPU interface on.
 fn setup_cpu() {
+    // Stage-1 output up to the CPU's physical address size (48 bits at
+    // most), so the window can name IPAs beyond the VM's.
+    let parange = read_sysreg!("id_aa64mmfr0_el1") & 0xf;
+    let ips = parange.min(5);
+    OA_BITS.store([32, 36, 40, 42, 44, 48][ips as usize], Ordering::Relaxed);
+    let tcr = read_sysreg!("tcr_el1");
+    write_sysreg!("tcr_el1", (tcr & !(7 << 32)) | (ips << 32));
+    // SAFETY: dropping translations made under the old output size.
+    unsafe { asm!("tlbi vmalle1", "dsb nsh", "isb", options(nostack)) };
     let cpacr = read_sysreg!("cpacr_el1");
     write_sysreg!("cpacr_el1", cpacr | (0b11 << 20));
     write_sysreg!("icc_sre_el1", read_sysreg!("icc_sre_el1") | 1);
@@ -1545,7 +1745,7 @@ fn worker(cpu: usize, boot: bool) -> bool {
         gicd: s.gicd.load(Ordering::Relaxed),
         gicr: s.gicr.load(Ordering::Relaxed),
         vcpus: s.vcpus.load(Ordering::Relaxed),
-        el0: (EL0_WINDOW, EL0_WINDOW + (1 << 30)),
+        reserved: (EL0_WINDOW, window_va(FUZZ_CPUS)),
     };
     let first = s.seed.load(Ordering::Relaxed);
     let seeds = s.seeds.load(Ordering::Relaxed);

@@ -62,9 +62,10 @@ pub struct Layout {
     pub gicr: u64,
     /// vCPUs, so redistributors.
     pub vcpus: u64,
-    /// Virtual addresses the guest maps elsewhere than their IPA (its EL0
-    /// window): never called holes.
-    pub el0: (u64, u64),
+    /// Virtual addresses the guest maps elsewhere than their IPA (the
+    /// fuzzer's EL0 window and per-vCPU retargetable windows): never called
+    /// holes.
+    pub reserved: (u64, u64),
 }
 
 /// Size of the PL011 window.
@@ -118,7 +119,7 @@ impl Layout {
             && !(address..address + size).contains(&self.uart)
             && !(address..address + size).contains(&self.gicd)
             && !(address..address + size).contains(&self.gicr)
-            && (address + size <= self.el0.0 || address >= self.el0.1)
+            && (address + size <= self.reserved.0 || address >= self.reserved.1)
     }
 
     /// A random address `size`-aligned in a hole: next to a device or RAM,
@@ -448,7 +449,7 @@ mod tests {
             gicd: 0x0800_0000,
             gicr: 0x080a_0000,
             vcpus: 4,
-            el0: (0xc000_0000, 0x1_0000_0000),
+            reserved: (0xc000_0000, 0x3_0000_0000),
         }
     }
 
@@ -483,6 +484,7 @@ mod tests {
         assert!(!l.is_hole(0x08ff_fffc, 8), "straddles into the UART");
         assert!(!l.is_hole(VA_LIMIT - 4, 8));
         assert!(!l.is_hole(0xc000_1000, 8), "EL0 window");
+        assert!(!l.is_hole(0x2_0000_0000, 8), "a vCPU's window");
         assert!(!l.is_hole(0xbfff_fffc, 8), "straddles into the EL0 window");
         let mut rng = Rng::new(1, 0);
         for size in [1, 2, 4, 8, 16] {
