@@ -125,6 +125,8 @@ pub struct BootSummary {
     pub totals: Option<(u64, u64, u64, u64)>,
     /// Seeds named by violation lines.
     pub violation_seeds: Vec<u64>,
+    /// The violation lines themselves.
+    pub violation_lines: Vec<String>,
     /// The last `FUZZ: seed N` line.
     pub last_seed: Option<u64>,
     /// `[hv] PANIC` lines.
@@ -159,6 +161,7 @@ pub fn summarize(console: &str) -> BootSummary {
             if let Some(seed) = field(rest, "seed") {
                 summary.violation_seeds.push(seed);
             }
+            summary.violation_lines.push(rest.to_string());
         } else if rest.starts_with("seeds=") {
             summary.totals = Some((
                 field(rest, "seeds").unwrap_or(0),
@@ -308,6 +311,7 @@ mod tests {
         let s = summarize(console);
         assert_eq!(s.totals, Some((2, 800, 1, 9)));
         assert_eq!(s.violation_seeds, vec![5]);
+        assert_eq!(s.violation_lines.len(), 1);
         assert_eq!(s.last_seed, Some(6));
         assert_eq!(s.vm_stops.len(), 1);
         assert!(s.panics.is_empty());

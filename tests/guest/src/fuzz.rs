@@ -980,7 +980,8 @@ impl Ctx {
             self.violation("AT took an exception", va, outcome.esr);
             return;
         }
-        if (EL0_WINDOW..EL0_WINDOW + (1 << 30)).contains(&va) {
+        // The EL0 window and the vCPUs' windows map other IPAs, or nothing.
+        if (self.layout.reserved.0..self.layout.reserved.1).contains(&va) {
             return;
         }
         // The identity map covers 2^39 bytes for EL1 only.

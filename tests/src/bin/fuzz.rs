@@ -101,6 +101,10 @@ fn main() -> ExitCode {
             tally.violations,
             started.elapsed().as_secs_f64()
         );
+        let s = &boot.summary;
+        for line in s.violation_lines.iter().chain(&s.panics).chain(&s.vm_stops) {
+            eprintln!("fuzz:   {line}");
+        }
     });
     for failure in &tally.failures {
         println!(
