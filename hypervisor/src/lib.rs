@@ -24,6 +24,7 @@ pub mod host_gic;
 pub mod hypercall;
 pub mod image;
 pub mod inject;
+pub mod log_budget;
 pub mod mmio;
 pub mod pl011;
 pub mod platform;

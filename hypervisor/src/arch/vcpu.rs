@@ -50,6 +50,7 @@ use crate::guest_layout::vcpu_mpidr;
 use crate::host_gic::{self, HostIrq};
 use crate::hypercall::{GuestCall, NOT_SUPPORTED, SMCCC_VERSION_1_1};
 use crate::inject::{AbortKind, GuestState, synchronous_external_abort};
+use crate::log_budget::{LogBudget, LogDecision};
 use crate::mmio::DeviceId;
 use crate::psci::{self, BootRequest, PsciCall, PsciOutcome};
 use crate::sysreg_trap::{self, SysRegPolicy};
@@ -119,6 +120,10 @@ pub struct Vcpu {
     slot_cache: VcpuSlotCache,
     page_cache: PageCache,
     reported_sysregs: Vec<crate::esr::SysRegEncoding>,
+    /// Log lines left for injected aborts.
+    abort_log: LogBudget,
+    /// Log lines left for device accesses that could not be honoured.
+    device_log: LogBudget,
     /// This CPU's list registers (none without a GICv3 CPU interface).
     lrs: Option<HardwareListRegisters>,
     /// The virtual timer PPI is masked at the redistributor (its line is high).
@@ -147,6 +152,8 @@ impl Vcpu {
             slot_cache: VcpuSlotCache::new(),
             page_cache: PageCache::with_capacity(FAULT_CACHE_PAGES),
             reported_sysregs: Vec::new(),
+            abort_log: LogBudget::new(),
+            device_log: LogBudget::new(),
             lrs: super::boot::boot_info().features.gic_sysregs.then(|| {
                 // SAFETY: the boot path set ICC_SRE_EL2.SRE on every CPU with
                 // the GICv3 system-register interface; this vCPU lives on the
@@ -667,11 +674,7 @@ impl Vcpu {
             match result {
                 Ok(Some(byte)) => self.vm.console_byte(byte),
                 Ok(None) => {}
-                Err(e) => log::warn!(
-                    "vm{} vcpu{}: UART write ignored: {e:?}",
-                    self.vm.index,
-                    self.index
-                ),
+                Err(e) => self.device_warning(format_args!("UART write ignored: {e:?}")),
             }
         } else {
             let result = {
@@ -686,11 +689,7 @@ impl Vcpu {
             let raw = match result {
                 Ok(v) => u64::from(v),
                 Err(e) => {
-                    log::warn!(
-                        "vm{} vcpu{}: UART read as zero: {e:?}",
-                        self.vm.index,
-                        self.index
-                    );
+                    self.device_warning(format_args!("UART read as zero: {e:?}"));
                     0
                 }
             };
@@ -709,12 +708,10 @@ impl Vcpu {
     /// instruction cannot be emulated without decoding it.
     fn emulable_access(&mut self, abort: DataAbort, ipa: u64, device: &str) -> Option<DataAccess> {
         if abort.access.is_none() {
-            log::warn!(
-                "vm{} vcpu{}: {device} access at IPA {ipa:#x} without instruction syndrome (PC {:#x}) cannot be emulated",
-                self.vm.index,
-                self.index,
-                self.regs.pc
-            );
+            let pc = self.regs.pc;
+            self.device_warning(format_args!(
+                "{device} access at IPA {ipa:#x} without instruction syndrome (PC {pc:#x}) cannot be emulated"
+            ));
             self.inject(AbortKind::Data { write: abort.write }, ipa, "data");
         }
         abort.access
@@ -732,20 +729,14 @@ impl Vcpu {
             let result = self.vm.vgic.lock().mmio_write(ipa, access.size, value);
             match result {
                 Ok(kicks) => self.absorb(kicks),
-                Err(e) => log::warn!(
-                    "vm{} vcpu{}: GIC write of {value:#x} at IPA {ipa:#x} ignored: {e:?}",
-                    self.vm.index,
-                    self.index
-                ),
+                Err(e) => self.device_warning(format_args!(
+                    "GIC write of {value:#x} at IPA {ipa:#x} ignored: {e:?}"
+                )),
             }
         } else {
             let result = self.vm.vgic.lock().mmio_read(ipa, access.size);
             let raw = result.unwrap_or_else(|e| {
-                log::warn!(
-                    "vm{} vcpu{}: GIC read at IPA {ipa:#x} as zero: {e:?}",
-                    self.vm.index,
-                    self.index
-                );
+                self.device_warning(format_args!("GIC read at IPA {ipa:#x} as zero: {e:?}"));
                 0
             });
             if let Some(value) = mmio::load_result(access, raw) {
@@ -781,11 +772,29 @@ impl Vcpu {
         self.regs.pc = exception.pc;
         self.regs.pstate = exception.pstate;
         self.bump(Counter::InjectedAborts);
-        log::info!(
-            "vm{} vcpu{}: injected {what} abort: IPA {ipa:#x} is outside every memslot and device",
-            self.vm.index,
-            self.index
-        );
+        let decision = self.abort_log.take();
+        if decision != LogDecision::Quiet {
+            log::info!(
+                "vm{} vcpu{}: injected {what} abort: IPA {ipa:#x} is outside every memslot and device{}",
+                self.vm.index,
+                self.index,
+                LogBudget::suffix(decision)
+            );
+        }
+    }
+
+    /// Logs a device access that could not be honoured, within this vCPU's
+    /// budget for them.
+    fn device_warning(&mut self, message: core::fmt::Arguments<'_>) {
+        let decision = self.device_log.take();
+        if decision != LogDecision::Quiet {
+            log::warn!(
+                "vm{} vcpu{}: {message}{}",
+                self.vm.index,
+                self.index,
+                LogBudget::suffix(decision)
+            );
+        }
     }
 
     fn sysreg(&mut self, access: SysRegAccess) {
