@@ -87,6 +87,10 @@ const RAM_TARGET: u64 = 0x1000;
 /// fuzzer calls a hole): per vCPU a code page and a data page.
 const EL0_WINDOW: u64 = 0xc000_0000;
 const EL0_WINDOW_INDEX: usize = 3;
+/// Level-3 index (in the EL0 window) of vCPU 0's EL0 page whose IPA is a
+/// hole, and that IPA (nothing lives at 0x0a00_0000 in the guest's map).
+const EL0_HOLE_INDEX: usize = 64;
+const EL0_HOLE_IPA: u64 = 0x0a00_0000;
 /// Level-1 index of vCPU 0's window: one gigabyte of virtual addresses per
 /// vCPU that an operation points anywhere (a hole or device gigabyte as
 /// Normal executable memory, an IPA beyond the VM's 40 bits, or a table in a
@@ -1279,12 +1283,24 @@ impl Ctx {
 
     fn el0_op(&mut self) {
         let aarch32 = self.el0_aarch32 && self.rng.one_in(2);
+        let hole_va = EL0_WINDOW + ((EL0_HOLE_INDEX + self.cpu) * PAGE) as u64;
+        // One in three: a load or store to the EL0 page whose IPA is a hole.
+        let directed = self.rng.one_in(3);
+        let size = self.rng.pick(&[0u32, 2]);
+        let store = self.rng.one_in(2);
+        let target = hole_va + (self.rng.below(PAGE as u64 / 4) * 4);
         let mut block = self.block();
         let (words, spsr) = if aarch32 {
-            let word = loop {
-                let word = self.rng.next() as u32;
-                if fuzz_model::a32_word_allowed(word) {
-                    break word;
+            let word = if directed {
+                self.note = "EL0 AArch32 access to a hole";
+                // LDR/STR{B} r0, [r1]
+                0xe581_0000 | (u32::from(size == 0) << 22) | (u32::from(!store) << 20)
+            } else {
+                loop {
+                    let word = self.rng.next() as u32;
+                    if fuzz_model::a32_word_allowed(word) {
+                        break word;
+                    }
                 }
             };
             for i in 0..13 {
@@ -1294,10 +1310,15 @@ impl Ctx {
             block.x[14] = self.el0_code_va;
             ([word, fuzz_model::A32_SVC0], SPSR_USR32)
         } else {
-            let word = loop {
-                let word = self.rng.next() as u32;
-                if fuzz_model::el0_word_allowed(word) {
-                    break word;
+            let word = if directed {
+                self.note = "EL0 access to a hole";
+                fuzz_model::ldst(!store, size, 0, 1)
+            } else {
+                loop {
+                    let word = self.rng.next() as u32;
+                    if fuzz_model::el0_word_allowed(word) {
+                        break word;
+                    }
                 }
             };
             for (i, r) in block.x.iter_mut().enumerate() {
@@ -1309,18 +1330,34 @@ impl Ctx {
             }
             ([word, fuzz_model::SVC0], SPSR_EL0T)
         };
+        if directed {
+            block.x[1] = target;
+        }
         block.sp_el0 = self.el0_data_va + 0x800;
         write_code(self.el0_code, &words);
         let outcome = self.enter(self.el0_code_va, spsr, &block);
-        if outcome.taken == 0 {
+        let external = outcome.taken >= 1
+            && outcome.class() == EC_DATA_ABORT_EL0
+            && outcome.esr & 0x3f == DFSC_EXTERNAL;
+        if directed {
+            if !external || outcome.far != target {
+                self.violation(
+                    "EL0 access to a hole: no external abort at its address",
+                    target,
+                    outcome.esr,
+                );
+            } else if (outcome.esr >> 6) & 1 != u64::from(store) {
+                self.violation("EL0 access to a hole: wrong WnR", target, outcome.esr);
+            }
+        } else if outcome.taken == 0 {
             self.violation(
                 "EL0 code returned without an exception",
                 u64::from(words[0]),
                 0,
             );
-        } else if outcome.class() == EC_DATA_ABORT_EL0 && outcome.esr & 0x3f == DFSC_EXTERNAL {
+        } else if external && !(hole_va..hole_va + PAGE as u64).contains(&outcome.far) {
             self.violation(
-                "external abort injected into EL0",
+                "external abort injected into EL0 away from its hole page",
                 u64::from(words[0]),
                 outcome.far,
             );
@@ -1595,6 +1632,7 @@ fn map_el0_window(l1: &[AtomicU64; 512], cpus: usize) {
     for cpu in 0..cpus {
         let code = el0_page(2 * cpu);
         let data = el0_page(2 * cpu + 1);
+        let hole = EL0_HOLE_IPA + (cpu * PAGE) as u64;
         let entries = (&raw mut EL0_L3).cast::<u64>();
         // SAFETY: the tables are this module's statics, not yet in use (the
         // window's entry still points elsewhere) and written only here; the
@@ -1604,6 +1642,9 @@ fn map_el0_window(l1: &[AtomicU64; 512], cpus: usize) {
             entries
                 .add(2 * cpu + 1)
                 .write(data | PAGE_DESC | AP_EL0_RW | UXN);
+            entries
+                .add(EL0_HOLE_INDEX + cpu)
+                .write(hole | PAGE_DESC | AP_EL0_RW | UXN);
         }
     }
     // SAFETY: as above.
