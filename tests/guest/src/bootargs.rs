@@ -58,17 +58,14 @@ impl FuzzOptions {
     pub const ALLOW_PTIMER: u32 = 1 << 3;
     /// Unaligned MMIO accesses that straddle the end of a device window.
     pub const ALLOW_STRADDLE: u32 = 1 << 4;
-    /// PSCI `CPU_ON` of a secondary that is powering off, with a real entry.
-    pub const ALLOW_CPU_ON_RACE: u32 = 1 << 5;
 
     /// `fuzz-allow=` names and their bits.
-    pub const ALLOW_NAMES: [(&'static str, u32); 6] = [
+    pub const ALLOW_NAMES: [(&'static str, u32); 5] = [
         ("el0-aarch32", Self::ALLOW_EL0_AARCH32),
         ("hvc-any", Self::ALLOW_HVC_ANY),
         ("gic-active", Self::ALLOW_GIC_ACTIVE),
         ("ptimer", Self::ALLOW_PTIMER),
         ("straddle", Self::ALLOW_STRADDLE),
-        ("cpu-on-race", Self::ALLOW_CPU_ON_RACE),
     ];
 
     /// The defaults: seed 1, one seed, 500 operations, nothing extra.

@@ -51,6 +51,16 @@
 //! * Random instruction words at EL1 (no branches, system instructions, SVE
 //!   or memory copy/set) with registers pointing at the scratch area, devices
 //!   and holes, and at EL0 (no branches).
+//! * EL0 loads and stores to an EL0 page whose IPA is a hole: an external
+//!   data abort from the lower EL (EC 0x24) at that address with the right
+//!   WnR.
+//! * Through the vCPU's own level-1 window, retargeted per operation: the
+//!   device gigabyte as Normal memory (unaligned, exclusive and atomic
+//!   accesses reach the emulated devices; holes there must still abort at
+//!   the VA), data accesses and instruction fetches to hole gigabytes and to
+//!   IPAs above the VM's 40 bits (`TCR_EL1.IPS` is raised to the CPU's size),
+//!   and table walks through tables in a device or a hole: each must take an
+//!   external abort (data, or instruction EC 0x21) at the VA.
 //! * Interrupt delivery: an SGI to itself or the virtual timer, with the
 //!   GIC set up again first, must arrive within two seconds (one retry).
 //!
