@@ -1294,6 +1294,10 @@ impl Ctx {
     fn el0_op(&mut self) {
         let aarch32 = self.el0_aarch32 && self.rng.one_in(2);
         let hole_va = EL0_WINDOW + ((EL0_HOLE_INDEX + self.cpu) * PAGE) as u64;
+        // EL0 reaches every vCPU's EL0 pages (PC-relative literal loads go
+        // 1 MiB either way): any of the hole pages may abort.
+        let holes_start = EL0_WINDOW + (EL0_HOLE_INDEX * PAGE) as u64;
+        let holes_end = holes_start + (FUZZ_CPUS * PAGE) as u64;
         // One in three: a load or store to the EL0 page whose IPA is a hole.
         let directed = self.rng.one_in(3);
         let size = self.rng.pick(&[0u32, 2]);
@@ -1365,9 +1369,9 @@ impl Ctx {
                 u64::from(words[0]),
                 0,
             );
-        } else if external && !(hole_va..hole_va + PAGE as u64).contains(&outcome.far) {
+        } else if external && !(holes_start..holes_end).contains(&outcome.far) {
             self.violation(
-                "external abort injected into EL0 away from its hole page",
+                "external abort injected into EL0 away from the hole pages",
                 u64::from(words[0]),
                 outcome.far,
             );
