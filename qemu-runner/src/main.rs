@@ -28,7 +28,7 @@ options:
   --guest SCENARIO   test guest scenario: memory (default), bad-guest or fuzz
   --guest-args WORDS more test guest bootargs, e.g. 'seed=5 seeds=10 ops=400'
                      for fuzz (also fuzz-allow=el0-aarch32,hvc-any,gic-active,
-                     ptimer,straddle)
+                     ptimer,straddle,group0-off,keep-active)
   --smp N            emulated CPUs (default 4)
   --mem MIB          machine RAM in MiB (default 1024)
   --guest-mem MIB    guest RAM in MiB (vm.conf mem_mib; hypervisor default 128)

@@ -435,15 +435,20 @@ fn take_interrupt(cpu: usize, fiq: bool) {
     }
 }
 
+/// A 32-bit store to a GIC register, always a plain `STR` (an access with
+/// base writeback has no instruction syndrome and cannot be emulated).
 fn mmio_write32(address: u64, value: u32) {
     // SAFETY: the GIC registers the fuzzer configures, mapped as device
     // memory; the write only changes interrupt state.
-    unsafe { core::ptr::write_volatile(address as *mut u32, value) };
+    unsafe { asm!("str {v:w}, [{a}]", a = in(reg) address, v = in(reg) value, options(nostack)) };
 }
 
+/// A 32-bit load from a GIC register, always a plain `LDR`.
 fn mmio_read32(address: u64) -> u32 {
+    let value: u32;
     // SAFETY: as above; GIC reads have no side effects.
-    unsafe { core::ptr::read_volatile(address as *const u32) }
+    unsafe { asm!("ldr {v:w}, [{a}]", a = in(reg) address, v = out(reg) value, options(nostack)) };
+    value
 }
 
 fn code_page(cpu: usize) -> u64 {
@@ -1392,8 +1397,47 @@ impl Ctx {
             }
             if attempt == 1 {
                 self.violation("interrupt not delivered", u64::from(intid), 0);
+                self.dump_interrupt_state(intid);
             }
         }
+    }
+
+    /// Prints the CPU interface and redistributor state behind an interrupt
+    /// that did not arrive (the first two times per vCPU).
+    fn dump_interrupt_state(&mut self, intid: u32) {
+        static DUMPS: [AtomicU32; FUZZ_CPUS] = [const { AtomicU32::new(0) }; FUZZ_CPUS];
+        if DUMPS[self.cpu].fetch_add(1, Ordering::Relaxed) >= 2 {
+            return;
+        }
+        let sgi_base = self.layout.gicr + self.cpu as u64 * fuzz_model::GICR_STRIDE + 0x1_0000;
+        println!(
+            "FUZZ: vcpu{} INTID {intid}: RPR {:#x} HPPIR1 {:#x} AP1R0 {:#x} PMR {:#x} IGRPEN1 {:#x} \
+             CTLR {:#x} | GICR ISENABLER0 {:#x} ISPENDR0 {:#x} ISACTIVER0 {:#x} IGROUPR0 {:#x} \
+             WAKER {:#x} | GICD_CTLR {:#x} SPI ISACTIVER {:#x} {:#x} ISPENDR {:#x} {:#x} \
+             ISENABLER {:#x} {:#x} IGROUPR {:#x} {:#x} | HPPIR0 {:#x}",
+            self.cpu,
+            read_sysreg!("icc_rpr_el1"),
+            read_sysreg!("icc_hppir1_el1"),
+            read_sysreg!("icc_ap1r0_el1"),
+            read_sysreg!("icc_pmr_el1"),
+            read_sysreg!("icc_igrpen1_el1"),
+            read_sysreg!("icc_ctlr_el1"),
+            mmio_read32(sgi_base + 0x100),
+            mmio_read32(sgi_base + 0x200),
+            mmio_read32(sgi_base + 0x300),
+            mmio_read32(sgi_base + 0x080),
+            mmio_read32(sgi_base - 0x1_0000 + 0x14),
+            mmio_read32(self.layout.gicd),
+            mmio_read32(self.layout.gicd + 0x304),
+            mmio_read32(self.layout.gicd + 0x308),
+            mmio_read32(self.layout.gicd + 0x204),
+            mmio_read32(self.layout.gicd + 0x208),
+            mmio_read32(self.layout.gicd + 0x104),
+            mmio_read32(self.layout.gicd + 0x108),
+            mmio_read32(self.layout.gicd + 0x084),
+            mmio_read32(self.layout.gicd + 0x088),
+            read_sysreg!("icc_hppir0_el1"),
+        );
     }
 
     fn raise_and_wait(&mut self, intid: u32) -> bool {
@@ -1419,6 +1463,20 @@ impl Ctx {
         write_sysreg!("icc_bpr1_el1", 0);
         write_sysreg!("icc_ctlr_el1", 0);
         write_sysreg!("icc_igrpen1_el1", 1);
+        if !self.allows(FuzzOptions::ALLOW_KEEP_ACTIVE) {
+            // SPIs pile up in the active state over a long run (see
+            // ALLOW_KEEP_ACTIVE): deactivate them all, as a guest may.
+            let typer = SETTINGS.gicd_typer.load(Ordering::Relaxed);
+            for word in 1..=(typer & 0x1f) {
+                mmio_write32(l.gicd + 0x380 + 4 * word, u32::MAX); // ICACTIVER
+            }
+        }
+        if !self.allows(FuzzOptions::ALLOW_GROUP0_OFF) {
+            // Random distributor writes leave group-0 SPIs pending here; the
+            // hypervisor lists them ahead of group 1 even while group 0 is
+            // off, which starves group 1 (see ALLOW_GROUP0_OFF).
+            write_sysreg!("icc_igrpen0_el1", 1);
+        }
         let before = IRQS[self.cpu][intid as usize].load(Ordering::Relaxed);
         if intid == TIMER_INTID {
             let now = read_sysreg!("cntvct_el0");
@@ -1499,8 +1557,14 @@ impl Ctx {
                 self.set_window(NORMAL_BLOCK);
                 let size = self.rng.pick(&fuzz_model::SIZES);
                 let (address, region, writable) = if self.rng.one_in(3) {
-                    let hole = l.hole(&mut self.rng, 8) & ((1 << 30) - 1);
-                    (hole, l.region(hole), true)
+                    // A hole in the device gigabyte (never a device register).
+                    let hole = loop {
+                        let address = self.rng.below(1 << 30) & !15;
+                        if l.is_hole(address, 16) {
+                            break address;
+                        }
+                    };
+                    (hole, Region::Hole, true)
                 } else {
                     self.device_target(size)
                 };

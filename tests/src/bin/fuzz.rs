@@ -22,7 +22,7 @@ usage: fuzz --seeds N [--first-seed S] [--ops M] [--per-boot K] [--cpu MODEL]...
   --cpu MODEL      QEMU -cpu; repeat to alternate boots between models
                    (default: max,pauth=off and cortex-a57)
   --allow LIST     fuzz-allow list: el0-aarch32,hvc-any,gic-active,ptimer,
-                   straddle (default: none)
+                   straddle,group0-off,keep-active (default: none)
   --smp N          emulated CPUs and vCPUs (default 4)";
 
 fn parse(args: &[String]) -> Result<Campaign, String> {
