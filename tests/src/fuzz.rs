@@ -12,7 +12,7 @@
 //! * a boot without `RESULT: PASS` for another reason (timeout, guest
 //!   failure) counts as a failure of its first unfinished seed.
 //!
-//! Every failure comes with the command that replays its seed alone.
+//! Every failure comes with the command that replays its boot up to its seed.
 
 use std::time::Duration;
 
@@ -47,13 +47,15 @@ impl Campaign {
         args
     }
 
-    /// The command that replays `seed` alone on `cpu`.
-    pub fn rerun_command(&self, cpu: &str, seed: u64) -> String {
+    /// The command that replays a boot's seeds from `first` through `seed`
+    /// on `cpu` (state left by earlier seeds of the boot can matter; the
+    /// seed alone is `--guest-args 'seed=S seeds=1 ...'`).
+    pub fn rerun_command(&self, cpu: &str, first: u64, seed: u64) -> String {
         format!(
             "cargo run --release -p qemu-runner -- --guest fuzz --smp {} --cpu {cpu} \
              --guest-args '{}'",
             self.smp,
-            self.guest_args(seed, 1)
+            self.guest_args(first, seed.saturating_sub(first) + 1)
         )
     }
 
@@ -226,7 +228,7 @@ pub fn tally_boot(campaign: &Campaign, tally: &mut Tally, boot: &Boot) {
             seed,
             cpu: boot.cpu.clone(),
             what,
-            rerun: campaign.rerun_command(&boot.cpu, seed),
+            rerun: campaign.rerun_command(&boot.cpu, first, seed),
         })
     };
     let current = s.last_seed.unwrap_or(first);
@@ -344,7 +346,7 @@ mod tests {
         assert_eq!(
             tally.failures[0].rerun,
             "cargo run --release -p qemu-runner -- --guest fuzz --smp 4 --cpu cortex-a57 \
-             --guest-args 'seed=11 seeds=1 ops=100 fuzz-allow=ptimer'"
+             --guest-args 'seed=10 seeds=2 ops=100 fuzz-allow=ptimer'"
         );
         assert!(tally.figures().contains("fuzz/hv_panics 1 panics\n"));
     }
