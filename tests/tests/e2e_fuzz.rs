@@ -14,8 +14,8 @@
 
 use tests::fuzz::{self, Campaign};
 
-const SEEDS: u64 = 30;
-const OPS: u64 = 600;
+const SEEDS: u64 = 60;
+const OPS: u64 = 1000;
 /// `hypervisor::log_budget::LINES_PER_KIND`.
 const LINES_PER_KIND: usize = 16;
 
