@@ -62,7 +62,10 @@
 //!   and table walks through tables in a device or a hole: each must take an
 //!   external abort (data, or instruction EC 0x21) at the VA.
 //! * Interrupt delivery: an SGI to itself or the virtual timer, with the
-//!   GIC set up again first, must arrive within two seconds (one retry).
+//!   GIC set up again first (its redistributor's configuration of the
+//!   INTID, every SPI deactivated, both groups enabled: see
+//!   `fuzz-allow=keep-active` and `group0-off`), must arrive within two
+//!   seconds (one retry).
 //!
 //! At the end the boot vCPU restores the PL011, prints
 //! `FUZZ: seeds=K ops=N violations=V` and passes only without violations.
