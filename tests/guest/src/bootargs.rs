@@ -62,7 +62,8 @@ impl FuzzOptions {
     /// Interrupt checks with the guest's group 0 left disabled
     /// (`ICC_IGRPEN0_EL1` = 0): the hypervisor fills the list registers by
     /// priority whatever the guest's group enables, so pending group-0
-    /// interrupts can hold every list register and starve group 1.
+    /// interrupts of better priority could hold every list register and
+    /// starve group 1 (not seen in runs so far).
     pub const ALLOW_GROUP0_OFF: u32 = 1 << 5;
 
     /// Interrupt checks without first deactivating every SPI: in long runs

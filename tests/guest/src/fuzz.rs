@@ -1476,8 +1476,8 @@ impl Ctx {
         }
         if !self.allows(FuzzOptions::ALLOW_GROUP0_OFF) {
             // Random distributor writes leave group-0 SPIs pending here; the
-            // hypervisor lists them ahead of group 1 even while group 0 is
-            // off, which starves group 1 (see ALLOW_GROUP0_OFF).
+            // hypervisor lists them by priority even while group 0 is off,
+            // which could starve group 1 (see ALLOW_GROUP0_OFF).
             write_sysreg!("icc_igrpen0_el1", 1);
         }
         let before = IRQS[self.cpu][intid as usize].load(Ordering::Relaxed);
