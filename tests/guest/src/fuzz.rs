@@ -1450,7 +1450,10 @@ impl Ctx {
         let bit = 1u32 << intid;
         mmio_write32(rd + 0x14, 0); // WAKER: awake
         mmio_write32(sgi_base + 0x080, mmio_read32(sgi_base + 0x080) | bit); // IGROUPR0
-        mmio_write32(sgi_base + 0x380, bit); // ICACTIVER0
+        // ICACTIVER0: the INTID, or (see ALLOW_KEEP_ACTIVE) every private
+        // interrupt, which pile up in the active state like SPIs.
+        let keep = self.allows(FuzzOptions::ALLOW_KEEP_ACTIVE);
+        mmio_write32(sgi_base + 0x380, if keep { bit } else { u32::MAX });
         let priority = sgi_base + 0x400 + u64::from(intid & !3);
         let shift = 8 * (intid & 3);
         mmio_write32(
