@@ -80,9 +80,10 @@ impl LinuxBoot {
         }
     }
 
-    /// Whether a person drives this guest (an interactive shell).
-    pub fn is_interactive(&self) -> bool {
-        self.initrd != InitrdSource::Busybox(BusyboxInit::Test)
+    /// Whether the guest prints a `RESULT:` verdict of its own (the test
+    /// init); a shell or files given by the user may not.
+    pub fn reports_result(&self) -> bool {
+        self.initrd == InitrdSource::Busybox(BusyboxInit::Test)
     }
 
     /// The command line the guest boots with.
@@ -325,13 +326,13 @@ mod tests {
             test.effective_cmdline(),
             "console=ttyAMA0 earlycon rdinit=/init loglevel=5"
         );
-        assert!(!test.is_interactive());
+        assert!(test.reports_result());
         let shell = LinuxBoot::debian(BusyboxInit::Shell);
         assert_eq!(
             shell.effective_cmdline(),
             "console=ttyAMA0 earlycon rdinit=/init"
         );
-        assert!(shell.is_interactive());
+        assert!(!shell.reports_result());
         let custom = LinuxBoot {
             cmdline: Some("console=ttyAMA0 init=/bin/sh".into()),
             ..shell
