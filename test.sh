@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command. On a fresh Debian machine it installs what is
-# missing (the pinned toolchain, its aarch64 targets and components), then runs,
-# in order: formatting and lint checks, the cross builds of the libraries and
-# the hypervisor, every host test (unit, property, stress and QEMU end-to-end
+# missing (the pinned toolchain, its aarch64 targets and components), then
+# runs, in order: formatting, lint and documentation checks, the cross builds
+# of the libraries and the hypervisor, every host test (unit, property, stress and QEMU end-to-end
 # tests; qemu-runner installs QEMU when it is missing and we are root), and the
 # loom models of the lock-free protocols.
 set -euo pipefail
@@ -21,7 +21,7 @@ for target in aarch64-unknown-none aarch64-unknown-none-softfloat; do
     fi
 done
 installed_components=$(rustup component list --installed --toolchain "${toolchain}")
-for component in clippy rustfmt llvm-tools; do
+for component in clippy rustfmt; do
     if ! grep -q "^${component}" <<<"${installed_components}"; then
         echo "test.sh: installing Rust component ${component}"
         rustup component add --toolchain "${toolchain}" "${component}"
@@ -39,6 +39,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "clippy (aarch64-unknown-none-softfloat: the EL2 and EL1 code the host build leaves out)"
 cargo clippy -p hypervisor -p test-guest -p tlb -p pgtable -p memslot \
     --target aarch64-unknown-none-softfloat -- -D warnings
+
+step "documentation (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
 step "libraries build for aarch64-unknown-none-softfloat"
 cargo build --release -p tlb -p pgtable -p memslot --target aarch64-unknown-none-softfloat

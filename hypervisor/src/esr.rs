@@ -282,8 +282,8 @@ impl WaitKind {
 /// Bits [11:0] of a faulting address that `HPFAR_EL2` does not hold.
 const PAGE_OFFSET_MASK: u64 = 0xfff;
 
-/// The faulting IPA of a stage-2 abort: `HPFAR_EL2.FIPA` ([43:4]) gives bits
-/// [51:12], `FAR_EL2` the page offset.
+/// The faulting IPA of a stage-2 abort: `HPFAR_EL2.FIPA` (bits 43:4) gives bits
+/// 51:12, `FAR_EL2` the page offset.
 pub fn fault_ipa(hpfar: u64, far: u64) -> u64 {
     ((hpfar & 0x0000_0fff_ffff_fff0) << 8) | (far & PAGE_OFFSET_MASK)
 }
