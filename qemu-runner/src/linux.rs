@@ -9,7 +9,11 @@
 //!
 //! Kernel files: an arm64 `Image` is used as it is (its header's magic
 //! `ARM\x64` at 0x38 is checked); a gzip-compressed one (`vmlinuz` on some
-//! releases) is decompressed first, and the result must be an `Image`.
+//! releases) is decompressed first, and the result must be an `Image`. A
+//! file given with `--kernel` that has no header is a raw binary, which QEMU
+//! and the hypervisor both load 512 KiB into RAM and enter with the device
+//! tree in `x0` (bare-metal test suites ship so); an ELF file is refused, as
+//! neither would start it at its entry point.
 //!
 //! Command lines: the console is the PL011 (`console=ttyAMA0 earlycon`),
 //! `/init` of the initramfs runs as PID 1 (`rdinit=/init`). The test init
@@ -117,6 +121,10 @@ pub enum KernelImageError {
         /// Whether it was gzip-compressed.
         was_gzip: bool,
     },
+    /// An ELF file, neither an `Image` nor a raw binary.
+    Elf,
+    /// An empty file.
+    Empty,
 }
 
 impl fmt::Display for KernelImageError {
@@ -133,6 +141,11 @@ impl fmt::Display for KernelImageError {
                     ""
                 }
             ),
+            KernelImageError::Elf => write!(
+                f,
+                "an ELF file; give an arm64 Image or a raw binary (objcopy -O binary)"
+            ),
+            KernelImageError::Empty => write!(f, "the file is empty"),
         }
     }
 }
@@ -165,6 +178,30 @@ pub fn kernel_image(bytes: Vec<u8>) -> Result<Vec<u8>, KernelImageError> {
     } else {
         Err(KernelImageError::NotAnImage { was_gzip: true })
     }
+}
+
+/// How a kernel file is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelFormat {
+    /// An arm64 `Image`.
+    Image,
+    /// A raw binary without a header.
+    RawBinary,
+}
+
+/// A kernel file given by the user: an `Image` (decompressed when gzip) or
+/// a raw binary; an ELF or empty file is refused.
+pub fn user_kernel(bytes: Vec<u8>) -> Result<(Vec<u8>, KernelFormat), KernelImageError> {
+    if bytes.is_empty() {
+        return Err(KernelImageError::Empty);
+    }
+    if bytes.starts_with(b"\x7fELF") {
+        return Err(KernelImageError::Elf);
+    }
+    if bytes.starts_with(&GZIP_MAGIC) || has_image_magic(&bytes) {
+        return kernel_image(bytes).map(|image| (image, KernelFormat::Image));
+    }
+    Ok((bytes, KernelFormat::RawBinary))
 }
 
 /// Why a Linux guest's files could not be had.
@@ -215,8 +252,10 @@ impl std::error::Error for LinuxError {}
 pub struct LinuxFiles {
     /// Where the kernel came from.
     pub kernel_path: PathBuf,
-    /// The kernel as a raw arm64 `Image`.
+    /// The kernel: an arm64 `Image`, or a raw binary.
     pub kernel: Vec<u8>,
+    /// Which of the two.
+    pub kernel_format: KernelFormat,
     /// The initrd, if any.
     pub initrd: Option<Vec<u8>>,
     /// The kernel command line.
@@ -245,14 +284,30 @@ pub fn resolve(boot: &LinuxBoot, cpus: u32) -> Result<LinuxFiles, LinuxError> {
         (KernelSource::Debian, Some(debian)) => debian.kernel_image.clone(),
         (KernelSource::Debian, None) => unreachable!("fetched above"),
     };
-    let kernel = kernel_image(read(&kernel_path)?).map_err(|error| LinuxError::Kernel {
+    let kernel_error = |error| LinuxError::Kernel {
         path: kernel_path.clone(),
         error,
-    })?;
-    ImageHeader::parse(&kernel).map_err(|error| LinuxError::Header {
-        path: kernel_path.clone(),
-        error,
-    })?;
+    };
+    let (kernel, kernel_format) = match boot.kernel {
+        KernelSource::File(_) => user_kernel(read(&kernel_path)?).map_err(kernel_error)?,
+        KernelSource::Debian => (
+            kernel_image(read(&kernel_path)?).map_err(kernel_error)?,
+            KernelFormat::Image,
+        ),
+    };
+    match kernel_format {
+        KernelFormat::Image => {
+            ImageHeader::parse(&kernel).map_err(|error| LinuxError::Header {
+                path: kernel_path.clone(),
+                error,
+            })?;
+        }
+        KernelFormat::RawBinary => eprintln!(
+            "qemu-runner: {} has no arm64 Image header: booting it as a raw binary (loaded \
+             512 KiB into RAM, entered at its first byte, device tree in x0)",
+            kernel_path.display()
+        ),
+    }
     let initrd = match (&boot.initrd, &debian) {
         (InitrdSource::None, _) => None,
         (InitrdSource::File(path), _) => Some(read(path)?),
@@ -268,6 +323,7 @@ pub fn resolve(boot: &LinuxBoot, cpus: u32) -> Result<LinuxFiles, LinuxError> {
     Ok(LinuxFiles {
         kernel_path,
         kernel,
+        kernel_format,
         initrd,
         cmdline: boot.effective_cmdline(),
     })
@@ -317,6 +373,38 @@ mod tests {
             kernel_image(b"short".to_vec()),
             Err(KernelImageError::NotAnImage { .. })
         ));
+    }
+
+    #[test]
+    fn user_kernels_may_be_raw_binaries_but_not_elf_or_empty_files() {
+        assert_eq!(
+            user_kernel(fake_image()).unwrap(),
+            (fake_image(), KernelFormat::Image)
+        );
+        assert_eq!(
+            user_kernel(gzip(&fake_image())).unwrap(),
+            (fake_image(), KernelFormat::Image)
+        );
+        let raw = vec![0x00, 0x00, 0x00, 0x14];
+        assert_eq!(
+            user_kernel(raw.clone()).unwrap(),
+            (raw, KernelFormat::RawBinary)
+        );
+        assert!(matches!(
+            user_kernel(b"\x7fELF\x02\x01".to_vec()),
+            Err(KernelImageError::Elf)
+        ));
+        assert!(matches!(
+            user_kernel(Vec::new()),
+            Err(KernelImageError::Empty)
+        ));
+        assert!(
+            matches!(
+                user_kernel(gzip(&[0; 64])),
+                Err(KernelImageError::NotAnImage { was_gzip: true })
+            ),
+            "compressed kernels must be Images"
+        );
     }
 
     #[test]

@@ -9,6 +9,10 @@
 //!   input for ever, and a kernel that powers off passes.
 //! - A run in which the hypervisor could not start a guest fails, naming the
 //!   hypervisor's reason.
+//! - A raw binary (no `Image` header) boots like QEMU boots it, directly and
+//!   under the hypervisor: loaded 512 KiB into RAM and entered with the
+//!   device tree's address in `x0` (the kernel checks the device tree magic
+//!   there before it powers off).
 //!
 //! The kernels are arm64 `Image`s of a few instructions: one spins for ever
 //! (`b .`), the other calls PSCI `SYSTEM_OFF` with `hvc #0` (the conduit of
@@ -30,6 +34,20 @@ const MOVZ_W0_8: u32 = 0x5280_0100;
 const MOVK_W0_8400_LSL16: u32 = 0x72b0_8000;
 /// `hvc #0`
 const HVC_0: u32 = 0xd400_0002;
+
+/// A raw binary that powers off only when `x0` points at a device tree
+/// (magic `0xd00dfeed`, big-endian), and spins otherwise.
+const RAW_CHECKS_DTB_THEN_POWERS_OFF: [u32; 9] = [
+    0xb940_0001, // ldr w1, [x0]
+    0x5281_ba02, // movz w2, #0x0dd0
+    0x72bd_bfc2, // movk w2, #0xedfe, lsl #16 (the magic as a little-endian load reads it)
+    0x6b02_003f, // cmp w1, w2
+    0x5400_0081, // b.ne +16 (to the spin)
+    MOVZ_W0_8,
+    MOVK_W0_8400_LSL16,
+    HVC_0,
+    SPIN,
+];
 
 /// An arm64 `Image` whose code (after the 64-byte header) is `code`.
 fn image(code: &[u32]) -> Vec<u8> {
@@ -85,6 +103,38 @@ fn every_run_has_no_default_nic_and_a_powered_off_kernel_passes() {
         );
         assert!(report.command_line.contains(" -nic none "), "{explain}");
         assert!(report.passed(), "{explain}");
+    }
+}
+
+#[test]
+fn a_raw_binary_boots_like_qemu_boots_it() {
+    let dir = std::env::temp_dir().join(format!("e2e-runner-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let raw = dir.join("raw.bin");
+    let code: Vec<u8> = RAW_CHECKS_DTB_THEN_POWERS_OFF
+        .iter()
+        .flat_map(|word| word.to_le_bytes())
+        .collect();
+    std::fs::write(&raw, code).unwrap();
+    for boot in [Boot::Direct, Boot::Hypervisor] {
+        let report = qemu_runner::run(&kernel_run(boot, &raw, 60))
+            .unwrap_or_else(|error| panic!("{boot:?}: could not run QEMU: {error}"));
+        let explain = format!(
+            "{boot:?}: {}\n--- console ---\n{}",
+            report.verdict,
+            report.console()
+        );
+        assert!(report.passed(), "{explain}");
+        if boot == Boot::Hypervisor {
+            assert!(
+                report
+                    .transcript
+                    .log_lines_containing("kernel 0x40080000 (36 bytes, raw binary")
+                    .count()
+                    == 1,
+                "{explain}"
+            );
+        }
     }
 }
 

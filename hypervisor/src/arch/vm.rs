@@ -26,7 +26,7 @@ use crate::guest_layout::{
     GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE, GUEST_UART_SIZE, GUEST_UART_SPI,
     vcpu_mpidr,
 };
-use crate::image::ImageHeader;
+use crate::image::{self, KernelFormat};
 use crate::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::pl011::{ConsoleLine, Pl011, RxBacklog};
 use crate::psci::{BootRequest, PowerStates};
@@ -111,7 +111,7 @@ pub enum VmError {
     Payload(cpio::CpioError),
     /// The archive has no `kernel` entry.
     NoKernel,
-    /// The kernel is not an arm64 Image.
+    /// The kernel is neither an arm64 Image nor a raw binary.
     Kernel(crate::image::ImageError),
     /// `vm.conf` is invalid.
     Conf(crate::vmconf::VmConfError),
@@ -282,7 +282,7 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         Some(e) => VmConf::parse(e.data).map_err(VmError::Conf)?,
         None => VmConf::default(),
     };
-    let header = ImageHeader::parse(kernel.data).map_err(VmError::Kernel)?;
+    let (header, kernel_format) = image::parse_kernel(kernel.data).map_err(VmError::Kernel)?;
     let vcpus = match conf.vcpus {
         Some(n) if n as usize > info.cpus_online => {
             return Err(VmError::TooManyVcpus {
@@ -447,10 +447,14 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     }));
     log::info!(
         "vm{index}: {vcpus} vCPU(s), {} MiB RAM at IPA {GUEST_RAM_BASE:#x} backed by {backing:#x}, VMID {vmid}, \
-         kernel {:#x} ({} bytes), device tree {:#x}{}{}",
+         kernel {:#x} ({} bytes{}), device tree {:#x}{}{}",
         mem_bytes >> 20,
         placement.kernel.start,
         kernel.data.len(),
+        match kernel_format {
+            KernelFormat::Image => "",
+            KernelFormat::RawBinary => ", raw binary: no Image header",
+        },
         placement.dtb.start,
         placement
             .initrd
