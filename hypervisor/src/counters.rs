@@ -46,11 +46,25 @@ pub enum Counter {
     UnknownHypercalls,
     /// TEST_REPORT hypercalls.
     TestReports,
+    /// 4 KiB pages of guest memory cleaned to the point of coherency (no
+    /// FWB): mapped, unmapped or flushed.
+    CmoDcacheCleanPages,
+    /// Instruction cache maintenance operations done for guest mappings
+    /// (none where `CTR_EL0.DIC` and `IDC` say the CPU needs none).
+    CmoIcacheInval,
+    /// Guest set/way cache maintenance instructions trapped (no FWB).
+    CmoSetwayTraps,
+    /// Flushes of all mapped guest memory (set/way conversion, caches
+    /// turned on or off while set/way is tracked).
+    CmoFullFlushes,
+    /// Trapped writes to the virtual-memory control registers (`HCR_EL2.TVM`,
+    /// set while set/way operations are tracked).
+    CmoVmRegTraps,
 }
 
 impl Counter {
     /// Every counter, in report order.
-    pub const ALL: [Counter; 18] = [
+    pub const ALL: [Counter; 23] = [
         Counter::Stage2Faults,
         Counter::MappedPages4k,
         Counter::MappedBlocks2m,
@@ -69,6 +83,11 @@ impl Counter {
         Counter::InjectedAborts,
         Counter::UnknownHypercalls,
         Counter::TestReports,
+        Counter::CmoDcacheCleanPages,
+        Counter::CmoIcacheInval,
+        Counter::CmoSetwayTraps,
+        Counter::CmoFullFlushes,
+        Counter::CmoVmRegTraps,
     ];
 
     /// The name printed in the report.
@@ -92,6 +111,11 @@ impl Counter {
             Counter::InjectedAborts => "injected_aborts",
             Counter::UnknownHypercalls => "unknown_hypercalls",
             Counter::TestReports => "test_reports",
+            Counter::CmoDcacheCleanPages => "cmo_dcache_clean_pages",
+            Counter::CmoIcacheInval => "cmo_icache_inval",
+            Counter::CmoSetwayTraps => "cmo_setway_traps",
+            Counter::CmoFullFlushes => "cmo_full_flushes",
+            Counter::CmoVmRegTraps => "cmo_vmreg_traps",
         }
     }
 }
@@ -169,6 +193,11 @@ mod tests {
                 "injected_aborts",
                 "unknown_hypercalls",
                 "test_reports",
+                "cmo_dcache_clean_pages",
+                "cmo_icache_inval",
+                "cmo_setway_traps",
+                "cmo_full_flushes",
+                "cmo_vmreg_traps",
             ]
         );
         assert_eq!(snap[0], ("stage2_faults", 1));

@@ -4,8 +4,8 @@
 //! level) holds the decisions: decoding exception syndromes, PSCI and the
 //! hypervisor-call interface, the PL011 register model, the boot payload (cpio
 //! newc archive, arm64 `Image` header, `vm.conf`), the host platform read from the
-//! device tree, the guest device tree, memory-range arithmetic and per-VM
-//! counters. It builds and is unit-tested on the host. The machine layer
+//! device tree, the guest device tree, memory-range arithmetic, guest cache
+//! maintenance without FEAT_S2FWB and per-VM counters. It builds and is unit-tested on the host. The machine layer
 //! (`arch`, only on `aarch64` bare metal) touches system registers and runs the
 //! boot path, exception vectors, CPUs, memory management and the vCPU run loop,
 //! and calls into the pure layer for every decision.
@@ -13,6 +13,7 @@
 
 extern crate alloc;
 
+pub mod cache_maint;
 pub mod counters;
 pub mod cpio;
 pub mod cpu_features;
