@@ -40,6 +40,7 @@ use super::stage2::FrameMemory;
 use super::sysreg;
 use super::vm::{GuestUart, Vm};
 use super::{console, gic};
+use crate::cache_maint::{self, SetWayTracker, VmReg};
 use crate::counters::Counter;
 use crate::esr::{
     DataAbort, DataAccess, ExceptionClass, FaultKind, InstructionAbort, SysRegAccess, fault_ipa,
@@ -82,6 +83,8 @@ const HCR_EL2_GUEST: u64 = (1 << 0)
     | (1 << 41);
 /// `HCR_EL2.FWB`: stage 2 forces the memory type (FEAT_S2FWB).
 const HCR_EL2_FWB: u64 = 1 << 46;
+// Without FWB, `HCR_EL2.TSW` traps set/way maintenance and `HCR_EL2.TVM` the
+// virtual-memory control registers while set/way is tracked (`cache_maint`).
 /// `CPTR_EL2` (non-VHE): RES1 bits only, so FP/SIMD and SVE are not trapped.
 const CPTR_EL2_NO_TRAPS: u64 = 0x32ff;
 /// `CPTR_EL2.TSM` (bit 12, RES1 without FEAT_SME): trap SME.
@@ -129,6 +132,10 @@ pub struct Vcpu {
     needs_fill: bool,
     /// The virtual timer line as last given to the vgic (`None` after load).
     timer_line: Option<bool>,
+    /// `HCR_EL2` as loaded, without the set/way tracking's `TVM`.
+    hcr: u64,
+    /// Set/way tracking (no FWB): whether `HCR_EL2.TVM` is set.
+    set_way: SetWayTracker,
 }
 
 impl Vcpu {
@@ -157,6 +164,8 @@ impl Vcpu {
             kicks: VcpuSet::EMPTY,
             needs_fill: true,
             timer_line: None,
+            hcr: HCR_EL2_GUEST,
+            set_way: SetWayTracker::new(),
         }
     }
 
@@ -286,7 +295,11 @@ impl Vcpu {
     /// Loads the VM's EL2 configuration and resets the guest's EL1 state.
     fn load(&mut self, boot: BootRequest) {
         let vm = self.vm;
-        let hcr = HCR_EL2_GUEST | if vm.fwb { HCR_EL2_FWB } else { 0 };
+        let hcr = HCR_EL2_GUEST
+            | if vm.fwb { HCR_EL2_FWB } else { 0 }
+            | cache_maint::hcr_trap_bits(vm.fwb);
+        self.hcr = hcr;
+        self.set_way = SetWayTracker::new();
         let dfr0 = read_sysreg!(id_aa64dfr0_el1);
         let pmu = matches!((dfr0 >> 8) & 0xf, 1..=0xe);
         let mdcr = if pmu {
@@ -562,7 +575,7 @@ impl Vcpu {
             )),
         }
         if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
-            return self.fault_in(slot, ipa, abort.status.kind);
+            return self.fault_in(slot, ipa, abort.status.kind, false);
         }
         if !abort.stage1_walk {
             match self.vm.mmio.find(ipa) {
@@ -578,14 +591,15 @@ impl Vcpu {
     fn instruction_abort(&mut self, abort: InstructionAbort) -> Flow {
         let ipa = self.ipa();
         match abort.status.kind {
-            FaultKind::Translation | FaultKind::AccessFlag => {}
+            // Permission: executing from memory a data access mapped.
+            FaultKind::Translation | FaultKind::AccessFlag | FaultKind::Permission => {}
             other => self.stop(&format!(
                 "instruction abort at IPA {ipa:#x} with fault status {other:?}, PC {:#x}",
                 self.regs.pc
             )),
         }
         if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
-            return self.fault_in(slot, ipa, abort.status.kind);
+            return self.fault_in(slot, ipa, abort.status.kind, true);
         }
         self.inject(AbortKind::Instruction, ipa, "instruction");
         Flow::Resume
@@ -593,8 +607,12 @@ impl Vcpu {
 
     /// Maps the leaf around `ipa` with a shared walk (the read side of the
     /// VM's MMU lock: other vCPUs fault at the same time); an access-flag
-    /// fault only sets the flag of the leaf already there.
-    fn fault_in(&mut self, slot: SlotView, ipa: u64, kind: FaultKind) -> Flow {
+    /// fault only sets the flag of the leaf already there. As KVM does, a
+    /// leaf is executable only once the guest executes from it (`exec`: an
+    /// instruction abort): a data fault maps it read-write, and a later
+    /// instruction fetch adds execute permission (`pgtable` invalidates the
+    /// instruction cache first where the CPU needs it).
+    fn fault_in(&mut self, slot: SlotView, ipa: u64, kind: FaultKind, exec: bool) -> Flow {
         self.bump(Counter::Stage2Faults);
         if kind == FaultKind::AccessFlag {
             let result = self
@@ -615,7 +633,7 @@ impl Vcpu {
         };
         if self
             .page_cache
-            .top_up(&FrameMemory, FAULT_CACHE_PAGES)
+            .top_up(&FrameMemory::TABLES, FAULT_CACHE_PAGES)
             .is_err()
         {
             self.stop("out of memory for stage-2 tables");
@@ -624,16 +642,29 @@ impl Vcpu {
             Ok(mmu) => mmu,
             Err(e) => self.stop(&format!("stage-2 read side for IPA {ipa:#x}: {e}")),
         };
-        if mmu.lookup(ipa).is_some() {
-            // Another vCPU mapped it since this one faulted.
-            return Flow::Resume;
+        if let Some(mapping) = mmu.lookup(ipa) {
+            // Mapped already (a permission fault, or another vCPU mapped it
+            // since this one faulted): add execute if this fetch needs it.
+            if !exec || mapping.perms().contains(Perms::EXEC) {
+                return Flow::Resume;
+            }
+            return match mmu.relax_perms(ipa, Perms::EXEC, &self.vm.tlb) {
+                // Relaxed, or the leaf is gone or busy: the fetch faults
+                // again if it still needs to.
+                Ok(()) | Err(pgtable::Error::Again) => Flow::Resume,
+                Err(e) => {
+                    drop(mmu);
+                    self.stop(&format!("making IPA {ipa:#x} executable failed: {e}"))
+                }
+            };
         }
+        let perms = if exec { Perms::RWX } else { Perms::RW };
         let result = mmu.map(
             FaultMapping {
                 ipa: leaf.ipa,
                 size: leaf.size,
                 pa: PhysAddr::new(leaf.pa),
-                attrs: Attributes::normal(Perms::RWX),
+                attrs: Attributes::normal(perms),
             },
             &mut self.page_cache,
             &self.vm.tlb,
@@ -790,6 +821,19 @@ impl Vcpu {
 
     fn sysreg(&mut self, access: SysRegAccess) {
         let r = access.reg;
+        if cache_maint::set_way_op(r).is_some() {
+            self.set_way_trap();
+            self.skip_trapped_instruction();
+            return;
+        }
+        if !access.read
+            && let Some(reg) = cache_maint::vm_reg(r)
+        {
+            let value = self.reg(access.rt);
+            self.vm_reg_write(reg, value);
+            self.skip_trapped_instruction();
+            return;
+        }
         if let Some(group) = SgiGroup::from_sysreg(r.op0, r.op1, r.crn, r.crm, r.op2) {
             if !access.read {
                 let value = self.reg(access.rt);
@@ -834,6 +878,80 @@ impl Vcpu {
             self.set_reg(access.rt, 0);
         }
         self.skip_trapped_instruction();
+    }
+
+    /// A trapped set/way cache maintenance instruction (`HCR_EL2.TSW`, no
+    /// FWB), converted as KVM's `kvm_set_way_flush`: the first one flushes
+    /// all guest memory by address and traps the virtual-memory control
+    /// registers, so turning the caches on or off flushes again.
+    fn set_way_trap(&mut self) {
+        self.bump(Counter::CmoSetwayTraps);
+        if self.vm.fwb {
+            // Not trapped with FWB; nothing to convert if it were.
+            return;
+        }
+        if self.set_way.on_set_way() {
+            self.flush_vm();
+        }
+        self.write_hcr();
+    }
+
+    /// A trapped write to a virtual-memory control register (`HCR_EL2.TVM`):
+    /// the value goes to the register; a write to `SCTLR_EL1` that turns the
+    /// MMU and caches on or off flushes guest memory (KVM's
+    /// `kvm_toggle_cache`) and, caches on, stops the trapping.
+    fn vm_reg_write(&mut self, reg: VmReg, value: u64) {
+        self.bump(Counter::CmoVmRegTraps);
+        let old_sctlr = read_sysreg!(sctlr_el1);
+        // SAFETY: these EL1 registers belong to the guest running on this
+        // CPU; the trap only delayed the guest's own write, done here.
+        unsafe {
+            match reg {
+                VmReg::Sctlr => write_sysreg!(sctlr_el1, value),
+                VmReg::Ttbr0 => write_sysreg!(ttbr0_el1, value),
+                VmReg::Ttbr1 => write_sysreg!(ttbr1_el1, value),
+                VmReg::Tcr => write_sysreg!(tcr_el1, value),
+                VmReg::Esr => write_sysreg!(esr_el1, value),
+                VmReg::Far => write_sysreg!(far_el1, value),
+                VmReg::Afsr0 => write_sysreg!(afsr0_el1, value),
+                VmReg::Afsr1 => write_sysreg!(afsr1_el1, value),
+                VmReg::Mair => write_sysreg!(mair_el1, value),
+                VmReg::Amair => write_sysreg!(amair_el1, value),
+                VmReg::Contextidr => write_sysreg!(contextidr_el1, value),
+            }
+        }
+        if reg == VmReg::Sctlr {
+            if self.set_way.on_sctlr_write(old_sctlr, value) {
+                self.flush_vm();
+            }
+            self.write_hcr();
+        }
+    }
+
+    /// Cleans and invalidates every mapped page of guest RAM to the point of
+    /// coherency, under the write side of the MMU lock (no break-before-make
+    /// in flight, no unmap between a leaf's TLB flush and its cleaning; the
+    /// walk changes no descriptor, so it owes no TLBI).
+    fn flush_vm(&mut self) {
+        let ram = self.vm.ram;
+        let result = self.vm.stage2.write().flush_dcache(ram.start, ram.size());
+        match result {
+            Ok(_) => self.bump(Counter::CmoFullFlushes),
+            Err(e) => self.stop(&format!("flushing guest memory: {e}")),
+        }
+    }
+
+    /// Loads `HCR_EL2` with the set/way tracking's `TVM`.
+    fn write_hcr(&self) {
+        let tvm = if self.set_way.traps_vm_regs() {
+            cache_maint::hcr_tvm()
+        } else {
+            0
+        };
+        // SAFETY: the same configuration as `load` wrote, with or without the
+        // trap of the guest's virtual-memory control registers; the guest is
+        // not running (the write takes effect by the ERET).
+        unsafe { write_sysreg!(hcr_el2, self.hcr | tvm) };
     }
 
     /// Steps the guest over the instruction that trapped (2 or 4 bytes, from

@@ -7,7 +7,10 @@
 //! touch, by shared walks, so vCPUs fault in parallel), one
 //! memslot from `memslot` for its RAM (host frames, 2 MiB aligned), the
 //! emulated PL011 (its receive side fed from the host console), the virtual
-//! GICv3 (`vgic`), the vCPU power states and its counters. vCPU `n` is pinned
+//! GICv3 (`vgic`), the vCPU power states and its counters. Without FEAT_S2FWB
+//! the stage-2 table's page provider cleans each page to the point of
+//! coherency as it is mapped (`cache_maint`), so a guest that starts with
+//! its MMU off reads the kernel and device tree the hypervisor wrote. vCPU `n` is pinned
 //! to physical CPU `n`: every other CPU waits (`WFI`, woken by a kick SGI;
 //! `WFE` without a GIC) until the guest starts its vCPU with PSCI `CPU_ON`,
 //! runs it until `CPU_OFF`, and waits again. CPUs beyond the VM's vCPUs halt
@@ -19,6 +22,7 @@ use super::boot::boot_info;
 use super::stage2::FrameMemory;
 use super::vcpu::Vcpu;
 use super::{console, firmware, gic, memory, sysreg};
+use crate::cache_maint::{CacheCaps, IcacheInval};
 use crate::counters::VmCounters;
 use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestTimer};
 use crate::guest_layout::{
@@ -31,6 +35,7 @@ use crate::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::pl011::{ConsoleLine, Pl011, RxBacklog};
 use crate::psci::{BootRequest, PowerStates};
 use crate::ranges::PhysRange;
+use crate::read_sysreg;
 use crate::tlb_count::CountingTlb;
 use crate::vgic::{self, Vgic, VgicConfig};
 use crate::vmconf::{DEFAULT_MEM_MIB, VmConf};
@@ -76,7 +81,7 @@ pub struct Vm {
     pub vtcr: u64,
     /// `VTTBR_EL2` for this VM.
     pub vttbr: u64,
-    /// Stage 2 uses FEAT_S2FWB (no cache maintenance on fault-in).
+    /// Stage 2 uses FEAT_S2FWB: no guest cache maintenance, no set/way traps.
     pub fwb: bool,
     /// TLB backend, counting into `counters`.
     pub tlb: CountingTlb<'static, Aarch64Tlb>,
@@ -347,19 +352,10 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     }
     guest_ram[at(placement.dtb.start)..][..dtb.len()].copy_from_slice(&dtb);
     // The guest starts with its MMU off: its accesses bypass the caches,
-    // unless stage 2 forces them write-back cacheable (FEAT_S2FWB).
-    if !info.features.fwb {
-        sysreg::clean_dcache_to_poc(backing as usize, mem_bytes as usize);
-    }
-    // SAFETY: invalidating instruction caches only discards cached instructions.
-    unsafe {
-        core::arch::asm!(
-            "ic ialluis",
-            "dsb ish",
-            "isb",
-            options(nostack, preserves_flags)
-        )
-    };
+    // unless stage 2 forces them write-back cacheable (FEAT_S2FWB). Without
+    // FWB each page is cleaned to the point of coherency when it is mapped
+    // at stage 2 (as KVM does), not here: see `cache_maint`.
+    sysreg::invalidate_icache_all();
 
     let features = info.features;
     let vmid16 = features.vmid_bits == 16;
@@ -371,12 +367,13 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let vtcr = config
         .vtcr(features.pa_range, vmid16)
         .map_err(|e| VmError::Stage2(e.into()))?;
-    let stage2 =
-        Stage2PageTable::new(config, FrameMemory, vmid, vmid16).map_err(VmError::Stage2)?;
+    let counters: &'static VmCounters = Box::leak(Box::new(VmCounters::new()));
+    let cache_caps = CacheCaps::from_ctr(read_sysreg!(ctr_el0));
+    let frames = FrameMemory::for_guest(cache_caps, counters);
+    let stage2 = Stage2PageTable::new(config, frames, vmid, vmid16).map_err(VmError::Stage2)?;
     let vttbr = stage2.vttbr();
     // One read-side handle per vCPU (each vCPU registers once, on its CPU).
     let stage2 = Mmu::new(stage2, vcpus).map_err(VmError::Stage2)?;
-    let counters: &'static VmCounters = Box::leak(Box::new(VmCounters::new()));
     let collector: &'static Collector = Box::leak(Box::new(Collector::new()));
     let memslots = Memslots::new(collector, DirtyLogMode::default()).map_err(VmError::Memslot)?;
     {
@@ -463,6 +460,25 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
             String::new()
         } else {
             format!(", bootargs \"{bootargs}\"")
+        },
+    );
+    let plan = cache_caps.icache_plan();
+    log::info!(
+        "vm{index}: {}; instruction cache for executable mappings: {}{}",
+        if features.fwb {
+            "FEAT_S2FWB: stage 2 forces write-back, no data cache maintenance, set/way runs natively"
+        } else {
+            "no FEAT_S2FWB: pages cleaned to PoC when mapped, set/way trapped and converted"
+        },
+        match plan.invalidate {
+            IcacheInval::None => "no invalidation (CTR_EL0.DIC)",
+            IcacheInval::ByAddress => "IC IVAU",
+            IcacheInval::All => "IC IALLUIS",
+        },
+        if plan.clean_to_pou {
+            ", DC CVAU first"
+        } else {
+            ""
         },
     );
     let boot = BootRequest {
