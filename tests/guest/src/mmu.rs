@@ -170,3 +170,42 @@ pub fn map_everything(platform: &Platform) {
     // SAFETY: barriers only order the table stores before later accesses.
     unsafe { asm!("dsb ishst", "isb", options(nostack)) };
 }
+
+/// Set/way cache maintenance the way boot firmware does it, around turning
+/// the MMU and data cache off and on again: `DC CISW` with the caches on,
+/// `SCTLR_EL1` without M and C, `DC CISW` again, `SCTLR_EL1` restored.
+/// Under a hypervisor without FEAT_S2FWB each step traps (the set/way
+/// operations, and the `SCTLR_EL1` writes once set/way has been used) and the
+/// hypervisor flushes guest memory as KVM does; natively, or with FWB, they
+/// simply run. Returns `SCTLR_EL1` before and after, which must be equal.
+pub fn set_way_round_trip() -> (u64, u64) {
+    let (before, after): (u64, u64);
+    // SAFETY: code, stack and data are identity mapped, so execution goes on
+    // at the same addresses with the MMU off; nothing touches memory between
+    // the two SCTLR_EL1 writes, and interrupts are masked across them.
+    // Set/way operations by level 1, set 0, way 0 only move one line's data
+    // between cache and memory.
+    unsafe {
+        asm!(
+            "mrs {daif}, daif",
+            "msr daifset, #0xf",
+            "mrs {before}, sctlr_el1",
+            "dc cisw, xzr",
+            "bic {off}, {before}, #1",
+            "bic {off}, {off}, #4",
+            "msr sctlr_el1, {off}",
+            "isb",
+            "dc cisw, xzr",
+            "msr sctlr_el1, {before}",
+            "isb",
+            "mrs {after}, sctlr_el1",
+            "msr daif, {daif}",
+            daif = out(reg) _,
+            before = out(reg) before,
+            off = out(reg) _,
+            after = out(reg) after,
+            options(nostack),
+        );
+    }
+    (before, after)
+}

@@ -7,8 +7,11 @@
 //! waits until every vCPU has written, then verifies the share of the next
 //! vCPU, so every page is checked by a vCPU that did not write it: a wrong or
 //! missing stage-2 mapping, or two IPAs backed by the same frame, shows up as
-//! a mismatch. The boot vCPU then reads an IPA outside RAM and must catch the
-//! abort, and waits until PSCI reports the secondaries off.
+//! a mismatch. The boot vCPU then does set/way cache maintenance around
+//! turning its MMU and caches off and on (which a hypervisor without FWB
+//! traps and converts), checks that `SCTLR_EL1` and its share survived,
+//! reads an IPA outside RAM and must catch the abort, and waits until PSCI
+//! reports the secondaries off.
 //!
 //! `bad-guest`: reads and writes 0x0a00_0000 (no RAM, no device in the guest
 //! memory map) and must catch two aborts with the right FAR and direction,
@@ -22,6 +25,7 @@ use crate::boot::MAX_CPUS;
 use crate::bootargs::Scenario;
 use crate::exceptions::{self, Access, DFSC_EXTERNAL_ABORT, EC_DATA_ABORT_SAME_EL};
 use crate::memory_map::{MemRange, PAGE};
+use crate::mmu;
 use crate::platform::Platform;
 use crate::println;
 use crate::psci::{self, function};
@@ -116,6 +120,13 @@ pub enum Failure {
         /// CPUs in the device tree.
         found: usize,
     },
+    /// `SCTLR_EL1` differs after turning the MMU and caches off and on.
+    SctlrChanged {
+        /// Before.
+        before: u64,
+        /// After.
+        after: u64,
+    },
 }
 
 impl Failure {
@@ -136,6 +147,7 @@ impl Failure {
                 Failure::NeedsHypervisor => 11,
                 Failure::UnknownScenario(_) => 12,
                 Failure::TooManyCpus { .. } => 13,
+                Failure::SctlrChanged { .. } => 14,
             }
     }
 }
@@ -177,6 +189,10 @@ impl fmt::Display for Failure {
                  synchronous external data abort at that address"
             ),
             Failure::NeedsHypervisor => write!(f, "this scenario needs the hypervisor"),
+            Failure::SctlrChanged { before, after } => write!(
+                f,
+                "SCTLR_EL1 was {before:#x} before the caches went off and on, {after:#x} after"
+            ),
             Failure::TooManyCpus { found } => {
                 write!(
                     f,
@@ -314,6 +330,27 @@ fn memory(platform: &Platform) -> Result<(), Failure> {
         }
     }
     println!("test-guest: memory: {pages} pages written and verified across vCPUs");
+
+    let (before, after) = mmu::set_way_round_trip();
+    if before != after {
+        return Err(Failure::SctlrChanged { before, after });
+    }
+    let share = SHARE_START[0].load(Ordering::Relaxed);
+    for (offset, expected) in page_words(share) {
+        // SAFETY: vCPU 0's own share, written above, identity mapped.
+        let found = unsafe { core::ptr::read_volatile((share + offset) as *const u64) };
+        if found != expected {
+            return Err(Failure::Mismatch {
+                cpu: 0,
+                address: share + offset,
+                expected,
+                found,
+            });
+        }
+    }
+    println!(
+        "test-guest: set/way: caches off and on with DC CISW, SCTLR_EL1 {after:#x} and memory kept"
+    );
 
     let outside = outside_ram(platform);
     let abort =
