@@ -34,6 +34,14 @@
 //! or a pending virtual interrupt wakes it. Each vCPU owns its CPU, so halting
 //! the CPU is exactly what a waiting vCPU should do, with no exit and no
 //! wake-up path to get wrong.
+//!
+//! Stage-2 faults map guest RAM read-write on data accesses and add execute
+//! permission on the first instruction fetch (as KVM does), so instruction
+//! cache maintenance covers only executed memory. Without FEAT_S2FWB the
+//! guest's set/way cache maintenance is trapped (`HCR_EL2.TSW`) and turned
+//! into flushes of guest memory by address, and while set/way is tracked the
+//! virtual-memory control registers are trapped (`HCR_EL2.TVM`) so that the
+//! guest turning its caches off or on flushes again (`cache_maint`).
 
 use super::exceptions::{ExitKind, GuestRegs, enter_guest};
 use super::stage2::FrameMemory;
