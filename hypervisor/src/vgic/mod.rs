@@ -58,10 +58,14 @@
 //!   maintenance interrupt (PPI 25) needs no handling beyond the exit itself.
 //! - Refresh level sources whose line may have moved while the guest ran
 //!   (the virtual timer's `ISTATUS`), then [`VgicState::fill`] before `ERET`:
-//!   the highest-priority interrupts go to the list registers, active ones
-//!   first; if some did not fit, `ICH_HCR_EL2.UIE` asks for a maintenance
-//!   interrupt when the list registers run nearly empty. Level interrupts are
-//!   listed with EOI maintenance so their line is re-sampled after the EOI.
+//!   the interrupts the guest is handling and the pending ones that can
+//!   preempt it go to the list registers first, by priority, then the other
+//!   pending ones, and interrupts made active through `ISACTIVER` only where
+//!   room is left (module `sync`); if pending ones did not fit, maintenance
+//!   interrupts (`ICH_HCR_EL2.UIE`, EOI maintenance, `LRENPIE` with
+//!   `EOIcount`) ask for the next fill when one could be taken. Level
+//!   interrupts are listed with EOI maintenance so their line is re-sampled
+//!   after the EOI.
 //! - When a vCPU stops running on its CPU (`CPU_OFF`, or another vCPU is
 //!   scheduled there): [`VgicState::unload`] folds and empties the list
 //!   registers, so the SPIs they held can go to other vCPUs. (`ICH_VMCR_EL2`
@@ -75,6 +79,8 @@
 mod distributor;
 pub mod irq;
 pub mod list_regs;
+#[cfg(test)]
+mod model_test;
 mod redistributor;
 mod regs;
 pub mod sgi;
