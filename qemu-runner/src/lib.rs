@@ -61,17 +61,21 @@ pub enum Scenario {
     /// Unmapped device access and unknown hypercall; the hypervisor must
     /// survive and report both.
     BadGuest,
+    /// Interrupt delivery while more SPIs are active (made so through the
+    /// distributor) than the CPU interface has list registers.
+    VgicScarce,
 }
 
 impl Scenario {
     /// Every scenario, for help texts.
-    pub const ALL: [Scenario; 2] = [Scenario::Memory, Scenario::BadGuest];
+    pub const ALL: [Scenario; 3] = [Scenario::Memory, Scenario::BadGuest, Scenario::VgicScarce];
 
     /// The scenario's name on the command line and in `test=`.
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
+            Scenario::VgicScarce => "vgic-scarce",
         }
     }
 

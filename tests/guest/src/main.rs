@@ -14,6 +14,11 @@
 //!   catch the abort.
 //! * `bad-guest`: reads and writes an unmapped device address and issues an
 //!   unknown hypercall, expecting aborts and `NOT_SUPPORTED`.
+//! * `vgic-scarce`: makes more SPIs active through `GICD_ISACTIVER` than the
+//!   CPU interface has list registers, then must still take its virtual
+//!   timer and an SGI to itself, which are more urgent; deactivates the SPIs
+//!   and checks the GIC state; moves a pending interrupt's priority above
+//!   the priority mask and must take it.
 //!
 //! It ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the
@@ -34,6 +39,8 @@ mod bootargs;
 mod console;
 #[cfg(target_os = "none")]
 mod exceptions;
+#[cfg(target_os = "none")]
+mod gic;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod memory_map;
 #[cfg(target_os = "none")]

@@ -14,13 +14,26 @@
 //! memory map) and must catch two aborts with the right FAR and direction,
 //! then issues the unknown hypercall 0xC600_00FF, which must return
 //! `NOT_SUPPORTED`.
+//!
+//! `vgic-scarce` (boot vCPU only): enables five SPIs (priority 0xa0) and
+//! makes them active through `GICD_ISACTIVER`, more than the four list
+//! registers QEMU's CPU interface has; an interrupt made active that way is
+//! not in service and does not raise the running priority. It then arms the
+//! virtual timer (PPI 27, priority 0x80) and sends SGI 1 (0x90) to itself,
+//! and must take both within a deadline. It deactivates the SPIs through
+//! `GICD_ICACTIVER` and checks that the active and pending bits of all of
+//! them read back clear. Last, with the priority mask at 0x80, it pends SPI
+//! 41 at priority 0xa0 (masked: must not be taken), raises its priority to
+//! 0x40 through `IPRIORITYR` while it is pending, and must take it.
 
+use core::arch::asm;
 use core::fmt;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::boot::MAX_CPUS;
 use crate::bootargs::Scenario;
 use crate::exceptions::{self, Access, DFSC_EXTERNAL_ABORT, EC_DATA_ABORT_SAME_EL};
+use crate::gic::{self, Bank};
 use crate::memory_map::{MemRange, PAGE};
 use crate::platform::Platform;
 use crate::println;
@@ -116,6 +129,29 @@ pub enum Failure {
         /// CPUs in the device tree.
         found: usize,
     },
+    /// The redistributor did not clear `GICR_WAKER.ChildrenAsleep`.
+    RedistributorAsleep,
+    /// An interrupt that should have been taken was not, before the deadline.
+    InterruptNotTaken {
+        /// Its INTID.
+        intid: u32,
+        /// What the scenario was waiting in.
+        while_doing: &'static str,
+    },
+    /// An interrupt was taken that the priority mask should have held back.
+    TakenWhileMasked {
+        /// Its INTID.
+        intid: u32,
+    },
+    /// A GIC register read back something else than the scenario set up.
+    GicState {
+        /// The register and what it holds.
+        what: &'static str,
+        /// The value expected.
+        expected: u64,
+        /// The value read.
+        found: u64,
+    },
 }
 
 impl Failure {
@@ -136,6 +172,10 @@ impl Failure {
                 Failure::NeedsHypervisor => 11,
                 Failure::UnknownScenario(_) => 12,
                 Failure::TooManyCpus { .. } => 13,
+                Failure::RedistributorAsleep => 14,
+                Failure::InterruptNotTaken { .. } => 15,
+                Failure::TakenWhileMasked { .. } => 16,
+                Failure::GicState { .. } => 17,
             }
     }
 }
@@ -186,9 +226,23 @@ impl fmt::Display for Failure {
             Failure::UnknownScenario(name) => {
                 write!(
                     f,
-                    "unknown scenario `test={name}` (known: memory, bad-guest)"
+                    "unknown scenario `test={name}` (known: memory, bad-guest, vgic-scarce)"
                 )
             }
+            Failure::RedistributorAsleep => {
+                write!(f, "GICR_WAKER.ChildrenAsleep did not clear")
+            }
+            Failure::InterruptNotTaken { intid, while_doing } => {
+                write!(f, "INTID {intid} was not taken in time ({while_doing})")
+            }
+            Failure::TakenWhileMasked { intid } => {
+                write!(f, "INTID {intid} was taken below the priority mask")
+            }
+            Failure::GicState {
+                what,
+                expected,
+                found,
+            } => write!(f, "{what} reads {found:#x}, expected {expected:#x}"),
         }
     }
 }
@@ -217,6 +271,7 @@ pub fn run(platform: &Platform, scenario: Scenario) -> Result<(), Failure> {
     match scenario {
         Scenario::Memory => memory(platform),
         Scenario::BadGuest => bad_guest(),
+        Scenario::VgicScarce => vgic_scarce(),
     }
 }
 
@@ -420,5 +475,145 @@ fn bad_guest() -> Result<(), Failure> {
         "test-guest: unknown hypercall {:#x} returned NOT_SUPPORTED",
         function::UNKNOWN
     );
+    Ok(())
+}
+
+/// SPIs the `vgic-scarce` scenario makes active: more than QEMU's four list
+/// registers.
+const SCARCE_SPIS: core::ops::Range<u32> = 40..45;
+/// SGI the `vgic-scarce` scenario sends to itself.
+const SCARCE_SGI: u32 = 1;
+/// SPI whose priority `vgic-scarce` changes while it is pending.
+const REPRIORITISED_SPI: u32 = 41;
+/// How long `vgic-scarce` waits for an interrupt.
+const INTERRUPT_TIMEOUT_SECONDS: u64 = 5;
+
+fn check_gic(what: &'static str, expected: u64, found: u64) -> Result<(), Failure> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(Failure::GicState {
+            what,
+            expected,
+            found,
+        })
+    }
+}
+
+/// Waits (IRQs unmasked) until `intid` has been taken `count` times.
+fn wait_taken(intid: u32, count: u32, while_doing: &'static str) -> Result<(), Failure> {
+    let deadline = Deadline::after_seconds(INTERRUPT_TIMEOUT_SECONDS);
+    while gic::taken(intid) < count {
+        if deadline.passed() {
+            return Err(Failure::InterruptNotTaken { intid, while_doing });
+        }
+        core::hint::spin_loop();
+    }
+    Ok(())
+}
+
+fn vgic_scarce() -> Result<(), Failure> {
+    let cpu = smp::current_cpu();
+    let mpidr: u64;
+    // SAFETY: reading this CPU's MPIDR_EL1 has no side effects.
+    unsafe { asm!("mrs {}, mpidr_el1", out(reg) mpidr, options(nomem, nostack)) };
+    if !gic::init_cpu(cpu) {
+        return Err(Failure::RedistributorAsleep);
+    }
+    let private = Bank::Redistributor(cpu);
+    let spis = Bank::Distributor;
+    let spi_mask: u32 = SCARCE_SPIS.fold(0, |mask, intid| mask | 1 << (intid % 32));
+    let first = SCARCE_SPIS.start;
+    for intid in SCARCE_SPIS {
+        gic::set_group1(spis, intid);
+        gic::set_priority(spis, intid, 0xa0);
+        gic::route_spi(intid, mpidr);
+    }
+    gic::write_bits(spis, gic::ISENABLER, first, spi_mask);
+    for (intid, priority) in [(gic::VTIMER_INTID, 0x80), (SCARCE_SGI, 0x90)] {
+        gic::set_group1(private, intid);
+        gic::set_priority(private, intid, priority);
+        gic::write_bits(private, gic::ISENABLER, intid, 1 << intid);
+    }
+    gic::enable_distributor();
+
+    // Active through the distributor, never acknowledged.
+    gic::write_bits(spis, gic::ISACTIVER, first, spi_mask);
+    let active = gic::read_bits(spis, gic::ISACTIVER, first) & spi_mask;
+    check_gic(
+        "GICD_ISACTIVER1 (SPIs 40-44)",
+        spi_mask.into(),
+        active.into(),
+    )?;
+    println!("test-guest: vgic-scarce: SPIs 40-44 active through GICD_ISACTIVER");
+
+    gic::irqs(true);
+    let frequency: u64;
+    // SAFETY: reading the counter frequency has no side effects.
+    unsafe { asm!("mrs {}, cntfrq_el0", out(reg) frequency, options(nomem, nostack)) };
+    gic::arm_virtual_timer(frequency / 1000);
+    gic::send_sgi_to_self(SCARCE_SGI, mpidr);
+    let taken = wait_taken(gic::VTIMER_INTID, 1, "virtual timer with 5 SPIs active")
+        .and_then(|()| wait_taken(SCARCE_SGI, 1, "SGI with 5 SPIs active"));
+    if let Err(failure) = taken {
+        gic::irqs(false);
+        return Err(failure);
+    }
+    println!("test-guest: vgic-scarce: took the virtual timer and SGI 1 while 5 SPIs are active");
+
+    gic::write_bits(spis, gic::ICACTIVER, first, spi_mask);
+    let active = gic::read_bits(spis, gic::ISACTIVER, first) & spi_mask;
+    check_gic("GICD_ISACTIVER1 after ICACTIVER", 0, active.into())?;
+    let pending = gic::read_bits(spis, gic::ISPENDR, first) & spi_mask;
+    check_gic("GICD_ISPENDR1 (SPIs 40-44)", 0, pending.into())?;
+    let private_mask = 1 << gic::VTIMER_INTID | 1 << SCARCE_SGI;
+    let active = gic::read_bits(private, gic::ISACTIVER, 0) & private_mask;
+    check_gic("GICR_ISACTIVER0 (timer, SGI 1)", 0, active.into())?;
+    for intid in SCARCE_SPIS {
+        if gic::taken(intid) != 0 {
+            return Err(Failure::GicState {
+                what: "deliveries of an SPI that was only made active",
+                expected: 0,
+                found: gic::taken(intid).into(),
+            });
+        }
+    }
+    println!("test-guest: vgic-scarce: SPIs 40-44 deactivated through GICD_ICACTIVER");
+
+    // A pending interrupt below the priority mask, then made more urgent.
+    gic::set_priority_mask(0x80);
+    let spi = REPRIORITISED_SPI;
+    gic::write_bits(spis, gic::ISPENDR, spi, 1 << (spi % 32));
+    let masked = Deadline::after_seconds(1);
+    while !masked.passed() {
+        if gic::taken(spi) != 0 {
+            gic::irqs(false);
+            return Err(Failure::TakenWhileMasked { intid: spi });
+        }
+        core::hint::spin_loop();
+    }
+    let pending = gic::read_bits(spis, gic::ISPENDR, spi) & 1 << (spi % 32);
+    check_gic(
+        "GICD_ISPENDR1 bit of SPI 41",
+        1 << (spi % 32),
+        pending.into(),
+    )?;
+    gic::set_priority(spis, spi, 0x40);
+    let taken = wait_taken(spi, 1, "SPI 41 after its priority rose above the mask");
+    gic::irqs(false);
+    gic::set_priority_mask(0xff);
+    taken?;
+    check_gic(
+        "GICD_IPRIORITYR of SPI 41",
+        0x40,
+        gic::priority(spis, spi).into(),
+    )?;
+    let state = gic::read_bits(spis, gic::ISPENDR, spi) | gic::read_bits(spis, gic::ISACTIVER, spi);
+    check_gic(
+        "SPI 41 pending or active bits",
+        0,
+        (state & 1 << (spi % 32)).into(),
+    )?;
+    println!("test-guest: vgic-scarce: took SPI 41 once its priority rose above the mask");
     Ok(())
 }
