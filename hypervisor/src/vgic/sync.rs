@@ -195,7 +195,7 @@ impl VgicState {
 
     /// `vcpu`'s running priority: the most urgent priority among its
     /// in-service interrupts (`None`: idle, anything may preempt).
-    pub(crate) fn running_priority(&self, vcpu: usize) -> Option<u8> {
+    fn running_priority(&self, vcpu: usize) -> Option<u8> {
         let mut running: Option<u8> = None;
         self.for_each_candidate(
             vcpu,
