@@ -37,14 +37,15 @@ step "clippy (host)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "clippy (aarch64-unknown-none-softfloat: the EL2 and EL1 code the host build leaves out)"
-cargo clippy -p hypervisor -p test-guest -p tlb -p pgtable -p memslot \
+cargo clippy -p hypervisor -p test-guest -p tlb -p pgtable -p memslot -p boot-payload \
     --target aarch64-unknown-none-softfloat -- -D warnings
 
 step "documentation (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
 step "libraries build for aarch64-unknown-none-softfloat"
-cargo build --release -p tlb -p pgtable -p memslot --target aarch64-unknown-none-softfloat
+cargo build --release -p tlb -p pgtable -p memslot -p boot-payload \
+    --target aarch64-unknown-none-softfloat
 
 step "tests"
 cargo test --workspace --release

@@ -4,7 +4,8 @@
 //! end-to-end tests: check the prerequisites ([`prereq`]), build the
 //! hypervisor and the test guest for aarch64 with a nested cargo
 //! ([`artifacts`]), turn their ELF files into raw arm64 `Image`s ([`image`]),
-//! pack the guest into the boot payload ([`payload`], a newc cpio archive),
+//! pack the guest into the boot payload (a newc cpio archive written with the
+//! `boot-payload` crate, which the hypervisor reads it with),
 //! start `qemu-system-aarch64` and follow its console ([`qemu`]), and read the
 //! verdict, the `STAT` counters and the hypervisor's log from it
 //! ([`console`]). A run passes only on the guest's `RESULT: PASS` followed by
@@ -26,7 +27,6 @@ pub mod debian;
 pub mod image;
 pub mod initramfs;
 pub mod linux;
-pub mod payload;
 pub mod prereq;
 pub mod qemu;
 pub mod scratch;
@@ -37,10 +37,11 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use artifacts::{BuildError, HYPERVISOR, TEST_GUEST};
+use boot_payload::Payload;
+use boot_payload::vmconf::VmConf;
 use console::{Counters, GuestResult, Transcript};
 use image::ImageError;
 use linux::{LinuxBoot, LinuxError};
-use payload::Payload;
 use prereq::PrereqError;
 use qemu::{Ending, Machine, QemuSetup, Watch};
 
@@ -535,7 +536,7 @@ fn elf_image(elf: &Path) -> Result<(Vec<u8>, qemu::Symbols), RunnerError> {
         error,
     };
     let image = image::elf_to_image(&bytes).map_err(image_error)?;
-    let header = image::ImageHeader::parse(&image).map_err(image_error)?;
+    let header = image::built_image_header(&image).map_err(image_error)?;
     let link_base = image::elf_link_base(&bytes).map_err(image_error)?;
     let offset = qemu::virt_load_address(header.text_offset).wrapping_sub(link_base);
     Ok((
@@ -664,8 +665,10 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
                 kernel: guest.kernel,
                 initrd: guest.initrd,
                 cmdline: Some(guest.cmdline),
-                vcpus: config.vcpus,
-                mem_mib: config.guest_mem_mib,
+                conf: VmConf {
+                    vcpus: config.vcpus,
+                    mem_mib: config.guest_mem_mib.map(u64::from),
+                },
             };
             let kernel = dir.write("hypervisor.img", hypervisor_image)?;
             let initrd = dir.write("payload.cpio", &payload.to_cpio())?;

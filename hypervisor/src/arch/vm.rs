@@ -20,25 +20,26 @@ use super::stage2::FrameMemory;
 use super::vcpu::Vcpu;
 use super::{console, firmware, gic, memory, sysreg};
 use crate::counters::VmCounters;
+use crate::fault::SlotView;
 use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestTimer};
 use crate::guest_layout::{
     self, GUEST_GICD_BASE, GUEST_GICR_BASE, GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE,
     GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE, GUEST_UART_SIZE, GUEST_UART_SPI,
     vcpu_mpidr,
 };
-use crate::image::{self, KernelFormat};
 use crate::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::pl011::{ConsoleLine, Pl011, RxBacklog};
 use crate::psci::{BootRequest, PowerStates};
 use crate::ranges::PhysRange;
 use crate::tlb_count::CountingTlb;
 use crate::vgic::{self, Vgic, VgicConfig};
-use crate::vmconf::{DEFAULT_MEM_MIB, VmConf};
-use crate::{cpio, fault::SlotView};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
+use boot_payload::image::{self, KernelFormat};
+use boot_payload::vmconf::DEFAULT_MEM_MIB;
+use boot_payload::{PayloadError, PayloadRef};
 use core::sync::atomic::{AtomicBool, Ordering};
 use crossbeam_epoch::Collector;
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, SlotSpec};
@@ -107,14 +108,11 @@ static VM: Once<&'static Vm> = Once::new();
 /// Why a VM could not be created from the payload.
 #[derive(Debug)]
 pub enum VmError {
-    /// The payload is not a valid archive.
-    Payload(cpio::CpioError),
-    /// The archive has no `kernel` entry.
-    NoKernel,
+    /// The payload is not a valid archive, has no kernel, or has a bad
+    /// `cmdline` or `vm.conf`.
+    Payload(PayloadError),
     /// The kernel is neither an arm64 Image nor a raw binary.
-    Kernel(crate::image::ImageError),
-    /// `vm.conf` is invalid.
-    Conf(crate::vmconf::VmConfError),
+    Kernel(image::ImageError),
     /// More vCPUs than online CPUs.
     TooManyVcpus {
         /// vCPUs asked for.
@@ -141,10 +139,8 @@ pub enum VmError {
 impl core::fmt::Display for VmError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Self::Payload(e) => write!(f, "payload: {e}"),
-            Self::NoKernel => write!(f, "payload has no `kernel` entry"),
+            Self::Payload(e) => write!(f, "{e}"),
             Self::Kernel(e) => write!(f, "kernel: {e}"),
-            Self::Conf(e) => write!(f, "{e}"),
             Self::TooManyVcpus { asked, online } => {
                 write!(
                     f,
@@ -271,18 +267,13 @@ impl Vm {
 
 fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let info = boot_info();
-    let entries = || cpio::entries(payload);
-    let kernel = entries()
-        .find("kernel")
-        .map_err(VmError::Payload)?
-        .ok_or(VmError::NoKernel)?;
-    let initrd = entries().find("initrd").map_err(VmError::Payload)?;
-    let cmdline = entries().find("cmdline").map_err(VmError::Payload)?;
-    let conf = match entries().find("vm.conf").map_err(VmError::Payload)? {
-        Some(e) => VmConf::parse(e.data).map_err(VmError::Conf)?,
-        None => VmConf::default(),
-    };
-    let (header, kernel_format) = image::parse_kernel(kernel.data).map_err(VmError::Kernel)?;
+    let PayloadRef {
+        kernel,
+        initrd,
+        cmdline,
+        conf,
+    } = PayloadRef::parse(payload).map_err(VmError::Payload)?;
+    let (header, kernel_format) = image::parse_kernel(kernel).map_err(VmError::Kernel)?;
     let vcpus = match conf.vcpus {
         Some(n) if n as usize > info.cpus_online => {
             return Err(VmError::TooManyVcpus {
@@ -299,16 +290,10 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         ram,
         header.text_offset,
         header.image_size,
-        initrd.map(|e| e.data.len() as u64),
+        initrd.map(|data| data.len() as u64),
     )
     .map_err(|e| VmError::DoesNotFit(e.0))?;
-    let bootargs = cmdline
-        .map(|e| {
-            String::from_utf8_lossy(e.data)
-                .trim_end_matches(['\n', '\0'])
-                .into()
-        })
-        .unwrap_or_else(String::new);
+    let bootargs = String::from(cmdline.unwrap_or_default());
 
     let backing =
         memory::alloc_frames(mem_bytes, BACKING_ALIGN).ok_or(VmError::NoHostMemory(mem_bytes))?;
@@ -318,9 +303,9 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let guest_ram =
         unsafe { core::slice::from_raw_parts_mut(backing as *mut u8, mem_bytes as usize) };
     let at = |ipa: u64| (ipa - GUEST_RAM_BASE) as usize;
-    guest_ram[at(placement.kernel.start)..][..kernel.data.len()].copy_from_slice(kernel.data);
-    if let (Some(range), Some(entry)) = (placement.initrd, initrd) {
-        guest_ram[at(range.start)..][..entry.data.len()].copy_from_slice(entry.data);
+    guest_ram[at(placement.kernel.start)..][..kernel.len()].copy_from_slice(kernel);
+    if let (Some(range), Some(initrd)) = (placement.initrd, initrd) {
+        guest_ram[at(range.start)..][..initrd.len()].copy_from_slice(initrd);
     }
     let dtb = guest_dtb::build(&GuestDtbConfig {
         ram,
@@ -450,7 +435,7 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
          kernel {:#x} ({} bytes{}), device tree {:#x}{}{}",
         mem_bytes >> 20,
         placement.kernel.start,
-        kernel.data.len(),
+        kernel.len(),
         match kernel_format {
             KernelFormat::Image => "",
             KernelFormat::RawBinary => ", raw binary: no Image header",
