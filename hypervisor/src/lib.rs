@@ -13,6 +13,7 @@
 
 extern crate alloc;
 
+pub mod aarch32;
 pub mod counters;
 pub mod cpio;
 pub mod cpu_features;

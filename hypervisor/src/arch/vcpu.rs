@@ -42,6 +42,7 @@ use super::stage2::FrameMemory;
 use super::sysreg;
 use super::vm::{GuestUart, Vm};
 use super::{console, gic};
+use crate::aarch32;
 use crate::counters::Counter;
 use crate::esr::{
     DataAbort, DataAccess, ExceptionClass, FaultKind, InstructionAbort, SysRegAccess, fault_ipa,
@@ -508,6 +509,14 @@ impl Vcpu {
 
     fn handle_sync(&mut self) -> Flow {
         let esr = self.regs.esr;
+        if aarch32::is_aarch32(self.regs.pstate)
+            && !aarch32::condition_passed(esr, self.regs.pstate)
+        {
+            // A conditional AArch32 instruction that failed its condition
+            // trapped anyway: it does nothing.
+            self.skip_trapped_instruction();
+            return Flow::Resume;
+        }
         match ExceptionClass::from_esr(esr) {
             ExceptionClass::DataAbortLower => {
                 self.bump(Counter::ExitsDabt);
@@ -868,9 +877,16 @@ impl Vcpu {
     }
 
     /// Steps the guest over the instruction that trapped (2 or 4 bytes, from
-    /// `ESR_EL2.IL`: a guest's AArch32 T32 code has 16-bit instructions).
+    /// `ESR_EL2.IL`: a guest's AArch32 T32 code has 16-bit instructions); in
+    /// AArch32 the PC stays 32 bits wide and an IT block advances.
     fn skip_trapped_instruction(&mut self) {
-        self.regs.pc += trapped_instruction_len(self.regs.esr);
+        let pc = self.regs.pc + trapped_instruction_len(self.regs.esr);
+        if aarch32::is_aarch32(self.regs.pstate) {
+            self.regs.pc = pc & u64::from(u32::MAX);
+            self.regs.pstate = aarch32::it_advance(self.regs.pstate);
+        } else {
+            self.regs.pc = pc;
+        }
     }
 
     fn guest_call(&mut self) -> Flow {
