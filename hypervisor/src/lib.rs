@@ -14,6 +14,7 @@
 
 extern crate alloc;
 
+pub mod aarch32;
 pub mod counters;
 pub mod cpu_features;
 pub mod esr;

@@ -62,17 +62,21 @@ pub enum Scenario {
     /// Unmapped device access and unknown hypercall; the hypervisor must
     /// survive and report both.
     BadGuest,
+    /// Aborts and undefined instructions from AArch64 and AArch32 EL0; the
+    /// hypervisor must inject the aborts as the architecture takes them.
+    Aarch32El0,
 }
 
 impl Scenario {
     /// Every scenario, for help texts.
-    pub const ALL: [Scenario; 2] = [Scenario::Memory, Scenario::BadGuest];
+    pub const ALL: [Scenario; 3] = [Scenario::Memory, Scenario::BadGuest, Scenario::Aarch32El0];
 
     /// The scenario's name on the command line and in `test=`.
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
+            Scenario::Aarch32El0 => "aarch32-el0",
         }
     }
 

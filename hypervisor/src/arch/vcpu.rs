@@ -5,9 +5,11 @@
 //! protocol require), and then loops: enter the guest, decode the exit by
 //! `ESR_EL2` class, handle it, enter again. Handling never lets the guest take
 //! the hypervisor down: a RAM access faults memory in, a device access is
-//! emulated, anything else gets an abort injected; an unknown hypercall gets
-//! `NOT_SUPPORTED`; only an exit nothing can make sense of stops the VM, with a
-//! report.
+//! emulated, anything else gets an abort injected; a trapped instruction the
+//! hypervisor does not emulate gets an undefined instruction injected; an
+//! unknown hypercall gets `NOT_SUPPORTED`; only an exit nothing can make sense
+//! of stops the VM, with a report. Injection works from every state an
+//! AArch64 EL1 guest runs in: EL1h, EL1t, AArch64 EL0 and AArch32 EL0.
 //!
 //! The guest's EL1 system registers (and FP/SIMD state: the hypervisor is
 //! soft-float) stay live in the CPU between exits because vCPU `n` never
@@ -40,6 +42,7 @@ use super::stage2::FrameMemory;
 use super::sysreg;
 use super::vm::{GuestUart, Vm};
 use super::{console, gic};
+use crate::aarch32;
 use crate::counters::Counter;
 use crate::esr::{
     DataAbort, DataAccess, ExceptionClass, FaultKind, InstructionAbort, SysRegAccess, fault_ipa,
@@ -49,7 +52,7 @@ use crate::fault::{self, SlotView};
 use crate::guest_layout::vcpu_mpidr;
 use crate::host_gic::{self, HostIrq};
 use crate::hypercall::{GuestCall, NOT_SUPPORTED, SMCCC_VERSION_1_1};
-use crate::inject::{AbortKind, GuestState, synchronous_external_abort};
+use crate::inject::{self, GuestState, InjectKind};
 use crate::mmio::DeviceId;
 use crate::psci::{self, BootRequest, PsciCall, PsciOutcome};
 use crate::sysreg_trap::{self, SysRegPolicy};
@@ -98,8 +101,6 @@ const VECTOR_LEN_MAX: u64 = 0xf;
 const CNTHCTL_EL2_EL1_ACCESS: u64 = 0b11;
 /// `SCTLR_EL1` reset value: RES1 bits, MMU and caches off.
 const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
-/// Guest PSTATE at entry: EL1h, D/A/I/F masked.
-const PSTATE_EL1H_MASKED: u64 = 0x3c5;
 
 /// What the run loop does after an exit.
 enum Flow {
@@ -405,7 +406,7 @@ impl Vcpu {
         self.timer_line = None;
         self.regs = GuestRegs {
             pc: boot.entry,
-            pstate: PSTATE_EL1H_MASKED,
+            pstate: inject::PSTATE_EL1H_MASKED,
             ..GuestRegs::default()
         };
         self.regs.x[0] = boot.context_id;
@@ -508,6 +509,14 @@ impl Vcpu {
 
     fn handle_sync(&mut self) -> Flow {
         let esr = self.regs.esr;
+        if aarch32::is_aarch32(self.regs.pstate)
+            && !aarch32::condition_passed(esr, self.regs.pstate)
+        {
+            // A conditional AArch32 instruction that failed its condition
+            // trapped anyway: it does nothing.
+            self.skip_trapped_instruction();
+            return Flow::Resume;
+        }
         match ExceptionClass::from_esr(esr) {
             ExceptionClass::DataAbortLower => {
                 self.bump(Counter::ExitsDabt);
@@ -537,6 +546,10 @@ impl Vcpu {
                 self.bump(Counter::ExitsWfx);
                 // Nothing can be pending for the guest yet: WFI completes at once.
                 self.skip_trapped_instruction();
+                Flow::Resume
+            }
+            class if class.is_unemulated_instruction() => {
+                self.inject_undefined();
                 Flow::Resume
             }
             class => self.stop(&format!(
@@ -571,7 +584,7 @@ impl Vcpu {
                 None => {}
             }
         }
-        self.inject(AbortKind::Data { write: abort.write }, ipa, "data");
+        self.inject_abort(InjectKind::DataAbort { write: abort.write }, ipa, "data");
         Flow::Resume
     }
 
@@ -587,7 +600,7 @@ impl Vcpu {
         if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
             return self.fault_in(slot, ipa, abort.status.kind);
         }
-        self.inject(AbortKind::Instruction, ipa, "instruction");
+        self.inject_abort(InjectKind::InstructionAbort, ipa, "instruction");
         Flow::Resume
     }
 
@@ -715,7 +728,7 @@ impl Vcpu {
                 self.index,
                 self.regs.pc
             );
-            self.inject(AbortKind::Data { write: abort.write }, ipa, "data");
+            self.inject_abort(InjectKind::DataAbort { write: abort.write }, ipa, "data");
         }
         abort.access
     }
@@ -756,35 +769,62 @@ impl Vcpu {
         Flow::Resume
     }
 
-    fn inject(&mut self, kind: AbortKind, ipa: u64, what: &str) {
+    /// Delivers `kind` to the guest as its own hardware would take it to
+    /// EL1h: `inject::compute` decides every value from the exit's state, this
+    /// only reads the guest's `VBAR_EL1`/`SCTLR_EL1` and writes the result.
+    fn deliver(&mut self, kind: InjectKind) {
         let state = GuestState {
             pstate: self.regs.pstate,
             pc: self.regs.pc,
             far: self.regs.far,
+            trap_esr: self.regs.esr,
             vbar: read_sysreg!(vbar_el1),
+            sctlr: read_sysreg!(sctlr_el1),
         };
-        let exception = match synchronous_external_abort(kind, state) {
+        let exception = match inject::compute(kind, state) {
             Ok(e) => e,
             Err(e) => self.stop(&format!(
-                "cannot inject an abort into guest mode {:#x}",
+                "cannot inject {kind:?}: guest PSTATE {:#x} is no EL0/EL1 state an AArch64 EL1 guest runs in",
                 e.0
             )),
         };
         // SAFETY: the EL1 exception registers belong to the guest running on
-        // this CPU; writing them is how the abort is delivered.
+        // this CPU; writing them is how the exception is delivered.
         unsafe {
             write_sysreg!(esr_el1, exception.esr);
-            write_sysreg!(far_el1, exception.far);
+            if let Some(far) = exception.far {
+                write_sysreg!(far_el1, far);
+            }
             write_sysreg!(elr_el1, exception.elr);
             write_sysreg!(spsr_el1, exception.spsr);
         }
         self.regs.pc = exception.pc;
         self.regs.pstate = exception.pstate;
+    }
+
+    /// Injects a synchronous external abort for an access to `ipa`, outside
+    /// every memslot and device (or not emulable there).
+    fn inject_abort(&mut self, kind: InjectKind, ipa: u64, what: &str) {
+        self.deliver(kind);
         self.bump(Counter::InjectedAborts);
         log::info!(
             "vm{} vcpu{}: injected {what} abort: IPA {ipa:#x} is outside every memslot and device",
             self.vm.index,
             self.index
+        );
+    }
+
+    /// Injects an undefined instruction for a trapped instruction the
+    /// hypervisor does not emulate.
+    fn inject_undefined(&mut self) {
+        let (esr, pc, pstate) = (self.regs.esr, self.regs.pc, self.regs.pstate);
+        self.deliver(InjectKind::Undefined);
+        self.bump(Counter::InjectedUndefs);
+        log::info!(
+            "vm{} vcpu{}: injected undefined instruction: trapped EC {:#x} (ESR_EL2 {esr:#x}) at PC {pc:#x}, PSTATE {pstate:#x}",
+            self.vm.index,
+            self.index,
+            ExceptionClass::from_esr(esr).code()
         );
     }
 
@@ -837,9 +877,16 @@ impl Vcpu {
     }
 
     /// Steps the guest over the instruction that trapped (2 or 4 bytes, from
-    /// `ESR_EL2.IL`: a guest's AArch32 T32 code has 16-bit instructions).
+    /// `ESR_EL2.IL`: a guest's AArch32 T32 code has 16-bit instructions); in
+    /// AArch32 the PC stays 32 bits wide and an IT block advances.
     fn skip_trapped_instruction(&mut self) {
-        self.regs.pc += trapped_instruction_len(self.regs.esr);
+        let pc = self.regs.pc + trapped_instruction_len(self.regs.esr);
+        if aarch32::is_aarch32(self.regs.pstate) {
+            self.regs.pc = pc & u64::from(u32::MAX);
+            self.regs.pstate = aarch32::it_advance(self.regs.pstate);
+        } else {
+            self.regs.pc = pc;
+        }
     }
 
     fn guest_call(&mut self) -> Flow {

@@ -1,6 +1,6 @@
 //! The guest's options, read from its bootargs (`/chosen/bootargs`):
-//! `test=<scenario>` picks the scenario (`memory` by default, or
-//! `bad-guest`), and `hypercalls=psci` says that only PSCI answers hypercalls
+//! `test=<scenario>` picks the scenario (`memory` by default, `bad-guest` or
+//! `aarch32-el0`), and `hypercalls=psci` says that only PSCI answers hypercalls
 //! (booted by QEMU directly, without the hypervisor), so the hypervisor's own
 //! calls (`TEST_REPORT`, SMCCC `VERSION`) must not be made. Other words are
 //! ignored, as a kernel ignores parameters it does not know. Pure code, tested
@@ -13,6 +13,8 @@ pub enum Scenario {
     Memory,
     /// Unmapped device access and unknown hypercall.
     BadGuest,
+    /// Aborts and undefined instructions from AArch64 and AArch32 EL0.
+    Aarch32El0,
 }
 
 impl Scenario {
@@ -21,6 +23,7 @@ impl Scenario {
         match self {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
+            Scenario::Aarch32El0 => "aarch32-el0",
         }
     }
 }
@@ -43,6 +46,7 @@ impl Options {
                 scenario = match name {
                     "memory" => Scenario::Memory,
                     "bad-guest" => Scenario::BadGuest,
+                    "aarch32-el0" => Scenario::Aarch32El0,
                     _ => return Err(name),
                 };
             }
@@ -88,7 +92,7 @@ mod tests {
         );
         assert_eq!(Options::parse("test=fly hypercalls=psci"), Err("fly"));
         assert!(!Options::psci_only("hypercalls=psci-ish"));
-        for scenario in [Scenario::Memory, Scenario::BadGuest] {
+        for scenario in [Scenario::Memory, Scenario::BadGuest, Scenario::Aarch32El0] {
             let bootargs = format!("test={}", scenario.name());
             assert_eq!(Options::parse(&bootargs).unwrap().scenario, scenario);
         }

@@ -6,15 +6,16 @@
 //! instruction in inline assembly) and disarms it. A synchronous data abort
 //! (EC 0x25) taken while armed is recorded (ESR, FAR) and the faulting
 //! instruction is skipped by advancing `ELR_EL1` by 4, as the hypervisor's
-//! injected abort enters exactly like a real one at `VBAR_EL1 + 0x200`. Any
-//! other exception is a failure: it is printed as the `RESULT` and the guest
-//! powers off.
+//! injected abort enters exactly like a real one at `VBAR_EL1 + 0x200`.
+//! Synchronous exceptions from EL0 (lower EL, AArch64 or AArch32) while an
+//! EL0 program runs go to `el0`, which records them. Any other exception is a
+//! failure: it is printed as the `RESULT` and the guest powers off.
 
 use core::arch::{asm, global_asm};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::boot::MAX_CPUS;
-use crate::{console, psci, scenarios, smp};
+use crate::{console, el0, psci, scenarios, smp};
 
 /// ESR exception class of a data abort taken without a change in EL.
 pub const EC_DATA_ABORT_SAME_EL: u64 = 0x25;
@@ -46,9 +47,12 @@ const VECTOR_NAMES: [&str; 16] = [
 /// Registers saved by the vector entry, in the order the assembly stores them.
 #[repr(C)]
 pub struct ExceptionFrame {
-    x: [u64; 31],
-    elr: u64,
-    spsr: u64,
+    /// `x0..x30` (for an AArch32 EL0, `r0..r14` in `x0..x14`).
+    pub x: [u64; 31],
+    /// `ELR_EL1`: where the `ERET` at the end of the entry returns.
+    pub elr: u64,
+    /// `SPSR_EL1`: the PSTATE the `ERET` restores.
+    pub spsr: u64,
     _pad: u64,
 }
 
@@ -227,6 +231,11 @@ extern "C" fn handle_exception(vector: u64, frame: &mut ExceptionFrame) {
         FAR[cpu].store(far, Ordering::Relaxed);
         TAKEN[cpu].store(true, Ordering::Relaxed);
         frame.elr += 4;
+        return;
+    }
+    if (vector == el0::VECTOR_SYNC_LOWER_AARCH64 || vector == el0::VECTOR_SYNC_LOWER_AARCH32)
+        && el0::on_lower_el_exception(vector, esr, far, frame)
+    {
         return;
     }
     console::emergency_line(format_args!(

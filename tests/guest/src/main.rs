@@ -14,6 +14,10 @@
 //!   catch the abort.
 //! * `bad-guest`: reads and writes an unmapped device address and issues an
 //!   unknown hypercall, expecting aborts and `NOT_SUPPORTED`.
+//! * `aarch32-el0`: runs small programs at AArch64 EL0 and AArch32 EL0 that
+//!   load from and branch to a hole (the hypervisor must inject the aborts)
+//!   and execute undefined instructions, and checks each exception taken to
+//!   EL1: vector, ESR, FAR, ELR, SPSR.
 //!
 //! It ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the
@@ -32,6 +36,8 @@ mod boot;
 mod bootargs;
 #[cfg(target_os = "none")]
 mod console;
+#[cfg(target_os = "none")]
+mod el0;
 #[cfg(target_os = "none")]
 mod exceptions;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]

@@ -10,6 +10,11 @@
 //! Once RAM is known, every still-invalid entry is filled: normal where it
 //! overlaps RAM, device elsewhere. Filling invalid entries needs no TLB
 //! invalidation (invalid entries are never cached), only a barrier.
+//!
+//! Scenarios that run code at EL0 replace a gigabyte's block with one EL0 may
+//! use ([`map_el0_block`]): normal memory, never executable at EL1, readable
+//! (or also writable) and executable at EL0. A valid entry is replaced
+//! break-before-make: invalidate it, flush the TLBs, write the new one.
 
 use core::arch::asm;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +32,10 @@ const DESC_ATTR_DEVICE: u64 = 0; // MAIR attribute 0 in AttrIndx [4:2]
 const DESC_ATTR_NORMAL: u64 = 1 << 2; // MAIR attribute 1
 const DESC_INNER_SHAREABLE: u64 = 0b11 << 8;
 const DESC_ACCESS_FLAG: u64 = 1 << 10;
+/// AP\[1\]: EL0 may access the block.
+const DESC_AP_EL0: u64 = 1 << 6;
+/// AP\[2\]: read-only (at EL1 and, with AP\[1\], at EL0).
+const DESC_AP_READ_ONLY: u64 = 1 << 7;
 const DESC_PXN: u64 = 1 << 53;
 const DESC_UXN: u64 = 1 << 54;
 
@@ -169,4 +178,51 @@ pub fn map_everything(platform: &Platform) {
     }
     // SAFETY: barriers only order the table stores before later accesses.
     unsafe { asm!("dsb ishst", "isb", options(nostack)) };
+}
+
+/// What EL0 may do in a block mapped by [`map_el0_block`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum El0Access {
+    /// Read and execute (EL1 may only read).
+    ReadExecute,
+    /// Read, write and execute (EL1 may read and write).
+    ReadWriteExecute,
+}
+
+/// Makes virtual gigabyte `va_index` map physical gigabyte `pa_index` for EL0
+/// code: normal write-back memory that EL1 never executes (PXN). Replaces
+/// the entry break-before-make, so it may be called on a live table, but no
+/// other vCPU may be using that gigabyte.
+pub fn map_el0_block(va_index: usize, pa_index: usize, access: El0Access) {
+    let entry = ((pa_index as u64) << BLOCK_SHIFT)
+        | DESC_VALID_BLOCK
+        | DESC_ATTR_NORMAL
+        | DESC_INNER_SHAREABLE
+        | DESC_ACCESS_FLAG
+        | DESC_AP_EL0
+        | DESC_PXN
+        | match access {
+            El0Access::ReadExecute => DESC_AP_READ_ONLY,
+            El0Access::ReadWriteExecute => 0,
+        };
+    LEVEL1.0[va_index].store(0, Ordering::Relaxed);
+    // SAFETY: barriers and TLB invalidation change no memory; the old entry
+    // is gone from the table before its translations are flushed.
+    unsafe {
+        asm!(
+            "dsb ishst",
+            "tlbi vmalle1is",
+            "dsb ish",
+            "isb",
+            options(nostack)
+        )
+    };
+    LEVEL1.0[va_index].store(entry, Ordering::Relaxed);
+    // SAFETY: barriers only order the table store before later accesses.
+    unsafe { asm!("dsb ishst", "isb", options(nostack)) };
+}
+
+/// The gigabyte index of `address` in the level-1 table.
+pub const fn block_index(address: u64) -> usize {
+    (address >> BLOCK_SHIFT) as usize
 }

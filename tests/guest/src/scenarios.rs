@@ -14,14 +14,26 @@
 //! memory map) and must catch two aborts with the right FAR and direction,
 //! then issues the unknown hypercall 0xC600_00FF, which must return
 //! `NOT_SUPPORTED`.
+//!
+//! `aarch32-el0`: maps an EL0 alias of the image and a hole (a gigabyte below
+//! 4 GiB that is neither RAM nor a device) and runs the `el0` programs, first
+//! at AArch64 EL0t, then at AArch32 User (`SPSR` 0x1d0). Each loads from the
+//! hole and branches into it (the hypervisor injects a data and an
+//! instruction abort), executes `UDF` (undefined at EL1 by the CPU itself),
+//! and the AArch32 one also loads from the hole with a 16-bit T32
+//! instruction. Every exception must arrive at the lower-EL vector of its
+//! state (+0x400 / +0x600) with the exception class, ISS, `IL`, `FAR`, `ELR`
+//! and `SPSR` the architecture gives it, and with D, A, I, F masked.
 
 use core::fmt;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::boot::MAX_CPUS;
+use crate::boot::{self, MAX_CPUS};
 use crate::bootargs::Scenario;
+use crate::el0::{self, Event, Layout, Program, ec};
 use crate::exceptions::{self, Access, DFSC_EXTERNAL_ABORT, EC_DATA_ABORT_SAME_EL};
 use crate::memory_map::{MemRange, PAGE};
+use crate::mmu::{self, El0Access};
 use crate::platform::Platform;
 use crate::println;
 use crate::psci::{self, function};
@@ -116,6 +128,23 @@ pub enum Failure {
         /// CPUs in the device tree.
         found: usize,
     },
+    /// The CPU runs no AArch32 at EL0 (`ID_AA64PFR0_EL1.EL0`).
+    NoAarch32El0 {
+        /// `ID_AA64PFR0_EL1`.
+        pfr0: u64,
+    },
+    /// Fewer than two gigabytes below 4 GiB are free of RAM and devices for
+    /// the EL0 alias and the hole.
+    NoEl0Window,
+    /// An EL0 program took another exception than expected, or none.
+    El0Exception {
+        /// Which program.
+        program: Program,
+        /// What was expected.
+        expected: &'static str,
+        /// What came instead.
+        got: Option<Event>,
+    },
 }
 
 impl Failure {
@@ -136,6 +165,9 @@ impl Failure {
                 Failure::NeedsHypervisor => 11,
                 Failure::UnknownScenario(_) => 12,
                 Failure::TooManyCpus { .. } => 13,
+                Failure::NoAarch32El0 { .. } => 14,
+                Failure::NoEl0Window => 15,
+                Failure::El0Exception { .. } => 16,
             }
     }
 }
@@ -186,9 +218,35 @@ impl fmt::Display for Failure {
             Failure::UnknownScenario(name) => {
                 write!(
                     f,
-                    "unknown scenario `test={name}` (known: memory, bad-guest)"
+                    "unknown scenario `test={name}` (known: memory, bad-guest, aarch32-el0)"
                 )
             }
+            Failure::NoAarch32El0 { pfr0 } => write!(
+                f,
+                "the CPU has no AArch32 EL0 (ID_AA64PFR0_EL1 {pfr0:#x}); use a CPU with it"
+            ),
+            Failure::NoEl0Window => write!(
+                f,
+                "no two gigabytes below 4 GiB free of RAM and devices for the EL0 programs"
+            ),
+            Failure::El0Exception {
+                program,
+                expected,
+                got: None,
+            } => write!(
+                f,
+                "{program:?} EL0 program: expected {expected}, got no exception"
+            ),
+            Failure::El0Exception {
+                program,
+                expected,
+                got: Some(e),
+            } => write!(
+                f,
+                "{program:?} EL0 program: expected {expected}, got vector {} ESR {:#x} FAR {:#x} \
+                 ELR {:#x} SPSR {:#x} DAIF {:#x}",
+                e.vector, e.esr, e.far, e.elr, e.spsr, e.daif
+            ),
         }
     }
 }
@@ -217,6 +275,7 @@ pub fn run(platform: &Platform, scenario: Scenario) -> Result<(), Failure> {
     match scenario {
         Scenario::Memory => memory(platform),
         Scenario::BadGuest => bad_guest(),
+        Scenario::Aarch32El0 => aarch32_el0(platform),
     }
 }
 
@@ -420,5 +479,235 @@ fn bad_guest() -> Result<(), Failure> {
         "test-guest: unknown hypercall {:#x} returned NOT_SUPPORTED",
         function::UNKNOWN
     );
+    Ok(())
+}
+
+/// One exception an EL0 program must take.
+struct Expected {
+    what: &'static str,
+    vector: u64,
+    class: u64,
+    iss: u64,
+    il: bool,
+    far: Option<u64>,
+    elr: u64,
+    spsr: u64,
+}
+
+impl Expected {
+    fn matches(&self, e: &Event) -> bool {
+        e.vector == self.vector
+            && e.class() == self.class
+            && e.esr & 0x1ff_ffff == self.iss
+            && (e.esr & el0::ESR_IL != 0) == self.il
+            && self.far.is_none_or(|far| e.far == far)
+            && e.elr == self.elr
+            && e.spsr == self.spsr
+            && e.daif & el0::DAIF_ALL == el0::DAIF_ALL
+    }
+}
+
+/// Runs `program` and checks the exceptions it took against `expected`.
+fn check_el0_program(
+    layout: &Layout,
+    program: Program,
+    spsr: u64,
+    expected: &[Expected],
+) -> Result<(), Failure> {
+    let (events, count) = el0::run(layout, program, spsr);
+    for (i, want) in expected.iter().enumerate() {
+        let got = (i < count).then(|| events[i]);
+        if !got.is_some_and(|e| want.matches(&e)) {
+            return Err(Failure::El0Exception {
+                program,
+                expected: want.what,
+                got,
+            });
+        }
+        let e = events[i];
+        println!(
+            "test-guest: {program:?} EL0: {}: vector +{:#x} ESR {:#x} FAR {:#x} ELR {:#x} SPSR {:#x}",
+            want.what,
+            e.vector * 0x80,
+            e.esr,
+            e.far,
+            e.elr,
+            e.spsr
+        );
+    }
+    if count > expected.len() {
+        return Err(Failure::El0Exception {
+            program,
+            expected: "nothing after the final SVC",
+            got: Some(events[expected.len()]),
+        });
+    }
+    Ok(())
+}
+
+/// Maps the EL0 alias of the image and the hole into two free gigabytes
+/// below 4 GiB (neither RAM nor the first gigabyte, where the devices are).
+fn el0_layout(platform: &Platform) -> Result<Layout, Failure> {
+    const GIGABYTE: u64 = 1 << 30;
+    let image = boot::image_range().0;
+    let image_index = mmu::block_index(image);
+    let mut free = (1..4).filter(|&index| {
+        let start = index as u64 * GIGABYTE;
+        index != image_index
+            && !platform
+                .ram()
+                .iter()
+                .any(|r| r.start < start + GIGABYTE && start < r.end)
+    });
+    let (Some(alias), Some(hole)) = (free.next(), free.next()) else {
+        return Err(Failure::NoEl0Window);
+    };
+    mmu::map_el0_block(alias, image_index, El0Access::ReadExecute);
+    mmu::map_el0_block(hole, hole, El0Access::ReadWriteExecute);
+    Ok(Layout {
+        alias_base: alias as u64 * GIGABYTE,
+        image_gigabyte: image_index as u64 * GIGABYTE,
+        hole: hole as u64 * GIGABYTE,
+    })
+}
+
+fn aarch32_el0(platform: &Platform) -> Result<(), Failure> {
+    if !psci::hypervisor_services() {
+        return Err(Failure::NeedsHypervisor);
+    }
+    let pfr0: u64;
+    // SAFETY: reading an ID register has no side effects.
+    unsafe { core::arch::asm!("mrs {}, id_aa64pfr0_el1", out(reg) pfr0, options(nomem, nostack)) };
+    // ID_AA64PFR0_EL1.EL0 [3:0]: 2 = AArch64 and AArch32.
+    if pfr0 & 0xf != 2 {
+        return Err(Failure::NoAarch32El0 { pfr0 });
+    }
+    let layout = el0_layout(platform)?;
+    let (a64, a32, t32) = layout.programs();
+    let load = layout.hole + 0x100;
+    println!(
+        "test-guest: aarch32-el0: EL0 alias of the image at {:#x}, hole at {:#x}",
+        layout.alias_base, layout.hole
+    );
+
+    let lower64 = el0::VECTOR_SYNC_LOWER_AARCH64;
+    let spsr64 = el0::SPSR_EL0T_MASKED;
+    let pfr1: u64;
+    // SAFETY: reading an ID register has no side effects.
+    unsafe { core::arch::asm!("mrs {}, id_aa64pfr1_el1", out(reg) pfr1, options(nomem, nostack)) };
+    // With FEAT_BTI (ID_AA64PFR1_EL1.BT [3:0]) BLR leaves PSTATE.BTYPE = 0b10
+    // for its target, so the abort at the target saves it in SPSR.
+    let btype_after_blr = if pfr1 & 0xf != 0 {
+        el0::SPSR_BTYPE_BLR
+    } else {
+        0
+    };
+    check_el0_program(
+        &layout,
+        Program::Aarch64,
+        spsr64,
+        &[
+            Expected {
+                what: "data abort (EC 0x24) from ldr x0, [x1] in the hole",
+                vector: lower64,
+                class: ec::DABT_LOWER,
+                iss: DFSC_EXTERNAL_ABORT,
+                il: true,
+                far: Some(load),
+                elr: a64,
+                spsr: spsr64,
+            },
+            Expected {
+                what: "undefined instruction (EC 0x00) from udf #0",
+                vector: lower64,
+                class: ec::UNKNOWN,
+                iss: 0,
+                il: true,
+                far: None,
+                elr: a64 + 4,
+                spsr: spsr64,
+            },
+            Expected {
+                what: "instruction abort (EC 0x20) from blr x2 into the hole",
+                vector: lower64,
+                class: ec::IABT_LOWER,
+                iss: DFSC_EXTERNAL_ABORT,
+                il: true,
+                far: Some(layout.hole),
+                elr: layout.hole,
+                spsr: spsr64 | btype_after_blr,
+            },
+            Expected {
+                what: "svc #0 (EC 0x15)",
+                vector: lower64,
+                class: ec::SVC64,
+                iss: 0,
+                il: true,
+                far: None,
+                elr: a64 + 16,
+                spsr: spsr64,
+            },
+        ],
+    )?;
+
+    let lower32 = el0::VECTOR_SYNC_LOWER_AARCH32;
+    let spsr32 = el0::SPSR_AARCH32_USR_MASKED;
+    check_el0_program(
+        &layout,
+        Program::Aarch32,
+        spsr32,
+        &[
+            Expected {
+                what: "data abort (EC 0x24) from A32 ldr r0, [r1] in the hole",
+                vector: lower32,
+                class: ec::DABT_LOWER,
+                iss: DFSC_EXTERNAL_ABORT,
+                il: true,
+                far: Some(load),
+                elr: a32,
+                spsr: spsr32,
+            },
+            Expected {
+                what: "undefined instruction (EC 0x00) from A32 udf #0",
+                vector: lower32,
+                class: ec::UNKNOWN,
+                iss: 0,
+                il: true,
+                far: None,
+                elr: a32 + 4,
+                spsr: spsr32,
+            },
+            Expected {
+                what: "data abort (EC 0x24, IL 0) from T32 16-bit ldr r0, [r1] in the hole",
+                vector: lower32,
+                class: ec::DABT_LOWER,
+                iss: DFSC_EXTERNAL_ABORT,
+                il: false,
+                far: Some(load),
+                elr: t32,
+                spsr: spsr32 | el0::SPSR_T32,
+            },
+            Expected {
+                what: "instruction abort (EC 0x20) from A32 blx r2 into the hole",
+                vector: lower32,
+                class: ec::IABT_LOWER,
+                iss: DFSC_EXTERNAL_ABORT,
+                il: true,
+                far: Some(layout.hole),
+                elr: layout.hole,
+                spsr: spsr32,
+            },
+            Expected {
+                what: "svc #0 (EC 0x11)",
+                vector: lower32,
+                class: ec::SVC32,
+                iss: 0,
+                il: true,
+                far: None,
+                elr: a32 + 20,
+                spsr: spsr32,
+            },
+        ],
+    )?;
     Ok(())
 }
