@@ -61,17 +61,21 @@ pub enum Scenario {
     /// Unmapped device access and unknown hypercall; the hypervisor must
     /// survive and report both.
     BadGuest,
+    /// Both EL1 timers (physical and virtual) interrupt every vCPU through
+    /// the GIC; `CNTPCT_EL0` and `CNTVCT_EL0` agree and are monotonic.
+    Timers,
 }
 
 impl Scenario {
     /// Every scenario, for help texts.
-    pub const ALL: [Scenario; 2] = [Scenario::Memory, Scenario::BadGuest];
+    pub const ALL: [Scenario; 3] = [Scenario::Memory, Scenario::BadGuest, Scenario::Timers];
 
     /// The scenario's name on the command line and in `test=`.
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
+            Scenario::Timers => "timers",
         }
     }
 

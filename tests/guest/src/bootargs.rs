@@ -1,6 +1,6 @@
 //! The guest's options, read from its bootargs (`/chosen/bootargs`):
-//! `test=<scenario>` picks the scenario (`memory` by default, or
-//! `bad-guest`), and `hypercalls=psci` says that only PSCI answers hypercalls
+//! `test=<scenario>` picks the scenario (`memory` by default, `bad-guest` or
+//! `timers`), and `hypercalls=psci` says that only PSCI answers hypercalls
 //! (booted by QEMU directly, without the hypervisor), so the hypervisor's own
 //! calls (`TEST_REPORT`, SMCCC `VERSION`) must not be made. Other words are
 //! ignored, as a kernel ignores parameters it does not know. Pure code, tested
@@ -13,6 +13,8 @@ pub enum Scenario {
     Memory,
     /// Unmapped device access and unknown hypercall.
     BadGuest,
+    /// Both EL1 timers' interrupts on every vCPU, counters consistent.
+    Timers,
 }
 
 impl Scenario {
@@ -21,6 +23,7 @@ impl Scenario {
         match self {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
+            Scenario::Timers => "timers",
         }
     }
 }
@@ -43,6 +46,7 @@ impl Options {
                 scenario = match name {
                     "memory" => Scenario::Memory,
                     "bad-guest" => Scenario::BadGuest,
+                    "timers" => Scenario::Timers,
                     _ => return Err(name),
                 };
             }
@@ -88,7 +92,7 @@ mod tests {
         );
         assert_eq!(Options::parse("test=fly hypercalls=psci"), Err("fly"));
         assert!(!Options::psci_only("hypercalls=psci-ish"));
-        for scenario in [Scenario::Memory, Scenario::BadGuest] {
+        for scenario in [Scenario::Memory, Scenario::BadGuest, Scenario::Timers] {
             let bootargs = format!("test={}", scenario.name());
             assert_eq!(Options::parse(&bootargs).unwrap().scenario, scenario);
         }

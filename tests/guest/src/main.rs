@@ -14,6 +14,10 @@
 //!   catch the abort.
 //! * `bad-guest`: reads and writes an unmapped device address and issues an
 //!   unknown hypercall, expecting aborts and `NOT_SUPPORTED`.
+//! * `timers`: every vCPU drives its GIC redistributor and CPU interface,
+//!   arms the EL1 physical timer alone and then together with the virtual
+//!   timer, takes each interrupt in `WFI`, and checks that `CNTPCT_EL0` and
+//!   `CNTVCT_EL0` agree and never go backwards.
 //!
 //! It ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the
@@ -34,6 +38,10 @@ mod bootargs;
 mod console;
 #[cfg(target_os = "none")]
 mod exceptions;
+#[cfg(target_os = "none")]
+mod gic;
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+mod gic_regs;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod memory_map;
 #[cfg(target_os = "none")]
@@ -46,6 +54,10 @@ mod psci;
 mod scenarios;
 #[cfg(target_os = "none")]
 mod smp;
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+mod timer_regs;
+#[cfg(target_os = "none")]
+mod timers;
 
 #[cfg(not(target_os = "none"))]
 fn main() {

@@ -14,18 +14,23 @@
 //! memory map) and must catch two aborts with the right FAR and direction,
 //! then issues the unknown hypercall 0xC600_00FF, which must return
 //! `NOT_SUPPORTED`.
+//!
+//! `timers`: see [`crate::timers`].
 
 use core::fmt;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::boot::MAX_CPUS;
 use crate::bootargs::Scenario;
 use crate::exceptions::{self, Access, DFSC_EXTERNAL_ABORT, EC_DATA_ABORT_SAME_EL};
+use crate::gic::GicError;
 use crate::memory_map::{MemRange, PAGE};
 use crate::platform::Platform;
 use crate::println;
 use crate::psci::{self, function};
 use crate::smp::{self, Barrier, Deadline};
+use crate::timer_regs::{CounterError, Timer, TimerNodeError};
+use crate::timers;
 
 /// `TEST_REPORT` code of a panic.
 pub const PANIC_CODE: u64 = 0xbad2_0001;
@@ -116,6 +121,57 @@ pub enum Failure {
         /// CPUs in the device tree.
         found: usize,
     },
+    /// The device tree has no usable GICv3.
+    NoGic,
+    /// The device tree has no `arm,armv8-timer` node with `interrupts`.
+    NoTimerNode,
+    /// The timer node's `interrupts` are not what Linux expects.
+    TimerNode(TimerNodeError),
+    /// The GIC could not be set up.
+    Gic {
+        /// The vCPU.
+        cpu: usize,
+        /// What went wrong.
+        error: GicError,
+    },
+    /// A timer was armed and its interrupt never came.
+    TimerSilent {
+        /// The vCPU.
+        cpu: usize,
+        /// Which timer.
+        timer: Timer,
+        /// Its INTID.
+        intid: u32,
+        /// How long the vCPU waited.
+        seconds: u64,
+    },
+    /// A timer interrupt was taken while its timer had not fired.
+    TimerEarly {
+        /// The vCPU.
+        cpu: usize,
+        /// Which timer.
+        timer: Timer,
+        /// Its `CTL` in the handler.
+        ctl: u64,
+        /// Its counter in the handler.
+        count: u64,
+        /// Its `CVAL`.
+        cval: u64,
+    },
+    /// The counters disagree or went backwards.
+    Counter {
+        /// The vCPU.
+        cpu: usize,
+        /// What was seen.
+        error: CounterError,
+    },
+    /// An interrupt the scenario never enabled.
+    UnexpectedInterrupt {
+        /// The vCPU.
+        cpu: usize,
+        /// Its INTID.
+        intid: u32,
+    },
 }
 
 impl Failure {
@@ -136,6 +192,14 @@ impl Failure {
                 Failure::NeedsHypervisor => 11,
                 Failure::UnknownScenario(_) => 12,
                 Failure::TooManyCpus { .. } => 13,
+                Failure::NoGic => 14,
+                Failure::NoTimerNode => 15,
+                Failure::TimerNode(_) => 16,
+                Failure::Gic { .. } => 17,
+                Failure::TimerSilent { .. } => 18,
+                Failure::TimerEarly { .. } => 19,
+                Failure::Counter { .. } => 20,
+                Failure::UnexpectedInterrupt { .. } => 21,
             }
     }
 }
@@ -186,8 +250,64 @@ impl fmt::Display for Failure {
             Failure::UnknownScenario(name) => {
                 write!(
                     f,
-                    "unknown scenario `test={name}` (known: memory, bad-guest)"
+                    "unknown scenario `test={name}` (known: memory, bad-guest, timers)"
                 )
+            }
+            Failure::NoGic => write!(
+                f,
+                "the device tree has no GICv3 (arm,gic-v3 with distributor and redistributors)"
+            ),
+            Failure::NoTimerNode => write!(
+                f,
+                "the device tree has no arm,armv8-timer node with interrupts"
+            ),
+            Failure::TimerNode(error) => write!(f, "{error}"),
+            Failure::Gic { cpu, error } => match error {
+                GicError::NoRedistributor { mpidr } => {
+                    write!(f, "vcpu{cpu}: no redistributor for mpidr {mpidr:#x}")
+                }
+                GicError::Stuck { register } => {
+                    write!(f, "vcpu{cpu}: {register} never cleared")
+                }
+            },
+            Failure::TimerSilent {
+                cpu,
+                timer,
+                intid,
+                seconds,
+            } => write!(
+                f,
+                "vcpu{cpu}: the {timer} timer fired but its interrupt (INTID {intid}) did not \
+                 arrive within {seconds} s"
+            ),
+            Failure::TimerEarly {
+                cpu,
+                timer,
+                ctl,
+                count,
+                cval,
+            } => write!(
+                f,
+                "vcpu{cpu}: {timer} timer interrupt taken with CTL {ctl:#x}, count {count:#x}, \
+                 CVAL {cval:#x}: the timer had not fired"
+            ),
+            Failure::Counter { cpu, error } => match error {
+                CounterError::Mismatch {
+                    virt_before,
+                    phys,
+                    virt_after,
+                } => write!(
+                    f,
+                    "vcpu{cpu}: CNTPCT_EL0 {phys:#x} not between CNTVCT_EL0 reads {virt_before:#x} \
+                     and {virt_after:#x} (offsets must be zero)"
+                ),
+                CounterError::Backwards { earlier, later } => write!(
+                    f,
+                    "vcpu{cpu}: counter went backwards from {earlier:#x} to {later:#x}"
+                ),
+            },
+            Failure::UnexpectedInterrupt { cpu, intid } => {
+                write!(f, "vcpu{cpu}: unexpected interrupt INTID {intid}")
             }
         }
     }
@@ -217,12 +337,24 @@ pub fn run(platform: &Platform, scenario: Scenario) -> Result<(), Failure> {
     match scenario {
         Scenario::Memory => memory(platform),
         Scenario::BadGuest => bad_guest(),
+        Scenario::Timers => {
+            TIMERS_ON_SECONDARIES.store(true, Ordering::Release);
+            timers::scenario(platform)
+        }
     }
 }
 
-/// Entry of a secondary's part of the scenario (only `memory` starts them).
+/// The secondaries run the `timers` scenario's part (else `memory`'s).
+static TIMERS_ON_SECONDARIES: AtomicBool = AtomicBool::new(false);
+
+/// Entry of a secondary's part of the scenario (`memory` and `timers` start
+/// them).
 pub fn secondary(cpu: usize) {
-    memory_worker(cpu, None);
+    if TIMERS_ON_SECONDARIES.load(Ordering::Acquire) {
+        timers::worker(cpu);
+    } else {
+        memory_worker(cpu, None);
+    }
 }
 
 fn expect(function: u32, returned: i64, ok: bool) -> Result<(), Failure> {
