@@ -3,13 +3,14 @@
 //! The crate is split in two layers. The pure layer (every module at the top
 //! level) holds the decisions: decoding exception syndromes, PSCI and the
 //! hypervisor-call interface, the PL011 register model, the host platform read
-//! from the device tree, the guest device tree, memory-range arithmetic and per-VM
-//! counters. It builds and is unit-tested on the host. The machine layer
-//! (`arch`, only on `aarch64` bare metal) touches system registers and runs the
-//! boot path, exception vectors, CPUs, memory management and the vCPU run loop,
-//! and calls into the pure layer for every decision. The boot payload's formats
-//! (cpio newc archive, arm64 `Image` header, `vm.conf`) come from the
-//! `boot-payload` crate, which `qemu-runner` writes them with.
+//! from the device tree, the guest device tree, memory-range arithmetic, per-VM
+//! counters and the forwarding of the guest timers' interrupts. It builds and
+//! is unit-tested on the host. The machine layer (`arch`, only on `aarch64`
+//! bare metal) touches system registers and runs the boot path, exception
+//! vectors, CPUs, memory management and the vCPU run loop, and calls into the
+//! pure layer for every decision. The boot payload's formats (cpio newc
+//! archive, arm64 `Image` header, `vm.conf`) come from the `boot-payload`
+//! crate, which `qemu-runner` writes them with.
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;
@@ -30,6 +31,7 @@ pub mod platform;
 pub mod psci;
 pub mod ranges;
 pub mod sysreg_trap;
+pub mod timer;
 pub mod tlb_count;
 pub mod vgic;
 

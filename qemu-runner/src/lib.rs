@@ -65,11 +65,19 @@ pub enum Scenario {
     /// Aborts and undefined instructions from AArch64 and AArch32 EL0; the
     /// hypervisor must inject the aborts as the architecture takes them.
     Aarch32El0,
+    /// Both EL1 timers (physical and virtual) interrupt every vCPU through
+    /// the GIC; `CNTPCT_EL0` and `CNTVCT_EL0` agree and are monotonic.
+    Timers,
 }
 
 impl Scenario {
     /// Every scenario, for help texts.
-    pub const ALL: [Scenario; 3] = [Scenario::Memory, Scenario::BadGuest, Scenario::Aarch32El0];
+    pub const ALL: &[Scenario] = &[
+        Scenario::Memory,
+        Scenario::BadGuest,
+        Scenario::Aarch32El0,
+        Scenario::Timers,
+    ];
 
     /// The scenario's name on the command line and in `test=`.
     pub fn name(self) -> &'static str {
@@ -77,12 +85,22 @@ impl Scenario {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
             Scenario::Aarch32El0 => "aarch32-el0",
+            Scenario::Timers => "timers",
         }
     }
 
     /// The scenario called `name`.
     pub fn from_name(name: &str) -> Option<Scenario> {
-        Scenario::ALL.into_iter().find(|s| s.name() == name)
+        Scenario::ALL.iter().copied().find(|s| s.name() == name)
+    }
+
+    /// Every scenario's name, comma-separated (for help and error texts).
+    pub fn names() -> String {
+        Scenario::ALL
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -948,7 +966,7 @@ mod tests {
 
     #[test]
     fn scenarios_have_names_and_cmdlines() {
-        for scenario in Scenario::ALL {
+        for &scenario in Scenario::ALL {
             assert_eq!(Scenario::from_name(scenario.name()), Some(scenario));
         }
         assert_eq!(Scenario::from_name("nope"), None);

@@ -26,7 +26,7 @@ qemu-system-aarch64 -machine virt,virtualization=on,gic-version=3, streams the
 console and exits 0 only when the guest prints RESULT: PASS.
 
 options:
-  --guest SCENARIO   test guest scenario: memory (default), bad-guest or aarch32-el0
+  --guest SCENARIO   test guest scenario (default memory; the list follows)
   --smp N            emulated CPUs (default 4)
   --mem MIB          machine RAM in MiB (default 1024)
   --guest-mem MIB    guest RAM in MiB (vm.conf mem_mib; hypervisor default 128)
@@ -54,6 +54,14 @@ Linux guest (instead of the test guest; defaults become --smp 2, --guest-mem 512
   --cmdline TEXT     kernel command line (default: console=ttyAMA0 earlycon
                      rdinit=/init, plus loglevel=5 with --linux-test)
   -h, --help         this text";
+
+/// The usage text with the test guest's scenarios.
+fn usage() -> String {
+    format!(
+        "{USAGE}\n\ntest guest scenarios (--guest): {}",
+        Scenario::names()
+    )
+}
 
 enum Parsed {
     Run(RunConfig),
@@ -140,7 +148,8 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
                 let scenario = value(name, inline, &mut rest)?;
                 config.scenario = Scenario::from_name(scenario).ok_or_else(|| {
                     format!(
-                        "--guest: unknown scenario `{scenario}` (memory, bad-guest, aarch32-el0)"
+                        "--guest: unknown scenario `{scenario}` ({})",
+                        Scenario::names()
                     )
                 })?;
             }
@@ -208,11 +217,11 @@ fn main() -> ExitCode {
     let mut config = match parse(&args) {
         Ok(Parsed::Run(config)) => config,
         Ok(Parsed::Help) => {
-            println!("{USAGE}");
+            println!("{}", usage());
             return ExitCode::SUCCESS;
         }
         Err(message) => {
-            eprintln!("qemu-runner: {message}\n\n{USAGE}");
+            eprintln!("qemu-runner: {message}\n\n{}", usage());
             return ExitCode::from(2);
         }
     };

@@ -23,16 +23,16 @@
 //! physical kick SGI to its CPU once the vgic lock is dropped. Physical
 //! interrupts taken while the guest runs are IRQ exits (`HCR_EL2.IMO`): the
 //! kick SGI and the maintenance interrupt only need the exit (the refill
-//! follows), the virtual timer PPI raises the vgic timer line and is masked
-//! at the redistributor while the line stays high (the guest's
-//! `CNTV_CTL_EL0` is never touched; the line is re-sampled from it before
-//! each entry and the PPI unmasked once it drops: the guest's EOI of the
-//! level interrupt, listed with EOI maintenance, guarantees that exit), and
-//! the console UART's interrupt moves the received bytes into the emulated
-//! PL011.
+//! follows), the PPI of either EL1 timer (virtual, physical) raises that
+//! timer's vgic line and is masked at the redistributor while the line stays
+//! high (the guest's `CNTV_CTL_EL0`/`CNTP_CTL_EL0` are never touched; the
+//! lines are re-sampled from them before each entry and a PPI unmasked once
+//! its line drops: the guest's EOI of the level interrupt, listed with EOI
+//! maintenance, guarantees that exit; see `crate::timer`), and the console
+//! UART's interrupt moves the received bytes into the emulated PL011.
 //!
 //! WFI and WFE are not trapped (`HCR_EL2.TWI`/`TWE` clear): the CPU halts in
-//! the guest until a physical interrupt (a kick, the virtual timer, the UART)
+//! the guest until a physical interrupt (a kick, a timer, the UART)
 //! or a pending virtual interrupt wakes it. Each vCPU owns its CPU, so halting
 //! the CPU is exactly what a waiting vCPU should do, with no exit and no
 //! wake-up path to get wrong.
@@ -50,12 +50,13 @@ use crate::esr::{
 };
 use crate::fault::{self, SlotView};
 use crate::guest_layout::vcpu_mpidr;
-use crate::host_gic::{self, HostIrq};
+use crate::host_gic::HostIrq;
 use crate::hypercall::{GuestCall, NOT_SUPPORTED, SMCCC_VERSION_1_1};
 use crate::inject::{self, GuestState, InjectKind};
 use crate::mmio::DeviceId;
 use crate::psci::{self, BootRequest, PsciCall, PsciOutcome};
 use crate::sysreg_trap::{self, SysRegPolicy};
+use crate::timer::{TimerForward, TimerId, timer_line};
 use crate::vgic::{HardwareListRegisters, SgiGroup, VcpuSet};
 use crate::{mmio, read_sysreg, write_sysreg};
 use alloc::format;
@@ -94,13 +95,29 @@ const CPTR_EL2_TSM: u64 = 1 << 12;
 const FGT_SME_NEGATIVE: u64 = (1 << 54) | (1 << 55);
 /// `ZCR_EL2`/`SMCR_EL2` `LEN` asking for the longest vector the CPU has.
 const VECTOR_LEN_MAX: u64 = 0xf;
-/// `CNTHCTL_EL2`: EL1 may read the physical counter (EL1PCTEN) and use the
-/// EL1 physical timer (EL1PCEN) without a trap. The guest's device tree names
-/// the virtual timer's PPI for Linux at EL1, which is the timer forwarded
-/// through the virtual GIC; the physical timer's interrupt is not forwarded.
-const CNTHCTL_EL2_EL1_ACCESS: u64 = 0b11;
+/// `CNTHCTL_EL2.EL1PCTEN` (non-VHE): EL1 and EL0 reads of `CNTPCT_EL0` are
+/// not trapped.
+const CNTHCTL_EL2_EL1PCTEN: u64 = 1 << 0;
+/// `CNTHCTL_EL2.EL1PCEN` (non-VHE): EL1 and EL0 accesses to the EL1 physical
+/// timer (`CNTP_*_EL0`) are not trapped.
+const CNTHCTL_EL2_EL1PCEN: u64 = 1 << 1;
+/// `CNTHCTL_EL2` while a guest runs: both timers and both counters belong to
+/// the guest, untrapped (see `crate::timer`). Every other field is clear:
+/// no event stream, and `ECV` (bit 12) clear so that `CNTPOFF_EL2` is not
+/// applied on a CPU with FEAT_ECV: the physical offset is zero, like
+/// `CNTVOFF_EL2`, and the guest's two counters read the same value.
+const CNTHCTL_EL2_GUEST: u64 = CNTHCTL_EL2_EL1PCTEN | CNTHCTL_EL2_EL1PCEN;
 /// `SCTLR_EL1` reset value: RES1 bits, MMU and caches off.
 const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
+
+/// The guest's `CNTV_CTL_EL0` or `CNTP_CTL_EL0` (live in this CPU: the
+/// vCPU never leaves it).
+fn timer_ctl(timer: TimerId) -> u64 {
+    match timer {
+        TimerId::Virtual => read_sysreg!(cntv_ctl_el0),
+        TimerId::Physical => read_sysreg!(cntp_ctl_el0),
+    }
+}
 
 /// What the run loop does after an exit.
 enum Flow {
@@ -122,14 +139,13 @@ pub struct Vcpu {
     reported_sysregs: Vec<crate::esr::SysRegEncoding>,
     /// This CPU's list registers (none without a GICv3 CPU interface).
     lrs: Option<HardwareListRegisters>,
-    /// The virtual timer PPI is masked at the redistributor (its line is high).
-    vtimer_masked: bool,
+    /// Forwarding state of each EL1 timer ([`TimerId::index`] order): host
+    /// PPI masked, line as last given to the vgic.
+    timers: [TimerForward; 2],
     /// vCPUs to kick once the vgic lock is dropped.
     kicks: VcpuSet,
     /// The list registers must be folded and refilled before the next entry.
     needs_fill: bool,
-    /// The virtual timer line as last given to the vgic (`None` after load).
-    timer_line: Option<bool>,
 }
 
 impl Vcpu {
@@ -154,15 +170,14 @@ impl Vcpu {
                 // calling CPU, whose list registers these are.
                 unsafe { HardwareListRegisters::new() }
             }),
-            vtimer_masked: false,
+            timers: [TimerForward::new(); 2],
             kicks: VcpuSet::EMPTY,
             needs_fill: true,
-            timer_line: None,
         }
     }
 
-    /// Before an entry: re-samples the virtual timer line (the vgic hears
-    /// of it only when it moved), refills the list registers when something
+    /// Before an entry: re-samples both timer lines (the vgic hears of a
+    /// line only when it moved), refills the list registers when something
     /// could have changed what they should hold, then kicks the vCPUs the
     /// exit made something deliverable to.
     ///
@@ -177,14 +192,11 @@ impl Vcpu {
         if self.lrs.is_none() {
             return;
         }
-        let line = host_gic::vtimer_line(read_sysreg!(cntv_ctl_el0));
-        if self.timer_line != Some(line) {
-            let result = self.vm.vgic.lock().set_timer_level(self.index, line);
-            match result {
-                Ok(kicks) => self.absorb(kicks),
-                Err(e) => self.stop(&format!("virtual timer line: {e:?}")),
+        for timer in TimerId::ALL {
+            let line = timer_line(timer_ctl(timer));
+            if let Some(level) = self.timers[timer.index()].sample(line) {
+                self.set_timer_line(timer, level);
             }
-            self.timer_line = Some(line);
         }
         if self.needs_fill
             && let Some(lrs) = self.lrs.as_mut()
@@ -195,11 +207,25 @@ impl Vcpu {
             }
             self.needs_fill = false;
         }
-        if !line && self.vtimer_masked {
-            gic::set_vtimer_masked(false);
-            self.vtimer_masked = false;
+        for timer in TimerId::ALL {
+            if self.timers[timer.index()].unmask_if_low() {
+                gic::set_timer_masked(timer, false);
+            }
         }
         self.send_kicks();
+    }
+
+    /// Gives the vgic `timer`'s line level (its PPI on this vCPU).
+    fn set_timer_line(&mut self, timer: TimerId, level: bool) {
+        let result = self
+            .vm
+            .vgic
+            .lock()
+            .set_ppi_level(self.index, timer.guest_intid(), level);
+        match result {
+            Ok(kicks) => self.absorb(kicks),
+            Err(e) => self.stop(&format!("{} timer line: {e:?}", timer.name())),
+        }
     }
 
     /// Copies the list registers back into the vgic (before a GIC register
@@ -255,8 +281,8 @@ impl Vcpu {
     }
 
     /// While the vCPU is off: handles what is pending for this CPU (the
-    /// console's bytes still reach the PL011; a fired virtual timer is
-    /// masked until the next load), so that waiting for a wake-up does not
+    /// console's bytes still reach the PL011; a fired timer is masked until
+    /// the next load), so that waiting for a wake-up does not
     /// end at once.
     pub fn handle_interrupts_while_off(&mut self) {
         if gic::is_up() {
@@ -341,7 +367,7 @@ impl Vcpu {
                 write_sysreg!(s3_4_c1_c2_2, 0); // HCRX_EL2
             }
             write_sysreg!(mdcr_el2, mdcr);
-            write_sysreg!(cnthctl_el2, CNTHCTL_EL2_EL1_ACCESS);
+            write_sysreg!(cnthctl_el2, CNTHCTL_EL2_GUEST);
             write_sysreg!(cntvoff_el2, 0);
             // EL1 state as after a reset.
             write_sysreg!(sctlr_el1, SCTLR_EL1_RESET);
@@ -398,12 +424,13 @@ impl Vcpu {
                 self.stop(&format!("list register reset: {e:?}"));
             }
         }
-        // The timer may have been masked while the vCPU was off; CNTV_CTL_EL0
-        // was just cleared, so its line is low.
-        gic::set_vtimer_masked(false);
-        self.vtimer_masked = false;
+        // A timer may have been masked while the vCPU was off; CNTV_CTL_EL0
+        // and CNTP_CTL_EL0 were just cleared, so both lines are low.
+        for timer in TimerId::ALL {
+            gic::set_timer_masked(timer, false);
+        }
+        self.timers = [TimerForward::new(); 2];
         self.needs_fill = true;
-        self.timer_line = None;
         self.regs = GuestRegs {
             pc: boot.entry,
             pstate: inject::PSTATE_EL1H_MASKED,
@@ -452,11 +479,11 @@ impl Vcpu {
     /// and anything else still pending exits again right after it.
     fn host_interrupts(&mut self) {
         let maintenance = gic::maintenance_intid();
-        let vtimer = gic::vtimer_intid();
+        let timers = gic::timer_intids();
         let uart = super::boot::boot_info().platform.uart_intid;
         loop {
             let intid = gic::acknowledge();
-            match HostIrq::classify(intid, maintenance, vtimer, uart) {
+            match HostIrq::classify(intid, maintenance, timers, uart) {
                 HostIrq::Spurious => return,
                 HostIrq::Maintenance => {
                     gic::end_of_interrupt(intid);
@@ -464,14 +491,13 @@ impl Vcpu {
                 }
                 // The refill before the next entry is all it needs.
                 HostIrq::Kick => {}
-                HostIrq::VirtualTimer => {
-                    gic::set_vtimer_masked(true);
-                    self.vtimer_masked = true;
-                    self.timer_line = Some(true);
-                    let result = self.vm.vgic.lock().set_timer_level(self.index, true);
-                    match result {
-                        Ok(kicks) => self.absorb(kicks),
-                        Err(e) => self.stop(&format!("virtual timer line: {e:?}")),
+                HostIrq::Timer(timer) => {
+                    let fired = self.timers[timer.index()].fired();
+                    if fired.mask_host {
+                        gic::set_timer_masked(timer, true);
+                    }
+                    if fired.raise_line {
+                        self.set_timer_line(timer, true);
                     }
                 }
                 HostIrq::UartReceive => self.console_input(),

@@ -52,12 +52,13 @@
 //! - Handle the exit: MMIO in [`VgicConfig`]'s frames goes to
 //!   [`VgicState::mmio_read`]/[`VgicState::mmio_write`]; a trapped
 //!   `ICC_SGI1R_EL1` to [`VgicState::send_sgi`] ([`SgiGroup::from_sysreg`]
-//!   tells the SGI registers apart); a fired virtual timer to
-//!   [`VgicState::set_ppi_level`] with [`VTIMER_INTID`]; device lines to
+//!   tells the SGI registers apart); a fired timer to
+//!   [`VgicState::set_ppi_level`] with [`VTIMER_INTID`] or [`PTIMER_INTID`]
+//!   (see `crate::timer`); device lines to
 //!   [`VgicState::set_spi_level`]/[`VgicState::inject_spi_edge`]. The
 //!   maintenance interrupt (PPI 25) needs no handling beyond the exit itself.
 //! - Refresh level sources whose line may have moved while the guest ran
-//!   (the virtual timer's `ISTATUS`), then [`VgicState::fill`] before `ERET`:
+//!   (the timers' `ISTATUS`), then [`VgicState::fill`] before `ERET`:
 //!   the highest-priority interrupts go to the list registers, active ones
 //!   first; if some did not fit, `ICH_HCR_EL2.UIE` asks for a maintenance
 //!   interrupt when the list registers run nearly empty. Level interrupts are
@@ -81,7 +82,7 @@ pub mod sgi;
 mod state;
 mod sync;
 
-pub use irq::{IntIdClass, PRIORITY_MASK, Trigger, VTIMER_INTID};
+pub use irq::{IntIdClass, PRIORITY_MASK, PTIMER_INTID, Trigger, VTIMER_INTID};
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub use list_regs::HardwareListRegisters;
 pub use list_regs::{ListRegister, ListRegisters, ModelListRegisters};

@@ -8,14 +8,16 @@
 //! instruction is skipped by advancing `ELR_EL1` by 4, as the hypervisor's
 //! injected abort enters exactly like a real one at `VBAR_EL1 + 0x200`.
 //! Synchronous exceptions from EL0 (lower EL, AArch64 or AArch32) while an
-//! EL0 program runs go to `el0`, which records them. Any other exception is a
-//! failure: it is printed as the `RESULT` and the guest powers off.
+//! EL0 program runs go to `el0`, which records them. An IRQ at EL1 goes to
+//! the `timers` scenario's handler while that scenario runs. Any other
+//! exception is a failure: it is printed as the `RESULT` and the guest powers
+//! off.
 
 use core::arch::{asm, global_asm};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::boot::MAX_CPUS;
-use crate::{console, el0, psci, scenarios, smp};
+use crate::{console, el0, psci, scenarios, smp, timers};
 
 /// ESR exception class of a data abort taken without a change in EL.
 pub const EC_DATA_ABORT_SAME_EL: u64 = 0x25;
@@ -24,6 +26,8 @@ pub const DFSC_EXTERNAL_ABORT: u64 = 0x10;
 
 /// Vector entry number of "current EL with SPx, synchronous".
 const VECTOR_SYNC_CURRENT_SPX: u64 = 4;
+/// Vector entry number of "current EL with SPx, IRQ".
+const VECTOR_IRQ_CURRENT_SPX: u64 = 5;
 
 const VECTOR_NAMES: [&str; 16] = [
     "sync, current EL, SP0",
@@ -215,6 +219,9 @@ pub fn probe(address: u64, access: Access) -> Option<Abort> {
 
 /// Called by the vector entry with the entry number and the saved frame.
 extern "C" fn handle_exception(vector: u64, frame: &mut ExceptionFrame) {
+    if vector == VECTOR_IRQ_CURRENT_SPX && timers::handle_irq() {
+        return;
+    }
     let (esr, far): (u64, u64);
     // SAFETY: reading the syndrome registers has no side effects.
     unsafe {

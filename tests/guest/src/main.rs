@@ -18,6 +18,10 @@
 //!   load from and branch to a hole (the hypervisor must inject the aborts)
 //!   and execute undefined instructions, and checks each exception taken to
 //!   EL1: vector, ESR, FAR, ELR, SPSR.
+//! * `timers`: every vCPU drives its GIC redistributor and CPU interface,
+//!   arms the EL1 physical timer alone and then together with the virtual
+//!   timer, takes each interrupt in `WFI`, and checks that `CNTPCT_EL0` and
+//!   `CNTVCT_EL0` agree and never go backwards.
 //!
 //! It ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the
@@ -40,6 +44,10 @@ mod console;
 mod el0;
 #[cfg(target_os = "none")]
 mod exceptions;
+#[cfg(target_os = "none")]
+mod gic;
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+mod gic_regs;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod memory_map;
 #[cfg(target_os = "none")]
@@ -52,6 +60,10 @@ mod psci;
 mod scenarios;
 #[cfg(target_os = "none")]
 mod smp;
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+mod timer_regs;
+#[cfg(target_os = "none")]
+mod timers;
 
 #[cfg(not(target_os = "none"))]
 fn main() {

@@ -24,20 +24,24 @@
 //! instruction. Every exception must arrive at the lower-EL vector of its
 //! state (+0x400 / +0x600) with the exception class, ISS, `IL`, `FAR`, `ELR`
 //! and `SPSR` the architecture gives it, and with D, A, I, F masked.
+//! `timers`: see [`crate::timers`].
 
 use core::fmt;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::boot::{self, MAX_CPUS};
 use crate::bootargs::Scenario;
 use crate::el0::{self, Event, Layout, Program, ec};
 use crate::exceptions::{self, Access, DFSC_EXTERNAL_ABORT, EC_DATA_ABORT_SAME_EL};
+use crate::gic::GicError;
 use crate::memory_map::{MemRange, PAGE};
 use crate::mmu::{self, El0Access};
 use crate::platform::Platform;
 use crate::println;
 use crate::psci::{self, function};
 use crate::smp::{self, Barrier, Deadline};
+use crate::timer_regs::{CounterError, Timer, TimerNodeError};
+use crate::timers;
 
 /// `TEST_REPORT` code of a panic.
 pub const PANIC_CODE: u64 = 0xbad2_0001;
@@ -145,6 +149,57 @@ pub enum Failure {
         /// What came instead.
         got: Option<Event>,
     },
+    /// The device tree has no usable GICv3.
+    NoGic,
+    /// The device tree has no `arm,armv8-timer` node with `interrupts`.
+    NoTimerNode,
+    /// The timer node's `interrupts` are not what Linux expects.
+    TimerNode(TimerNodeError),
+    /// The GIC could not be set up.
+    Gic {
+        /// The vCPU.
+        cpu: usize,
+        /// What went wrong.
+        error: GicError,
+    },
+    /// A timer was armed and its interrupt never came.
+    TimerSilent {
+        /// The vCPU.
+        cpu: usize,
+        /// Which timer.
+        timer: Timer,
+        /// Its INTID.
+        intid: u32,
+        /// How long the vCPU waited.
+        seconds: u64,
+    },
+    /// A timer interrupt was taken while its timer had not fired.
+    TimerEarly {
+        /// The vCPU.
+        cpu: usize,
+        /// Which timer.
+        timer: Timer,
+        /// Its `CTL` in the handler.
+        ctl: u64,
+        /// Its counter in the handler.
+        count: u64,
+        /// Its `CVAL`.
+        cval: u64,
+    },
+    /// The counters disagree or went backwards.
+    Counter {
+        /// The vCPU.
+        cpu: usize,
+        /// What was seen.
+        error: CounterError,
+    },
+    /// An interrupt the scenario never enabled.
+    UnexpectedInterrupt {
+        /// The vCPU.
+        cpu: usize,
+        /// Its INTID.
+        intid: u32,
+    },
 }
 
 impl Failure {
@@ -168,6 +223,14 @@ impl Failure {
                 Failure::NoAarch32El0 { .. } => 14,
                 Failure::NoEl0Window => 15,
                 Failure::El0Exception { .. } => 16,
+                Failure::NoGic => 17,
+                Failure::NoTimerNode => 18,
+                Failure::TimerNode(_) => 19,
+                Failure::Gic { .. } => 20,
+                Failure::TimerSilent { .. } => 21,
+                Failure::TimerEarly { .. } => 22,
+                Failure::Counter { .. } => 23,
+                Failure::UnexpectedInterrupt { .. } => 24,
             }
     }
 }
@@ -216,10 +279,11 @@ impl fmt::Display for Failure {
                 )
             }
             Failure::UnknownScenario(name) => {
-                write!(
-                    f,
-                    "unknown scenario `test={name}` (known: memory, bad-guest, aarch32-el0)"
-                )
+                write!(f, "unknown scenario `test={name}` (known:")?;
+                for scenario in Scenario::ALL {
+                    write!(f, " {}", scenario.name())?;
+                }
+                write!(f, ")")
             }
             Failure::NoAarch32El0 { pfr0 } => write!(
                 f,
@@ -247,6 +311,62 @@ impl fmt::Display for Failure {
                  ELR {:#x} SPSR {:#x} DAIF {:#x}",
                 e.vector, e.esr, e.far, e.elr, e.spsr, e.daif
             ),
+            Failure::NoGic => write!(
+                f,
+                "the device tree has no GICv3 (arm,gic-v3 with distributor and redistributors)"
+            ),
+            Failure::NoTimerNode => write!(
+                f,
+                "the device tree has no arm,armv8-timer node with interrupts"
+            ),
+            Failure::TimerNode(error) => write!(f, "{error}"),
+            Failure::Gic { cpu, error } => match error {
+                GicError::NoRedistributor { mpidr } => {
+                    write!(f, "vcpu{cpu}: no redistributor for mpidr {mpidr:#x}")
+                }
+                GicError::Stuck { register } => {
+                    write!(f, "vcpu{cpu}: {register} never cleared")
+                }
+            },
+            Failure::TimerSilent {
+                cpu,
+                timer,
+                intid,
+                seconds,
+            } => write!(
+                f,
+                "vcpu{cpu}: the {timer} timer fired but its interrupt (INTID {intid}) did not \
+                 arrive within {seconds} s"
+            ),
+            Failure::TimerEarly {
+                cpu,
+                timer,
+                ctl,
+                count,
+                cval,
+            } => write!(
+                f,
+                "vcpu{cpu}: {timer} timer interrupt taken with CTL {ctl:#x}, count {count:#x}, \
+                 CVAL {cval:#x}: the timer had not fired"
+            ),
+            Failure::Counter { cpu, error } => match error {
+                CounterError::Mismatch {
+                    virt_before,
+                    phys,
+                    virt_after,
+                } => write!(
+                    f,
+                    "vcpu{cpu}: CNTPCT_EL0 {phys:#x} not between CNTVCT_EL0 reads {virt_before:#x} \
+                     and {virt_after:#x} (offsets must be zero)"
+                ),
+                CounterError::Backwards { earlier, later } => write!(
+                    f,
+                    "vcpu{cpu}: counter went backwards from {earlier:#x} to {later:#x}"
+                ),
+            },
+            Failure::UnexpectedInterrupt { cpu, intid } => {
+                write!(f, "vcpu{cpu}: unexpected interrupt INTID {intid}")
+            }
         }
     }
 }
@@ -276,12 +396,24 @@ pub fn run(platform: &Platform, scenario: Scenario) -> Result<(), Failure> {
         Scenario::Memory => memory(platform),
         Scenario::BadGuest => bad_guest(),
         Scenario::Aarch32El0 => aarch32_el0(platform),
+        Scenario::Timers => {
+            TIMERS_ON_SECONDARIES.store(true, Ordering::Release);
+            timers::scenario(platform)
+        }
     }
 }
 
-/// Entry of a secondary's part of the scenario (only `memory` starts them).
+/// The secondaries run the `timers` scenario's part (else `memory`'s).
+static TIMERS_ON_SECONDARIES: AtomicBool = AtomicBool::new(false);
+
+/// Entry of a secondary's part of the scenario (`memory` and `timers` start
+/// them).
 pub fn secondary(cpu: usize) {
-    memory_worker(cpu, None);
+    if TIMERS_ON_SECONDARIES.load(Ordering::Acquire) {
+        timers::worker(cpu);
+    } else {
+        memory_worker(cpu, None);
+    }
 }
 
 fn expect(function: u32, returned: i64, ok: bool) -> Result<(), Failure> {
