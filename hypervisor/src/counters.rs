@@ -46,11 +46,13 @@ pub enum Counter {
     UnknownHypercalls,
     /// TEST_REPORT hypercalls.
     TestReports,
+    /// Guest-driven log lines dropped by the VM's rate limit (`event_log`).
+    LogLinesSuppressed,
 }
 
 impl Counter {
     /// Every counter, in report order.
-    pub const ALL: [Counter; 18] = [
+    pub const ALL: [Counter; 19] = [
         Counter::Stage2Faults,
         Counter::MappedPages4k,
         Counter::MappedBlocks2m,
@@ -69,6 +71,7 @@ impl Counter {
         Counter::InjectedAborts,
         Counter::UnknownHypercalls,
         Counter::TestReports,
+        Counter::LogLinesSuppressed,
     ];
 
     /// The name printed in the report.
@@ -92,6 +95,7 @@ impl Counter {
             Counter::InjectedAborts => "injected_aborts",
             Counter::UnknownHypercalls => "unknown_hypercalls",
             Counter::TestReports => "test_reports",
+            Counter::LogLinesSuppressed => "log_lines_suppressed",
         }
     }
 }
@@ -169,6 +173,7 @@ mod tests {
                 "injected_aborts",
                 "unknown_hypercalls",
                 "test_reports",
+                "log_lines_suppressed",
             ]
         );
         assert_eq!(snap[0], ("stage2_faults", 1));

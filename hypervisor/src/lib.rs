@@ -17,6 +17,7 @@ pub mod counters;
 pub mod cpio;
 pub mod cpu_features;
 pub mod esr;
+pub mod event_log;
 pub mod fault;
 pub mod guest_dtb;
 pub mod guest_layout;
