@@ -58,20 +58,33 @@ pub enum Boot {
 pub enum Scenario {
     /// SMP memory test with demand-faulted stage-2 memory and a caught abort.
     Memory,
-    /// Unmapped device access and unknown hypercall; the hypervisor must
-    /// survive and report both.
+    /// Unmapped device access, device-window straddling loads and an unknown
+    /// hypercall; the hypervisor must survive and report them.
     BadGuest,
+    /// Several vCPUs race PSCI `CPU_ON` for the same target, round after
+    /// round: exactly one `SUCCESS`, `ALREADY_ON` for the others.
+    CpuOnRace,
+    /// 200 000 distinct unknown hypercalls, 20 000 injected aborts and 5 000
+    /// refused device accesses: the hypervisor's log stays short.
+    Flood,
 }
 
 impl Scenario {
     /// Every scenario, for help texts.
-    pub const ALL: [Scenario; 2] = [Scenario::Memory, Scenario::BadGuest];
+    pub const ALL: [Scenario; 4] = [
+        Scenario::Memory,
+        Scenario::BadGuest,
+        Scenario::CpuOnRace,
+        Scenario::Flood,
+    ];
 
     /// The scenario's name on the command line and in `test=`.
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
+            Scenario::CpuOnRace => "cpu-on-race",
+            Scenario::Flood => "flood",
         }
     }
 

@@ -25,7 +25,8 @@ qemu-system-aarch64 -machine virt,virtualization=on,gic-version=3, streams the
 console and exits 0 only when the guest prints RESULT: PASS.
 
 options:
-  --guest SCENARIO   test guest scenario: memory (default) or bad-guest
+  --guest SCENARIO   test guest scenario: memory (default), bad-guest,
+                     cpu-on-race or flood
   --smp N            emulated CPUs (default 4)
   --mem MIB          machine RAM in MiB (default 1024)
   --guest-mem MIB    guest RAM in MiB (vm.conf mem_mib; hypervisor default 128)
@@ -134,7 +135,9 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             "--guest" => {
                 let scenario = value(name, inline, &mut rest)?;
                 config.scenario = Scenario::from_name(scenario).ok_or_else(|| {
-                    format!("--guest: unknown scenario `{scenario}` (memory, bad-guest)")
+                    format!(
+                        "--guest: unknown scenario `{scenario}` (memory, bad-guest, cpu-on-race, flood)"
+                    )
                 })?;
             }
             "--smp" => config.smp = number(name, value(name, inline, &mut rest)?)?,

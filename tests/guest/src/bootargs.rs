@@ -1,6 +1,6 @@
 //! The guest's options, read from its bootargs (`/chosen/bootargs`):
-//! `test=<scenario>` picks the scenario (`memory` by default, or
-//! `bad-guest`), and `hypercalls=psci` says that only PSCI answers hypercalls
+//! `test=<scenario>` picks the scenario (`memory` by default, `bad-guest`,
+//! `cpu-on-race` or `flood`), and `hypercalls=psci` says that only PSCI answers hypercalls
 //! (booted by QEMU directly, without the hypervisor), so the hypervisor's own
 //! calls (`TEST_REPORT`, SMCCC `VERSION`) must not be made. Other words are
 //! ignored, as a kernel ignores parameters it does not know. Pure code, tested
@@ -11,8 +11,14 @@
 pub enum Scenario {
     /// SMP memory pattern test plus one caught abort (the default).
     Memory,
-    /// Unmapped device access and unknown hypercall.
+    /// Unmapped device access, device-window straddling loads and unknown
+    /// hypercall.
     BadGuest,
+    /// vCPUs racing PSCI `CPU_ON` for the same target, round after round.
+    CpuOnRace,
+    /// A flood of distinct unknown hypercalls, injected aborts and refused
+    /// device accesses.
+    Flood,
 }
 
 impl Scenario {
@@ -21,6 +27,8 @@ impl Scenario {
         match self {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
+            Scenario::CpuOnRace => "cpu-on-race",
+            Scenario::Flood => "flood",
         }
     }
 }
@@ -43,6 +51,8 @@ impl Options {
                 scenario = match name {
                     "memory" => Scenario::Memory,
                     "bad-guest" => Scenario::BadGuest,
+                    "cpu-on-race" => Scenario::CpuOnRace,
+                    "flood" => Scenario::Flood,
                     _ => return Err(name),
                 };
             }
@@ -88,7 +98,12 @@ mod tests {
         );
         assert_eq!(Options::parse("test=fly hypercalls=psci"), Err("fly"));
         assert!(!Options::psci_only("hypercalls=psci-ish"));
-        for scenario in [Scenario::Memory, Scenario::BadGuest] {
+        for scenario in [
+            Scenario::Memory,
+            Scenario::BadGuest,
+            Scenario::CpuOnRace,
+            Scenario::Flood,
+        ] {
             let bootargs = format!("test={}", scenario.name());
             assert_eq!(Options::parse(&bootargs).unwrap().scenario, scenario);
         }

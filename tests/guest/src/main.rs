@@ -12,8 +12,13 @@
 //!   writes a pattern over its share of free guest RAM in 4 KiB strides, then
 //!   verifies a neighbour's share; vCPU 0 reads an IPA outside RAM and must
 //!   catch the abort.
-//! * `bad-guest`: reads and writes an unmapped device address and issues an
-//!   unknown hypercall, expecting aborts and `NOT_SUPPORTED`.
+//! * `bad-guest`: reads and writes an unmapped device address, loads 8 bytes
+//!   at the last 4 bytes of two device windows and issues an unknown
+//!   hypercall, expecting aborts and `NOT_SUPPORTED`.
+//! * `cpu-on-race`: vCPUs race PSCI `CPU_ON` for one target, round after
+//!   round, expecting one `SUCCESS` and `ALREADY_ON` for the others.
+//! * `flood`: 200 000 distinct unknown hypercalls, 20 000 aborting loads and
+//!   5 000 refused device loads, all answered correctly.
 //!
 //! It ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the
