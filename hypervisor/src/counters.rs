@@ -49,11 +49,13 @@ pub enum Counter {
     UnknownHypercalls,
     /// TEST_REPORT hypercalls.
     TestReports,
+    /// Guest-driven log lines dropped by the VM's rate limit (`event_log`).
+    LogLinesSuppressed,
 }
 
 impl Counter {
     /// Every counter, in report order.
-    pub const ALL: [Counter; 19] = [
+    pub const ALL: [Counter; 20] = [
         Counter::Stage2Faults,
         Counter::MappedPages4k,
         Counter::MappedBlocks2m,
@@ -73,6 +75,7 @@ impl Counter {
         Counter::InjectedUndefs,
         Counter::UnknownHypercalls,
         Counter::TestReports,
+        Counter::LogLinesSuppressed,
     ];
 
     /// The name printed in the report.
@@ -97,6 +100,7 @@ impl Counter {
             Counter::InjectedUndefs => "injected_undefs",
             Counter::UnknownHypercalls => "unknown_hypercalls",
             Counter::TestReports => "test_reports",
+            Counter::LogLinesSuppressed => "log_lines_suppressed",
         }
     }
 }
@@ -175,6 +179,7 @@ mod tests {
                 "injected_undefs",
                 "unknown_hypercalls",
                 "test_reports",
+                "log_lines_suppressed",
             ]
         );
         assert_eq!(snap[0], ("stage2_faults", 1));

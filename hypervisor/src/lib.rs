@@ -19,6 +19,7 @@ pub mod aarch32;
 pub mod counters;
 pub mod cpu_features;
 pub mod esr;
+pub mod event_log;
 pub mod fault;
 pub mod guest_dtb;
 pub mod guest_layout;

@@ -59,8 +59,8 @@ pub enum Boot {
 pub enum Scenario {
     /// SMP memory test with demand-faulted stage-2 memory and a caught abort.
     Memory,
-    /// Unmapped device access and unknown hypercall; the hypervisor must
-    /// survive and report both.
+    /// Unmapped device access, device-window straddling loads and an unknown
+    /// hypercall; the hypervisor must survive and report them.
     BadGuest,
     /// Aborts and undefined instructions from AArch64 and AArch32 EL0; the
     /// hypervisor must inject the aborts as the architecture takes them.
@@ -68,6 +68,12 @@ pub enum Scenario {
     /// Both EL1 timers (physical and virtual) interrupt every vCPU through
     /// the GIC; `CNTPCT_EL0` and `CNTVCT_EL0` agree and are monotonic.
     Timers,
+    /// Several vCPUs race PSCI `CPU_ON` for the same target, round after
+    /// round: exactly one `SUCCESS`, `ALREADY_ON` for the others.
+    CpuOnRace,
+    /// 200 000 distinct unknown hypercalls, 20 000 injected aborts and 5 000
+    /// refused device accesses: the hypervisor's log stays short.
+    Flood,
 }
 
 impl Scenario {
@@ -77,6 +83,8 @@ impl Scenario {
         Scenario::BadGuest,
         Scenario::Aarch32El0,
         Scenario::Timers,
+        Scenario::CpuOnRace,
+        Scenario::Flood,
     ];
 
     /// The scenario's name on the command line and in `test=`.
@@ -86,6 +94,8 @@ impl Scenario {
             Scenario::BadGuest => "bad-guest",
             Scenario::Aarch32El0 => "aarch32-el0",
             Scenario::Timers => "timers",
+            Scenario::CpuOnRace => "cpu-on-race",
+            Scenario::Flood => "flood",
         }
     }
 

@@ -5,11 +5,15 @@
 //! protocol require), and then loops: enter the guest, decode the exit by
 //! `ESR_EL2` class, handle it, enter again. Handling never lets the guest take
 //! the hypervisor down: a RAM access faults memory in, a device access is
-//! emulated, anything else gets an abort injected; a trapped instruction the
+//! emulated, anything else gets an abort injected (also an access that starts
+//! in a device's window and runs past its end); a trapped instruction the
 //! hypervisor does not emulate gets an undefined instruction injected; an
 //! unknown hypercall gets `NOT_SUPPORTED`; only an exit nothing can make sense
 //! of stops the VM, with a report. Injection works from every state an
-//! AArch64 EL1 guest runs in: EL1h, EL1t, AArch64 EL0 and AArch32 EL0.
+//! AArch64 EL1 guest runs in: EL1h, EL1t, AArch64 EL0 and AArch32 EL0. Every
+//! log line a guest can cause goes through the VM's rate-limited event log
+//! (`Vm::log_event`), so no guest can flood the console or grow the
+//! hypervisor's memory.
 //!
 //! The guest's EL1 system registers (and FP/SIMD state: the hypervisor is
 //! soft-float) stay live in the CPU between exits because vCPU `n` never
@@ -48,19 +52,19 @@ use crate::esr::{
     DataAbort, DataAccess, ExceptionClass, FaultKind, InstructionAbort, SysRegAccess, fault_ipa,
     iss, trapped_instruction_len,
 };
+use crate::event_log::Event;
 use crate::fault::{self, SlotView};
 use crate::guest_layout::vcpu_mpidr;
 use crate::host_gic::HostIrq;
 use crate::hypercall::{GuestCall, NOT_SUPPORTED, SMCCC_VERSION_1_1};
 use crate::inject::{self, GuestState, InjectKind};
-use crate::mmio::DeviceId;
+use crate::mmio::{DeviceId, MmioMiss};
 use crate::psci::{self, BootRequest, PsciCall, PsciOutcome};
 use crate::sysreg_trap::{self, SysRegPolicy};
 use crate::timer::{TimerForward, TimerId, timer_line};
 use crate::vgic::{HardwareListRegisters, SgiGroup, VcpuSet};
 use crate::{mmio, read_sysreg, write_sysreg};
 use alloc::format;
-use alloc::vec::Vec;
 use crossbeam_epoch::LocalHandle;
 use memslot::VcpuSlotCache;
 use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, MmuCpu, PageCache, Perms, PhysAddr};
@@ -119,6 +123,56 @@ fn timer_ctl(timer: TimerId) -> u64 {
     }
 }
 
+/// Why an abort is injected into the guest (the log line says it).
+#[derive(Clone, Copy)]
+enum AbortCause {
+    /// No memslot and no device window holds the address.
+    NoMemoryOrDevice,
+    /// The access starts in a device's window and does not end in it.
+    Straddles {
+        /// The device.
+        device: DeviceId,
+        /// Access size in bytes.
+        size: u8,
+        /// End of the device's window.
+        window_end: u64,
+    },
+    /// A device access without an instruction syndrome (e.g. a load/store
+    /// pair) cannot be emulated without decoding the instruction.
+    NoSyndrome(DeviceId),
+}
+
+impl core::fmt::Display for AbortCause {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            AbortCause::NoMemoryOrDevice => write!(f, "is outside every memslot and device"),
+            AbortCause::Straddles {
+                device,
+                size,
+                window_end,
+            } => write!(
+                f,
+                "starts an access of {size} bytes that runs past the end of the {} window at \
+                 {window_end:#x}",
+                device_name(device)
+            ),
+            AbortCause::NoSyndrome(device) => write!(
+                f,
+                "is in the {} window, but an access without instruction syndrome cannot be \
+                 emulated",
+                device_name(device)
+            ),
+        }
+    }
+}
+
+fn device_name(device: DeviceId) -> &'static str {
+    match device {
+        DeviceId::Uart => "UART",
+        DeviceId::Gic => "GIC",
+    }
+}
+
 /// What the run loop does after an exit.
 enum Flow {
     /// Enter the guest again.
@@ -136,7 +190,6 @@ pub struct Vcpu {
     mmu_cpu: MmuCpu,
     slot_cache: VcpuSlotCache,
     page_cache: PageCache,
-    reported_sysregs: Vec<crate::esr::SysRegEncoding>,
     /// This CPU's list registers (none without a GICv3 CPU interface).
     lrs: Option<HardwareListRegisters>,
     /// Forwarding state of each EL1 timer ([`TimerId::index`] order): host
@@ -163,7 +216,6 @@ impl Vcpu {
             mmu_cpu,
             slot_cache: VcpuSlotCache::new(),
             page_cache: PageCache::with_capacity(FAULT_CACHE_PAGES),
-            reported_sysregs: Vec::new(),
             lrs: super::boot::boot_info().features.gic_sysregs.then(|| {
                 // SAFETY: the boot path set ICC_SRE_EL2.SRE on every CPU with
                 // the GICv3 system-register interface; this vCPU lives on the
@@ -603,14 +655,31 @@ impl Vcpu {
         if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
             return self.fault_in(slot, ipa, abort.status.kind);
         }
-        if !abort.stage1_walk {
-            match self.vm.mmio.find(ipa) {
-                Some((DeviceId::Uart, offset)) => return self.uart_access(abort, ipa, offset),
-                Some((DeviceId::Gic, _)) => return self.gic_access(abort, ipa),
-                None => {}
+        let cause = if abort.stage1_walk {
+            AbortCause::NoMemoryOrDevice
+        } else {
+            match abort.access {
+                // The whole access, not only its first byte, must be in the
+                // device's window.
+                Some(access) => match self.vm.mmio.find(ipa, u64::from(access.size)) {
+                    Ok((DeviceId::Uart, offset)) => {
+                        return self.uart_access(abort.write, access, offset);
+                    }
+                    Ok((DeviceId::Gic, _)) => return self.gic_access(abort.write, access, ipa),
+                    Err(MmioMiss::Outside) => AbortCause::NoMemoryOrDevice,
+                    Err(MmioMiss::Straddles(region)) => AbortCause::Straddles {
+                        device: region.device,
+                        size: access.size,
+                        window_end: region.base + region.size,
+                    },
+                },
+                None => match self.vm.mmio.region_at(ipa) {
+                    Some(region) => AbortCause::NoSyndrome(region.device),
+                    None => AbortCause::NoMemoryOrDevice,
+                },
             }
-        }
-        self.inject_abort(InjectKind::DataAbort { write: abort.write }, ipa, "data");
+        };
+        self.inject_abort(InjectKind::DataAbort { write: abort.write }, ipa, cause);
         Flow::Resume
     }
 
@@ -626,7 +695,11 @@ impl Vcpu {
         if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
             return self.fault_in(slot, ipa, abort.status.kind);
         }
-        self.inject_abort(InjectKind::InstructionAbort, ipa, "instruction");
+        self.inject_abort(
+            InjectKind::InstructionAbort,
+            ipa,
+            AbortCause::NoMemoryOrDevice,
+        );
         Flow::Resume
     }
 
@@ -696,20 +769,22 @@ impl Vcpu {
         }
     }
 
-    fn uart_access(&mut self, abort: DataAbort, ipa: u64, offset: u64) -> Flow {
-        let Some(access) = self.emulable_access(abort, ipa, "UART") else {
-            return Flow::Resume;
-        };
-        if abort.write {
+    /// Logs a line about a guest-driven event through the VM's rate limit.
+    fn log_event(&self, event: Event, level: log::Level, args: core::fmt::Arguments<'_>) {
+        self.vm.log_event(self.index, event, level, args);
+    }
+
+    fn uart_access(&mut self, write: bool, access: DataAccess, offset: u64) -> Flow {
+        if write {
             let value = mmio::store_value(access, self.reg(access.register)) as u32;
             let result = self.vm.uart.lock().device.write(offset, value);
             match result {
                 Ok(Some(byte)) => self.vm.console_byte(byte),
                 Ok(None) => {}
-                Err(e) => log::warn!(
-                    "vm{} vcpu{}: UART write ignored: {e:?}",
-                    self.vm.index,
-                    self.index
+                Err(e) => self.log_event(
+                    Event::DeviceAccess,
+                    log::Level::Warn,
+                    format_args!("UART write ignored: {e:?}"),
                 ),
             }
         } else {
@@ -725,10 +800,10 @@ impl Vcpu {
             let raw = match result {
                 Ok(v) => u64::from(v),
                 Err(e) => {
-                    log::warn!(
-                        "vm{} vcpu{}: UART read as zero: {e:?}",
-                        self.vm.index,
-                        self.index
+                    self.log_event(
+                        Event::DeviceAccess,
+                        log::Level::Warn,
+                        format_args!("UART read as zero: {e:?}"),
                     );
                     0
                 }
@@ -742,48 +817,28 @@ impl Vcpu {
         Flow::Resume
     }
 
-    /// The access description of an MMIO data abort on `device`, or `None`
-    /// after injecting an abort into the guest when the syndrome does not
-    /// describe the access (no `ISV`: e.g. a load/store pair), since such an
-    /// instruction cannot be emulated without decoding it.
-    fn emulable_access(&mut self, abort: DataAbort, ipa: u64, device: &str) -> Option<DataAccess> {
-        if abort.access.is_none() {
-            log::warn!(
-                "vm{} vcpu{}: {device} access at IPA {ipa:#x} without instruction syndrome (PC {:#x}) cannot be emulated",
-                self.vm.index,
-                self.index,
-                self.regs.pc
-            );
-            self.inject_abort(InjectKind::DataAbort { write: abort.write }, ipa, "data");
-        }
-        abort.access
-    }
-
     /// A guest access to the virtual GIC's distributor or redistributors.
-    fn gic_access(&mut self, abort: DataAbort, ipa: u64) -> Flow {
+    fn gic_access(&mut self, write: bool, access: DataAccess, ipa: u64) -> Flow {
         self.fold();
         self.needs_fill = true;
-        let Some(access) = self.emulable_access(abort, ipa, "GIC") else {
-            return Flow::Resume;
-        };
-        if abort.write {
+        if write {
             let value = mmio::store_value(access, self.reg(access.register));
             let result = self.vm.vgic.lock().mmio_write(ipa, access.size, value);
             match result {
                 Ok(kicks) => self.absorb(kicks),
-                Err(e) => log::warn!(
-                    "vm{} vcpu{}: GIC write of {value:#x} at IPA {ipa:#x} ignored: {e:?}",
-                    self.vm.index,
-                    self.index
+                Err(e) => self.log_event(
+                    Event::DeviceAccess,
+                    log::Level::Warn,
+                    format_args!("GIC write of {value:#x} at IPA {ipa:#x} ignored: {e:?}"),
                 ),
             }
         } else {
             let result = self.vm.vgic.lock().mmio_read(ipa, access.size);
             let raw = result.unwrap_or_else(|e| {
-                log::warn!(
-                    "vm{} vcpu{}: GIC read at IPA {ipa:#x} as zero: {e:?}",
-                    self.vm.index,
-                    self.index
+                self.log_event(
+                    Event::DeviceAccess,
+                    log::Level::Warn,
+                    format_args!("GIC read at IPA {ipa:#x} as zero: {e:?}"),
                 );
                 0
             });
@@ -829,14 +884,18 @@ impl Vcpu {
     }
 
     /// Injects a synchronous external abort for an access to `ipa`, outside
-    /// every memslot and device (or not emulable there).
-    fn inject_abort(&mut self, kind: InjectKind, ipa: u64, what: &str) {
+    /// every memslot and device (or not emulable there, as `cause` says).
+    fn inject_abort(&mut self, kind: InjectKind, ipa: u64, cause: AbortCause) {
         self.deliver(kind);
         self.bump(Counter::InjectedAborts);
-        log::info!(
-            "vm{} vcpu{}: injected {what} abort: IPA {ipa:#x} is outside every memslot and device",
-            self.vm.index,
-            self.index
+        let what = match kind {
+            InjectKind::InstructionAbort => "instruction",
+            _ => "data",
+        };
+        self.log_event(
+            Event::InjectedAbort,
+            log::Level::Info,
+            format_args!("injected {what} abort: IPA {ipa:#x} {cause}"),
         );
     }
 
@@ -846,11 +905,13 @@ impl Vcpu {
         let (esr, pc, pstate) = (self.regs.esr, self.regs.pc, self.regs.pstate);
         self.deliver(InjectKind::Undefined);
         self.bump(Counter::InjectedUndefs);
-        log::info!(
-            "vm{} vcpu{}: injected undefined instruction: trapped EC {:#x} (ESR_EL2 {esr:#x}) at PC {pc:#x}, PSTATE {pstate:#x}",
-            self.vm.index,
-            self.index,
-            ExceptionClass::from_esr(esr).code()
+        self.log_event(
+            Event::InjectedUndefined,
+            log::Level::Info,
+            format_args!(
+                "injected undefined instruction: trapped EC {:#x} (ESR_EL2 {esr:#x}) at PC {pc:#x}, PSTATE {pstate:#x}",
+                ExceptionClass::from_esr(esr).code()
+            ),
         );
     }
 
@@ -883,18 +944,15 @@ impl Vcpu {
         }
         match sysreg_trap::policy(access.reg) {
             SysRegPolicy::ReadAsZeroWriteIgnored(_) => {}
-            SysRegPolicy::Unknown => {
-                if !self.reported_sysregs.contains(&access.reg) {
-                    self.reported_sysregs.push(access.reg);
-                    log::warn!(
-                        "vm{} vcpu{}: trapped {} of unknown system register {}: reads as zero, writes ignored",
-                        self.vm.index,
-                        self.index,
-                        if access.read { "read" } else { "write" },
-                        access.reg
-                    );
-                }
-            }
+            SysRegPolicy::Unknown => self.log_event(
+                Event::UnknownSysReg(access.reg),
+                log::Level::Warn,
+                format_args!(
+                    "trapped {} of unknown system register {}: reads as zero, writes ignored",
+                    if access.read { "read" } else { "write" },
+                    access.reg
+                ),
+            ),
         }
         if access.read {
             self.set_reg(access.rt, 0);
@@ -927,25 +985,27 @@ impl Vcpu {
             GuestCall::TestReport { code } => {
                 self.bump(Counter::TestReports);
                 if code == 0 {
-                    log::info!("vm{} vcpu{}: test report: pass", self.vm.index, self.index);
+                    self.log_event(
+                        Event::TestReport,
+                        log::Level::Info,
+                        format_args!("test report: pass"),
+                    );
                 } else {
-                    log::info!(
-                        "vm{} vcpu{}: test report: failure code {code:#x}",
-                        self.vm.index,
-                        self.index
+                    self.log_event(
+                        Event::TestReport,
+                        log::Level::Info,
+                        format_args!("test report: failure code {code:#x}"),
                     );
                 }
                 0
             }
             GuestCall::Unknown(id) => {
                 self.bump(Counter::UnknownHypercalls);
-                if self.vm.first_report_of_call(id) {
-                    log::info!(
-                        "vm{} vcpu{}: unknown hypercall {id:#x}: returned NOT_SUPPORTED",
-                        self.vm.index,
-                        self.index
-                    );
-                }
+                self.log_event(
+                    Event::UnknownHypercall(id),
+                    log::Level::Info,
+                    format_args!("unknown hypercall {id:#x}: returned NOT_SUPPORTED"),
+                );
                 NOT_SUPPORTED
             }
         };

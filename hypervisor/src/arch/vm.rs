@@ -14,12 +14,16 @@
 //! with their GIC CPU interface disabled.
 //! Guest `SYSTEM_OFF` prints the counters and powers the machine off; a VM that
 //! must stop (an exit the hypervisor cannot decode) is reported the same way.
+//! Every log line a guest can cause goes through [`Vm::log_event`], which asks
+//! the VM's `event_log::EventLog` (fixed size, rate-limited per kind, timed by
+//! the system counter) whether to print it.
 
 use super::boot::boot_info;
 use super::stage2::FrameMemory;
 use super::vcpu::Vcpu;
 use super::{console, firmware, gic, memory, sysreg};
-use crate::counters::VmCounters;
+use crate::counters::{Counter, VmCounters};
+use crate::event_log::{Event, EventKind, EventLog, LogDecision, RatePolicy};
 use crate::fault::SlotView;
 use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestTimer};
 use crate::guest_layout::{
@@ -31,12 +35,12 @@ use crate::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::pl011::{ConsoleLine, Pl011, RxBacklog};
 use crate::psci::{BootRequest, PowerStates};
 use crate::ranges::PhysRange;
+use crate::read_sysreg;
 use crate::tlb_count::CountingTlb;
 use crate::vgic::{self, Vgic, VgicConfig};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
-use alloc::vec::Vec;
 use boot_payload::image::{self, KernelFormat};
 use boot_payload::vmconf::DEFAULT_MEM_MIB;
 use boot_payload::{PayloadError, PayloadRef};
@@ -97,9 +101,9 @@ pub struct Vm {
     pub power: PowerStates,
     /// Event counters.
     pub counters: &'static VmCounters,
-    /// Hypercall function ids already reported as unknown (each is logged
-    /// once per VM).
-    reported_calls: Mutex<Vec<u64>>,
+    /// What the guest made the hypervisor log: per-kind rate limits and the
+    /// unknown ids already logged, all of fixed size.
+    event_log: Mutex<EventLog>,
     stopping: AtomicBool,
 }
 
@@ -179,15 +183,47 @@ impl Vm {
         })
     }
 
-    /// Whether hypercall `id` is reported for the first time in this VM
-    /// (and records it).
-    pub fn first_report_of_call(&self, id: u64) -> bool {
-        let mut reported = self.reported_calls.lock();
-        if reported.contains(&id) {
-            false
-        } else {
-            reported.push(id);
-            true
+    /// Logs `args` at `level` as a line of vCPU `vcpu` about the
+    /// guest-driven `event`, if the VM's event log admits it: a line after
+    /// suppressed ones says how many were dropped; a suppressed line is
+    /// counted (`log_lines_suppressed`). Bounded in time and memory whatever
+    /// the guest does.
+    pub fn log_event(
+        &self,
+        vcpu: usize,
+        event: Event,
+        level: log::Level,
+        args: core::fmt::Arguments<'_>,
+    ) {
+        let now = read_sysreg!(cntpct_el0);
+        let decision = self.event_log.lock().admit(event, now);
+        match decision {
+            LogDecision::Log { suppressed: 0 } => {
+                log::log!(level, "vm{} vcpu{vcpu}: {args}", self.index);
+            }
+            LogDecision::Log { suppressed } => log::log!(
+                level,
+                "vm{} vcpu{vcpu}: {args} ({suppressed} earlier {} lines suppressed)",
+                self.index,
+                event.kind().name()
+            ),
+            LogDecision::Suppress => self.counters.bump(Counter::LogLinesSuppressed),
+            LogDecision::Repeat => {}
+        }
+    }
+
+    /// Says how many guest-driven lines of each kind were suppressed since the
+    /// last one printed (at power-off, so that no count goes unreported).
+    fn report_suppressed_lines(&self) {
+        for kind in EventKind::ALL {
+            let suppressed = self.event_log.lock().take_suppressed(kind);
+            if suppressed > 0 {
+                log::info!(
+                    "vm{}: {suppressed} more {} lines suppressed by the rate limit",
+                    self.index,
+                    kind.name()
+                );
+            }
         }
     }
 
@@ -226,6 +262,7 @@ impl Vm {
     }
 
     fn print_counters(&self) {
+        self.report_suppressed_lines();
         for (name, value) in self.counters.snapshot() {
             console::write_line(format_args!("STAT vm{} {name} {value}", self.index));
         }
@@ -388,12 +425,17 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         device: DeviceId::Gic,
     })
     .map_err(VmError::Devices)?;
-    mmio.add(MmioRegion {
-        base: GUEST_GICR_BASE,
-        size: vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE,
-        device: DeviceId::Gic,
-    })
-    .map_err(VmError::Devices)?;
+    // Each redistributor's two 64 KiB frames (RD_base, SGI_base) are windows
+    // of their own, so an access across a frame boundary is refused like one
+    // past the end of a device.
+    for frame in 0..vcpus as u64 * (vgic::REDISTRIBUTOR_STRIDE / vgic::SGI_BASE_OFFSET) {
+        mmio.add(MmioRegion {
+            base: GUEST_GICR_BASE + frame * vgic::SGI_BASE_OFFSET,
+            size: vgic::SGI_BASE_OFFSET,
+            device: DeviceId::Gic,
+        })
+        .map_err(VmError::Devices)?;
+    }
     let vgic = Vgic::new(VgicConfig {
         distributor_base: GUEST_GICD_BASE,
         redistributor_base: GUEST_GICR_BASE,
@@ -427,7 +469,9 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         vgic,
         power: PowerStates::new(vcpus),
         counters,
-        reported_calls: Mutex::new(Vec::new()),
+        event_log: Mutex::new(EventLog::new(RatePolicy::for_counter_frequency(
+            read_sysreg!(cntfrq_el0),
+        ))),
         stopping: AtomicBool::new(false),
     }));
     log::info!(

@@ -11,12 +11,18 @@
 pub enum Scenario {
     /// SMP memory pattern test plus one caught abort (the default).
     Memory,
-    /// Unmapped device access and unknown hypercall.
+    /// Unmapped device access, device-window straddling loads and unknown
+    /// hypercall.
     BadGuest,
     /// Aborts and undefined instructions from AArch64 and AArch32 EL0.
     Aarch32El0,
     /// Both EL1 timers' interrupts on every vCPU, counters consistent.
     Timers,
+    /// vCPUs racing PSCI `CPU_ON` for the same target, round after round.
+    CpuOnRace,
+    /// A flood of distinct unknown hypercalls, injected aborts and refused
+    /// device accesses.
+    Flood,
 }
 
 impl Scenario {
@@ -26,6 +32,8 @@ impl Scenario {
         Scenario::BadGuest,
         Scenario::Aarch32El0,
         Scenario::Timers,
+        Scenario::CpuOnRace,
+        Scenario::Flood,
     ];
 
     /// The name used in `test=`.
@@ -35,6 +43,8 @@ impl Scenario {
             Scenario::BadGuest => "bad-guest",
             Scenario::Aarch32El0 => "aarch32-el0",
             Scenario::Timers => "timers",
+            Scenario::CpuOnRace => "cpu-on-race",
+            Scenario::Flood => "flood",
         }
     }
 }

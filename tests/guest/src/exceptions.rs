@@ -191,11 +191,26 @@ pub enum Access {
     Write,
 }
 
-/// Accesses `address` once and returns the data abort it raised, if any.
-pub fn probe(address: u64, access: Access) -> Option<Abort> {
+/// Arms this CPU's probe slot for one access.
+fn arm() -> usize {
     let cpu = smp::current_cpu();
     TAKEN[cpu].store(false, Ordering::Relaxed);
     ARMED[cpu].store(true, Ordering::Relaxed);
+    cpu
+}
+
+/// Disarms `cpu`'s probe slot and returns the abort taken while armed.
+fn disarm(cpu: usize) -> Option<Abort> {
+    ARMED[cpu].store(false, Ordering::Relaxed);
+    TAKEN[cpu].load(Ordering::Relaxed).then(|| Abort {
+        esr: ESR[cpu].load(Ordering::Relaxed),
+        far: FAR[cpu].load(Ordering::Relaxed),
+    })
+}
+
+/// Accesses `address` once and returns the data abort it raised, if any.
+pub fn probe(address: u64, access: Access) -> Option<Abort> {
+    let cpu = arm();
     match access {
         // SAFETY: the access is expected to abort (outside RAM and every
         // device); when it does not, it reads a device register or unbacked
@@ -210,11 +225,20 @@ pub fn probe(address: u64, access: Access) -> Option<Abort> {
             asm!("str xzr, [{address}]", address = in(reg) address, options(nostack));
         },
     }
-    ARMED[cpu].store(false, Ordering::Relaxed);
-    TAKEN[cpu].load(Ordering::Relaxed).then(|| Abort {
-        esr: ESR[cpu].load(Ordering::Relaxed),
-        far: FAR[cpu].load(Ordering::Relaxed),
-    })
+    disarm(cpu)
+}
+
+/// Loads 32 bits from `address` once: the value, or the data abort raised.
+pub fn load_u32(address: u64) -> Result<u32, Abort> {
+    let cpu = arm();
+    let value: u32;
+    // SAFETY: a single load from a device register or an address expected to
+    // abort; reading a PL011 ID register has no side effect.
+    unsafe {
+        asm!("ldr {value:w}, [{address}]", address = in(reg) address, value = out(reg) value,
+             options(nostack));
+    }
+    disarm(cpu).map_or(Ok(value), Err)
 }
 
 /// Called by the vector entry with the entry number and the saved frame.

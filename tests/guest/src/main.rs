@@ -12,8 +12,6 @@
 //!   writes a pattern over its share of free guest RAM in 4 KiB strides, then
 //!   verifies a neighbour's share; vCPU 0 reads an IPA outside RAM and must
 //!   catch the abort.
-//! * `bad-guest`: reads and writes an unmapped device address and issues an
-//!   unknown hypercall, expecting aborts and `NOT_SUPPORTED`.
 //! * `aarch32-el0`: runs small programs at AArch64 EL0 and AArch32 EL0 that
 //!   load from and branch to a hole (the hypervisor must inject the aborts)
 //!   and execute undefined instructions, and checks each exception taken to
@@ -22,6 +20,13 @@
 //!   arms the EL1 physical timer alone and then together with the virtual
 //!   timer, takes each interrupt in `WFI`, and checks that `CNTPCT_EL0` and
 //!   `CNTVCT_EL0` agree and never go backwards.
+//! * `bad-guest`: reads and writes an unmapped device address, loads 8 bytes
+//!   at the last 4 bytes of two device windows and issues an unknown
+//!   hypercall, expecting aborts and `NOT_SUPPORTED`.
+//! * `cpu-on-race`: vCPUs race PSCI `CPU_ON` for one target, round after
+//!   round, expecting one `SUCCESS` and `ALREADY_ON` for the others.
+//! * `flood`: 200 000 distinct unknown hypercalls, 20 000 aborting loads and
+//!   5 000 refused device loads, all answered correctly.
 //!
 //! It ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the

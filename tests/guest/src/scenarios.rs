@@ -11,10 +11,6 @@
 //! abort, and waits until PSCI reports the secondaries off.
 //!
 //! `bad-guest`: reads and writes 0x0a00_0000 (no RAM, no device in the guest
-//! memory map) and must catch two aborts with the right FAR and direction,
-//! then issues the unknown hypercall 0xC600_00FF, which must return
-//! `NOT_SUPPORTED`.
-//!
 //! `aarch32-el0`: maps an EL0 alias of the image and a hole (a gigabyte below
 //! 4 GiB that is neither RAM nor a device) and runs the `el0` programs, first
 //! at AArch64 EL0t, then at AArch32 User (`SPSR` 0x1d0). Each loads from the
@@ -24,10 +20,32 @@
 //! instruction. Every exception must arrive at the lower-EL vector of its
 //! state (+0x400 / +0x600) with the exception class, ISS, `IL`, `FAR`, `ELR`
 //! and `SPSR` the architecture gives it, and with D, A, I, F masked.
+//!
 //! `timers`: see [`crate::timers`].
+//!
+//! memory map) and must catch two aborts with the right FAR and direction;
+//! loads 8 bytes at the last 4 bytes of the PL011's and the GIC distributor's
+//! windows and of a redistributor's first frame (through the normal non-cacheable alias of the device gigabyte, as
+//! device memory would fault the unaligned access in the guest) and must
+//! catch an abort for each at that address, while a 4-byte load there still
+//! reads the device; then issues the unknown hypercall 0xC600_00FF, which must
+//! return `NOT_SUPPORTED`.
+//!
+//! `cpu-on-race`: the last vCPU is the target, every other vCPU a racer.
+//! Round after round, the racers call PSCI `CPU_ON` for the (off) target at
+//! the same moment; exactly one must get `SUCCESS` and every other
+//! `ALREADY_ON` (as under KVM, also while the winner's start is still in
+//! flight). The target arrives, calls `CPU_OFF`, and the next round starts
+//! once `AFFINITY_INFO` reports it off.
+//!
+//! `flood`: issues 200 000 distinct unknown hypercall ids (each must return
+//! `NOT_SUPPORTED`), 20 000 loads from distinct addresses without RAM or
+//! device (each must abort) and 5 000 loads of a PL011 offset with no
+//! register (read as zero). The hypervisor must stay up and keep its log
+//! short; its counters must still count every event.
 
 use core::fmt;
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use crate::boot::{self, MAX_CPUS};
 use crate::bootargs::Scenario;
@@ -35,7 +53,7 @@ use crate::el0::{self, Event, Layout, Program, ec};
 use crate::exceptions::{self, Access, DFSC_EXTERNAL_ABORT, EC_DATA_ABORT_SAME_EL};
 use crate::gic::GicError;
 use crate::memory_map::{MemRange, PAGE};
-use crate::mmu::{self, El0Access};
+use crate::mmu::{self, DEVICE_ALIAS_BASE, El0Access};
 use crate::platform::Platform;
 use crate::println;
 use crate::psci::{self, function};
@@ -52,6 +70,30 @@ pub const UNEXPECTED_EXCEPTION_CODE: u64 = 0xbad2_0002;
 const UNMAPPED_DEVICE_ADDRESS: u64 = 0x0a00_0000;
 /// Preferred address outside RAM for the memory scenario's abort probe.
 const OUTSIDE_RAM_ADDRESS: u64 = 0x1_0000_0000;
+/// Size of the PL011's register window.
+const UART_WINDOW_SIZE: u64 = 0x1000;
+/// The hypervisor's GIC distributor window (the guest memory map puts it
+/// where QEMU's `virt` has it): 64 KiB at 0x0800_0000.
+const GIC_DISTRIBUTOR_WINDOW: MemRange = MemRange {
+    start: 0x0800_0000,
+    end: 0x0801_0000,
+};
+/// End of vCPU 0's redistributor RD_base frame (its SGI_base frame follows):
+/// the hypervisor's redistributors start at 0x080a_0000, 64 KiB per frame.
+const GIC_RD_BASE_FRAME_END: u64 = 0x080b_0000;
+/// PL011 peripheral-ID register 3 (`UARTPCellID3`, the window's last word)
+/// and its value.
+const UART_PCELLID3: (u64, u32) = (0xffc, 0xb1);
+/// Rounds of the cpu-on-race scenario.
+const CPU_ON_RACE_ROUNDS: u64 = 30;
+/// Distinct unknown hypercall ids the flood scenario issues.
+const FLOOD_HYPERCALLS: u32 = 200_000;
+/// Aborting loads the flood scenario performs (distinct addresses).
+const FLOOD_ABORTS: u64 = 20_000;
+/// Loads of a PL011 offset without a register the flood scenario performs.
+const FLOOD_DEVICE_ERRORS: u64 = 5_000;
+/// A PL011 offset without a register (between DMACR and the ID registers).
+const UART_NO_REGISTER_OFFSET: u64 = 0x800;
 
 /// Why a scenario failed; printed after `RESULT: FAIL`.
 #[derive(Clone, Copy, Debug)]
@@ -200,6 +242,41 @@ pub enum Failure {
         /// Its INTID.
         intid: u32,
     },
+    /// The scenario needs more vCPUs.
+    TooFewCpus {
+        /// CPUs in the device tree.
+        found: usize,
+        /// CPUs needed.
+        needed: usize,
+    },
+    /// A round of racing `CPU_ON` calls did not get exactly one `SUCCESS`
+    /// and `ALREADY_ON` for every other call.
+    CpuOnRace {
+        /// The round (from 1).
+        round: u64,
+        /// A racer whose answer was wrong, or the last racer.
+        cpu: usize,
+        /// That racer's answer.
+        status: i64,
+        /// `SUCCESS` answers in the round.
+        successes: usize,
+    },
+    /// A load that must reach a device aborted.
+    DeviceLoadAborted {
+        /// The address loaded.
+        address: u64,
+        /// `ESR_EL1` seen.
+        esr: u64,
+    },
+    /// A device register read something else than expected.
+    DeviceValue {
+        /// The address loaded.
+        address: u64,
+        /// The value expected.
+        expected: u32,
+        /// The value read.
+        found: u32,
+    },
 }
 
 impl Failure {
@@ -231,6 +308,10 @@ impl Failure {
                 Failure::TimerEarly { .. } => 22,
                 Failure::Counter { .. } => 23,
                 Failure::UnexpectedInterrupt { .. } => 24,
+                Failure::TooFewCpus { .. } => 25,
+                Failure::CpuOnRace { .. } => 26,
+                Failure::DeviceLoadAborted { .. } => 27,
+                Failure::DeviceValue { .. } => 28,
             }
     }
 }
@@ -367,6 +448,33 @@ impl fmt::Display for Failure {
             Failure::UnexpectedInterrupt { cpu, intid } => {
                 write!(f, "vcpu{cpu}: unexpected interrupt INTID {intid}")
             }
+            Failure::TooFewCpus { found, needed } => {
+                write!(f, "{found} vCPUs; the scenario needs at least {needed}")
+            }
+            Failure::CpuOnRace {
+                round,
+                cpu,
+                status,
+                successes,
+            } => write!(
+                f,
+                "CPU_ON race round {round}: {successes} SUCCESS answers, vcpu{cpu} got {status} \
+                 (expected one SUCCESS and ALREADY_ON (-4) for every other racer)"
+            ),
+            Failure::DeviceLoadAborted { address, esr } => {
+                write!(
+                    f,
+                    "load of device register {address:#x} aborted (ESR {esr:#x})"
+                )
+            }
+            Failure::DeviceValue {
+                address,
+                expected,
+                found,
+            } => write!(
+                f,
+                "device register {address:#x} read {found:#x}, expected {expected:#x}"
+            ),
         }
     }
 }
@@ -394,25 +502,30 @@ pub fn run(platform: &Platform, scenario: Scenario) -> Result<(), Failure> {
     }
     match scenario {
         Scenario::Memory => memory(platform),
-        Scenario::BadGuest => bad_guest(),
+        Scenario::BadGuest => bad_guest(platform),
         Scenario::Aarch32El0 => aarch32_el0(platform),
         Scenario::Timers => {
-            TIMERS_ON_SECONDARIES.store(true, Ordering::Release);
+            SECONDARY_PART.store(SECONDARY_TIMERS, Ordering::Release);
             timers::scenario(platform)
         }
+        Scenario::CpuOnRace => cpu_on_race(platform),
+        Scenario::Flood => flood(platform),
     }
 }
 
-/// The secondaries run the `timers` scenario's part (else `memory`'s).
-static TIMERS_ON_SECONDARIES: AtomicBool = AtomicBool::new(false);
+/// What the started secondaries do: the memory worker, the timers' part or
+/// the CPU_ON race.
+static SECONDARY_PART: AtomicUsize = AtomicUsize::new(SECONDARY_MEMORY);
+const SECONDARY_MEMORY: usize = 0;
+const SECONDARY_CPU_ON_RACE: usize = 1;
+const SECONDARY_TIMERS: usize = 2;
 
-/// Entry of a secondary's part of the scenario (`memory` and `timers` start
-/// them).
+/// Entry of a secondary's part of the scenario.
 pub fn secondary(cpu: usize) {
-    if TIMERS_ON_SECONDARIES.load(Ordering::Acquire) {
-        timers::worker(cpu);
-    } else {
-        memory_worker(cpu, None);
+    match SECONDARY_PART.load(Ordering::Acquire) {
+        SECONDARY_CPU_ON_RACE => cpu_on_race_secondary(cpu),
+        SECONDARY_TIMERS => timers::worker(cpu),
+        _ => memory_worker(cpu, None),
     }
 }
 
@@ -592,10 +705,11 @@ fn check_abort(address: u64, abort: exceptions::Abort, access: Access) -> Result
     }
 }
 
-fn bad_guest() -> Result<(), Failure> {
+fn bad_guest(platform: &Platform) -> Result<(), Failure> {
     if !psci::hypervisor_services() {
         return Err(Failure::NeedsHypervisor);
     }
+    straddling_device_loads(platform)?;
     let address = UNMAPPED_DEVICE_ADDRESS;
     for access in [Access::Read, Access::Write] {
         let abort = exceptions::probe(address, access).ok_or(Failure::NoAbort { address })?;
@@ -673,6 +787,47 @@ fn check_el0_program(
             expected: "nothing after the final SVC",
             got: Some(events[expected.len()]),
         });
+    }
+    Ok(())
+}
+
+/// An 8-byte load at the last 4 bytes of a device window runs past the
+/// window's end: it must abort at that address (the hypervisor checks the
+/// whole access against the window), while a 4-byte load there reaches the
+/// device. The loads go through the normal non-cacheable alias of the device
+/// gigabyte: device memory would fault the unaligned load in the guest.
+fn straddling_device_loads(platform: &Platform) -> Result<(), Failure> {
+    let uart_end = platform.uart_base + UART_WINDOW_SIZE;
+    let id_register = DEVICE_ALIAS_BASE + platform.uart_base + UART_PCELLID3.0;
+    match exceptions::load_u32(id_register) {
+        Ok(found) if found == UART_PCELLID3.1 => {}
+        Ok(found) => {
+            return Err(Failure::DeviceValue {
+                address: id_register,
+                expected: UART_PCELLID3.1,
+                found,
+            });
+        }
+        Err(abort) => {
+            return Err(Failure::DeviceLoadAborted {
+                address: id_register,
+                esr: abort.esr,
+            });
+        }
+    }
+    for (device, window_end) in [
+        ("PL011", uart_end),
+        ("GIC distributor", GIC_DISTRIBUTOR_WINDOW.end),
+        ("GIC redistributor RD_base frame", GIC_RD_BASE_FRAME_END),
+    ] {
+        let address = DEVICE_ALIAS_BASE + window_end - 4;
+        let abort = exceptions::probe(address, Access::Read).ok_or(Failure::NoAbort { address })?;
+        check_abort(address, abort, Access::Read)?;
+        println!(
+            "test-guest: caught abort on an 8-byte load at the end of the {device} window \
+             ({address:#x}): ESR {:#x} FAR {:#x}",
+            abort.esr, abort.far
+        );
     }
     Ok(())
 }
@@ -841,5 +996,185 @@ fn aarch32_el0(platform: &Platform) -> Result<(), Failure> {
             },
         ],
     )?;
+    Ok(())
+}
+
+/// The cpu-on-race round the racers are to run (from 1), or
+/// [`RACE_STOP`] once every round is done.
+static RACE_ROUND: AtomicU64 = AtomicU64::new(0);
+const RACE_STOP: u64 = u64::MAX;
+/// The target's MPIDR.
+static RACE_TARGET_MPIDR: AtomicU64 = AtomicU64::new(0);
+/// The target's index (its PSCI context id).
+static RACE_TARGET: AtomicUsize = AtomicUsize::new(0);
+/// `CPU_ON` calls made, over all rounds.
+static RACE_CALLS: AtomicU64 = AtomicU64::new(0);
+/// Each racer's answer in the latest round.
+static RACE_STATUS: [AtomicI64; MAX_CPUS] = [const { AtomicI64::new(0) }; MAX_CPUS];
+/// Times the target has arrived, over all rounds.
+static RACE_TARGET_ARRIVALS: AtomicU64 = AtomicU64::new(0);
+/// How many vCPUs race.
+static RACE_RACERS: AtomicUsize = AtomicUsize::new(0);
+
+/// One racer's `CPU_ON` of the target.
+fn race_cpu_on(cpu: usize) {
+    let status = psci::cpu_on(
+        RACE_TARGET_MPIDR.load(Ordering::Acquire),
+        crate::boot::secondary_entry_address(),
+        RACE_TARGET.load(Ordering::Acquire) as u64,
+    );
+    RACE_STATUS[cpu].store(status, Ordering::Relaxed);
+    RACE_CALLS.fetch_add(1, Ordering::AcqRel);
+}
+
+/// A secondary in the cpu-on-race scenario: the target arrives, waits until
+/// every racer of the round has made its call (so that a slow racer cannot
+/// find it off again and rightly win a second time) and returns (to
+/// `CPU_OFF`); a racer races each round as it is announced until the boot
+/// vCPU says stop.
+fn cpu_on_race_secondary(cpu: usize) {
+    if cpu == RACE_TARGET.load(Ordering::Acquire) {
+        let round = RACE_ROUND.load(Ordering::Acquire);
+        let calls = round.saturating_mul(RACE_RACERS.load(Ordering::Acquire) as u64);
+        while RACE_CALLS.load(Ordering::Acquire) < calls
+            && RACE_ROUND.load(Ordering::Acquire) != RACE_STOP
+        {
+            core::hint::spin_loop();
+        }
+        RACE_TARGET_ARRIVALS.fetch_add(1, Ordering::AcqRel);
+        return;
+    }
+    let mut next = 1;
+    loop {
+        match RACE_ROUND.load(Ordering::Acquire) {
+            RACE_STOP => return,
+            round if round == next => {
+                race_cpu_on(cpu);
+                next += 1;
+            }
+            _ => core::hint::spin_loop(),
+        }
+    }
+}
+
+/// Waits until `done` holds or the step deadline passes.
+fn wait_until(done: impl Fn() -> bool) -> bool {
+    let deadline = Deadline::step();
+    while !done() {
+        if deadline.passed() {
+            return false;
+        }
+        core::hint::spin_loop();
+    }
+    true
+}
+
+fn cpu_on_race(platform: &Platform) -> Result<(), Failure> {
+    let cpus = platform.cpus();
+    if cpus.len() < 3 {
+        return Err(Failure::TooFewCpus {
+            found: cpus.len(),
+            needed: 3,
+        });
+    }
+    let target = cpus.len() - 1;
+    let racers = target;
+    RACE_TARGET.store(target, Ordering::Release);
+    RACE_RACERS.store(racers, Ordering::Release);
+    RACE_TARGET_MPIDR.store(cpus[target], Ordering::Release);
+    SECONDARY_PART.store(SECONDARY_CPU_ON_RACE, Ordering::Release);
+    smp::start_cpus(platform, 1..target)?;
+    println!(
+        "test-guest: cpu-on-race: {racers} vCPUs race CPU_ON of vcpu{target} (mpidr {:#x}), \
+         {CPU_ON_RACE_ROUNDS} rounds",
+        cpus[target]
+    );
+    let outcome = race_rounds(racers, target, cpus[target]);
+    RACE_ROUND.store(RACE_STOP, Ordering::Release);
+    outcome?;
+    smp::wait_secondaries_off(platform)?;
+    println!(
+        "test-guest: cpu-on-race: {CPU_ON_RACE_ROUNDS} rounds, one SUCCESS and {} ALREADY_ON \
+         each",
+        racers - 1
+    );
+    Ok(())
+}
+
+fn race_rounds(racers: usize, target: usize, target_mpidr: u64) -> Result<(), Failure> {
+    for round in 1..=CPU_ON_RACE_ROUNDS {
+        RACE_ROUND.store(round, Ordering::Release);
+        race_cpu_on(0);
+        let calls = round * racers as u64;
+        if !wait_until(|| RACE_CALLS.load(Ordering::Acquire) >= calls) {
+            return Err(Failure::CpuTimedOut {
+                arrived: (RACE_CALLS.load(Ordering::Acquire) - (calls - racers as u64)) as usize,
+                expected: racers,
+            });
+        }
+        let statuses = || (0..racers).map(|cpu| (cpu, RACE_STATUS[cpu].load(Ordering::Relaxed)));
+        let successes = statuses().filter(|&(_, s)| s == psci::SUCCESS).count();
+        let wrong = statuses().find(|&(_, s)| s != psci::SUCCESS && s != psci::ALREADY_ON);
+        if successes != 1 || wrong.is_some() {
+            let (cpu, status) =
+                wrong.unwrap_or((racers - 1, RACE_STATUS[racers - 1].load(Ordering::Relaxed)));
+            return Err(Failure::CpuOnRace {
+                round,
+                cpu,
+                status,
+                successes,
+            });
+        }
+        if !wait_until(|| RACE_TARGET_ARRIVALS.load(Ordering::Acquire) >= round) {
+            return Err(Failure::CpuNeverArrived { cpu: target });
+        }
+        if !wait_until(|| psci::affinity_info(target_mpidr) == psci::AFFINITY_OFF) {
+            return Err(Failure::CpuStillOn { cpu: target });
+        }
+    }
+    Ok(())
+}
+
+fn flood(platform: &Platform) -> Result<(), Failure> {
+    if !psci::hypervisor_services() {
+        return Err(Failure::NeedsHypervisor);
+    }
+    for i in 0..FLOOD_HYPERCALLS {
+        let id = function::UNKNOWN_FLOOD_BASE + i;
+        let returned = psci::call(id, 0, 0, 0);
+        expect(id, returned, returned == psci::NOT_SUPPORTED)?;
+    }
+    println!(
+        "test-guest: flood: {FLOOD_HYPERCALLS} distinct unknown hypercalls returned NOT_SUPPORTED"
+    );
+    for i in 0..FLOOD_ABORTS {
+        let address = UNMAPPED_DEVICE_ADDRESS + 8 * i;
+        let abort = exceptions::probe(address, Access::Read).ok_or(Failure::NoAbort { address })?;
+        check_abort(address, abort, Access::Read)?;
+    }
+    println!("test-guest: flood: {FLOOD_ABORTS} aborting loads caught");
+    let no_register = platform.uart_base + UART_NO_REGISTER_OFFSET;
+    for _ in 0..FLOOD_DEVICE_ERRORS {
+        match exceptions::load_u32(no_register) {
+            Ok(0) => {}
+            Ok(found) => {
+                return Err(Failure::DeviceValue {
+                    address: no_register,
+                    expected: 0,
+                    found,
+                });
+            }
+            Err(abort) => {
+                return Err(Failure::DeviceLoadAborted {
+                    address: no_register,
+                    esr: abort.esr,
+                });
+            }
+        }
+    }
+    println!(
+        "test-guest: flood: {FLOOD_DEVICE_ERRORS} loads of PL011 offset \
+         {UART_NO_REGISTER_OFFSET:#x} read as zero"
+    );
     Ok(())
 }
