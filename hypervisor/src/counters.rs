@@ -42,15 +42,20 @@ pub enum Counter {
     ExitsIrq,
     /// Aborts injected into the guest.
     InjectedAborts,
+    /// Undefined instructions injected into the guest (trapped instructions
+    /// the hypervisor does not emulate).
+    InjectedUndefs,
     /// Hypercalls answered with NOT_SUPPORTED.
     UnknownHypercalls,
     /// TEST_REPORT hypercalls.
     TestReports,
+    /// Guest-driven log lines dropped by the VM's rate limit (`event_log`).
+    LogLinesSuppressed,
 }
 
 impl Counter {
     /// Every counter, in report order.
-    pub const ALL: [Counter; 18] = [
+    pub const ALL: [Counter; 20] = [
         Counter::Stage2Faults,
         Counter::MappedPages4k,
         Counter::MappedBlocks2m,
@@ -67,8 +72,10 @@ impl Counter {
         Counter::ExitsWfx,
         Counter::ExitsIrq,
         Counter::InjectedAborts,
+        Counter::InjectedUndefs,
         Counter::UnknownHypercalls,
         Counter::TestReports,
+        Counter::LogLinesSuppressed,
     ];
 
     /// The name printed in the report.
@@ -90,8 +97,10 @@ impl Counter {
             Counter::ExitsWfx => "exits_wfx",
             Counter::ExitsIrq => "exits_irq",
             Counter::InjectedAborts => "injected_aborts",
+            Counter::InjectedUndefs => "injected_undefs",
             Counter::UnknownHypercalls => "unknown_hypercalls",
             Counter::TestReports => "test_reports",
+            Counter::LogLinesSuppressed => "log_lines_suppressed",
         }
     }
 }
@@ -167,13 +176,15 @@ mod tests {
                 "exits_wfx",
                 "exits_irq",
                 "injected_aborts",
+                "injected_undefs",
                 "unknown_hypercalls",
                 "test_reports",
+                "log_lines_suppressed",
             ]
         );
         assert_eq!(snap[0], ("stage2_faults", 1));
         assert_eq!(snap[2], ("mapped_blocks_2m", 5));
-        assert_eq!(snap[17], ("test_reports", 1));
+        assert_eq!(snap[18], ("test_reports", 1));
         assert_eq!(snap.iter().map(|(_, v)| v).sum::<u64>(), 7);
     }
 

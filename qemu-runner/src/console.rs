@@ -3,8 +3,11 @@
 //!
 //! Lines (the contract between hypervisor and runner): the guest's own
 //! `RESULT: PASS` / `RESULT: FAIL <why>`; hypervisor log lines starting with
-//! `[hv] `, among them `[hv] PANIC: <message>` and the final `[hv] system
-//! off`; and `STAT vm<V> <name> <value>` counter lines printed at power-off.
+//! `[hv] `, among them `[hv] PANIC: <message>`, the final `[hv] system off`,
+//! and the two errors that mean the guest did not run to its end:
+//! `[hv] ERROR: cannot start a guest: <why>` (no VM was created) and
+//! `[hv] ERROR: vm<V> vcpu<C>: stopping the VM: <why>`; and
+//! `STAT vm<V> <name> <value>` counter lines printed at power-off.
 //! Carriage returns are dropped, so `\r\n` and `\n` consoles read the same.
 //!
 //! A guest kernel's own failure reports are recognised too: after the printk
@@ -25,6 +28,14 @@ pub const RESULT_PREFIX: &str = "RESULT:";
 pub const SYSTEM_OFF_LINE: &str = "[hv] system off";
 /// Prefix of a hypervisor panic line.
 pub const PANIC_PREFIX: &str = "[hv] PANIC:";
+/// Prefix of the hypervisor's line when it could not create a VM for the
+/// payload.
+pub const GUEST_NOT_STARTED_PREFIX: &str = "[hv] ERROR: cannot start a guest:";
+/// Prefix of the hypervisor's error lines.
+pub const HV_ERROR_PREFIX: &str = "[hv] ERROR: ";
+/// What an error line says when the hypervisor stops a VM (after
+/// `vm<V> vcpu<C>`).
+pub const VM_STOP_MARKER: &str = ": stopping the VM: ";
 
 /// How a line that reports a guest kernel failure starts (after the printk
 /// timestamp): oopses, warnings, panics, `BUG:` reports and the fault report
@@ -93,6 +104,11 @@ pub enum Line {
     HypervisorPanic(String),
     /// `[hv] system off`.
     SystemOff,
+    /// `[hv] ERROR: cannot start a guest: <why>`, with the reason.
+    GuestNotStarted(String),
+    /// `[hv] ERROR: vm<V> vcpu<C>: stopping the VM: <why>`, the line after
+    /// `[hv] ERROR: `.
+    VmStopped(String),
     /// A guest kernel failure report (oops, warning, panic, `BUG:`), the line
     /// without its printk timestamp.
     KernelFault(String),
@@ -120,6 +136,14 @@ pub fn classify(line: &str) -> Line {
     }
     if line == SYSTEM_OFF_LINE {
         return Line::SystemOff;
+    }
+    if let Some(why) = line.strip_prefix(GUEST_NOT_STARTED_PREFIX) {
+        return Line::GuestNotStarted(why.trim().to_string());
+    }
+    if let Some(error) = line.strip_prefix(HV_ERROR_PREFIX)
+        && error.contains(VM_STOP_MARKER)
+    {
+        return Line::VmStopped(error.to_string());
     }
     if line.starts_with(HV_PREFIX) {
         return Line::HypervisorLog;
@@ -189,6 +213,11 @@ pub struct Transcript {
     pub panic: Option<String>,
     /// Whether `[hv] system off` was printed.
     pub system_off: bool,
+    /// Why the hypervisor could not start a guest, when it said so.
+    pub guest_not_started: Option<String>,
+    /// Every VM the hypervisor stopped (`vm<V> vcpu<C>: stopping the VM:
+    /// <why>`), in order.
+    pub vm_stops: Vec<String>,
     /// The first guest kernel failure report.
     pub kernel_fault: Option<String>,
     /// Every line with the time it arrived (since QEMU started; zero for
@@ -222,6 +251,10 @@ impl Transcript {
                 self.panic = Some(message.clone())
             }
             Line::SystemOff => self.system_off = true,
+            Line::GuestNotStarted(why) if self.guest_not_started.is_none() => {
+                self.guest_not_started = Some(why.clone())
+            }
+            Line::VmStopped(line) => self.vm_stops.push(line.clone()),
             Line::KernelFault(message) if self.kernel_fault.is_none() => {
                 self.kernel_fault = Some(message.clone())
             }
@@ -289,6 +322,18 @@ mod tests {
             Line::HypervisorPanic("oops at x".into())
         );
         assert_eq!(classify("[hv] 4 CPUs"), Line::HypervisorLog);
+        assert_eq!(
+            classify("[hv] ERROR: cannot start a guest: vm.conf line 1: bad value"),
+            Line::GuestNotStarted("vm.conf line 1: bad value".into())
+        );
+        assert_eq!(
+            classify("[hv] ERROR: vm0 vcpu1: stopping the VM: unhandled exit EC 0x3f"),
+            Line::VmStopped("vm0 vcpu1: stopping the VM: unhandled exit EC 0x3f".into())
+        );
+        assert_eq!(
+            classify("[hv] ERROR: GICv3 CPU interface missing"),
+            Line::HypervisorLog
+        );
         assert_eq!(classify("test-guest: hello"), Line::Other);
         assert_eq!(classify("  RESULT: PASS"), Line::Other);
     }

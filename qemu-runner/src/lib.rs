@@ -4,7 +4,8 @@
 //! end-to-end tests: check the prerequisites ([`prereq`]), build the
 //! hypervisor and the test guest for aarch64 with a nested cargo
 //! ([`artifacts`]), turn their ELF files into raw arm64 `Image`s ([`image`]),
-//! pack the guest into the boot payload ([`payload`], a newc cpio archive),
+//! pack the guest into the boot payload (a newc cpio archive written with the
+//! `boot-payload` crate, which the hypervisor reads it with),
 //! start `qemu-system-aarch64` and follow its console ([`qemu`]), and read the
 //! verdict, the `STAT` counters and the hypervisor's log from it
 //! ([`console`]). A run passes only on the guest's `RESULT: PASS` followed by
@@ -26,21 +27,21 @@ pub mod debian;
 pub mod image;
 pub mod initramfs;
 pub mod linux;
-pub mod payload;
 pub mod prereq;
 pub mod qemu;
+pub mod scratch;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use artifacts::{BuildError, HYPERVISOR, TEST_GUEST};
+use boot_payload::Payload;
+use boot_payload::vmconf::VmConf;
 use console::{Counters, GuestResult, Transcript};
 use image::ImageError;
 use linux::{LinuxBoot, LinuxError};
-use payload::Payload;
 use prereq::PrereqError;
 use qemu::{Ending, Machine, QemuSetup, Watch};
 
@@ -58,9 +59,21 @@ pub enum Boot {
 pub enum Scenario {
     /// SMP memory test with demand-faulted stage-2 memory and a caught abort.
     Memory,
-    /// Unmapped device access and unknown hypercall; the hypervisor must
-    /// survive and report both.
+    /// Unmapped device access, device-window straddling loads and an unknown
+    /// hypercall; the hypervisor must survive and report them.
     BadGuest,
+    /// Aborts and undefined instructions from AArch64 and AArch32 EL0; the
+    /// hypervisor must inject the aborts as the architecture takes them.
+    Aarch32El0,
+    /// Both EL1 timers (physical and virtual) interrupt every vCPU through
+    /// the GIC; `CNTPCT_EL0` and `CNTVCT_EL0` agree and are monotonic.
+    Timers,
+    /// Several vCPUs race PSCI `CPU_ON` for the same target, round after
+    /// round: exactly one `SUCCESS`, `ALREADY_ON` for the others.
+    CpuOnRace,
+    /// 200 000 distinct unknown hypercalls, 20 000 injected aborts and 5 000
+    /// refused device accesses: the hypervisor's log stays short.
+    Flood,
     /// Interrupt delivery while more SPIs are active (made so through the
     /// distributor) than the CPU interface has list registers.
     VgicScarce,
@@ -68,20 +81,41 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, for help texts.
-    pub const ALL: [Scenario; 3] = [Scenario::Memory, Scenario::BadGuest, Scenario::VgicScarce];
+    pub const ALL: &[Scenario] = &[
+        Scenario::Memory,
+        Scenario::BadGuest,
+        Scenario::Aarch32El0,
+        Scenario::Timers,
+        Scenario::CpuOnRace,
+        Scenario::Flood,
+        Scenario::VgicScarce,
+    ];
 
     /// The scenario's name on the command line and in `test=`.
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
+            Scenario::Aarch32El0 => "aarch32-el0",
+            Scenario::Timers => "timers",
+            Scenario::CpuOnRace => "cpu-on-race",
+            Scenario::Flood => "flood",
             Scenario::VgicScarce => "vgic-scarce",
         }
     }
 
     /// The scenario called `name`.
     pub fn from_name(name: &str) -> Option<Scenario> {
-        Scenario::ALL.into_iter().find(|s| s.name() == name)
+        Scenario::ALL.iter().copied().find(|s| s.name() == name)
+    }
+
+    /// Every scenario's name, comma-separated (for help and error texts).
+    pub fn names() -> String {
+        Scenario::ALL
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -106,8 +140,14 @@ pub struct RunConfig {
     pub vcpus: Option<u32>,
     /// `-cpu` model and properties.
     pub cpu: String,
-    /// Overall time limit; ignored (no limit) with `gdb`.
+    /// Overall time limit of an unattended run; ignored (no limit) with
+    /// `gdb`.
     pub timeout: Duration,
+    /// Time limit of an interactive session ([`RunConfig::is_interactive`]);
+    /// `None`: none, the person at the terminal ends it.
+    pub session_timeout: Option<Duration>,
+    /// Where the guest's console input comes from.
+    pub input: ConsoleInput,
     /// Start QEMU halted, waiting for gdb.
     pub gdb: bool,
     /// Extra QEMU arguments, appended last.
@@ -132,12 +172,31 @@ impl Default for RunConfig {
             vcpus: None,
             cpu: DEFAULT_CPU.to_string(),
             timeout: Duration::from_secs(120),
+            session_timeout: None,
+            input: ConsoleInput::Closed,
             gdb: false,
             extra_qemu_args: Vec::new(),
             echo: true,
         }
     }
 }
+
+/// Where the guest's console input comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConsoleInput {
+    /// Nothing: QEMU's stdin is closed (scripts, tests, CI).
+    Closed,
+    /// The terminal the runner was started from: an interactive guest (a
+    /// shell) reads what is typed there.
+    Terminal,
+}
+
+/// Most CPUs the hypervisor drives (its per-CPU arrays).
+pub const HYPERVISOR_MAX_CPUS: u32 = 32;
+/// Most CPUs of QEMU's `virt` machine with a GICv3.
+pub const VIRT_MAX_CPUS: u32 = 512;
+/// Least machine RAM accepted, in MiB.
+pub const MIN_MEM_MIB: u32 = 64;
 
 /// A Linux guest's defaults: 2 CPUs, 512 MiB guest RAM (the machine gets
 /// 1024 MiB under the hypervisor), a 300 s limit.
@@ -169,11 +228,90 @@ impl RunConfig {
         }
     }
 
-    /// Whether a person drives the run (an interactive Linux shell): QEMU
-    /// gets our stdin, there is no time limit, and the run follows QEMU to
-    /// its exit.
-    pub fn is_interactive_linux(&self) -> bool {
-        self.linux.as_ref().is_some_and(LinuxBoot::is_interactive)
+    /// Whether the guest has no test verdict of its own (a shell, or a
+    /// kernel and initrd given as files): the run passes when QEMU exits 0
+    /// with no failure report, rather than on `RESULT: PASS`.
+    pub fn guest_is_free_running(&self) -> bool {
+        self.linux
+            .as_ref()
+            .is_some_and(|linux| !linux.reports_result())
+    }
+
+    /// Whether a person drives the run: a guest without a verdict of its own
+    /// whose console input is a terminal. QEMU then gets our stdin, the time
+    /// limit is [`RunConfig::session_timeout`], and the run follows QEMU to
+    /// its exit. Without a terminal the same guest runs unattended: QEMU's
+    /// stdin is closed and [`RunConfig::timeout`] applies.
+    pub fn is_interactive(&self) -> bool {
+        self.guest_is_free_running() && self.input == ConsoleInput::Terminal
+    }
+
+    /// Checks the settings before anything is built or started, so a bad
+    /// option costs nothing: CPU and memory counts in range, VM settings only
+    /// for a hypervisor boot, vCPUs no more than CPUs, guest RAM smaller than
+    /// the machine's, a time limit of at least a second.
+    pub fn validate(&self) -> Result<(), RunnerError> {
+        let fail = |why: String| Err(RunnerError::Config(why));
+        let max_cpus = match self.boot {
+            Boot::Hypervisor => HYPERVISOR_MAX_CPUS,
+            Boot::Direct => VIRT_MAX_CPUS,
+        };
+        if !(1..=max_cpus).contains(&self.smp) {
+            return fail(format!(
+                "--smp {}: between 1 and {max_cpus} CPUs{}",
+                self.smp,
+                match self.boot {
+                    Boot::Hypervisor => " (the hypervisor drives at most 32)",
+                    Boot::Direct => " (QEMU virt with GICv3)",
+                }
+            ));
+        }
+        if self.mem_mib < MIN_MEM_MIB {
+            return fail(format!(
+                "--mem {}: the machine needs at least {MIN_MEM_MIB} MiB",
+                self.mem_mib
+            ));
+        }
+        if self.boot == Boot::Direct && (self.guest_mem_mib.is_some() || self.vcpus.is_some()) {
+            return fail(
+                "--guest-mem and --vcpus configure the hypervisor's VM; a direct boot uses --mem \
+                 and --smp"
+                    .into(),
+            );
+        }
+        if let Some(vcpus) = self.vcpus
+            && !(1..=self.smp).contains(&vcpus)
+        {
+            return fail(format!(
+                "--vcpus {vcpus}: between 1 and the {} CPUs of --smp (vCPUs are pinned one to \
+                 a CPU)",
+                self.smp
+            ));
+        }
+        if let Some(guest_mem) = self.guest_mem_mib
+            && !(1..self.mem_mib).contains(&guest_mem)
+        {
+            return fail(format!(
+                "--guest-mem {guest_mem}: at least 1 and less than --mem ({} MiB; the \
+                 hypervisor keeps the rest)",
+                self.mem_mib
+            ));
+        }
+        if self.timeout.is_zero() || self.session_timeout.is_some_and(|t| t.is_zero()) {
+            return fail("--timeout: at least 1 second".into());
+        }
+        Ok(())
+    }
+
+    /// The time limit of the run (`None`: none).
+    pub fn time_limit(&self) -> Option<Duration> {
+        if self.gdb {
+            None
+        } else if self.is_interactive() {
+            self.session_timeout
+        } else {
+            Some(self.timeout)
+        }
     }
 
     /// CPUs the guest sees: the VM's vCPUs under the hypervisor, the
@@ -269,6 +407,10 @@ pub enum Verdict {
     NoCleanExit(String),
     /// The time limit ran out before a result.
     TimedOut(Duration),
+    /// The hypervisor could not start a guest (the reason it gave).
+    GuestNotStarted(String),
+    /// The hypervisor stopped the VM (its error line).
+    VmStopped(String),
     /// QEMU ended without a result line.
     NoResult,
 }
@@ -294,6 +436,10 @@ impl fmt::Display for Verdict {
                 limit.as_secs()
             ),
             Verdict::NoResult => write!(f, "FAIL: QEMU exited without a RESULT line"),
+            Verdict::GuestNotStarted(why) => {
+                write!(f, "FAIL: the hypervisor could not start a guest: {why}")
+            }
+            Verdict::VmStopped(line) => write!(f, "FAIL: the hypervisor stopped the VM: {line}"),
         }
     }
 }
@@ -355,8 +501,9 @@ fn clean_exit(ending: &Ending, exited_zero: bool, status: &str) -> Result<(), St
     }
 }
 
-/// The verdict: a hypervisor panic, then a guest kernel failure report, then
-/// the guest's result, then how QEMU ended.
+/// The verdict: a hypervisor panic, then a guest the hypervisor could not
+/// start or had to stop, then a guest kernel failure report, then the
+/// guest's result, then how QEMU ended.
 fn judge(
     transcript: &Transcript,
     ending: &Ending,
@@ -366,6 +513,12 @@ fn judge(
 ) -> Verdict {
     if let Some(message) = &transcript.panic {
         return Verdict::HypervisorPanic(message.clone());
+    }
+    if let Some(why) = &transcript.guest_not_started {
+        return Verdict::GuestNotStarted(why.clone());
+    }
+    if let Some(line) = transcript.vm_stops.first() {
+        return Verdict::VmStopped(line.clone());
     }
     if let Some(line) = &transcript.kernel_fault {
         return Verdict::KernelFault(line.clone());
@@ -420,7 +573,7 @@ fn elf_image(elf: &Path) -> Result<(Vec<u8>, qemu::Symbols), RunnerError> {
         error,
     };
     let image = image::elf_to_image(&bytes).map_err(image_error)?;
-    let header = image::ImageHeader::parse(&image).map_err(image_error)?;
+    let header = image::built_image_header(&image).map_err(image_error)?;
     let link_base = image::elf_link_base(&bytes).map_err(image_error)?;
     let offset = qemu::virt_load_address(header.text_offset).wrapping_sub(link_base);
     Ok((
@@ -462,56 +615,29 @@ pub fn build_boot_files(boot: Boot, quiet: bool) -> Result<BootFiles, RunnerErro
     })
 }
 
-/// A directory for one run's boot files, removed when dropped.
-struct RunDir(PathBuf);
+/// A directory for one run's boot files, removed when dropped; creating it
+/// sweeps the directories of runs that were killed ([`scratch`]).
+struct RunDir(scratch::ScratchDir);
 
 impl RunDir {
     fn create() -> Result<RunDir, RunnerError> {
-        static SEQUENCE: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "run-{}-{}",
-            std::process::id(),
-            SEQUENCE.fetch_add(1, Ordering::Relaxed)
-        );
-        let path = artifacts::cross_target_dir().join("qemu-runner").join(name);
-        std::fs::create_dir_all(&path).map_err(|error| RunnerError::Io {
-            what: format!("creating {}", path.display()),
-            error,
-        })?;
-        Ok(RunDir(path))
+        let parent = artifacts::cross_target_dir().join("qemu-runner");
+        scratch::ScratchDir::create(&parent, "run")
+            .map(RunDir)
+            .map_err(|error| RunnerError::Io {
+                what: format!("creating a run directory in {}", parent.display()),
+                error,
+            })
     }
 
     fn write(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, RunnerError> {
-        let path = self.0.join(name);
+        let path = self.0.path().join(name);
         std::fs::write(&path, bytes).map_err(|error| RunnerError::Io {
             what: format!("writing {}", path.display()),
             error,
         })?;
         Ok(path)
     }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        // Leftovers only cost disk space under target/.
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn check_config(config: &RunConfig) -> Result<(), RunnerError> {
-    if config.smp == 0 || config.mem_mib == 0 {
-        return Err(RunnerError::Config(
-            "--smp and --mem must be at least 1".into(),
-        ));
-    }
-    if config.boot == Boot::Direct && (config.guest_mem_mib.is_some() || config.vcpus.is_some()) {
-        return Err(RunnerError::Config(
-            "--guest-mem and --vcpus configure the hypervisor's VM; a direct boot uses --mem \
-             and --smp"
-                .into(),
-        ));
-    }
-    Ok(())
 }
 
 /// The hypervisor, built and converted: its ELF, Image and gdb symbols.
@@ -566,7 +692,7 @@ fn prepare_guest(config: &RunConfig) -> Result<Guest, RunnerError> {
 
 /// Builds everything, boots it under QEMU, and judges the console.
 pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
-    check_config(config)?;
+    config.validate()?;
     let qemu_program = prereq::ensure_qemu()?;
     let guest = prepare_guest(config)?;
     let dir = RunDir::create()?;
@@ -576,8 +702,10 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
                 kernel: guest.kernel,
                 initrd: guest.initrd,
                 cmdline: Some(guest.cmdline),
-                vcpus: config.vcpus,
-                mem_mib: config.guest_mem_mib,
+                conf: VmConf {
+                    vcpus: config.vcpus,
+                    mem_mib: config.guest_mem_mib.map(u64::from),
+                },
             };
             let kernel = dir.write("hypervisor.img", hypervisor_image)?;
             let initrd = dir.write("payload.cpio", &payload.to_cpio())?;
@@ -617,14 +745,14 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
             qemu::gdb_command(&guest.symbols)
         );
     }
-    let interactive = config.is_interactive_linux();
+    let interactive = config.is_interactive();
     let watch = Watch {
-        timeout: (!config.gdb && !interactive).then_some(config.timeout),
+        timeout: config.time_limit(),
         echo: config.echo,
         interactive: config.gdb || interactive,
         follow_to_exit: interactive,
     };
-    let expectation = if interactive {
+    let expectation = if config.guest_is_free_running() {
         Expectation::CleanExit
     } else {
         Expectation::ResultThenExit
@@ -639,7 +767,7 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
             &outcome.transcript,
             &outcome.ending,
             &outcome.status,
-            config.timeout,
+            watch.timeout.unwrap_or_default(),
             expectation,
         ),
         transcript: outcome.transcript,
@@ -693,6 +821,44 @@ mod tests {
             Verdict::TimedOut(limit)
         );
         assert_eq!(judge_result(&silent, Ending::Exited), Verdict::NoResult);
+    }
+
+    #[test]
+    fn a_guest_that_never_started_or_was_stopped_fails_every_kind_of_run() {
+        let limit = Duration::from_secs(9);
+        let ok = exited(0);
+        let not_started = transcript(&[
+            "[hv] ERROR: cannot start a guest: no kernel in the payload",
+            "[hv] system off",
+        ]);
+        let stopped = transcript(&[
+            "[hv] ERROR: vm0 vcpu0: stopping the VM: unhandled exit",
+            "[hv] system off",
+        ]);
+        for expectation in [Expectation::ResultThenExit, Expectation::CleanExit] {
+            assert_eq!(
+                judge(&not_started, &Ending::Exited, &ok, limit, expectation),
+                Verdict::GuestNotStarted("no kernel in the payload".into())
+            );
+            assert_eq!(
+                judge(&stopped, &Ending::Exited, &ok, limit, expectation),
+                Verdict::VmStopped("vm0 vcpu0: stopping the VM: unhandled exit".into())
+            );
+        }
+        let passed_then_stopped = transcript(&[
+            "RESULT: PASS",
+            "[hv] ERROR: vm0 vcpu1: stopping the VM: unhandled exit",
+        ]);
+        assert!(matches!(
+            judge(
+                &passed_then_stopped,
+                &Ending::Exited,
+                &ok,
+                limit,
+                Expectation::ResultThenExit
+            ),
+            Verdict::VmStopped(_)
+        ));
     }
 
     #[test]
@@ -776,16 +942,36 @@ mod tests {
         assert_eq!((hosted.smp, hosted.mem_mib), (2, 1024));
         assert_eq!(hosted.guest_mem_mib, Some(512));
         assert_eq!(hosted.guest_cpus(), 2);
-        assert!(!hosted.is_interactive_linux());
-        assert!(check_config(&hosted).is_ok());
+        assert!(!hosted.is_interactive());
+        assert!(!hosted.guest_is_free_running());
+        assert_eq!(hosted.time_limit(), Some(LINUX_TIMEOUT));
+        assert!(RunConfig::validate(&hosted).is_ok());
         let direct = RunConfig::linux(Boot::Direct, linux);
         assert_eq!(
             (direct.smp, direct.mem_mib, direct.guest_mem_mib),
             (2, 512, None)
         );
-        assert!(check_config(&direct).is_ok());
+        assert!(RunConfig::validate(&direct).is_ok());
         let shell = RunConfig::linux(Boot::Direct, LinuxBoot::debian(linux::BusyboxInit::Shell));
-        assert!(shell.is_interactive_linux());
+        assert!(shell.guest_is_free_running());
+        assert!(
+            !shell.is_interactive(),
+            "no terminal, no interactive session"
+        );
+        assert_eq!(shell.time_limit(), Some(LINUX_TIMEOUT));
+        let typed = RunConfig {
+            input: ConsoleInput::Terminal,
+            ..shell.clone()
+        };
+        assert!(typed.is_interactive());
+        assert_eq!(typed.time_limit(), None);
+        let limited = RunConfig {
+            session_timeout: Some(Duration::from_secs(7)),
+            ..typed.clone()
+        };
+        assert_eq!(limited.time_limit(), Some(Duration::from_secs(7)));
+        let debugged = RunConfig { gdb: true, ..shell };
+        assert_eq!(debugged.time_limit(), None);
         let vcpus = RunConfig {
             vcpus: Some(1),
             ..RunConfig::default()
@@ -795,7 +981,7 @@ mod tests {
 
     #[test]
     fn scenarios_have_names_and_cmdlines() {
-        for scenario in Scenario::ALL {
+        for &scenario in Scenario::ALL {
             assert_eq!(Scenario::from_name(scenario.name()), Some(scenario));
         }
         assert_eq!(Scenario::from_name("nope"), None);
@@ -816,7 +1002,80 @@ mod tests {
             guest_mem_mib: Some(64),
             ..RunConfig::default()
         };
-        assert!(matches!(check_config(&config), Err(RunnerError::Config(_))));
-        assert!(check_config(&RunConfig::default()).is_ok());
+        assert!(matches!(
+            RunConfig::validate(&config),
+            Err(RunnerError::Config(_))
+        ));
+        assert!(RunConfig::validate(&RunConfig::default()).is_ok());
+    }
+
+    #[test]
+    fn settings_out_of_range_are_refused_with_the_option_named() {
+        let refused = |config: RunConfig, option: &str| match config.validate() {
+            Err(RunnerError::Config(why)) => assert!(why.contains(option), "{why}"),
+            other => panic!("{option}: expected a refusal, got {other:?}"),
+        };
+        let base = RunConfig::default;
+        refused(RunConfig { smp: 0, ..base() }, "--smp");
+        refused(RunConfig { smp: 33, ..base() }, "--smp");
+        refused(
+            RunConfig {
+                mem_mib: 0,
+                ..base()
+            },
+            "--mem",
+        );
+        refused(
+            RunConfig {
+                vcpus: Some(0),
+                ..base()
+            },
+            "--vcpus",
+        );
+        refused(
+            RunConfig {
+                vcpus: Some(5),
+                ..base()
+            },
+            "--vcpus",
+        );
+        refused(
+            RunConfig {
+                guest_mem_mib: Some(0),
+                ..base()
+            },
+            "--guest-mem",
+        );
+        refused(
+            RunConfig {
+                guest_mem_mib: Some(1024),
+                ..base()
+            },
+            "--guest-mem",
+        );
+        refused(
+            RunConfig {
+                timeout: Duration::ZERO,
+                ..base()
+            },
+            "--timeout",
+        );
+        let direct = |smp| RunConfig {
+            boot: Boot::Direct,
+            smp,
+            ..base()
+        };
+        assert!(direct(64).validate().is_ok(), "QEMU alone takes more CPUs");
+        refused(direct(513), "--smp");
+        assert!(
+            RunConfig {
+                smp: 32,
+                vcpus: Some(32),
+                guest_mem_mib: Some(1023),
+                ..base()
+            }
+            .validate()
+            .is_ok()
+        );
     }
 }

@@ -11,11 +11,12 @@
 //! failure, hypervisor panic, timeout), 2 the run could not be made (bad
 //! options, missing prerequisite, build error).
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use qemu_runner::linux::{BusyboxInit, InitrdSource, KernelSource, LinuxBoot};
-use qemu_runner::{Boot, RunConfig, Scenario};
+use qemu_runner::{Boot, ConsoleInput, RunConfig, Scenario};
 
 const USAGE: &str = "\
 usage: qemu-runner [options] [-- extra QEMU arguments]
@@ -25,13 +26,14 @@ qemu-system-aarch64 -machine virt,virtualization=on,gic-version=3, streams the
 console and exits 0 only when the guest prints RESULT: PASS.
 
 options:
-  --guest SCENARIO   test guest scenario: memory (default), bad-guest or vgic-scarce
+  --guest SCENARIO   test guest scenario (default memory; the list follows)
   --smp N            emulated CPUs (default 4)
   --mem MIB          machine RAM in MiB (default 1024)
   --guest-mem MIB    guest RAM in MiB (vm.conf mem_mib; hypervisor default 128)
   --vcpus N          vCPUs of the VM (vm.conf vcpus; default every CPU)
   --cpu MODEL        QEMU -cpu (default max,pauth=off; cortex-a57 lacks range TLBI)
-  --timeout SECONDS  give up and kill QEMU after this long (default 120)
+  --timeout SECONDS  give up and kill QEMU after this long (default 120; an
+                     interactive session has no limit unless this is given)
   --gdb              start halted with QEMU's gdb stub on localhost:1234 and print
                      the gdb-multiarch command that attaches (no timeout)
   --direct           boot the guest alone at EL1, without the hypervisor
@@ -46,9 +48,20 @@ Linux guest (instead of the test guest; defaults become --smp 2, --guest-mem 512
                      power off); implies --linux
   --kernel PATH      this kernel (arm64 Image, or gzip-compressed Image)
   --initrd PATH      this initrd (instead of the busybox initramfs)
+                     (a shell, or --kernel/--initrd files, pass when QEMU exits 0;
+                     they read the terminal when standard input is one, and
+                     otherwise get no input and run under --timeout)
   --cmdline TEXT     kernel command line (default: console=ttyAMA0 earlycon
                      rdinit=/init, plus loglevel=5 with --linux-test)
   -h, --help         this text";
+
+/// The usage text with the test guest's scenarios.
+fn usage() -> String {
+    format!(
+        "{USAGE}\n\ntest guest scenarios (--guest): {}",
+        Scenario::names()
+    )
+}
 
 enum Parsed {
     Run(RunConfig),
@@ -135,7 +148,8 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
                 let scenario = value(name, inline, &mut rest)?;
                 config.scenario = Scenario::from_name(scenario).ok_or_else(|| {
                     format!(
-                        "--guest: unknown scenario `{scenario}` (memory, bad-guest, vgic-scarce)"
+                        "--guest: unknown scenario `{scenario}` ({})",
+                        Scenario::names()
                     )
                 })?;
             }
@@ -149,6 +163,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             "--timeout" => {
                 let seconds = number(name, value(name, inline, &mut rest)?)?;
                 config.timeout = Duration::from_secs(u64::from(seconds));
+                config.session_timeout = Some(config.timeout);
             }
             "--linux" => linux.debian = true,
             "--linux-test" => linux.test = true,
@@ -159,6 +174,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
         }
     }
     let Some(linux) = linux.boot()? else {
+        config.validate().map_err(|error| error.to_string())?;
         return Ok(Parsed::Run(config));
     };
     if given.contains(&"--guest") {
@@ -166,7 +182,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
     }
     let defaults = RunConfig::linux(config.boot, linux);
     let keep = |option: &str| given.contains(&option);
-    Ok(Parsed::Run(RunConfig {
+    let config = RunConfig {
         smp: if keep("--smp") {
             config.smp
         } else {
@@ -191,19 +207,21 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             linux: defaults.linux,
             ..config
         }
-    }))
+    };
+    config.validate().map_err(|error| error.to_string())?;
+    Ok(Parsed::Run(config))
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let config = match parse(&args) {
+    let mut config = match parse(&args) {
         Ok(Parsed::Run(config)) => config,
         Ok(Parsed::Help) => {
-            println!("{USAGE}");
+            println!("{}", usage());
             return ExitCode::SUCCESS;
         }
         Err(message) => {
-            eprintln!("qemu-runner: {message}\n\n{USAGE}");
+            eprintln!("qemu-runner: {message}\n\n{}", usage());
             return ExitCode::from(2);
         }
     };
@@ -216,10 +234,19 @@ fn main() -> ExitCode {
     if let Some(building) = building {
         eprintln!("qemu-runner: building {building} for aarch64-unknown-none-softfloat");
     }
-    if config.is_interactive_linux() {
+    if std::io::stdin().is_terminal() {
+        config.input = ConsoleInput::Terminal;
+    }
+    if config.is_interactive() {
         eprintln!(
-            "qemu-runner: interactive Linux guest: your typing goes to its console; \
-             `poweroff -f` or `exit` in the shell ends it, Ctrl-A x quits QEMU"
+            "qemu-runner: interactive guest: your typing goes to its console; \
+             `poweroff -f` or `exit` in a shell ends it, Ctrl-A x quits QEMU"
+        );
+    } else if config.guest_is_free_running() {
+        eprintln!(
+            "qemu-runner: standard input is not a terminal: the guest gets no input; the run \
+             passes when it powers off, and ends after {} s otherwise (--timeout)",
+            config.timeout.as_secs()
         );
     }
     let report = match qemu_runner::run(&config) {
@@ -284,6 +311,21 @@ mod tests {
         assert!(parse_words("--cmdline quiet").is_err());
         assert!(parse_words("--linux-test --initrd x").is_err());
         assert!(parse_words("--linux --guest memory").is_err());
+        for bad in [
+            "--smp 0",
+            "--smp 33",
+            "--vcpus 0",
+            "--smp 2 --vcpus 3",
+            "--guest-mem 0",
+            "--mem 512 --guest-mem 512",
+            "--timeout 0",
+            "--linux --smp 0",
+            "--linux --direct --guest-mem 64",
+        ] {
+            let why = parse_words(bad).expect_err(bad);
+            let option = bad.split_whitespace().rev().nth(1).unwrap();
+            assert!(why.contains(option), "{bad}: {why}");
+        }
     }
 
     #[test]
@@ -299,6 +341,8 @@ mod tests {
         assert_eq!(test.linux, Some(LinuxBoot::debian(BusyboxInit::Test)));
         assert_eq!((test.smp, test.mem_mib, test.guest_mem_mib), (3, 512, None));
         assert_eq!(test.timeout, Duration::from_secs(60));
+        assert_eq!(test.session_timeout, Some(Duration::from_secs(60)));
+        assert_eq!(shell.session_timeout, None);
         let files = parse_words("--kernel /k/Image --initrd /k/initrd.gz --cmdline x=1").unwrap();
         assert_eq!(
             files.linux,

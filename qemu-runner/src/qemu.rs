@@ -6,7 +6,8 @@
 //! exits (the hypervisor's or the guest's PSCI `SYSTEM_OFF` makes it exit 0).
 //! Some lines end a run early: each kind of line has a grace period
 //! ([`grace_after`]) after which QEMU is stopped if it has not exited: the
-//! guest's `RESULT:` line (time for the `STAT` lines and `[hv] system off`),
+//! guest's `RESULT:` line or the hypervisor stopping the VM (time for the
+//! `STAT` lines and `[hv] system off`),
 //! `[hv] system off` or a hypervisor panic (time to exit), a guest kernel
 //! failure report (time for the backtrace that follows; a panicked kernel
 //! never exits). The earliest such stop wins; the overall timeout kills QEMU
@@ -28,10 +29,10 @@ use crate::console::{Line, Transcript};
 /// stopped (`None`: the line does not end the run).
 pub fn grace_after(line: &Line) -> Option<Duration> {
     match line {
-        Line::Result(_) => Some(RESULT_GRACE),
+        Line::Result(_) | Line::VmStopped(_) => Some(RESULT_GRACE),
         Line::SystemOff | Line::HypervisorPanic(_) => Some(EXIT_GRACE),
         Line::KernelFault(_) => Some(FAULT_GRACE),
-        Line::Stat { .. } | Line::HypervisorLog | Line::Other => None,
+        Line::GuestNotStarted(_) | Line::Stat { .. } | Line::HypervisorLog | Line::Other => None,
     }
 }
 
@@ -421,7 +422,7 @@ mod tests {
         let joined = args.join(" ");
         assert!(joined.starts_with(
             "-machine virt,virtualization=on,gic-version=3 -cpu max,pauth=off -smp 4 -m 1024M \
-             -nographic"
+             -nographic -nic none"
         ));
         assert!(joined.contains("-kernel /t/hypervisor.img -initrd /t/payload.cpio"));
         assert!(joined.ends_with("-d guest_errors"));
@@ -447,6 +448,32 @@ mod tests {
                 .command_line()
                 .contains("-append 'test=memory hypercalls=psci'")
         );
+    }
+
+    #[test]
+    fn no_command_line_gets_a_default_nic() {
+        // QEMU's `virt` adds a virtio NIC unless told not to, and then needs
+        // the `efi-virtio.rom` option ROM that a minimal install lacks.
+        for machine in [Machine::WithEl2, Machine::El1Only] {
+            for gdb in [false, true] {
+                for append in [None, Some("console=ttyAMA0".to_string())] {
+                    let args = QemuSetup {
+                        machine,
+                        gdb,
+                        append,
+                        extra_args: Vec::new(),
+                        ..setup()
+                    }
+                    .args();
+                    let nics: Vec<_> = args
+                        .windows(2)
+                        .filter(|pair| ["-nic", "-net", "-netdev"].contains(&pair[0].as_str()))
+                        .collect();
+                    assert_eq!(nics, [["-nic", "none"]], "{args:?}");
+                    assert!(!args.iter().any(|a| a == "-bios" || a.contains("romfile")));
+                }
+            }
+        }
     }
 
     #[test]

@@ -160,10 +160,8 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
     }
 
     if let Some(host_gic) = platform.gic.as_ref().filter(|_| list_regs.is_some()) {
-        let vtimer = platform
-            .timer
-            .map_or(crate::vgic::VTIMER_INTID, |timer| timer.virt);
-        gic::init_distributor(host_gic, vtimer, platform.uart_intid, boot_mpidr);
+        let timers = crate::timer::TimerId::ALL.map(|t| t.host_intid(platform.timer));
+        gic::init_distributor(host_gic, timers, platform.uart_intid, boot_mpidr);
         match gic::init_cpu(0) {
             Ok(()) => {
                 if platform.uart_intid.is_some() {

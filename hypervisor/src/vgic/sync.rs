@@ -322,6 +322,7 @@ mod tests {
     use super::super::list_regs::{ICH_MISR_EOI, ICH_MISR_LRENP, ICH_MISR_U, ModelListRegisters};
     use super::super::sgi::SgiGroup;
     use super::super::state::tests::two_vcpus;
+    use super::super::{PTIMER_INTID, VTIMER_INTID};
     use super::*;
 
     /// Distributor on with group 1, every interrupt group 1, the given SPIs
@@ -548,7 +549,7 @@ mod tests {
             vec![(40, 0xa0, 2), (41, 0xa0, 2), (42, 0xa0, 2), (43, 0xa0, 2)],
             "spare list registers may hold them"
         );
-        gic.set_timer_level(0, true).unwrap();
+        gic.set_ppi_level(0, VTIMER_INTID, true).unwrap();
         gic.send_sgi(0, 1 << 24 | 1, SgiGroup::Group1).unwrap();
         let outcome = gic.fill(0, &mut lrs).unwrap();
         assert_eq!(
@@ -564,7 +565,7 @@ mod tests {
         );
         assert_eq!(lrs.read_hcr(), ICH_HCR_EN, "nothing waits to be taken");
         assert_eq!(lrs.acknowledge(), Some(27));
-        gic.set_timer_level(0, false).unwrap();
+        gic.set_ppi_level(0, VTIMER_INTID, false).unwrap();
         lrs.end_of_interrupt(27);
         gic.fill(0, &mut lrs).unwrap();
         assert_eq!(lrs.acknowledge(), Some(1));
@@ -636,12 +637,54 @@ mod tests {
     fn level_line_dropping_before_ack_withdraws_the_interrupt() {
         let mut gic = ready(&[27]);
         let mut lrs = ModelListRegisters::new(4);
-        gic.set_timer_level(0, true).unwrap();
+        gic.set_ppi_level(0, VTIMER_INTID, true).unwrap();
         gic.fill(0, &mut lrs).unwrap();
         assert_eq!(listed(&lrs), vec![(27, 0, 1)]);
-        gic.set_timer_level(0, false).unwrap();
+        gic.set_ppi_level(0, VTIMER_INTID, false).unwrap();
         gic.fill(0, &mut lrs).unwrap();
         assert_eq!(listed(&lrs), vec![]);
+    }
+
+    #[test]
+    fn both_timer_lines_are_independent_per_vcpu() {
+        let mut gic = ready(&[VTIMER_INTID, PTIMER_INTID]);
+        let mut lrs0 = ModelListRegisters::new(4);
+        let mut lrs1 = ModelListRegisters::new(4);
+        // vCPU 0: both timers fire; vCPU 1: only its physical timer.
+        let kicks = gic.set_ppi_level(0, PTIMER_INTID, true).unwrap();
+        assert_eq!(kicks.iter().collect::<Vec<_>>(), vec![0]);
+        gic.set_ppi_level(0, VTIMER_INTID, true).unwrap();
+        let kicks = gic.set_ppi_level(1, PTIMER_INTID, true).unwrap();
+        assert_eq!(kicks.iter().collect::<Vec<_>>(), vec![1]);
+        gic.fill(0, &mut lrs0).unwrap();
+        gic.fill(1, &mut lrs1).unwrap();
+        assert_eq!(listed(&lrs0), vec![(27, 0, 1), (30, 0, 1)]);
+        assert_eq!(listed(&lrs1), vec![(30, 0, 1)]);
+        for lr in 0..2 {
+            assert!(ListRegister(lrs0.read_lr(lr)).eoi_maintenance());
+        }
+        // vCPU 0 handles the virtual timer (masks it: line low) and EOIs;
+        // the physical one stays pending.
+        assert_eq!(lrs0.acknowledge(), Some(27));
+        gic.set_ppi_level(0, VTIMER_INTID, false).unwrap();
+        lrs0.end_of_interrupt(27);
+        assert_eq!(lrs0.read_misr() & ICH_MISR_EOI, ICH_MISR_EOI);
+        gic.fill(0, &mut lrs0).unwrap();
+        assert_eq!(listed(&lrs0), vec![(30, 0, 1)]);
+        // Then the physical one, still high at its EOI: pending again, as a
+        // level interrupt whose line did not drop.
+        assert_eq!(lrs0.acknowledge(), Some(30));
+        lrs0.end_of_interrupt(30);
+        gic.fill(0, &mut lrs0).unwrap();
+        assert_eq!(listed(&lrs0), vec![(30, 0, 1)]);
+        assert_eq!(lrs0.acknowledge(), Some(30));
+        gic.set_ppi_level(0, PTIMER_INTID, false).unwrap();
+        lrs0.end_of_interrupt(30);
+        gic.fill(0, &mut lrs0).unwrap();
+        assert_eq!(listed(&lrs0), vec![]);
+        // vCPU 1's physical timer was never touched by any of that.
+        assert!(gic.irq(1, PTIMER_INTID).unwrap().pending());
+        assert!(!gic.irq(1, VTIMER_INTID).unwrap().pending());
     }
 
     #[test]
