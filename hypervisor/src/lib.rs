@@ -2,7 +2,7 @@
 //!
 //! The crate is split in two layers. The pure layer (every module at the top
 //! level) holds the decisions: decoding exception syndromes, PSCI and the
-//! hypervisor-call interface, the PL011 register model, the boot payload (cpio
+//! hypervisor-call interface, the PL011 register model, the host console UART drivers, the boot payload (cpio
 //! newc archive, arm64 `Image` header, `vm.conf`), the host platform read from the
 //! device tree, the guest device tree, memory-range arithmetic and per-VM
 //! counters. It builds and is unit-tested on the host. The machine layer
@@ -21,6 +21,7 @@ pub mod fault;
 pub mod guest_dtb;
 pub mod guest_layout;
 pub mod host_gic;
+pub mod host_uart;
 pub mod hypercall;
 pub mod image;
 pub mod inject;
