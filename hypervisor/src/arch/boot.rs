@@ -106,13 +106,16 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         // Without a device tree there is no console to report on.
         Err(_) => firmware::halt(),
     };
-    // SAFETY: the device tree names this PL011 as the console; the early map
-    // covers all of the low 512 GiB as device memory outside RAM.
-    unsafe { console::init(platform.uart.start as usize) };
+    // SAFETY: the device tree names this UART, of this kind, as the console;
+    // the early map covers all of the low 512 GiB as device memory outside RAM.
+    unsafe { console::init(platform.uart.start as usize, platform.uart_kind) };
     log::info!(
         "hypervisor {} starting at EL2, loaded at {load_address:#x}",
         env!("CARGO_PKG_VERSION")
     );
+    if let Some(note) = &platform.console_note {
+        log::warn!("{note}; console on the first usable UART");
+    }
     if platform.psci == PsciConduit::Hvc {
         log::error!(
             "the device tree's PSCI method is \"hvc\", which cannot reach firmware from EL2"
@@ -156,8 +159,14 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
     }
     match psci_version {
         Ok(v) => log::info!(
-            "console PL011 at {:#x}, firmware PSCI {}.{} over SMC",
+            "console {} at {:#x} ({}), firmware PSCI {}.{} over SMC",
+            platform.uart_kind,
             platform.uart.start,
+            if platform.uart_from_stdout_path {
+                "stdout-path"
+            } else {
+                "first usable UART"
+            },
             v.major,
             v.minor
         ),
@@ -349,9 +358,9 @@ extern "C" fn wrong_el_main(dtb: usize, current_el: u64) -> ! {
     let Ok(platform) = Platform::from_dtb(bytes) else {
         firmware::halt()
     };
-    // SAFETY: the device tree names this PL011 as the console; the MMU is off,
-    // so its registers are accessed as device memory.
-    unsafe { console::init(platform.uart.start as usize) };
+    // SAFETY: the device tree names this UART, of this kind, as the console;
+    // the MMU is off, so its registers are accessed as device memory.
+    unsafe { console::init(platform.uart.start as usize, platform.uart_kind) };
     log::error!(
         "entered at EL{current_el}, but the hypervisor must be started at EL2 \
          (QEMU: -machine virt,virtualization=on); stopping"
