@@ -438,7 +438,10 @@ mod tests {
     fn big_little_merge() {
         let merged = qemu_max().merge(cortex_a57());
         assert_eq!(merged, cortex_a57().merge(qemu_max()));
-        assert_eq!((merged.pa_bits, merged.pa_range, merged.vmid_bits), (40, 2, 8));
+        assert_eq!(
+            (merged.pa_bits, merged.pa_range, merged.vmid_bits),
+            (40, 2, 8)
+        );
         assert!(!merged.tlbi_range && !merged.ttl && !merged.fwb);
         assert!(merged.gic_sysregs);
         assert_eq!(merged.tlb_caps(), tlb::TlbCaps::BASELINE);
@@ -515,7 +518,11 @@ mod tests {
                 let pfr1 = n(c) << 24;
                 let f = CpuFeatures::from_id_registers(isar0, mmfr0, mmfr1, mmfr2, pfr0, pfr1);
                 // Some draws with 16-bit VMIDs, which the field rarely gives.
-                if d { CpuFeatures { vmid_bits: 16, ..f } } else { f }
+                if d {
+                    CpuFeatures { vmid_bits: 16, ..f }
+                } else {
+                    f
+                }
             })
     }
 

@@ -231,10 +231,11 @@ fn gic_intid(cells: &[u8]) -> Option<u32> {
 
 /// Which driver a UART node needs, or why the hypervisor cannot use it.
 fn uart_kind(node: FdtNode<'_, '_>) -> Result<UartKind, String> {
-    if let Some(status) = node.property("status").and_then(|p| p.as_str()) {
-        if status != "okay" && status != "ok" {
-            return Err(alloc::format!("status \"{status}\""));
-        }
+    if let Some(status) = node.property("status").and_then(|p| p.as_str())
+        && status != "okay"
+        && status != "ok"
+    {
+        return Err(alloc::format!("status \"{status}\""));
     }
     let u32_prop = |name: &str, default: u32| {
         node.property(name)
@@ -314,8 +315,12 @@ fn choose_console<'b, 'a>(
     let mut note = None;
     if let Some(value) = stdout_path {
         let path = value.split(':').next().unwrap_or(value);
-        let named = resolve_path(fdt, path)
-            .and_then(|n| nodes.iter().copied().find(|l| core::ptr::eq(l.node.name, n.name)));
+        let named = resolve_path(fdt, path).and_then(|n| {
+            nodes
+                .iter()
+                .copied()
+                .find(|l| core::ptr::eq(l.node.name, n.name))
+        });
         match named.map(|l| (l, usable(l))) {
             Some((located, Ok((kind, regs)))) => {
                 return Ok(ConsoleChoice {
@@ -327,7 +332,9 @@ fn choose_console<'b, 'a>(
                 });
             }
             Some((_, Err(why))) => {
-                note = Some(alloc::format!("stdout-path \"{value}\" is not usable: {why}"));
+                note = Some(alloc::format!(
+                    "stdout-path \"{value}\" is not usable: {why}"
+                ));
             }
             None => note = Some(alloc::format!("stdout-path \"{value}\" names no node")),
         }
@@ -784,7 +791,10 @@ mod tests {
         let dtb = console_tree(
             Some(("stdout-path", "serial2:1500000n8")),
             &[("serial2", "/serial@feb50000")],
-            &[uart("serial@9000000", &["arm,pl011", "arm,primecell"]), rk3588_uart2()],
+            &[
+                uart("serial@9000000", &["arm,pl011", "arm,primecell"]),
+                rk3588_uart2(),
+            ],
         );
         let p = Platform::from_dtb(&dtb).expect("valid");
         assert_eq!(p.uart, PhysRange::from_start_size(0xfeb5_0000, 0x100));

@@ -266,9 +266,8 @@ fn start_secondaries(platform: &Platform, boot_mpidr: u64, system: &mut SystemFe
         match firmware::cpu_on(mpidr, entry, slot.boot.get() as u64) {
             Ok(()) => {
                 let mut spins = 0u64;
-                let arrived = || {
-                    slot.online.load(Ordering::Acquire) || slot.rejected.load(Ordering::Acquire)
-                };
+                let arrived =
+                    || slot.online.load(Ordering::Acquire) || slot.rejected.load(Ordering::Acquire);
                 while !arrived() && spins < 100_000_000 {
                     core::hint::spin_loop();
                     spins += 1;
@@ -285,7 +284,8 @@ fn start_secondaries(platform: &Platform, boot_mpidr: u64, system: &mut SystemFe
                     online += 1;
                     index += 1;
                 } else if slot.rejected.load(Ordering::Acquire) {
-                    let why = match features.map(|f| SystemFeatures::check(&system.required(), &f)) {
+                    let why = match features.map(|f| SystemFeatures::check(&system.required(), &f))
+                    {
                         Some(Err(e)) => alloc::format!("{e}"),
                         _ => alloc::string::String::from("its features were not recorded"),
                     };
@@ -309,7 +309,9 @@ extern "C" fn secondary_main() -> ! {
     let cpu = percpu::current();
     let features = local_features();
     *cpu.features.lock() = Some(features);
-    let covered = REQUIRED.get().is_some_and(|required| features.covers(required));
+    let covered = REQUIRED
+        .get()
+        .is_some_and(|required| features.covers(required));
     if !covered {
         park_rejected(&cpu.rejected);
     }

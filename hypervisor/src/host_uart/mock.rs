@@ -80,9 +80,7 @@ impl MockBank {
 
 impl RegisterBank for MockBank {
     fn read(&mut self, index: usize) -> u32 {
-        let value = self.queued[index]
-            .pop_front()
-            .unwrap_or(self.value[index]);
+        let value = self.queued[index].pop_front().unwrap_or(self.value[index]);
         self.log.push(Access::Read(index, value));
         value
     }

@@ -171,11 +171,7 @@ mod tests {
             4,
             "nothing but THR is written (LCR kept)"
         );
-        assert_eq!(
-            bank.reads_of(LSR),
-            4,
-            "LSR is checked before every byte"
-        );
+        assert_eq!(bank.reads_of(LSR), 4, "LSR is checked before every byte");
     }
 
     #[test]
@@ -265,7 +261,8 @@ mod tests {
         let base = mem.as_mut_ptr() as usize;
         // SAFETY: `mem` is live, aligned and only touched through this bank;
         // registers 0 to 5 at stride 4 stay inside it.
-        let bank = unsafe { crate::host_uart::MmioBank::new(base, 2, crate::host_uart::IoWidth::U8) };
+        let bank =
+            unsafe { crate::host_uart::MmioBank::new(base, 2, crate::host_uart::IoWidth::U8) };
         let mut uart = Ns16550::new(bank);
         uart.put(b'Z');
         assert_eq!(mem[0].to_ne_bytes(), [b'Z', 0, 0, 0]);
