@@ -287,6 +287,35 @@ mod tests {
     }
 
     #[test]
+    fn any_uart_drives_the_kind_it_was_given() {
+        let mut bank = mock::MockBank::new();
+        bank.set(ns16550::LSR, 0x60); // THRE | TEMT
+        let kind = UartKind::Ns16550 {
+            reg_shift: 0,
+            io_width: IoWidth::U8,
+        };
+        let mut uart = AnyUart::new(kind, bank);
+        uart.write_bytes(b"ok\n");
+        let AnyUart::Ns16550(inner) = &uart else {
+            panic!("a 16550 kind gives the 16550 driver");
+        };
+        assert_eq!(
+            inner.bank().written_to(ns16550::RBR_THR),
+            vec![0x6f, 0x6b, 0x0d, 0x0a]
+        );
+
+        let mut bank = mock::MockBank::new();
+        bank.set(pl011::CR, 0x301);
+        let mut uart = AnyUart::new(UartKind::Pl011, bank);
+        uart.write_bytes(b"ok");
+        let AnyUart::Pl011(inner) = &uart else {
+            panic!("the PL011 kind gives the PL011 driver");
+        };
+        assert_eq!(inner.bank().written_to(pl011::DR), vec![0x6f, 0x6b]);
+        assert_eq!(inner.bank().reads_of(pl011::FR), 2);
+    }
+
+    #[test]
     fn bank_for_each_kind() {
         // SAFETY: the banks are only asked for addresses, never accessed.
         let pl011 = unsafe { MmioBank::for_kind(0x900_0000, UartKind::Pl011) };
