@@ -2,10 +2,11 @@
 //!
 //! The crate is split in two layers. The pure layer (every module at the top
 //! level) holds the decisions: decoding exception syndromes, PSCI and the
-//! hypervisor-call interface, the PL011 register model, the host platform read
-//! from the device tree, the guest device tree, memory-range arithmetic, per-VM
-//! counters and the forwarding of the guest timers' interrupts. It builds and
-//! is unit-tested on the host. The machine layer (`arch`, only on `aarch64`
+//! hypervisor-call interface, the PL011 register model, the host console UART
+//! drivers (PL011, 16550), the host platform read from the device tree, the
+//! guest device tree, memory-range arithmetic, per-VM counters and the
+//! forwarding of the guest timers' interrupts. It builds and is unit-tested on
+//! the host. The machine layer (`arch`, only on `aarch64`
 //! bare metal) touches system registers and runs the boot path, exception
 //! vectors, CPUs, memory management and the vCPU run loop, and calls into the
 //! pure layer for every decision. The boot payload's formats (cpio newc
@@ -24,6 +25,7 @@ pub mod fault;
 pub mod guest_dtb;
 pub mod guest_layout;
 pub mod host_gic;
+pub mod host_uart;
 pub mod hypercall;
 pub mod inject;
 pub mod mmio;

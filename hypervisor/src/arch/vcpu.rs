@@ -374,7 +374,9 @@ impl Vcpu {
             0
         };
         let midr = read_sysreg!(midr_el1);
-        let features = super::boot::boot_info().features;
+        // Which EL2 registers exist is this CPU's own business (a big.LITTLE
+        // machine may differ), not the system-wide minimum.
+        let features = super::boot::local_features();
         let cptr = if features.sme {
             CPTR_EL2_NO_TRAPS & !CPTR_EL2_TSM
         } else {
