@@ -42,6 +42,8 @@ cargo clippy -p hypervisor -p test-guest -p tlb -p pgtable -p memslot -p boot-pa
 
 step "documentation (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p hypervisor -p test-guest \
+    --target aarch64-unknown-none-softfloat
 
 step "libraries build for aarch64-unknown-none-softfloat"
 cargo build --release -p tlb -p pgtable -p memslot -p boot-payload \

@@ -4,7 +4,7 @@
 //! The programs live in the image (section `.text.el0`): an AArch64 one in
 //! A64 mnemonics, an AArch32 one as raw A32/T32 instruction words (the
 //! assembler only speaks A64). EL0 reaches them through an alias of the
-//! image's gigabyte that EL0 may read and execute ([`mmu::map_el0_block`]),
+//! image's gigabyte that EL0 may read and execute ([`crate::mmu::map_el0_block`]),
 //! and touches a "hole": a gigabyte that is neither RAM nor a device in the
 //! guest's memory map, mapped at stage 1 for EL0 (read, write, execute), so
 //! that every access to it goes through stage 1 and faults at stage 2, where
