@@ -477,6 +477,18 @@ impl RunReport {
         &self.transcript.counters
     }
 
+    /// Everything a failed test needs to show: the verdict, the QEMU
+    /// command line, the whole console and QEMU's stderr.
+    pub fn explain(&self) -> String {
+        format!(
+            "verdict: {}\ncommand: {}\n--- console ---\n{}--- QEMU stderr ---\n{}",
+            self.verdict,
+            self.command_line,
+            self.console(),
+            self.qemu_stderr
+        )
+    }
+
     /// The hypervisor's log lines (`[hv] ...`).
     pub fn hypervisor_log(&self) -> &[String] {
         &self.transcript.hypervisor_log

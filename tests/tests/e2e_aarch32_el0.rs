@@ -29,13 +29,7 @@ fn run(cpu: &str) -> RunReport {
 }
 
 fn check(report: &RunReport) {
-    let explain = format!(
-        "verdict: {}\ncommand: {}\n--- console ---\n{}--- QEMU stderr ---\n{}",
-        report.verdict,
-        report.command_line,
-        report.console(),
-        report.qemu_stderr
-    );
+    let explain = report.explain();
     assert!(report.passed(), "{explain}");
     assert!(
         report.transcript.system_off,

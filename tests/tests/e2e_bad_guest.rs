@@ -29,31 +29,21 @@ fn run(scenario: Scenario, smp: u32) -> RunReport {
     qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
 }
 
-fn explain(report: &RunReport) -> String {
-    format!(
-        "verdict: {}\ncommand: {}\n--- console ---\n{}--- QEMU stderr ---\n{}",
-        report.verdict,
-        report.command_line,
-        report.console(),
-        report.qemu_stderr
-    )
-}
-
 fn counter(report: &RunReport, name: &str) -> u64 {
     report
         .counters()
         .get(0, name)
-        .unwrap_or_else(|| panic!("no `STAT vm0 {name}`\n{}", explain(report)))
+        .unwrap_or_else(|| panic!("no `STAT vm0 {name}`\n{}", report.explain()))
 }
 
 fn check_passed_and_off(report: &RunReport) {
-    assert!(report.passed(), "{}", explain(report));
+    assert!(report.passed(), "{}", report.explain());
     assert!(
         report.transcript.system_off,
         "no `[hv] system off`\n{}",
-        explain(report)
+        report.explain()
     );
-    assert!(report.transcript.panic.is_none(), "{}", explain(report));
+    assert!(report.transcript.panic.is_none(), "{}", report.explain());
 }
 
 #[test]
@@ -68,13 +58,7 @@ fn bad_guest_leaves_the_hypervisor_alive_and_reporting() {
     };
     let report =
         qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
-    let explain = format!(
-        "verdict: {}\ncommand: {}\n--- console ---\n{}--- QEMU stderr ---\n{}",
-        report.verdict,
-        report.command_line,
-        report.console(),
-        report.qemu_stderr
-    );
+    let explain = report.explain();
     assert!(report.passed(), "{explain}");
     assert!(
         report.transcript.system_off,
@@ -138,7 +122,7 @@ fn racing_cpu_on_calls_get_one_success_and_already_on() {
             .lines()
             .any(|l| l.starts_with("test-guest: cpu-on-race:") && l.contains("rounds, one SUCCESS")),
         "{}",
-        explain(&report)
+        report.explain()
     );
 }
 
@@ -164,13 +148,13 @@ fn a_flooding_guest_gets_a_short_log_and_exact_counters() {
         counter(&report, "unknown_hypercalls"),
         hypercalls,
         "{}",
-        explain(&report)
+        report.explain()
     );
     assert_eq!(
         counter(&report, "injected_aborts"),
         aborts,
         "{}",
-        explain(&report)
+        report.explain()
     );
     // Lines about the flooded events, not the power-off summary of what the
     // rate limit dropped.
@@ -195,14 +179,14 @@ fn a_flooding_guest_gets_a_short_log_and_exact_counters() {
         logged + suppressed,
         hypercalls + aborts + device_errors,
         "every flooded event is either logged or counted as suppressed\n{}",
-        explain(&report)
+        report.explain()
     );
     // Boot banner, VM line, test report, power-off summaries and the rest.
     let all = report.hypervisor_log().len();
     assert!(
         all <= bound + 40,
         "{all} hypervisor log lines\n{}",
-        explain(&report)
+        report.explain()
     );
     assert!(
         report
@@ -210,6 +194,6 @@ fn a_flooding_guest_gets_a_short_log_and_exact_counters() {
             .log_lines_containing("suppressed by the rate limit")
             .any(|l| l.contains("unknown hypercall")),
         "no summary of the suppressed unknown-hypercall lines\n{}",
-        explain(&report)
+        report.explain()
     );
 }

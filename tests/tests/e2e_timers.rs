@@ -32,16 +32,6 @@ fn run(cpu: &str, smp: u32) -> RunReport {
     qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
 }
 
-fn explain(report: &RunReport) -> String {
-    format!(
-        "verdict: {}\ncommand: {}\n--- console ---\n{}--- QEMU stderr ---\n{}",
-        report.verdict,
-        report.command_line,
-        report.console(),
-        report.qemu_stderr
-    )
-}
-
 /// The guest's count line for `vcpu`: (physical, virtual) interrupts.
 fn interrupt_counts(report: &RunReport, vcpu: u32) -> Option<(u64, u64)> {
     let prefix = format!("test-guest: timers: vcpu{vcpu}: ");
@@ -59,7 +49,7 @@ fn interrupt_counts(report: &RunReport, vcpu: u32) -> Option<(u64, u64)> {
 }
 
 fn check_timers_run(report: &RunReport, smp: u32) {
-    let explain = explain(report);
+    let explain = report.explain();
     assert!(report.passed(), "{explain}");
     assert!(
         report.transcript.system_off,
