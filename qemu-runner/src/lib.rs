@@ -566,8 +566,10 @@ fn judge_run(
 }
 
 /// With U-Boot: a failure when it reported that the boot command failed, or
-/// never printed the command's first line (it did not load the runner's
-/// environment, or stopped before it got to its boot command).
+/// started (printed its banner) but never printed the command's first line
+/// (it did not load the runner's environment, or stopped before it got to
+/// its boot command). A U-Boot that never started is left to [`judge`]
+/// (QEMU itself failed, or timed out).
 fn judge_firmware(transcript: &Transcript, ending: &Ending, firmware: Firmware) -> Option<Verdict> {
     if firmware == Firmware::None {
         return None;
@@ -575,7 +577,11 @@ fn judge_firmware(transcript: &Transcript, ending: &Ending, firmware: Firmware) 
     if let Some(why) = &transcript.firmware_failure {
         return Some(Verdict::FirmwareFailed(why.clone()));
     }
-    if transcript.firmware_boot_started() {
+    let banner = transcript
+        .text
+        .lines()
+        .any(|line| line.starts_with(uboot::BANNER_PREFIX));
+    if transcript.firmware_boot_started() || !banner {
         return None;
     }
     let end = match ending {
@@ -1033,7 +1039,11 @@ mod tests {
         );
         // U-Boot's own distro boot would also boot the hypervisor, but not
         // with the runner's command: that is not the boot under test.
-        let default_environment = transcript(&["Starting kernel ...", "RESULT: PASS"]);
+        let default_environment = transcript(&[
+            "U-Boot 2023.01+dfsg-2+deb12u3 (Jun 22 2026 - 08:38:07 +0000)",
+            "Starting kernel ...",
+            "RESULT: PASS",
+        ]);
         match judged(&default_environment, Ending::Exited, Firmware::UBoot) {
             Verdict::FirmwareFailed(why) => assert!(why.contains("never ran"), "{why}"),
             other => panic!("{other:?}"),
@@ -1041,6 +1051,12 @@ mod tests {
         assert_eq!(
             judged(&default_environment, Ending::Exited, Firmware::None),
             Verdict::Pass
+        );
+        // QEMU that never started U-Boot gets the ordinary verdict.
+        let nothing = transcript(&[]);
+        assert_eq!(
+            judged(&nothing, Ending::Exited, Firmware::UBoot),
+            Verdict::NoResult
         );
     }
 

@@ -59,6 +59,8 @@ pub const FLASH_BANK_SIZE: u64 = 64 << 20;
 pub const START_MARKER: &str = "[u-boot] loading the hypervisor";
 /// What U-Boot prints when the boot command failed.
 pub const FAILED_MARKER: &str = "[u-boot] ERROR: the boot command failed";
+/// How U-Boot's banner line starts.
+pub const BANNER_PREFIX: &str = "U-Boot ";
 /// Prefix of every line the boot command prints.
 pub const UBOOT_PREFIX: &str = "[u-boot] ";
 
