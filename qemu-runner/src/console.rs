@@ -11,7 +11,10 @@
 //! boots the hypervisor, the runner's boot command prints `[u-boot] ...` lines
 //! ([`crate::uboot`]): the first before it loads anything, and
 //! `[u-boot] ERROR: <why>` when loading or `booti` failed. U-Boot's other
-//! output (banner, device lists, `Starting kernel ...`) is ordinary text.
+//! output (banner, device lists, `Starting kernel ...`) is ordinary text, and
+//! a transcript made for such a run ([`Transcript::with_firmware`]) takes no
+//! line before U-Boot's `Starting kernel ...` for a kernel failure report
+//! (U-Boot prints its own `WARNING: ...` lines).
 //! Carriage returns are dropped, so `\r\n` and `\n` consoles read the same.
 //!
 //! A guest kernel's own failure reports are recognised too: after the printk
@@ -241,12 +244,27 @@ pub struct Transcript {
     pub firmware_log: Vec<String>,
     /// Why U-Boot could not boot the hypervisor, when it said so.
     pub firmware_failure: Option<String>,
+    /// Whether the firmware still has the console (until U-Boot's
+    /// [`FIRMWARE_HANDOVER_LINE`]).
+    pub firmware_running: bool,
     /// Every line with the time it arrived (since QEMU started; zero for
     /// lines given to [`Transcript::push_line`]).
     pub timed_lines: Vec<(Duration, String)>,
 }
 
+/// What U-Boot prints as it enters the kernel (the hypervisor).
+pub const FIRMWARE_HANDOVER_LINE: &str = "Starting kernel ...";
+
 impl Transcript {
+    /// A transcript of a run that U-Boot starts: until its
+    /// [`FIRMWARE_HANDOVER_LINE`], no line is a kernel failure report.
+    pub fn with_firmware() -> Transcript {
+        Transcript {
+            firmware_running: true,
+            ..Transcript::default()
+        }
+    }
+
     /// Takes one line of console output and returns what it was.
     pub fn push_line(&mut self, raw: &str) -> Line {
         self.push_line_at(raw, Duration::ZERO)
@@ -258,7 +276,13 @@ impl Transcript {
         let line = raw.trim_end_matches(['\r', '\n']).replace('\r', "");
         self.text.push_str(&line);
         self.text.push('\n');
-        let kind = classify(&line);
+        let kind = match classify(&line) {
+            Line::KernelFault(_) if self.firmware_running => Line::Other,
+            kind => kind,
+        };
+        if self.firmware_running && line.trim() == FIRMWARE_HANDOVER_LINE {
+            self.firmware_running = false;
+        }
         self.timed_lines.push((at, line.clone()));
         if line.starts_with(HV_PREFIX) {
             self.hypervisor_log.push(line.clone());
@@ -445,6 +469,22 @@ mod tests {
         let mut alone = Transcript::default();
         alone.push_line("[u-boot] ERROR: x");
         assert_eq!(alone.firmware_failure.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn u_boot_warnings_are_not_kernel_failures_but_the_kernels_are() {
+        let mut transcript = Transcript::with_firmware();
+        let warning = "WARNING: could not set linux,initrd-start FDT_ERR_NOSPACE.";
+        assert_eq!(transcript.push_line(warning), Line::Other);
+        assert_eq!(transcript.kernel_fault, None);
+        transcript.push_line("Starting kernel ...\r");
+        assert!(!transcript.firmware_running);
+        assert!(matches!(
+            transcript.push_line("[    1.0] WARNING: CPU: 0 PID: 1 at x"),
+            Line::KernelFault(_)
+        ));
+        let mut plain = Transcript::default();
+        assert!(matches!(plain.push_line(warning), Line::KernelFault(_)));
     }
 
     #[test]

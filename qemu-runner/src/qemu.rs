@@ -228,7 +228,11 @@ pub fn run(setup: &QemuSetup, watch: Watch) -> std::io::Result<QemuRun> {
     let lines = spawn_stdout_reader(child.stdout.take().expect("stdout is piped"), watch.echo);
     let stderr = spawn_stderr_reader(child.stderr.take().expect("stderr is piped"), watch.echo);
 
-    let mut transcript = Transcript::default();
+    let mut transcript = if setup.firmware.is_some() {
+        Transcript::with_firmware()
+    } else {
+        Transcript::default()
+    };
     let deadline = watch.timeout.map(|timeout| start + timeout);
     let mut stop_at: Option<Instant> = None;
     let ending = loop {
