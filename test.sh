@@ -3,8 +3,9 @@
 # missing (the pinned toolchain, its aarch64 targets and components), then
 # runs, in order: formatting, lint and documentation checks, the cross builds
 # of the libraries and the hypervisor, every host test (unit, property, stress
-# and QEMU end-to-end tests; qemu-runner installs QEMU when it is missing and we
-# are root), and the loom models of the lock-free protocols.
+# and QEMU end-to-end tests; qemu-runner installs QEMU, and U-Boot for the
+# U-Boot boot tests, when they are missing and we are root), and the loom
+# models of the lock-free protocols.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 

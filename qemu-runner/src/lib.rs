@@ -20,6 +20,10 @@
 //! [`Boot::Direct`] boots the guest kernel by itself at EL1 (no
 //! `virtualization=on`, no hypervisor), which shakes out a guest and gives the
 //! baseline for hypervisor-overhead figures.
+//!
+//! [`Firmware::UBoot`] has U-Boot load and `booti` the hypervisor, as on a
+//! board ([`uboot`]), instead of QEMU entering it; such a run also fails when
+//! U-Boot did not run the runner's boot command or reported it failed.
 
 pub mod artifacts;
 pub mod console;
@@ -30,6 +34,7 @@ pub mod linux;
 pub mod prereq;
 pub mod qemu;
 pub mod scratch;
+pub mod uboot;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -52,6 +57,35 @@ pub enum Boot {
     Hypervisor,
     /// The guest kernel alone at EL1, booted by QEMU directly.
     Direct,
+}
+
+/// What starts the hypervisor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Firmware {
+    /// QEMU itself (`-kernel`): it loads the Image, the initrd and its
+    /// device tree and enters the Image.
+    None,
+    /// U-Boot (`-bios`), which loads both files from QEMU's fw_cfg and
+    /// `booti`s the hypervisor, as a board's U-Boot does ([`uboot`]).
+    UBoot,
+}
+
+impl Firmware {
+    /// Every choice, for help texts.
+    pub const ALL: [Firmware; 2] = [Firmware::None, Firmware::UBoot];
+
+    /// The name on the command line (`--firmware`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Firmware::None => "none",
+            Firmware::UBoot => "u-boot",
+        }
+    }
+
+    /// The firmware called `name`.
+    pub fn from_name(name: &str) -> Option<Firmware> {
+        Firmware::ALL.into_iter().find(|f| f.name() == name)
+    }
 }
 
 /// The test guest's scenario (`test=` in its bootargs).
@@ -124,6 +158,8 @@ impl Scenario {
 pub struct RunConfig {
     /// Hypervisor or direct boot.
     pub boot: Boot,
+    /// What starts the hypervisor (hypervisor boot only).
+    pub firmware: Firmware,
     /// Test guest scenario (unused when `linux` is set).
     pub scenario: Scenario,
     /// Boot this Linux guest instead of the test guest.
@@ -164,6 +200,7 @@ impl Default for RunConfig {
     fn default() -> RunConfig {
         RunConfig {
             boot: Boot::Hypervisor,
+            firmware: Firmware::None,
             scenario: Scenario::Memory,
             linux: None,
             smp: 4,
@@ -270,6 +307,13 @@ impl RunConfig {
             return fail(format!(
                 "--mem {}: the machine needs at least {MIN_MEM_MIB} MiB",
                 self.mem_mib
+            ));
+        }
+        if self.boot == Boot::Direct && self.firmware != Firmware::None {
+            return fail(format!(
+                "--firmware {}: the firmware boots the hypervisor; --direct boots the guest \
+                 without it",
+                self.firmware.name()
             ));
         }
         if self.boot == Boot::Direct && (self.guest_mem_mib.is_some() || self.vcpus.is_some()) {
@@ -411,6 +455,8 @@ pub enum Verdict {
     GuestNotStarted(String),
     /// The hypervisor stopped the VM (its error line).
     VmStopped(String),
+    /// U-Boot did not boot the hypervisor (why).
+    FirmwareFailed(String),
     /// QEMU ended without a result line.
     NoResult,
 }
@@ -440,6 +486,9 @@ impl fmt::Display for Verdict {
                 write!(f, "FAIL: the hypervisor could not start a guest: {why}")
             }
             Verdict::VmStopped(line) => write!(f, "FAIL: the hypervisor stopped the VM: {line}"),
+            Verdict::FirmwareFailed(why) => {
+                write!(f, "FAIL: U-Boot did not boot the hypervisor: {why}")
+            }
         }
     }
 }
@@ -511,6 +560,52 @@ fn clean_exit(ending: &Ending, exited_zero: bool, status: &str) -> Result<(), St
         )),
         Ending::TimedOut => Err(format!("QEMU was killed at the time limit ({status})")),
     }
+}
+
+/// The verdict of a run started by `firmware`: U-Boot's failure to run its
+/// boot command comes first (nothing after it is the runner's boot), then
+/// [`judge`].
+fn judge_run(
+    transcript: &Transcript,
+    ending: &Ending,
+    status: &ExitStatus,
+    timeout: Duration,
+    expectation: Expectation,
+    firmware: Firmware,
+) -> Verdict {
+    judge_firmware(transcript, ending, firmware)
+        .unwrap_or_else(|| judge(transcript, ending, status, timeout, expectation))
+}
+
+/// With U-Boot: a failure when it reported that the boot command failed, or
+/// started (printed its banner) but never printed the command's first line
+/// (it did not load the runner's environment, or stopped before it got to
+/// its boot command). A U-Boot that never started is left to [`judge`]
+/// (QEMU itself failed, or timed out).
+fn judge_firmware(transcript: &Transcript, ending: &Ending, firmware: Firmware) -> Option<Verdict> {
+    if firmware == Firmware::None {
+        return None;
+    }
+    if let Some(why) = &transcript.firmware_failure {
+        return Some(Verdict::FirmwareFailed(why.clone()));
+    }
+    let banner = transcript
+        .text
+        .lines()
+        .any(|line| line.starts_with(uboot::BANNER_PREFIX));
+    if transcript.firmware_boot_started() || !banner {
+        return None;
+    }
+    let end = match ending {
+        Ending::Exited => "exited",
+        Ending::StoppedAfterGrace => "was stopped",
+        Ending::TimedOut => "was killed at the time limit",
+    };
+    Some(Verdict::FirmwareFailed(format!(
+        "U-Boot never ran the runner's boot command (no `{}` line before QEMU {end}); did it \
+         load its environment from flash?",
+        uboot::START_MARKER
+    )))
 }
 
 /// The verdict: a hypervisor panic, then a guest the hypervisor could not
@@ -706,8 +801,56 @@ fn prepare_guest(config: &RunConfig) -> Result<Guest, RunnerError> {
 pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
     config.validate()?;
     let qemu_program = prereq::ensure_qemu()?;
-    let guest = prepare_guest(config)?;
+    let uboot_bin = match config.firmware {
+        Firmware::UBoot => Some(prereq::ensure_uboot()?),
+        Firmware::None => None,
+    };
+    let mut guest = prepare_guest(config)?;
     let dir = RunDir::create()?;
+    let firmware = match uboot_bin {
+        Some(bios) => {
+            let environment = dir.0.path().join("uboot-env.img");
+            uboot::write_flash_image(&environment).map_err(|error| RunnerError::Io {
+                what: format!("writing {}", environment.display()),
+                error,
+            })?;
+            if let Some(image) = &guest.hypervisor_image {
+                let header =
+                    image::built_image_header(image).map_err(|error| RunnerError::Image {
+                        elf: PathBuf::from(HYPERVISOR),
+                        error,
+                    })?;
+                if !header.anywhere {
+                    return Err(RunnerError::Config(
+                        "the hypervisor Image header does not say it may be placed anywhere \
+                         (flags bit 3): booti would move it to the base of RAM, over the device \
+                         tree"
+                            .into(),
+                    ));
+                }
+                let start = uboot::load_address(header.text_offset);
+                if start + header.image_size > uboot::RAMDISK_ADDR {
+                    return Err(RunnerError::Config(format!(
+                        "the hypervisor Image occupies {:#x}..{:#x} when U-Boot runs it, past \
+                         the payload's load address {:#x}",
+                        start,
+                        start + header.image_size,
+                        uboot::RAMDISK_ADDR
+                    )));
+                }
+                // booti runs the hypervisor at the load address, not where
+                // QEMU would put it.
+                if let Some(symbols) = guest.symbols.first_mut() {
+                    symbols.offset = symbols
+                        .offset
+                        .wrapping_add(start)
+                        .wrapping_sub(qemu::virt_load_address(header.text_offset));
+                }
+            }
+            Some(uboot::UBootFiles { bios, environment })
+        }
+        None => None,
+    };
     let (machine, kernel, initrd, append) = match (config.boot, &guest.hypervisor_image) {
         (Boot::Hypervisor, Some(hypervisor_image)) => {
             let payload = Payload {
@@ -742,6 +885,7 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
         cpu: config.cpu.clone(),
         smp: config.smp,
         mem_mib: config.mem_mib,
+        firmware,
         kernel,
         initrd,
         append,
@@ -775,12 +919,13 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
         error,
     })?;
     Ok(RunReport {
-        verdict: judge(
+        verdict: judge_run(
             &outcome.transcript,
             &outcome.ending,
             &outcome.status,
             watch.timeout.unwrap_or_default(),
             expectation,
+            config.firmware,
         ),
         transcript: outcome.transcript,
         qemu_status: outcome.status,
@@ -871,6 +1016,60 @@ mod tests {
             ),
             Verdict::VmStopped(_)
         ));
+    }
+
+    #[test]
+    fn a_u_boot_run_needs_the_boot_command_to_have_run_and_not_failed() {
+        let limit = Duration::from_secs(9);
+        let ok = exited(0);
+        let expect = Expectation::ResultThenExit;
+        let judged = |t: &Transcript, ending: Ending, firmware| {
+            judge_run(t, &ending, &ok, limit, expect, firmware)
+        };
+        let booted = transcript(&[
+            "U-Boot 2023.01",
+            "[u-boot] loading the hypervisor to 0x40400000 and the payload to 0x44000000",
+            "Starting kernel ...",
+            "RESULT: PASS",
+            "[hv] system off",
+        ]);
+        assert_eq!(
+            judged(&booted, Ending::Exited, Firmware::UBoot),
+            Verdict::Pass
+        );
+        let failed = transcript(&[
+            "[u-boot] loading the hypervisor to 0x40400000 and the payload to 0x44000000",
+            "Bad Linux ARM64 Image magic!",
+            "[u-boot] ERROR: the boot command failed",
+        ]);
+        assert_eq!(
+            judged(&failed, Ending::StoppedAfterGrace, Firmware::UBoot),
+            Verdict::FirmwareFailed(
+                "the boot command failed (U-Boot said before: `Bad Linux ARM64 Image magic!`)"
+                    .into()
+            )
+        );
+        // U-Boot's own distro boot would also boot the hypervisor, but not
+        // with the runner's command: that is not the boot under test.
+        let default_environment = transcript(&[
+            "U-Boot 2023.01+dfsg-2+deb12u3 (Jun 22 2026 - 08:38:07 +0000)",
+            "Starting kernel ...",
+            "RESULT: PASS",
+        ]);
+        match judged(&default_environment, Ending::Exited, Firmware::UBoot) {
+            Verdict::FirmwareFailed(why) => assert!(why.contains("never ran"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            judged(&default_environment, Ending::Exited, Firmware::None),
+            Verdict::Pass
+        );
+        // QEMU that never started U-Boot gets the ordinary verdict.
+        let nothing = transcript(&[]);
+        assert_eq!(
+            judged(&nothing, Ending::Exited, Firmware::UBoot),
+            Verdict::NoResult
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use qemu_runner::linux::{BusyboxInit, InitrdSource, KernelSource, LinuxBoot};
-use qemu_runner::{Boot, ConsoleInput, RunConfig, Scenario};
+use qemu_runner::{Boot, ConsoleInput, Firmware, RunConfig, Scenario};
 
 const USAGE: &str = "\
 usage: qemu-runner [options] [-- extra QEMU arguments]
@@ -37,6 +37,9 @@ options:
   --gdb              start halted with QEMU's gdb stub on localhost:1234 and print
                      the gdb-multiarch command that attaches (no timeout)
   --direct           boot the guest alone at EL1, without the hypervisor
+  --firmware NAME    what starts the hypervisor: none (default: QEMU's -kernel)
+                     or u-boot (Debian's u-boot-qemu loads it and the payload
+                     from fw_cfg and runs booti, as on a board)
 
 Linux guest (instead of the test guest; defaults become --smp 2, --guest-mem 512,
 --mem 1024 under the hypervisor or 512 with --direct, --timeout 300):
@@ -144,6 +147,12 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             "-h" | "--help" => return Ok(Parsed::Help),
             "--gdb" => config.gdb = true,
             "--direct" => config.boot = Boot::Direct,
+            "--firmware" => {
+                let name = value(name, inline, &mut rest)?;
+                config.firmware = Firmware::from_name(name).ok_or_else(|| {
+                    format!("--firmware: unknown firmware `{name}` (none, u-boot)")
+                })?;
+            }
             "--guest" => {
                 let scenario = value(name, inline, &mut rest)?;
                 config.scenario = Scenario::from_name(scenario).ok_or_else(|| {
@@ -296,7 +305,15 @@ mod tests {
         assert_eq!(config.guest_mem_mib, Some(64));
         assert_eq!(config.extra_qemu_args, ["-d", "int"]);
         assert_eq!(config.boot, Boot::Hypervisor);
+        assert_eq!(config.firmware, Firmware::None);
         assert!(!config.gdb);
+        let uboot = parse_words("--firmware u-boot --linux-test").unwrap();
+        assert_eq!(uboot.firmware, Firmware::UBoot);
+        assert_eq!(uboot.smp, 2, "Linux defaults still apply");
+        assert_eq!(
+            parse_words("--firmware=none").unwrap().firmware,
+            Firmware::None
+        );
     }
 
     #[test]
@@ -311,6 +328,8 @@ mod tests {
         assert!(parse_words("--cmdline quiet").is_err());
         assert!(parse_words("--linux-test --initrd x").is_err());
         assert!(parse_words("--linux --guest memory").is_err());
+        assert!(parse_words("--firmware uefi").is_err());
+        assert!(parse_words("--firmware").is_err());
         for bad in [
             "--smp 0",
             "--smp 33",
@@ -321,6 +340,7 @@ mod tests {
             "--timeout 0",
             "--linux --smp 0",
             "--linux --direct --guest-mem 64",
+            "--direct --firmware u-boot",
         ] {
             let why = parse_words(bad).expect_err(bad);
             let option = bad.split_whitespace().rev().nth(1).unwrap();
