@@ -229,6 +229,18 @@ fn gic_intid(cells: &[u8]) -> Option<u32> {
     }
 }
 
+/// `#interrupt-cells` of `node`'s interrupt parent: its own
+/// `interrupt-parent`, else the one the root names (ancestors in between are
+/// not consulted; device trees put it on the root), else 3, the GIC's usual
+/// count.
+fn interrupt_cells(fdt: &Fdt<'_>, node: FdtNode<'_, '_>) -> usize {
+    node.interrupt_parent()
+        .or_else(|| fdt.find_node("/").and_then(|root| root.interrupt_parent()))
+        .and_then(|parent| parent.interrupt_cells())
+        .filter(|&cells| cells >= 3)
+        .unwrap_or(3)
+}
+
 /// Which driver a UART node needs, or why the hypervisor cannot use it.
 fn uart_kind(node: FdtNode<'_, '_>) -> Result<UartKind, String> {
     if let Some(status) = node.property("status").and_then(|p| p.as_str())
@@ -434,14 +446,18 @@ impl Platform {
             None => None,
         };
 
-        let timer = fdt
+        let timer_node = fdt
             .all_nodes()
-            .find(|n| is_compatible(*n, "arm,armv8-timer"))
-            .and_then(|n| n.property("interrupts"))
-            .and_then(|p| {
-                // Four (type, number, flags) triples of PPIs: INTID = number + 16.
+            .find(|n| is_compatible(*n, "arm,armv8-timer"));
+        let timer = timer_node
+            .and_then(|n| Some((n.property("interrupts")?, interrupt_cells(&fdt, n))))
+            .and_then(|(p, cells)| {
+                // Four PPI specifiers of `cells` cells each (3 on most GICs:
+                // type, number, flags; 4 where the GIC node has PPI
+                // partitions, as on RK3588); INTID = number + 16.
+                let stride = 4 * cells;
                 let ppi =
-                    |i: usize| read_cells(p.value.get(12 * i + 4..)?, 1).map(|n| n as u32 + 16);
+                    |i: usize| read_cells(p.value.get(stride * i + 4..)?, 1).map(|n| n as u32 + 16);
                 Some(TimerIrqs {
                     secure_phys: ppi(0)?,
                     phys: ppi(1)?,
@@ -633,6 +649,71 @@ mod tests {
         w.end_node(psci).expect("end");
         w.end_node(root).expect("end");
         w.finish().expect("finish")
+    }
+
+    /// A board tree whose GIC has `cells` interrupt cells, named as the
+    /// interrupt parent by the root, and a timer node using them.
+    fn timer_tree(cells: u32) -> Vec<u8> {
+        let mut w = FdtWriter::new().expect("writer");
+        let root = w.begin_node("").expect("root");
+        w.property_u32("#address-cells", 2).expect("p");
+        w.property_u32("#size-cells", 2).expect("p");
+        w.property_u32("interrupt-parent", 1).expect("p");
+        let m = w.begin_node("memory@80000000").expect("node");
+        w.property_string("device_type", "memory").expect("p");
+        w.property_array_u64("reg", &[0x8000_0000, 0x1000_0000])
+            .expect("p");
+        w.end_node(m).expect("end");
+        let gic = w.begin_node("interrupt-controller@fe600000").expect("node");
+        w.property_string("compatible", "arm,gic-v3").expect("p");
+        w.property_null("interrupt-controller").expect("p");
+        w.property_u32("#interrupt-cells", cells).expect("p");
+        w.property_u32("phandle", 1).expect("p");
+        w.property_array_u64("reg", &[0xfe60_0000, 0x1_0000, 0xfe68_0000, 0x10_0000])
+            .expect("p");
+        w.end_node(gic).expect("end");
+        let timer = w.begin_node("timer").expect("node");
+        w.property_string("compatible", "arm,armv8-timer")
+            .expect("p");
+        let mut interrupts = Vec::new();
+        for ppi in [13, 14, 11, 10] {
+            interrupts.extend([1, ppi, 4]);
+            if cells == 4 {
+                interrupts.push(0); // the PPI partition: all CPUs
+            }
+        }
+        w.property_array_u32("interrupts", &interrupts).expect("p");
+        w.end_node(timer).expect("end");
+        let serial = w.begin_node("serial@1000").expect("node");
+        w.property_string("compatible", "arm,pl011").expect("p");
+        w.property_array_u64("reg", &[0x1000, 0x1000]).expect("p");
+        w.end_node(serial).expect("end");
+        let cpus = w.begin_node("cpus").expect("node");
+        w.property_u32("#address-cells", 2).expect("p");
+        w.property_u32("#size-cells", 0).expect("p");
+        let c = w.begin_node("cpu@0").expect("node");
+        w.property_string("device_type", "cpu").expect("p");
+        w.property_u64("reg", 0).expect("p");
+        w.end_node(c).expect("end");
+        w.end_node(cpus).expect("end");
+        let psci = w.begin_node("psci").expect("node");
+        w.property_string("method", "smc").expect("p");
+        w.end_node(psci).expect("end");
+        w.end_node(root).expect("end");
+        w.finish().expect("finish")
+    }
+
+    #[test]
+    fn timer_ppis_are_read_with_the_interrupt_parents_cell_count() {
+        for cells in [3, 4] {
+            let p = Platform::from_dtb(&timer_tree(cells)).expect("valid");
+            let timer = p.timer.expect("timer node read");
+            assert_eq!(
+                (timer.secure_phys, timer.phys, timer.virt, timer.hyp_phys),
+                (29, 30, 27, 26),
+                "#interrupt-cells {cells}"
+            );
+        }
     }
 
     #[test]
