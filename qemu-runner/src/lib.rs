@@ -797,6 +797,52 @@ fn prepare_guest(config: &RunConfig) -> Result<Guest, RunnerError> {
     })
 }
 
+/// File name of the hypervisor's raw `Image`.
+pub const HYPERVISOR_IMAGE_FILE: &str = "hypervisor.img";
+/// File name of the boot payload.
+pub const PAYLOAD_FILE: &str = "payload.cpio";
+
+/// The boot payload of `guest` with `config`'s VM settings.
+fn payload(config: &RunConfig, guest: Guest) -> Payload {
+    Payload {
+        kernel: guest.kernel,
+        initrd: guest.initrd,
+        cmdline: Some(guest.cmdline),
+        conf: VmConf {
+            vcpus: config.vcpus,
+            mem_mib: config.guest_mem_mib.map(u64::from),
+        },
+    }
+}
+
+/// Builds what a hypervisor run of `config` boots and writes it into `dir`
+/// instead of starting QEMU: the hypervisor's raw `Image`
+/// ([`HYPERVISOR_IMAGE_FILE`]) and the boot payload ([`PAYLOAD_FILE`]), the
+/// two files a board's U-Boot loads. Returns their paths.
+pub fn emit_boot_files(config: &RunConfig, dir: &Path) -> Result<[PathBuf; 2], RunnerError> {
+    config.validate()?;
+    if config.boot != Boot::Hypervisor {
+        return Err(RunnerError::Config(
+            "--emit writes the hypervisor's boot files; a direct boot has none".into(),
+        ));
+    }
+    let guest = prepare_guest(config)?;
+    let hypervisor_image = guest
+        .hypervisor_image
+        .clone()
+        .expect("a hypervisor boot builds the hypervisor");
+    let io = |path: &Path| {
+        let what = format!("writing {}", path.display());
+        move |error| RunnerError::Io { what, error }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let image = dir.join(HYPERVISOR_IMAGE_FILE);
+    std::fs::write(&image, hypervisor_image).map_err(io(&image))?;
+    let cpio = dir.join(PAYLOAD_FILE);
+    std::fs::write(&cpio, payload(config, guest).to_cpio()).map_err(io(&cpio))?;
+    Ok([image, cpio])
+}
+
 /// Builds everything, boots it under QEMU, and judges the console.
 pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
     config.validate()?;
@@ -851,19 +897,12 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
         }
         None => None,
     };
-    let (machine, kernel, initrd, append) = match (config.boot, &guest.hypervisor_image) {
+    let symbols = std::mem::take(&mut guest.symbols);
+    let hypervisor_image = guest.hypervisor_image.take();
+    let (machine, kernel, initrd, append) = match (config.boot, &hypervisor_image) {
         (Boot::Hypervisor, Some(hypervisor_image)) => {
-            let payload = Payload {
-                kernel: guest.kernel,
-                initrd: guest.initrd,
-                cmdline: Some(guest.cmdline),
-                conf: VmConf {
-                    vcpus: config.vcpus,
-                    mem_mib: config.guest_mem_mib.map(u64::from),
-                },
-            };
-            let kernel = dir.write("hypervisor.img", hypervisor_image)?;
-            let initrd = dir.write("payload.cpio", &payload.to_cpio())?;
+            let kernel = dir.write(HYPERVISOR_IMAGE_FILE, hypervisor_image)?;
+            let initrd = dir.write(PAYLOAD_FILE, &payload(config, guest).to_cpio())?;
             (Machine::WithEl2, kernel, Some(initrd), None)
         }
         _ => {
@@ -898,7 +937,7 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
              attach from another terminal with:\n    {}\n(then `continue`; `break <symbol>` \
              and `hbreak` work before it)",
             qemu::GDB_PORT,
-            qemu::gdb_command(&guest.symbols)
+            qemu::gdb_command(&symbols)
         );
     }
     let interactive = config.is_interactive();

@@ -37,6 +37,8 @@ options:
   --gdb              start halted with QEMU's gdb stub on localhost:1234 and print
                      the gdb-multiarch command that attaches (no timeout)
   --direct           boot the guest alone at EL1, without the hypervisor
+  --emit DIR         build and write hypervisor.img and payload.cpio into DIR
+                     (the files a board's U-Boot loads) instead of running QEMU
   --firmware NAME    what starts the hypervisor: none (default: QEMU's -kernel)
                      or u-boot (Debian's u-boot-qemu loads it and the payload
                      from fw_cfg and runs booti, as on a board)
@@ -68,6 +70,8 @@ fn usage() -> String {
 
 enum Parsed {
     Run(RunConfig),
+    /// `--emit DIR`: build and write the boot files, run nothing.
+    Emit(RunConfig, std::path::PathBuf),
     Help,
 }
 
@@ -131,6 +135,7 @@ impl LinuxOptions {
 fn parse(args: &[String]) -> Result<Parsed, String> {
     let mut config = RunConfig::default();
     let mut linux = LinuxOptions::default();
+    let mut emit = None;
     let mut given: Vec<&str> = Vec::new();
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -147,6 +152,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             "-h" | "--help" => return Ok(Parsed::Help),
             "--gdb" => config.gdb = true,
             "--direct" => config.boot = Boot::Direct,
+            "--emit" => emit = Some(std::path::PathBuf::from(value(name, inline, &mut rest)?)),
             "--firmware" => {
                 let name = value(name, inline, &mut rest)?;
                 config.firmware = Firmware::from_name(name).ok_or_else(|| {
@@ -184,7 +190,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
     }
     let Some(linux) = linux.boot()? else {
         config.validate().map_err(|error| error.to_string())?;
-        return Ok(Parsed::Run(config));
+        return Ok(run_or_emit(config, emit));
     };
     if given.contains(&"--guest") {
         return Err("--guest picks a test guest scenario; a Linux guest has none".into());
@@ -218,13 +224,34 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
         }
     };
     config.validate().map_err(|error| error.to_string())?;
-    Ok(Parsed::Run(config))
+    Ok(run_or_emit(config, emit))
+}
+
+fn run_or_emit(config: RunConfig, emit: Option<std::path::PathBuf>) -> Parsed {
+    match emit {
+        Some(dir) => Parsed::Emit(config, dir),
+        None => Parsed::Run(config),
+    }
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut config = match parse(&args) {
         Ok(Parsed::Run(config)) => config,
+        Ok(Parsed::Emit(config, dir)) => {
+            return match qemu_runner::emit_boot_files(&config, &dir) {
+                Ok(files) => {
+                    for file in files {
+                        eprintln!("qemu-runner: wrote {}", file.display());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("qemu-runner: {error}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Ok(Parsed::Help) => {
             println!("{}", usage());
             return ExitCode::SUCCESS;
@@ -286,8 +313,26 @@ mod tests {
         let args: Vec<String> = words.split_whitespace().map(String::from).collect();
         match parse(&args)? {
             Parsed::Run(config) => Ok(config),
+            Parsed::Emit(..) => Err("emit".into()),
             Parsed::Help => Err("help".into()),
         }
+    }
+
+    #[test]
+    fn emit_names_a_directory_and_keeps_the_other_options() {
+        let args: Vec<String> = "--linux-test --vcpus 1 --emit /tmp/boot"
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        match parse(&args).unwrap() {
+            Parsed::Emit(config, dir) => {
+                assert_eq!(dir, std::path::PathBuf::from("/tmp/boot"));
+                assert_eq!(config.vcpus, Some(1));
+                assert!(config.linux.is_some());
+            }
+            _ => panic!("--emit is an emit"),
+        }
+        assert!(parse_words("--emit").is_err());
     }
 
     #[test]
