@@ -42,6 +42,9 @@ pub enum Counter {
     ExitsIrq,
     /// Aborts injected into the guest.
     InjectedAborts,
+    /// Undefined instructions injected into the guest (trapped instructions
+    /// the hypervisor does not emulate).
+    InjectedUndefs,
     /// Hypercalls answered with NOT_SUPPORTED.
     UnknownHypercalls,
     /// TEST_REPORT hypercalls.
@@ -60,11 +63,13 @@ pub enum Counter {
     /// Trapped writes to the virtual-memory control registers (`HCR_EL2.TVM`,
     /// set while set/way operations are tracked).
     CmoVmRegTraps,
+    /// Guest-driven log lines dropped by the VM's rate limit (`event_log`).
+    LogLinesSuppressed,
 }
 
 impl Counter {
     /// Every counter, in report order.
-    pub const ALL: [Counter; 23] = [
+    pub const ALL: [Counter; 25] = [
         Counter::Stage2Faults,
         Counter::MappedPages4k,
         Counter::MappedBlocks2m,
@@ -81,6 +86,7 @@ impl Counter {
         Counter::ExitsWfx,
         Counter::ExitsIrq,
         Counter::InjectedAborts,
+        Counter::InjectedUndefs,
         Counter::UnknownHypercalls,
         Counter::TestReports,
         Counter::CmoDcacheCleanPages,
@@ -88,6 +94,7 @@ impl Counter {
         Counter::CmoSetwayTraps,
         Counter::CmoFullFlushes,
         Counter::CmoVmRegTraps,
+        Counter::LogLinesSuppressed,
     ];
 
     /// The name printed in the report.
@@ -109,6 +116,7 @@ impl Counter {
             Counter::ExitsWfx => "exits_wfx",
             Counter::ExitsIrq => "exits_irq",
             Counter::InjectedAborts => "injected_aborts",
+            Counter::InjectedUndefs => "injected_undefs",
             Counter::UnknownHypercalls => "unknown_hypercalls",
             Counter::TestReports => "test_reports",
             Counter::CmoDcacheCleanPages => "cmo_dcache_clean_pages",
@@ -116,6 +124,7 @@ impl Counter {
             Counter::CmoSetwayTraps => "cmo_setway_traps",
             Counter::CmoFullFlushes => "cmo_full_flushes",
             Counter::CmoVmRegTraps => "cmo_vmreg_traps",
+            Counter::LogLinesSuppressed => "log_lines_suppressed",
         }
     }
 }
@@ -191,6 +200,7 @@ mod tests {
                 "exits_wfx",
                 "exits_irq",
                 "injected_aborts",
+                "injected_undefs",
                 "unknown_hypercalls",
                 "test_reports",
                 "cmo_dcache_clean_pages",
@@ -198,11 +208,12 @@ mod tests {
                 "cmo_setway_traps",
                 "cmo_full_flushes",
                 "cmo_vmreg_traps",
+                "log_lines_suppressed",
             ]
         );
         assert_eq!(snap[0], ("stage2_faults", 1));
         assert_eq!(snap[2], ("mapped_blocks_2m", 5));
-        assert_eq!(snap[17], ("test_reports", 1));
+        assert_eq!(snap[18], ("test_reports", 1));
         assert_eq!(snap.iter().map(|(_, v)| v).sum::<u64>(), 7);
     }
 

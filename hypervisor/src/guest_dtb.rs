@@ -62,7 +62,8 @@ pub struct GuestDtbConfig<'a> {
     pub initrd: Option<PhysRange>,
     /// The virtual GICv3, once the guest has one.
     pub gic: Option<GuestGic>,
-    /// The virtual timer, once the guest has one.
+    /// The architected timer's PPIs (the guest gets its virtual and EL1
+    /// physical timers' interrupts), once the guest has a GIC.
     pub timer: Option<GuestTimer>,
 }
 

@@ -1,5 +1,5 @@
-//! Register encodings of the host's GICv3 and the virtual timer line, as pure
-//! functions the EL2 driver (`arch::gic`) and the run loop use.
+//! Register encodings of the host's GICv3, as pure functions the EL2 driver
+//! (`arch::gic`) and the run loop use.
 //!
 //! - [`sgi1r_value`]: the `ICC_SGI1R_EL1` value that sends an SGI to exactly
 //!   one CPU, from its MPIDR affinity (Aff0 goes to the target list, with the
@@ -7,9 +7,10 @@
 //! - [`find_redistributor`]: which redistributor frame belongs to a CPU, by
 //!   walking the `GICR_TYPER` values of a region (frames are 128 KiB, 256 KiB
 //!   when `VLPIS` is set, and the last one has `Last` set).
-//! - [`vtimer_line`]: the virtual timer's output level from `CNTV_CTL_EL0`.
 //! - The host interrupts the hypervisor uses and what each one means
 //!   ([`HostIrq::classify`]).
+
+use crate::timer::TimerId;
 
 /// Distributor registers.
 pub mod gicd {
@@ -121,20 +122,6 @@ pub fn find_redistributor(
     None
 }
 
-/// `CNTV_CTL_EL0.ENABLE`.
-pub const CNTV_CTL_ENABLE: u64 = 1 << 0;
-/// `CNTV_CTL_EL0.IMASK`.
-pub const CNTV_CTL_IMASK: u64 = 1 << 1;
-/// `CNTV_CTL_EL0.ISTATUS`.
-pub const CNTV_CTL_ISTATUS: u64 = 1 << 2;
-
-/// The virtual timer's interrupt output: high while the timer is enabled,
-/// its condition is met and the guest has not masked it.
-pub const fn vtimer_line(cntv_ctl: u64) -> bool {
-    cntv_ctl & (CNTV_CTL_ENABLE | CNTV_CTL_IMASK | CNTV_CTL_ISTATUS)
-        == CNTV_CTL_ENABLE | CNTV_CTL_ISTATUS
-}
-
 /// What an acknowledged host interrupt is to the hypervisor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostIrq {
@@ -142,8 +129,8 @@ pub enum HostIrq {
     Kick,
     /// The GIC maintenance interrupt (the list registers need a refill).
     Maintenance,
-    /// The virtual timer of the guest running here fired.
-    VirtualTimer,
+    /// One of the EL1 timers of the guest running here fired.
+    Timer(TimerId),
     /// The console UART has received bytes.
     UartReceive,
     /// Nothing pending (1020..=1023).
@@ -153,13 +140,14 @@ pub enum HostIrq {
 }
 
 impl HostIrq {
-    /// Sorts `intid` given the maintenance interrupt's, the virtual timer's
-    /// and the UART's INTIDs.
-    pub fn classify(intid: u32, maintenance: u32, vtimer: u32, uart: Option<u32>) -> Self {
+    /// Sorts `intid` given the maintenance interrupt's, the timers' (host
+    /// PPIs in [`TimerId::index`] order) and the UART's INTIDs.
+    pub fn classify(intid: u32, maintenance: u32, timers: [u32; 2], uart: Option<u32>) -> Self {
         match intid {
             KICK_SGI => Self::Kick,
             i if i == maintenance => Self::Maintenance,
-            i if i == vtimer => Self::VirtualTimer,
+            i if i == timers[TimerId::Virtual.index()] => Self::Timer(TimerId::Virtual),
+            i if i == timers[TimerId::Physical.index()] => Self::Timer(TimerId::Physical),
             i if Some(i) == uart => Self::UartReceive,
             i if i >= SPURIOUS_FIRST => Self::Spurious,
             other => Self::Unexpected(other),
@@ -205,34 +193,29 @@ mod tests {
     }
 
     #[test]
-    fn timer_line() {
-        assert!(!vtimer_line(0));
-        assert!(!vtimer_line(CNTV_CTL_ENABLE));
-        assert!(vtimer_line(CNTV_CTL_ENABLE | CNTV_CTL_ISTATUS));
-        assert!(!vtimer_line(
-            CNTV_CTL_ENABLE | CNTV_CTL_ISTATUS | CNTV_CTL_IMASK
-        ));
-        assert!(!vtimer_line(CNTV_CTL_ISTATUS));
-    }
-
-    #[test]
     fn classify() {
-        assert_eq!(HostIrq::classify(8, 25, 27, Some(33)), HostIrq::Kick);
+        const T: [u32; 2] = [27, 30];
+        assert_eq!(HostIrq::classify(8, 25, T, Some(33)), HostIrq::Kick);
+        assert_eq!(HostIrq::classify(25, 25, T, Some(33)), HostIrq::Maintenance);
         assert_eq!(
-            HostIrq::classify(25, 25, 27, Some(33)),
-            HostIrq::Maintenance
+            HostIrq::classify(27, 25, T, Some(33)),
+            HostIrq::Timer(TimerId::Virtual)
         );
         assert_eq!(
-            HostIrq::classify(27, 25, 27, Some(33)),
-            HostIrq::VirtualTimer
+            HostIrq::classify(30, 25, T, Some(33)),
+            HostIrq::Timer(TimerId::Physical)
         );
+        assert_eq!(HostIrq::classify(33, 25, T, Some(33)), HostIrq::UartReceive);
+        assert_eq!(HostIrq::classify(33, 25, T, None), HostIrq::Unexpected(33));
+        assert_eq!(HostIrq::classify(1023, 25, T, None), HostIrq::Spurious);
+        assert_eq!(HostIrq::classify(24, 24, T, None), HostIrq::Maintenance);
+        assert_eq!(HostIrq::classify(25, 24, T, None), HostIrq::Unexpected(25));
+        // The EL2 physical timer (26) is never enabled: unexpected.
+        assert_eq!(HostIrq::classify(26, 25, T, None), HostIrq::Unexpected(26));
+        // Timers on other PPIs, as a host device tree may say.
         assert_eq!(
-            HostIrq::classify(33, 25, 27, Some(33)),
-            HostIrq::UartReceive
+            HostIrq::classify(23, 25, [24, 23], None),
+            HostIrq::Timer(TimerId::Physical)
         );
-        assert_eq!(HostIrq::classify(33, 25, 27, None), HostIrq::Unexpected(33));
-        assert_eq!(HostIrq::classify(1023, 25, 27, None), HostIrq::Spurious);
-        assert_eq!(HostIrq::classify(24, 24, 27, None), HostIrq::Maintenance);
-        assert_eq!(HostIrq::classify(25, 24, 27, None), HostIrq::Unexpected(25));
     }
 }

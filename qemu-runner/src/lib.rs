@@ -4,7 +4,8 @@
 //! end-to-end tests: check the prerequisites ([`prereq`]), build the
 //! hypervisor and the test guest for aarch64 with a nested cargo
 //! ([`artifacts`]), turn their ELF files into raw arm64 `Image`s ([`image`]),
-//! pack the guest into the boot payload ([`payload`], a newc cpio archive),
+//! pack the guest into the boot payload (a newc cpio archive written with the
+//! `boot-payload` crate, which the hypervisor reads it with),
 //! start `qemu-system-aarch64` and follow its console ([`qemu`]), and read the
 //! verdict, the `STAT` counters and the hypervisor's log from it
 //! ([`console`]). A run passes only on the guest's `RESULT: PASS` followed by
@@ -19,6 +20,10 @@
 //! [`Boot::Direct`] boots the guest kernel by itself at EL1 (no
 //! `virtualization=on`, no hypervisor), which shakes out a guest and gives the
 //! baseline for hypervisor-overhead figures.
+//!
+//! [`Firmware::UBoot`] has U-Boot load and `booti` the hypervisor, as on a
+//! board ([`uboot`]), instead of QEMU entering it; such a run also fails when
+//! U-Boot did not run the runner's boot command or reported it failed.
 
 pub mod artifacts;
 pub mod console;
@@ -26,10 +31,10 @@ pub mod debian;
 pub mod image;
 pub mod initramfs;
 pub mod linux;
-pub mod payload;
 pub mod prereq;
 pub mod qemu;
 pub mod scratch;
+pub mod uboot;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -37,10 +42,11 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use artifacts::{BuildError, HYPERVISOR, TEST_GUEST};
+use boot_payload::Payload;
+use boot_payload::vmconf::VmConf;
 use console::{Counters, GuestResult, Transcript};
 use image::ImageError;
 use linux::{LinuxBoot, LinuxError};
-use payload::Payload;
 use prereq::PrereqError;
 use qemu::{Ending, Machine, QemuSetup, Watch};
 
@@ -53,31 +59,97 @@ pub enum Boot {
     Direct,
 }
 
+/// What starts the hypervisor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Firmware {
+    /// QEMU itself (`-kernel`): it loads the Image, the initrd and its
+    /// device tree and enters the Image.
+    None,
+    /// U-Boot (`-bios`), which loads both files from QEMU's fw_cfg and
+    /// `booti`s the hypervisor, as a board's U-Boot does ([`uboot`]).
+    UBoot,
+}
+
+impl Firmware {
+    /// Every choice, for help texts.
+    pub const ALL: [Firmware; 2] = [Firmware::None, Firmware::UBoot];
+
+    /// The name on the command line (`--firmware`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Firmware::None => "none",
+            Firmware::UBoot => "u-boot",
+        }
+    }
+
+    /// The firmware called `name`.
+    pub fn from_name(name: &str) -> Option<Firmware> {
+        Firmware::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
 /// The test guest's scenario (`test=` in its bootargs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scenario {
     /// SMP memory test with demand-faulted stage-2 memory and a caught abort.
     Memory,
-    /// Unmapped device access and unknown hypercall; the hypervisor must
-    /// survive and report both.
+    /// Unmapped device access, device-window straddling loads and an unknown
+    /// hypercall; the hypervisor must survive and report them.
     BadGuest,
+    /// Aborts and undefined instructions from AArch64 and AArch32 EL0; the
+    /// hypervisor must inject the aborts as the architecture takes them.
+    Aarch32El0,
+    /// Both EL1 timers (physical and virtual) interrupt every vCPU through
+    /// the GIC; `CNTPCT_EL0` and `CNTVCT_EL0` agree and are monotonic.
+    Timers,
+    /// Several vCPUs race PSCI `CPU_ON` for the same target, round after
+    /// round: exactly one `SUCCESS`, `ALREADY_ON` for the others.
+    CpuOnRace,
+    /// 200 000 distinct unknown hypercalls, 20 000 injected aborts and 5 000
+    /// refused device accesses: the hypervisor's log stays short.
+    Flood,
+    /// Interrupt delivery while more SPIs are active (made so through the
+    /// distributor) than the CPU interface has list registers.
+    VgicScarce,
 }
 
 impl Scenario {
     /// Every scenario, for help texts.
-    pub const ALL: [Scenario; 2] = [Scenario::Memory, Scenario::BadGuest];
+    pub const ALL: &[Scenario] = &[
+        Scenario::Memory,
+        Scenario::BadGuest,
+        Scenario::Aarch32El0,
+        Scenario::Timers,
+        Scenario::CpuOnRace,
+        Scenario::Flood,
+        Scenario::VgicScarce,
+    ];
 
     /// The scenario's name on the command line and in `test=`.
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
+            Scenario::Aarch32El0 => "aarch32-el0",
+            Scenario::Timers => "timers",
+            Scenario::CpuOnRace => "cpu-on-race",
+            Scenario::Flood => "flood",
+            Scenario::VgicScarce => "vgic-scarce",
         }
     }
 
     /// The scenario called `name`.
     pub fn from_name(name: &str) -> Option<Scenario> {
-        Scenario::ALL.into_iter().find(|s| s.name() == name)
+        Scenario::ALL.iter().copied().find(|s| s.name() == name)
+    }
+
+    /// Every scenario's name, comma-separated (for help and error texts).
+    pub fn names() -> String {
+        Scenario::ALL
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -86,6 +158,8 @@ impl Scenario {
 pub struct RunConfig {
     /// Hypervisor or direct boot.
     pub boot: Boot,
+    /// What starts the hypervisor (hypervisor boot only).
+    pub firmware: Firmware,
     /// Test guest scenario (unused when `linux` is set).
     pub scenario: Scenario,
     /// Boot this Linux guest instead of the test guest.
@@ -126,6 +200,7 @@ impl Default for RunConfig {
     fn default() -> RunConfig {
         RunConfig {
             boot: Boot::Hypervisor,
+            firmware: Firmware::None,
             scenario: Scenario::Memory,
             linux: None,
             smp: 4,
@@ -232,6 +307,13 @@ impl RunConfig {
             return fail(format!(
                 "--mem {}: the machine needs at least {MIN_MEM_MIB} MiB",
                 self.mem_mib
+            ));
+        }
+        if self.boot == Boot::Direct && self.firmware != Firmware::None {
+            return fail(format!(
+                "--firmware {}: the firmware boots the hypervisor; --direct boots the guest \
+                 without it",
+                self.firmware.name()
             ));
         }
         if self.boot == Boot::Direct && (self.guest_mem_mib.is_some() || self.vcpus.is_some()) {
@@ -373,6 +455,8 @@ pub enum Verdict {
     GuestNotStarted(String),
     /// The hypervisor stopped the VM (its error line).
     VmStopped(String),
+    /// U-Boot did not boot the hypervisor (why).
+    FirmwareFailed(String),
     /// QEMU ended without a result line.
     NoResult,
 }
@@ -402,6 +486,9 @@ impl fmt::Display for Verdict {
                 write!(f, "FAIL: the hypervisor could not start a guest: {why}")
             }
             Verdict::VmStopped(line) => write!(f, "FAIL: the hypervisor stopped the VM: {line}"),
+            Verdict::FirmwareFailed(why) => {
+                write!(f, "FAIL: U-Boot did not boot the hypervisor: {why}")
+            }
         }
     }
 }
@@ -439,6 +526,18 @@ impl RunReport {
         &self.transcript.counters
     }
 
+    /// Everything a failed test needs to show: the verdict, the QEMU
+    /// command line, the whole console and QEMU's stderr.
+    pub fn explain(&self) -> String {
+        format!(
+            "verdict: {}\ncommand: {}\n--- console ---\n{}--- QEMU stderr ---\n{}",
+            self.verdict,
+            self.command_line,
+            self.console(),
+            self.qemu_stderr
+        )
+    }
+
     /// The hypervisor's log lines (`[hv] ...`).
     pub fn hypervisor_log(&self) -> &[String] {
         &self.transcript.hypervisor_log
@@ -461,6 +560,52 @@ fn clean_exit(ending: &Ending, exited_zero: bool, status: &str) -> Result<(), St
         )),
         Ending::TimedOut => Err(format!("QEMU was killed at the time limit ({status})")),
     }
+}
+
+/// The verdict of a run started by `firmware`: U-Boot's failure to run its
+/// boot command comes first (nothing after it is the runner's boot), then
+/// [`judge`].
+fn judge_run(
+    transcript: &Transcript,
+    ending: &Ending,
+    status: &ExitStatus,
+    timeout: Duration,
+    expectation: Expectation,
+    firmware: Firmware,
+) -> Verdict {
+    judge_firmware(transcript, ending, firmware)
+        .unwrap_or_else(|| judge(transcript, ending, status, timeout, expectation))
+}
+
+/// With U-Boot: a failure when it reported that the boot command failed, or
+/// started (printed its banner) but never printed the command's first line
+/// (it did not load the runner's environment, or stopped before it got to
+/// its boot command). A U-Boot that never started is left to [`judge`]
+/// (QEMU itself failed, or timed out).
+fn judge_firmware(transcript: &Transcript, ending: &Ending, firmware: Firmware) -> Option<Verdict> {
+    if firmware == Firmware::None {
+        return None;
+    }
+    if let Some(why) = &transcript.firmware_failure {
+        return Some(Verdict::FirmwareFailed(why.clone()));
+    }
+    let banner = transcript
+        .text
+        .lines()
+        .any(|line| line.starts_with(uboot::BANNER_PREFIX));
+    if transcript.firmware_boot_started() || !banner {
+        return None;
+    }
+    let end = match ending {
+        Ending::Exited => "exited",
+        Ending::StoppedAfterGrace => "was stopped",
+        Ending::TimedOut => "was killed at the time limit",
+    };
+    Some(Verdict::FirmwareFailed(format!(
+        "U-Boot never ran the runner's boot command (no `{}` line before QEMU {end}); did it \
+         load its environment from flash?",
+        uboot::START_MARKER
+    )))
 }
 
 /// The verdict: a hypervisor panic, then a guest the hypervisor could not
@@ -535,7 +680,7 @@ fn elf_image(elf: &Path) -> Result<(Vec<u8>, qemu::Symbols), RunnerError> {
         error,
     };
     let image = image::elf_to_image(&bytes).map_err(image_error)?;
-    let header = image::ImageHeader::parse(&image).map_err(image_error)?;
+    let header = image::built_image_header(&image).map_err(image_error)?;
     let link_base = image::elf_link_base(&bytes).map_err(image_error)?;
     let offset = qemu::virt_load_address(header.text_offset).wrapping_sub(link_base);
     Ok((
@@ -652,23 +797,112 @@ fn prepare_guest(config: &RunConfig) -> Result<Guest, RunnerError> {
     })
 }
 
+/// File name of the hypervisor's raw `Image`.
+pub const HYPERVISOR_IMAGE_FILE: &str = "hypervisor.img";
+/// File name of the boot payload.
+pub const PAYLOAD_FILE: &str = "payload.cpio";
+
+/// The boot payload of `guest` with `config`'s VM settings.
+fn payload(config: &RunConfig, guest: Guest) -> Payload {
+    Payload {
+        kernel: guest.kernel,
+        initrd: guest.initrd,
+        cmdline: Some(guest.cmdline),
+        conf: VmConf {
+            vcpus: config.vcpus,
+            mem_mib: config.guest_mem_mib.map(u64::from),
+        },
+    }
+}
+
+/// Builds what a hypervisor run of `config` boots and writes it into `dir`
+/// instead of starting QEMU: the hypervisor's raw `Image`
+/// ([`HYPERVISOR_IMAGE_FILE`]) and the boot payload ([`PAYLOAD_FILE`]), the
+/// two files a board's U-Boot loads. Returns their paths.
+pub fn emit_boot_files(config: &RunConfig, dir: &Path) -> Result<[PathBuf; 2], RunnerError> {
+    config.validate()?;
+    if config.boot != Boot::Hypervisor {
+        return Err(RunnerError::Config(
+            "--emit writes the hypervisor's boot files; a direct boot has none".into(),
+        ));
+    }
+    let guest = prepare_guest(config)?;
+    let hypervisor_image = guest
+        .hypervisor_image
+        .clone()
+        .expect("a hypervisor boot builds the hypervisor");
+    let io = |path: &Path| {
+        let what = format!("writing {}", path.display());
+        move |error| RunnerError::Io { what, error }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let image = dir.join(HYPERVISOR_IMAGE_FILE);
+    std::fs::write(&image, hypervisor_image).map_err(io(&image))?;
+    let cpio = dir.join(PAYLOAD_FILE);
+    std::fs::write(&cpio, payload(config, guest).to_cpio()).map_err(io(&cpio))?;
+    Ok([image, cpio])
+}
+
 /// Builds everything, boots it under QEMU, and judges the console.
 pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
     config.validate()?;
     let qemu_program = prereq::ensure_qemu()?;
-    let guest = prepare_guest(config)?;
+    let uboot_bin = match config.firmware {
+        Firmware::UBoot => Some(prereq::ensure_uboot()?),
+        Firmware::None => None,
+    };
+    let mut guest = prepare_guest(config)?;
     let dir = RunDir::create()?;
-    let (machine, kernel, initrd, append) = match (config.boot, &guest.hypervisor_image) {
+    let firmware = match uboot_bin {
+        Some(bios) => {
+            let environment = dir.0.path().join("uboot-env.img");
+            uboot::write_flash_image(&environment).map_err(|error| RunnerError::Io {
+                what: format!("writing {}", environment.display()),
+                error,
+            })?;
+            if let Some(image) = &guest.hypervisor_image {
+                let header =
+                    image::built_image_header(image).map_err(|error| RunnerError::Image {
+                        elf: PathBuf::from(HYPERVISOR),
+                        error,
+                    })?;
+                if !header.anywhere {
+                    return Err(RunnerError::Config(
+                        "the hypervisor Image header does not say it may be placed anywhere \
+                         (flags bit 3): booti would move it to the base of RAM, over the device \
+                         tree"
+                            .into(),
+                    ));
+                }
+                let start = uboot::load_address(header.text_offset);
+                if start + header.image_size > uboot::RAMDISK_ADDR {
+                    return Err(RunnerError::Config(format!(
+                        "the hypervisor Image occupies {:#x}..{:#x} when U-Boot runs it, past \
+                         the payload's load address {:#x}",
+                        start,
+                        start + header.image_size,
+                        uboot::RAMDISK_ADDR
+                    )));
+                }
+                // booti runs the hypervisor at the load address, not where
+                // QEMU would put it.
+                if let Some(symbols) = guest.symbols.first_mut() {
+                    symbols.offset = symbols
+                        .offset
+                        .wrapping_add(start)
+                        .wrapping_sub(qemu::virt_load_address(header.text_offset));
+                }
+            }
+            Some(uboot::UBootFiles { bios, environment })
+        }
+        None => None,
+    };
+    let symbols = std::mem::take(&mut guest.symbols);
+    let hypervisor_image = guest.hypervisor_image.take();
+    let (machine, kernel, initrd, append) = match (config.boot, &hypervisor_image) {
         (Boot::Hypervisor, Some(hypervisor_image)) => {
-            let payload = Payload {
-                kernel: guest.kernel,
-                initrd: guest.initrd,
-                cmdline: Some(guest.cmdline),
-                vcpus: config.vcpus,
-                mem_mib: config.guest_mem_mib,
-            };
-            let kernel = dir.write("hypervisor.img", hypervisor_image)?;
-            let initrd = dir.write("payload.cpio", &payload.to_cpio())?;
+            let kernel = dir.write(HYPERVISOR_IMAGE_FILE, hypervisor_image)?;
+            let initrd = dir.write(PAYLOAD_FILE, &payload(config, guest).to_cpio())?;
             (Machine::WithEl2, kernel, Some(initrd), None)
         }
         _ => {
@@ -690,6 +924,7 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
         cpu: config.cpu.clone(),
         smp: config.smp,
         mem_mib: config.mem_mib,
+        firmware,
         kernel,
         initrd,
         append,
@@ -702,7 +937,7 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
              attach from another terminal with:\n    {}\n(then `continue`; `break <symbol>` \
              and `hbreak` work before it)",
             qemu::GDB_PORT,
-            qemu::gdb_command(&guest.symbols)
+            qemu::gdb_command(&symbols)
         );
     }
     let interactive = config.is_interactive();
@@ -723,12 +958,13 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
         error,
     })?;
     Ok(RunReport {
-        verdict: judge(
+        verdict: judge_run(
             &outcome.transcript,
             &outcome.ending,
             &outcome.status,
             watch.timeout.unwrap_or_default(),
             expectation,
+            config.firmware,
         ),
         transcript: outcome.transcript,
         qemu_status: outcome.status,
@@ -819,6 +1055,60 @@ mod tests {
             ),
             Verdict::VmStopped(_)
         ));
+    }
+
+    #[test]
+    fn a_u_boot_run_needs_the_boot_command_to_have_run_and_not_failed() {
+        let limit = Duration::from_secs(9);
+        let ok = exited(0);
+        let expect = Expectation::ResultThenExit;
+        let judged = |t: &Transcript, ending: Ending, firmware| {
+            judge_run(t, &ending, &ok, limit, expect, firmware)
+        };
+        let booted = transcript(&[
+            "U-Boot 2023.01",
+            "[u-boot] loading the hypervisor to 0x40400000 and the payload to 0x44000000",
+            "Starting kernel ...",
+            "RESULT: PASS",
+            "[hv] system off",
+        ]);
+        assert_eq!(
+            judged(&booted, Ending::Exited, Firmware::UBoot),
+            Verdict::Pass
+        );
+        let failed = transcript(&[
+            "[u-boot] loading the hypervisor to 0x40400000 and the payload to 0x44000000",
+            "Bad Linux ARM64 Image magic!",
+            "[u-boot] ERROR: the boot command failed",
+        ]);
+        assert_eq!(
+            judged(&failed, Ending::StoppedAfterGrace, Firmware::UBoot),
+            Verdict::FirmwareFailed(
+                "the boot command failed (U-Boot said before: `Bad Linux ARM64 Image magic!`)"
+                    .into()
+            )
+        );
+        // U-Boot's own distro boot would also boot the hypervisor, but not
+        // with the runner's command: that is not the boot under test.
+        let default_environment = transcript(&[
+            "U-Boot 2023.01+dfsg-2+deb12u3 (Jun 22 2026 - 08:38:07 +0000)",
+            "Starting kernel ...",
+            "RESULT: PASS",
+        ]);
+        match judged(&default_environment, Ending::Exited, Firmware::UBoot) {
+            Verdict::FirmwareFailed(why) => assert!(why.contains("never ran"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            judged(&default_environment, Ending::Exited, Firmware::None),
+            Verdict::Pass
+        );
+        // QEMU that never started U-Boot gets the ordinary verdict.
+        let nothing = transcript(&[]);
+        assert_eq!(
+            judged(&nothing, Ending::Exited, Firmware::UBoot),
+            Verdict::NoResult
+        );
     }
 
     #[test]
@@ -941,7 +1231,7 @@ mod tests {
 
     #[test]
     fn scenarios_have_names_and_cmdlines() {
-        for scenario in Scenario::ALL {
+        for &scenario in Scenario::ALL {
             assert_eq!(Scenario::from_name(scenario.name()), Some(scenario));
         }
         assert_eq!(Scenario::from_name("nope"), None);

@@ -26,8 +26,8 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::image::{HEADER_SIZE, ImageHeader, MAGIC, MAGIC_OFFSET};
 use crate::initramfs::{self, Init};
+use boot_payload::image::{ImageError, ImageHeader, KernelFormat, has_image_magic, parse_kernel};
 
 /// The gzip magic.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -123,6 +123,8 @@ pub enum KernelImageError {
     },
     /// An ELF file, neither an `Image` nor a raw binary.
     Elf,
+    /// An `Image` whose header is invalid.
+    Header(ImageError),
     /// An empty file.
     Empty,
 }
@@ -146,15 +148,12 @@ impl fmt::Display for KernelImageError {
                 "an ELF file; give an arm64 Image or a raw binary (objcopy -O binary)"
             ),
             KernelImageError::Empty => write!(f, "the file is empty"),
+            KernelImageError::Header(error) => write!(f, "bad Image header: {error}"),
         }
     }
 }
 
 impl std::error::Error for KernelImageError {}
-
-fn has_image_magic(bytes: &[u8]) -> bool {
-    bytes.len() >= HEADER_SIZE && bytes[MAGIC_OFFSET..MAGIC_OFFSET + 4] == MAGIC
-}
 
 /// The raw arm64 `Image` in `bytes`: itself, or decompressed when it is gzip.
 pub fn kernel_image(bytes: Vec<u8>) -> Result<Vec<u8>, KernelImageError> {
@@ -180,28 +179,21 @@ pub fn kernel_image(bytes: Vec<u8>) -> Result<Vec<u8>, KernelImageError> {
     }
 }
 
-/// How a kernel file is laid out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KernelFormat {
-    /// An arm64 `Image`.
-    Image,
-    /// A raw binary without a header.
-    RawBinary,
-}
-
 /// A kernel file given by the user: an `Image` (decompressed when gzip) or
-/// a raw binary; an ELF or empty file is refused.
+/// a raw binary; an ELF or empty file is refused. The hypervisor reads it
+/// with the same parser ([`parse_kernel`]).
 pub fn user_kernel(bytes: Vec<u8>) -> Result<(Vec<u8>, KernelFormat), KernelImageError> {
-    if bytes.is_empty() {
-        return Err(KernelImageError::Empty);
+    let bytes = if bytes.starts_with(&GZIP_MAGIC) {
+        kernel_image(bytes)?
+    } else {
+        bytes
+    };
+    match parse_kernel(&bytes) {
+        Ok((_, format)) => Ok((bytes, format)),
+        Err(ImageError::Elf) => Err(KernelImageError::Elf),
+        Err(ImageError::TooShort(0)) => Err(KernelImageError::Empty),
+        Err(error) => Err(KernelImageError::Header(error)),
     }
-    if bytes.starts_with(b"\x7fELF") {
-        return Err(KernelImageError::Elf);
-    }
-    if bytes.starts_with(&GZIP_MAGIC) || has_image_magic(&bytes) {
-        return kernel_image(bytes).map(|image| (image, KernelFormat::Image));
-    }
-    Ok((bytes, KernelFormat::RawBinary))
 }
 
 /// Why a Linux guest's files could not be had.
@@ -228,7 +220,7 @@ pub enum LinuxError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        error: crate::image::ImageError,
+        error: ImageError,
     },
 }
 
@@ -332,6 +324,7 @@ pub fn resolve(boot: &LinuxBoot, cpus: u32) -> Result<LinuxFiles, LinuxError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use boot_payload::image::{MAGIC, MAGIC_OFFSET};
     use std::io::Write;
 
     fn fake_image() -> Vec<u8> {

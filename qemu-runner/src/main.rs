@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use qemu_runner::linux::{BusyboxInit, InitrdSource, KernelSource, LinuxBoot};
-use qemu_runner::{Boot, ConsoleInput, RunConfig, Scenario};
+use qemu_runner::{Boot, ConsoleInput, Firmware, RunConfig, Scenario};
 
 const USAGE: &str = "\
 usage: qemu-runner [options] [-- extra QEMU arguments]
@@ -26,7 +26,7 @@ qemu-system-aarch64 -machine virt,virtualization=on,gic-version=3, streams the
 console and exits 0 only when the guest prints RESULT: PASS.
 
 options:
-  --guest SCENARIO   test guest scenario: memory (default) or bad-guest
+  --guest SCENARIO   test guest scenario (default memory; the list follows)
   --smp N            emulated CPUs (default 4)
   --mem MIB          machine RAM in MiB (default 1024)
   --guest-mem MIB    guest RAM in MiB (vm.conf mem_mib; hypervisor default 128)
@@ -37,6 +37,11 @@ options:
   --gdb              start halted with QEMU's gdb stub on localhost:1234 and print
                      the gdb-multiarch command that attaches (no timeout)
   --direct           boot the guest alone at EL1, without the hypervisor
+  --emit DIR         build and write hypervisor.img and payload.cpio into DIR
+                     (the files a board's U-Boot loads) instead of running QEMU
+  --firmware NAME    what starts the hypervisor: none (default: QEMU's -kernel)
+                     or u-boot (Debian's u-boot-qemu loads it and the payload
+                     from fw_cfg and runs booti, as on a board)
 
 Linux guest (instead of the test guest; defaults become --smp 2, --guest-mem 512,
 --mem 1024 under the hypervisor or 512 with --direct, --timeout 300):
@@ -55,8 +60,18 @@ Linux guest (instead of the test guest; defaults become --smp 2, --guest-mem 512
                      rdinit=/init, plus loglevel=5 with --linux-test)
   -h, --help         this text";
 
+/// The usage text with the test guest's scenarios.
+fn usage() -> String {
+    format!(
+        "{USAGE}\n\ntest guest scenarios (--guest): {}",
+        Scenario::names()
+    )
+}
+
 enum Parsed {
     Run(RunConfig),
+    /// `--emit DIR`: build and write the boot files, run nothing.
+    Emit(RunConfig, std::path::PathBuf),
     Help,
 }
 
@@ -120,6 +135,7 @@ impl LinuxOptions {
 fn parse(args: &[String]) -> Result<Parsed, String> {
     let mut config = RunConfig::default();
     let mut linux = LinuxOptions::default();
+    let mut emit = None;
     let mut given: Vec<&str> = Vec::new();
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -136,10 +152,20 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             "-h" | "--help" => return Ok(Parsed::Help),
             "--gdb" => config.gdb = true,
             "--direct" => config.boot = Boot::Direct,
+            "--emit" => emit = Some(std::path::PathBuf::from(value(name, inline, &mut rest)?)),
+            "--firmware" => {
+                let name = value(name, inline, &mut rest)?;
+                config.firmware = Firmware::from_name(name).ok_or_else(|| {
+                    format!("--firmware: unknown firmware `{name}` (none, u-boot)")
+                })?;
+            }
             "--guest" => {
                 let scenario = value(name, inline, &mut rest)?;
                 config.scenario = Scenario::from_name(scenario).ok_or_else(|| {
-                    format!("--guest: unknown scenario `{scenario}` (memory, bad-guest)")
+                    format!(
+                        "--guest: unknown scenario `{scenario}` ({})",
+                        Scenario::names()
+                    )
                 })?;
             }
             "--smp" => config.smp = number(name, value(name, inline, &mut rest)?)?,
@@ -164,7 +190,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
     }
     let Some(linux) = linux.boot()? else {
         config.validate().map_err(|error| error.to_string())?;
-        return Ok(Parsed::Run(config));
+        return Ok(run_or_emit(config, emit));
     };
     if given.contains(&"--guest") {
         return Err("--guest picks a test guest scenario; a Linux guest has none".into());
@@ -198,19 +224,40 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
         }
     };
     config.validate().map_err(|error| error.to_string())?;
-    Ok(Parsed::Run(config))
+    Ok(run_or_emit(config, emit))
+}
+
+fn run_or_emit(config: RunConfig, emit: Option<std::path::PathBuf>) -> Parsed {
+    match emit {
+        Some(dir) => Parsed::Emit(config, dir),
+        None => Parsed::Run(config),
+    }
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut config = match parse(&args) {
         Ok(Parsed::Run(config)) => config,
+        Ok(Parsed::Emit(config, dir)) => {
+            return match qemu_runner::emit_boot_files(&config, &dir) {
+                Ok(files) => {
+                    for file in files {
+                        eprintln!("qemu-runner: wrote {}", file.display());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("qemu-runner: {error}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Ok(Parsed::Help) => {
-            println!("{USAGE}");
+            println!("{}", usage());
             return ExitCode::SUCCESS;
         }
         Err(message) => {
-            eprintln!("qemu-runner: {message}\n\n{USAGE}");
+            eprintln!("qemu-runner: {message}\n\n{}", usage());
             return ExitCode::from(2);
         }
     };
@@ -266,8 +313,26 @@ mod tests {
         let args: Vec<String> = words.split_whitespace().map(String::from).collect();
         match parse(&args)? {
             Parsed::Run(config) => Ok(config),
+            Parsed::Emit(..) => Err("emit".into()),
             Parsed::Help => Err("help".into()),
         }
+    }
+
+    #[test]
+    fn emit_names_a_directory_and_keeps_the_other_options() {
+        let args: Vec<String> = "--linux-test --vcpus 1 --emit /tmp/boot"
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        match parse(&args).unwrap() {
+            Parsed::Emit(config, dir) => {
+                assert_eq!(dir, std::path::PathBuf::from("/tmp/boot"));
+                assert_eq!(config.vcpus, Some(1));
+                assert!(config.linux.is_some());
+            }
+            _ => panic!("--emit is an emit"),
+        }
+        assert!(parse_words("--emit").is_err());
     }
 
     #[test]
@@ -285,7 +350,15 @@ mod tests {
         assert_eq!(config.guest_mem_mib, Some(64));
         assert_eq!(config.extra_qemu_args, ["-d", "int"]);
         assert_eq!(config.boot, Boot::Hypervisor);
+        assert_eq!(config.firmware, Firmware::None);
         assert!(!config.gdb);
+        let uboot = parse_words("--firmware u-boot --linux-test").unwrap();
+        assert_eq!(uboot.firmware, Firmware::UBoot);
+        assert_eq!(uboot.smp, 2, "Linux defaults still apply");
+        assert_eq!(
+            parse_words("--firmware=none").unwrap().firmware,
+            Firmware::None
+        );
     }
 
     #[test]
@@ -300,6 +373,8 @@ mod tests {
         assert!(parse_words("--cmdline quiet").is_err());
         assert!(parse_words("--linux-test --initrd x").is_err());
         assert!(parse_words("--linux --guest memory").is_err());
+        assert!(parse_words("--firmware uefi").is_err());
+        assert!(parse_words("--firmware").is_err());
         for bad in [
             "--smp 0",
             "--smp 33",
@@ -310,6 +385,7 @@ mod tests {
             "--timeout 0",
             "--linux --smp 0",
             "--linux --direct --guest-mem 64",
+            "--direct --firmware u-boot",
         ] {
             let why = parse_words(bad).expect_err(bad);
             let option = bad.split_whitespace().rev().nth(1).unwrap();

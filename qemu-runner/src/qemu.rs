@@ -10,7 +10,8 @@
 //! `STAT` lines and `[hv] system off`),
 //! `[hv] system off` or a hypervisor panic (time to exit), a guest kernel
 //! failure report (time for the backtrace that follows; a panicked kernel
-//! never exits). The earliest such stop wins; the overall timeout kills QEMU
+//! never exits), U-Boot's report that its boot command failed (it then waits
+//! at its prompt). The earliest such stop wins; the overall timeout kills QEMU
 //! in any case. A session a person drives ([`Watch::follow_to_exit`]) ignores
 //! the stop lines. QEMU is stopped with SIGTERM first (it restores the
 //! terminal), then SIGKILL.
@@ -24,6 +25,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::console::{Line, Transcript};
+use crate::uboot::UBootFiles;
 
 /// How long after a line of this kind QEMU may still run before it is
 /// stopped (`None`: the line does not end the run).
@@ -32,7 +34,12 @@ pub fn grace_after(line: &Line) -> Option<Duration> {
         Line::Result(_) | Line::VmStopped(_) => Some(RESULT_GRACE),
         Line::SystemOff | Line::HypervisorPanic(_) => Some(EXIT_GRACE),
         Line::KernelFault(_) => Some(FAULT_GRACE),
-        Line::GuestNotStarted(_) | Line::Stat { .. } | Line::HypervisorLog | Line::Other => None,
+        Line::FirmwareFailed(_) => Some(FIRMWARE_GRACE),
+        Line::GuestNotStarted(_)
+        | Line::Stat { .. }
+        | Line::HypervisorLog
+        | Line::FirmwareLog
+        | Line::Other => None,
     }
 }
 
@@ -43,6 +50,9 @@ pub const EXIT_GRACE: Duration = Duration::from_secs(3);
 /// How long to keep reading after a guest kernel failure report (the
 /// backtrace and register dump that follow it).
 pub const FAULT_GRACE: Duration = Duration::from_secs(5);
+/// How long to keep reading after U-Boot reported that its boot command
+/// failed (its own error lines come before; nothing useful comes after).
+pub const FIRMWARE_GRACE: Duration = Duration::from_secs(1);
 /// The gdb stub port QEMU's `-s` opens.
 pub const GDB_PORT: u16 = 1234;
 
@@ -68,6 +78,11 @@ pub struct QemuSetup {
     pub smp: u32,
     /// `-m`, in MiB.
     pub mem_mib: u32,
+    /// Firmware QEMU starts instead of entering `-kernel` itself: U-Boot
+    /// (`-bios`, its environment on the second flash bank), which finds
+    /// `-kernel` and `-initrd` in QEMU's fw_cfg device. `None`: QEMU loads
+    /// the kernel, initrd and device tree and enters the kernel.
+    pub firmware: Option<UBootFiles>,
     /// `-kernel`: a raw arm64 Image.
     pub kernel: PathBuf,
     /// `-initrd`.
@@ -100,11 +115,17 @@ impl QemuSetup {
             "-nic",
             "none",
             "-no-reboot",
-            "-kernel",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if let Some(uboot) = &self.firmware {
+            args.push("-bios".into());
+            args.push(uboot.bios.display().to_string());
+            args.push("-drive".into());
+            args.push(crate::uboot::pflash_drive(&uboot.environment));
+        }
+        args.push("-kernel".into());
         args.push(self.kernel.display().to_string());
         if let Some(initrd) = &self.initrd {
             args.push("-initrd".into());
@@ -207,7 +228,11 @@ pub fn run(setup: &QemuSetup, watch: Watch) -> std::io::Result<QemuRun> {
     let lines = spawn_stdout_reader(child.stdout.take().expect("stdout is piped"), watch.echo);
     let stderr = spawn_stderr_reader(child.stderr.take().expect("stderr is piped"), watch.echo);
 
-    let mut transcript = Transcript::default();
+    let mut transcript = if setup.firmware.is_some() {
+        Transcript::with_firmware()
+    } else {
+        Transcript::default()
+    };
     let deadline = watch.timeout.map(|timeout| start + timeout);
     let mut stop_at: Option<Instant> = None;
     let ending = loop {
@@ -408,6 +433,7 @@ mod tests {
             cpu: "max,pauth=off".into(),
             smp: 4,
             mem_mib: 1024,
+            firmware: None,
             kernel: "/t/hypervisor.img".into(),
             initrd: Some("/t/payload.cpio".into()),
             append: None,
@@ -453,27 +479,58 @@ mod tests {
     #[test]
     fn no_command_line_gets_a_default_nic() {
         // QEMU's `virt` adds a virtio NIC unless told not to, and then needs
-        // the `efi-virtio.rom` option ROM that a minimal install lacks.
+        // the `efi-virtio.rom` option ROM that a minimal install lacks. Only
+        // U-Boot, when asked for, is firmware; nothing loads an option ROM.
+        let uboot = UBootFiles {
+            bios: "/usr/lib/u-boot/qemu_arm64/u-boot.bin".into(),
+            environment: "/t/uboot-env.img".into(),
+        };
         for machine in [Machine::WithEl2, Machine::El1Only] {
             for gdb in [false, true] {
                 for append in [None, Some("console=ttyAMA0".to_string())] {
-                    let args = QemuSetup {
-                        machine,
-                        gdb,
-                        append,
-                        extra_args: Vec::new(),
-                        ..setup()
+                    for firmware in [None, Some(uboot.clone())] {
+                        let args = QemuSetup {
+                            machine,
+                            gdb,
+                            append: append.clone(),
+                            firmware: firmware.clone(),
+                            extra_args: Vec::new(),
+                            ..setup()
+                        }
+                        .args();
+                        let nics: Vec<_> = args
+                            .windows(2)
+                            .filter(|pair| ["-nic", "-net", "-netdev"].contains(&pair[0].as_str()))
+                            .collect();
+                        assert_eq!(nics, [["-nic", "none"]], "{args:?}");
+                        assert!(!args.iter().any(|a| a.contains("romfile")), "{args:?}");
+                        assert_eq!(
+                            args.iter().any(|a| a == "-bios"),
+                            firmware.is_some(),
+                            "{args:?}"
+                        );
                     }
-                    .args();
-                    let nics: Vec<_> = args
-                        .windows(2)
-                        .filter(|pair| ["-nic", "-net", "-netdev"].contains(&pair[0].as_str()))
-                        .collect();
-                    assert_eq!(nics, [["-nic", "none"]], "{args:?}");
-                    assert!(!args.iter().any(|a| a == "-bios" || a.contains("romfile")));
                 }
             }
         }
+    }
+
+    #[test]
+    fn u_boot_gets_its_environment_flash_and_the_files_through_fw_cfg() {
+        let setup = QemuSetup {
+            firmware: Some(UBootFiles {
+                bios: "/u/u-boot.bin".into(),
+                environment: "/t/env.img".into(),
+            }),
+            ..setup()
+        };
+        let joined = setup.args().join(" ");
+        assert!(joined.contains(
+            "-no-reboot -bios /u/u-boot.bin -drive \
+             if=pflash,unit=1,format=raw,readonly=on,file=/t/env.img -kernel /t/hypervisor.img \
+             -initrd /t/payload.cpio"
+        ));
+        assert!(joined.starts_with("-machine virt,virtualization=on,gic-version=3 "));
     }
 
     #[test]
@@ -525,6 +582,11 @@ mod tests {
             Some(FAULT_GRACE)
         );
         assert_eq!(grace_after(&classify("STAT vm0 exits_hvc 3")), None);
+        assert_eq!(
+            grace_after(&classify(crate::uboot::FAILED_MARKER)),
+            Some(FIRMWARE_GRACE)
+        );
+        assert_eq!(grace_after(&classify(crate::uboot::START_MARKER)), None);
         assert_eq!(grace_after(&classify("LINUX-INIT: started")), None);
     }
 

@@ -40,21 +40,11 @@ fn run_guest(cpu: &str) -> RunReport {
     qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
 }
 
-fn explain(report: &RunReport) -> String {
-    format!(
-        "verdict: {}\ncommand: {}\n--- console ---\n{}--- QEMU stderr ---\n{}",
-        report.verdict,
-        report.command_line,
-        report.console(),
-        report.qemu_stderr
-    )
-}
-
 fn counter(report: &RunReport, name: &str) -> u64 {
     report
         .counters()
         .get(0, name)
-        .unwrap_or_else(|| panic!("no `STAT vm0 {name}` line\n{}", explain(report)))
+        .unwrap_or_else(|| panic!("no `STAT vm0 {name}` line\n{}", report.explain()))
 }
 
 /// 4 KiB pages the VM's stage 2 mapped.
@@ -65,11 +55,11 @@ fn mapped_pages(report: &RunReport) -> u64 {
 }
 
 fn check_passed(report: &RunReport) {
-    assert!(report.passed(), "{}", explain(report));
+    assert!(report.passed(), "{}", report.explain());
     assert!(
         report.transcript.system_off,
         "no `[hv] system off`\n{}",
-        explain(report)
+        report.explain()
     );
 }
 
@@ -81,7 +71,7 @@ fn has_line(report: &RunReport, needle: &str) -> bool {
 fn guest_on_cortex_a72_cleans_mapped_pages_and_converts_set_way() {
     let report = run_guest(A72);
     check_passed(&report);
-    let explain = explain(&report);
+    let explain = report.explain();
     assert!(has_line(&report, "no FEAT_S2FWB"), "{explain}");
     assert!(
         has_line(&report, "test-guest: set/way: caches off and on"),
@@ -112,7 +102,7 @@ fn guest_on_cortex_a72_cleans_mapped_pages_and_converts_set_way() {
 fn guest_on_max_with_fwb_does_no_data_cache_maintenance() {
     let report = run_guest(qemu_runner::DEFAULT_CPU);
     check_passed(&report);
-    let explain = explain(&report);
+    let explain = report.explain();
     assert!(has_line(&report, "FEAT_S2FWB: stage 2 forces"), "{explain}");
     assert!(
         has_line(&report, "test-guest: set/way: caches off and on"),
@@ -145,7 +135,7 @@ fn linux_on_cortex_a72_boots_with_every_mapped_page_cleaned() {
     let report =
         qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
     check_passed(&report);
-    let explain = explain(&report);
+    let explain = report.explain();
     assert!(
         report.command_line.contains("cortex-a72"),
         "{}",

@@ -23,7 +23,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use qemu_runner::console::GuestResult;
 use qemu_runner::linux::{InitrdSource, KernelSource, LinuxBoot};
+use qemu_runner::qemu::{Machine, QemuSetup, Watch};
 use qemu_runner::{Boot, RunConfig, Verdict};
 
 /// `b .`
@@ -237,6 +239,46 @@ fn a_kernel_run_without_a_terminal_honours_the_timeout_and_reads_no_input() {
     );
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("qemu-runner: PASS"), "{stderr}");
+}
+
+#[test]
+fn emitted_boot_files_boot_by_hand_as_the_readme_says() {
+    let dir = std::env::temp_dir().join(format!("e2e-runner-emit-{}", std::process::id()));
+    let config = RunConfig {
+        echo: false,
+        ..RunConfig::default()
+    };
+    let [image, payload] = qemu_runner::emit_boot_files(&config, &dir).expect("files written");
+    // The README's by-hand command, as the runner's one builder writes it.
+    let setup = QemuSetup {
+        program: qemu_runner::prereq::ensure_qemu().expect("QEMU"),
+        machine: Machine::WithEl2,
+        cpu: qemu_runner::DEFAULT_CPU.into(),
+        smp: 4,
+        mem_mib: 1024,
+        firmware: None,
+        kernel: image,
+        initrd: Some(payload),
+        append: None,
+        gdb: false,
+        extra_args: Vec::new(),
+    };
+    let watch = Watch {
+        timeout: Some(Duration::from_secs(120)),
+        echo: false,
+        interactive: false,
+        follow_to_exit: false,
+    };
+    let run = qemu_runner::qemu::run(&setup, watch).expect("QEMU runs");
+    assert_eq!(
+        run.transcript.result,
+        Some(GuestResult::Pass),
+        "{}\n{}",
+        setup.command_line(),
+        run.transcript.text
+    );
+    assert!(run.transcript.system_off, "{}", run.transcript.text);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

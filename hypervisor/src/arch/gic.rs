@@ -5,8 +5,10 @@
 //! routed to the boot CPU and enabled. [`init_cpu`] (every CPU): finds the
 //! CPU's redistributor by `GICR_TYPER` affinity in the device tree's regions,
 //! wakes it (`GICR_WAKER`), makes its SGIs and PPIs group 1 and enables the
-//! kick SGI, the maintenance PPI and the virtual timer PPI (both as the
-//! device tree names them); then the CPU
+//! kick SGI, the maintenance PPI and the PPIs of the guest's two EL1 timers,
+//! virtual and physical (as the device tree names them; the EL2 physical
+//! timer's PPI stays disabled: the hypervisor uses no timer, and all three
+//! timers are turned off first); then the CPU
 //! interface: `ICC_SRE_EL2` (SRE, Enable for EL1), `ICC_PMR_EL1` open,
 //! `ICC_CTLR_EL1.EOImode` 0 (an EOI at EL2 drops priority and deactivates:
 //! no list register is hardware-linked, every interrupt is finished here) and
@@ -15,14 +17,16 @@
 //! acknowledges them with [`acknowledge`] and finishes them with
 //! [`end_of_interrupt`].
 //!
-//! The virtual timer PPI is masked here ([`set_vtimer_masked`]) while its
-//! line is high, so the guest's `CNTV_CTL_EL0` stays exactly as it wrote it.
+//! A timer's PPI is masked here ([`set_timer_masked`]) while its line is
+//! high, so the guest's `CNTV_CTL_EL0` and `CNTP_CTL_EL0` stay exactly as it
+//! wrote them (see `crate::timer`).
 
 use super::percpu::{self, MAX_CPUS};
 use crate::host_gic::{
     self, DEFAULT_MAINTENANCE_INTID, HOST_PRIORITY, KICK_SGI, gicd, gicr, sgi1r_value,
 };
 use crate::platform::Gicv3;
+use crate::timer::TimerId;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicUsize, Ordering};
 use spin::Once;
@@ -31,7 +35,8 @@ use spin::Once;
 struct HostGic {
     maintenance: u32,
     regions: alloc::vec::Vec<crate::ranges::PhysRange>,
-    vtimer: u32,
+    /// The timers' host PPIs, in [`TimerId::index`] order.
+    timers: [u32; 2],
 }
 
 static GIC: Once<HostGic> = Once::new();
@@ -75,9 +80,9 @@ fn wait_distributor(distributor: usize) {
 }
 
 /// Boot CPU, once: sets up the distributor and routes `uart_intid` (an SPI)
-/// to the CPU with affinity `boot_mpidr`. `vtimer` is the virtual timer's
-/// PPI.
-pub fn init_distributor(gic: &Gicv3, vtimer: u32, uart_intid: Option<u32>, boot_mpidr: u64) {
+/// to the CPU with affinity `boot_mpidr`. `timers` are the host PPIs of the
+/// virtual and the EL1 physical timer ([`TimerId::index`] order).
+pub fn init_distributor(gic: &Gicv3, timers: [u32; 2], uart_intid: Option<u32>, boot_mpidr: u64) {
     let distributor = gic.distributor.start as usize;
     // Groups off, then affinity routing on, then group 1 on.
     write32(distributor + gicd::CTLR, 0);
@@ -118,7 +123,7 @@ pub fn init_distributor(gic: &Gicv3, vtimer: u32, uart_intid: Option<u32>, boot_
     GIC.call_once(|| HostGic {
         maintenance,
         regions: gic.redistributors.clone(),
-        vtimer,
+        timers,
     });
 }
 
@@ -143,10 +148,24 @@ pub fn init_cpu(index: usize) -> Result<(), GicError> {
     while read32(rd + gicr::WAKER) & gicr::WAKER_CHILDREN_ASLEEP != 0 {
         core::hint::spin_loop();
     }
+    // Whatever ran here before (firmware, a boot loader) may have left a
+    // timer on: the guest's two timers belong to no guest until a vCPU is
+    // loaded, and the EL2 physical timer to nobody, so all three go off
+    // before their PPIs (the EL1 ones) are enabled, and no level is left
+    // asserting while this CPU waits at EL2.
+    // SAFETY: turning timers off only stops their interrupt outputs; no
+    // guest runs on this CPU yet and the hypervisor uses no timer.
+    unsafe {
+        crate::write_sysreg!(cntv_ctl_el0, 0);
+        crate::write_sysreg!(cntp_ctl_el0, 0);
+        crate::write_sysreg!(cnthp_ctl_el2, 0);
+        core::arch::asm!("isb", options(nostack, preserves_flags));
+    }
     let sgi = rd + gicr::SGI_BASE;
     write32(sgi + gicr::ICENABLER0, u32::MAX);
     write32(sgi + gicr::IGROUPR0, u32::MAX);
-    for intid in [KICK_SGI, gic.maintenance, gic.vtimer] {
+    let [vtimer, ptimer] = gic.timers;
+    for intid in [KICK_SGI, gic.maintenance, vtimer, ptimer] {
         // SAFETY: byte access to the interrupt's priority byte, in the frame.
         unsafe {
             write_volatile(
@@ -157,7 +176,7 @@ pub fn init_cpu(index: usize) -> Result<(), GicError> {
     }
     write32(
         sgi + gicr::ISENABLER0,
-        1 << KICK_SGI | 1 << gic.maintenance | 1 << gic.vtimer,
+        1 << KICK_SGI | 1 << gic.maintenance | 1 << vtimer | 1 << ptimer,
     );
     SGI_BASES[index].store(sgi, Ordering::Release);
     // SAFETY: these ICC registers configure this CPU's physical interface;
@@ -180,9 +199,10 @@ pub fn maintenance_intid() -> u32 {
         .map_or(DEFAULT_MAINTENANCE_INTID, |g| g.maintenance)
 }
 
-/// The virtual timer PPI of this machine.
-pub fn vtimer_intid() -> u32 {
-    GIC.get().map_or(crate::vgic::VTIMER_INTID, |g| g.vtimer)
+/// The host PPIs of the guest's timers, in [`TimerId::index`] order.
+pub fn timer_intids() -> [u32; 2] {
+    GIC.get()
+        .map_or(TimerId::ALL.map(|t| t.host_intid(None)), |g| g.timers)
 }
 
 /// Acknowledges the highest-priority pending group 1 interrupt
@@ -197,15 +217,15 @@ pub fn end_of_interrupt(intid: u32) {
     unsafe { crate::write_sysreg!(icc_eoir1_el1, u64::from(intid)) };
 }
 
-/// Masks (`true`) or unmasks this CPU's virtual timer PPI at its
+/// Masks (`true`) or unmasks this CPU's PPI of `timer` at its
 /// redistributor.
-pub fn set_vtimer_masked(masked: bool) {
+pub fn set_timer_masked(timer: TimerId, masked: bool) {
     let index = percpu::current().index();
     let sgi = SGI_BASES[index].load(Ordering::Acquire);
     if sgi == 0 {
         return;
     }
-    let bit = 1 << vtimer_intid();
+    let bit = 1 << timer_intids()[timer.index()];
     if masked {
         write32(sgi + gicr::ICENABLER0, bit);
     } else {

@@ -17,20 +17,24 @@
 //! with their GIC CPU interface disabled.
 //! Guest `SYSTEM_OFF` prints the counters and powers the machine off; a VM that
 //! must stop (an exit the hypervisor cannot decode) is reported the same way.
+//! Every log line a guest can cause goes through [`Vm::log_event`], which asks
+//! the VM's `event_log::EventLog` (fixed size, rate-limited per kind, timed by
+//! the system counter) whether to print it.
 
 use super::boot::boot_info;
 use super::stage2::FrameMemory;
 use super::vcpu::Vcpu;
 use super::{console, firmware, gic, memory, sysreg};
 use crate::cache_maint::{CacheCaps, IcacheInval};
-use crate::counters::VmCounters;
+use crate::counters::{Counter, VmCounters};
+use crate::event_log::{Event, EventKind, EventLog, LogDecision, RatePolicy};
+use crate::fault::SlotView;
 use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestTimer};
 use crate::guest_layout::{
     self, GUEST_GICD_BASE, GUEST_GICR_BASE, GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE,
     GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE, GUEST_UART_SIZE, GUEST_UART_SPI,
     vcpu_mpidr,
 };
-use crate::image::{self, KernelFormat};
 use crate::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::pl011::{ConsoleLine, Pl011, RxBacklog};
 use crate::psci::{BootRequest, PowerStates};
@@ -38,12 +42,12 @@ use crate::ranges::PhysRange;
 use crate::read_sysreg;
 use crate::tlb_count::CountingTlb;
 use crate::vgic::{self, Vgic, VgicConfig};
-use crate::vmconf::{DEFAULT_MEM_MIB, VmConf};
-use crate::{cpio, fault::SlotView};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
-use alloc::vec::Vec;
+use boot_payload::image::{self, KernelFormat};
+use boot_payload::vmconf::DEFAULT_MEM_MIB;
+use boot_payload::{PayloadError, PayloadRef};
 use core::sync::atomic::{AtomicBool, Ordering};
 use crossbeam_epoch::Collector;
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, SlotSpec};
@@ -101,9 +105,9 @@ pub struct Vm {
     pub power: PowerStates,
     /// Event counters.
     pub counters: &'static VmCounters,
-    /// Hypercall function ids already reported as unknown (each is logged
-    /// once per VM).
-    reported_calls: Mutex<Vec<u64>>,
+    /// What the guest made the hypervisor log: per-kind rate limits and the
+    /// unknown ids already logged, all of fixed size.
+    event_log: Mutex<EventLog>,
     stopping: AtomicBool,
 }
 
@@ -112,14 +116,11 @@ static VM: Once<&'static Vm> = Once::new();
 /// Why a VM could not be created from the payload.
 #[derive(Debug)]
 pub enum VmError {
-    /// The payload is not a valid archive.
-    Payload(cpio::CpioError),
-    /// The archive has no `kernel` entry.
-    NoKernel,
+    /// The payload is not a valid archive, has no kernel, or has a bad
+    /// `cmdline` or `vm.conf`.
+    Payload(PayloadError),
     /// The kernel is neither an arm64 Image nor a raw binary.
-    Kernel(crate::image::ImageError),
-    /// `vm.conf` is invalid.
-    Conf(crate::vmconf::VmConfError),
+    Kernel(image::ImageError),
     /// More vCPUs than online CPUs.
     TooManyVcpus {
         /// vCPUs asked for.
@@ -146,10 +147,8 @@ pub enum VmError {
 impl core::fmt::Display for VmError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Self::Payload(e) => write!(f, "payload: {e}"),
-            Self::NoKernel => write!(f, "payload has no `kernel` entry"),
+            Self::Payload(e) => write!(f, "{e}"),
             Self::Kernel(e) => write!(f, "kernel: {e}"),
-            Self::Conf(e) => write!(f, "{e}"),
             Self::TooManyVcpus { asked, online } => {
                 write!(
                     f,
@@ -188,15 +187,47 @@ impl Vm {
         })
     }
 
-    /// Whether hypercall `id` is reported for the first time in this VM
-    /// (and records it).
-    pub fn first_report_of_call(&self, id: u64) -> bool {
-        let mut reported = self.reported_calls.lock();
-        if reported.contains(&id) {
-            false
-        } else {
-            reported.push(id);
-            true
+    /// Logs `args` at `level` as a line of vCPU `vcpu` about the
+    /// guest-driven `event`, if the VM's event log admits it: a line after
+    /// suppressed ones says how many were dropped; a suppressed line is
+    /// counted (`log_lines_suppressed`). Bounded in time and memory whatever
+    /// the guest does.
+    pub fn log_event(
+        &self,
+        vcpu: usize,
+        event: Event,
+        level: log::Level,
+        args: core::fmt::Arguments<'_>,
+    ) {
+        let now = read_sysreg!(cntpct_el0);
+        let decision = self.event_log.lock().admit(event, now);
+        match decision {
+            LogDecision::Log { suppressed: 0 } => {
+                log::log!(level, "vm{} vcpu{vcpu}: {args}", self.index);
+            }
+            LogDecision::Log { suppressed } => log::log!(
+                level,
+                "vm{} vcpu{vcpu}: {args} ({suppressed} earlier {} lines suppressed)",
+                self.index,
+                event.kind().name()
+            ),
+            LogDecision::Suppress => self.counters.bump(Counter::LogLinesSuppressed),
+            LogDecision::Repeat => {}
+        }
+    }
+
+    /// Says how many guest-driven lines of each kind were suppressed since the
+    /// last one printed (at power-off, so that no count goes unreported).
+    fn report_suppressed_lines(&self) {
+        for kind in EventKind::ALL {
+            let suppressed = self.event_log.lock().take_suppressed(kind);
+            if suppressed > 0 {
+                log::info!(
+                    "vm{}: {suppressed} more {} lines suppressed by the rate limit",
+                    self.index,
+                    kind.name()
+                );
+            }
         }
     }
 
@@ -235,6 +266,7 @@ impl Vm {
     }
 
     fn print_counters(&self) {
+        self.report_suppressed_lines();
         for (name, value) in self.counters.snapshot() {
             console::write_line(format_args!("STAT vm{} {name} {value}", self.index));
         }
@@ -276,18 +308,13 @@ impl Vm {
 
 fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let info = boot_info();
-    let entries = || cpio::entries(payload);
-    let kernel = entries()
-        .find("kernel")
-        .map_err(VmError::Payload)?
-        .ok_or(VmError::NoKernel)?;
-    let initrd = entries().find("initrd").map_err(VmError::Payload)?;
-    let cmdline = entries().find("cmdline").map_err(VmError::Payload)?;
-    let conf = match entries().find("vm.conf").map_err(VmError::Payload)? {
-        Some(e) => VmConf::parse(e.data).map_err(VmError::Conf)?,
-        None => VmConf::default(),
-    };
-    let (header, kernel_format) = image::parse_kernel(kernel.data).map_err(VmError::Kernel)?;
+    let PayloadRef {
+        kernel,
+        initrd,
+        cmdline,
+        conf,
+    } = PayloadRef::parse(payload).map_err(VmError::Payload)?;
+    let (header, kernel_format) = image::parse_kernel(kernel).map_err(VmError::Kernel)?;
     let vcpus = match conf.vcpus {
         Some(n) if n as usize > info.cpus_online => {
             return Err(VmError::TooManyVcpus {
@@ -304,16 +331,10 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         ram,
         header.text_offset,
         header.image_size,
-        initrd.map(|e| e.data.len() as u64),
+        initrd.map(|data| data.len() as u64),
     )
     .map_err(|e| VmError::DoesNotFit(e.0))?;
-    let bootargs = cmdline
-        .map(|e| {
-            String::from_utf8_lossy(e.data)
-                .trim_end_matches(['\n', '\0'])
-                .into()
-        })
-        .unwrap_or_else(String::new);
+    let bootargs = String::from(cmdline.unwrap_or_default());
 
     let backing =
         memory::alloc_frames(mem_bytes, BACKING_ALIGN).ok_or(VmError::NoHostMemory(mem_bytes))?;
@@ -323,9 +344,9 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let guest_ram =
         unsafe { core::slice::from_raw_parts_mut(backing as *mut u8, mem_bytes as usize) };
     let at = |ipa: u64| (ipa - GUEST_RAM_BASE) as usize;
-    guest_ram[at(placement.kernel.start)..][..kernel.data.len()].copy_from_slice(kernel.data);
-    if let (Some(range), Some(entry)) = (placement.initrd, initrd) {
-        guest_ram[at(range.start)..][..entry.data.len()].copy_from_slice(entry.data);
+    guest_ram[at(placement.kernel.start)..][..kernel.len()].copy_from_slice(kernel);
+    if let (Some(range), Some(initrd)) = (placement.initrd, initrd) {
+        guest_ram[at(range.start)..][..initrd.len()].copy_from_slice(initrd);
     }
     let dtb = guest_dtb::build(&GuestDtbConfig {
         ram,
@@ -400,12 +421,17 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         device: DeviceId::Gic,
     })
     .map_err(VmError::Devices)?;
-    mmio.add(MmioRegion {
-        base: GUEST_GICR_BASE,
-        size: vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE,
-        device: DeviceId::Gic,
-    })
-    .map_err(VmError::Devices)?;
+    // Each redistributor's two 64 KiB frames (RD_base, SGI_base) are windows
+    // of their own, so an access across a frame boundary is refused like one
+    // past the end of a device.
+    for frame in 0..vcpus as u64 * (vgic::REDISTRIBUTOR_STRIDE / vgic::SGI_BASE_OFFSET) {
+        mmio.add(MmioRegion {
+            base: GUEST_GICR_BASE + frame * vgic::SGI_BASE_OFFSET,
+            size: vgic::SGI_BASE_OFFSET,
+            device: DeviceId::Gic,
+        })
+        .map_err(VmError::Devices)?;
+    }
     let vgic = Vgic::new(VgicConfig {
         distributor_base: GUEST_GICD_BASE,
         redistributor_base: GUEST_GICR_BASE,
@@ -439,7 +465,9 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         vgic,
         power: PowerStates::new(vcpus),
         counters,
-        reported_calls: Mutex::new(Vec::new()),
+        event_log: Mutex::new(EventLog::new(RatePolicy::for_counter_frequency(
+            read_sysreg!(cntfrq_el0),
+        ))),
         stopping: AtomicBool::new(false),
     }));
     log::info!(
@@ -447,7 +475,7 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
          kernel {:#x} ({} bytes{}), device tree {:#x}{}{}",
         mem_bytes >> 20,
         placement.kernel.start,
-        kernel.data.len(),
+        kernel.len(),
         match kernel_format {
             KernelFormat::Image => "",
             KernelFormat::RawBinary => ", raw binary: no Image header",

@@ -144,13 +144,26 @@ pub trait ListRegisters {
 /// `ELRSR` and `MISR` are computed from the list registers and `HCR` as the
 /// architecture defines them; [`acknowledge`](Self::acknowledge) and
 /// [`end_of_interrupt`](Self::end_of_interrupt) do what the guest's
-/// `ICC_IAR1_EL1` and `ICC_EOIR1_EL1` (EOImode 0) do to the list registers.
+/// `ICC_IAR1_EL1` and `ICC_EOIR1_EL1` (EOImode 0) do to the list registers
+/// and the active priorities: an interrupt is signalled only if it is more
+/// urgent than the running priority (whole priorities are compared, as with
+/// the smallest binary point; the priority mask is left open), and an EOI
+/// drops the running priority and deactivates the interrupt in its list
+/// register, or counts in `EOIcount` when no list register holds it active.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModelListRegisters {
     lrs: [u64; MAX_LIST_REGISTERS],
     count: usize,
     hcr: u64,
+    /// The active priorities (`ICH_AP1R<n>_EL2`): the priority of each
+    /// acknowledged interrupt not yet EOI'd, innermost (most urgent) last.
+    active_priorities: [u8; MAX_ACTIVE_PRIORITIES],
+    nested: usize,
 }
+
+/// Most nested acknowledgements the model tracks (one per priority value
+/// with five priority bits).
+const MAX_ACTIVE_PRIORITIES: usize = 32;
 
 impl ModelListRegisters {
     /// A CPU interface with `count` list registers (1..=16), all empty.
@@ -163,7 +176,29 @@ impl ModelListRegisters {
             lrs: [0; MAX_LIST_REGISTERS],
             count,
             hcr: 0,
+            active_priorities: [0; MAX_ACTIVE_PRIORITIES],
+            nested: 0,
         }
+    }
+
+    /// The running priority: the most urgent active priority (`None`: idle).
+    pub fn running_priority(&self) -> Option<u8> {
+        self.active_priorities[..self.nested].iter().copied().min()
+    }
+
+    /// The list register the CPU interface signals now: the most urgent
+    /// pending (not active) one that is more urgent than the running
+    /// priority. Returns its index and value.
+    pub fn signalled(&self) -> Option<(usize, ListRegister)> {
+        let running = self.running_priority();
+        self.lrs
+            .iter()
+            .take(self.count)
+            .map(|&v| ListRegister(v))
+            .enumerate()
+            .filter(|(_, lr)| lr.pending() && !lr.active())
+            .filter(|(_, lr)| running.is_none_or(|r| lr.priority() < r))
+            .min_by_key(|(_, lr)| (lr.priority(), lr.intid()))
     }
 
     /// The list registers' current values.
@@ -172,25 +207,34 @@ impl ModelListRegisters {
     }
 
     /// What the guest's acknowledge (`ICC_IAR1_EL1`) would return: the
-    /// highest-priority pending list register, whose state becomes active
+    /// [signalled](Self::signalled) list register, whose state becomes active
     /// (pending and active for a still-pending edge is not modelled: the list
-    /// register's pending bit is consumed). Returns the INTID.
+    /// register's pending bit is consumed) and whose priority becomes the
+    /// running priority. Returns the INTID.
     pub fn acknowledge(&mut self) -> Option<u32> {
-        let (index, lr) = self
-            .lrs
-            .iter()
-            .take(self.count)
-            .map(|&v| ListRegister(v))
-            .enumerate()
-            .filter(|(_, lr)| lr.pending() && !lr.active())
-            .min_by_key(|(_, lr)| (lr.priority(), lr.intid()))?;
+        let (index, lr) = self.signalled()?;
+        if self.nested == MAX_ACTIVE_PRIORITIES {
+            return None;
+        }
         self.lrs[index] = (lr.0 & !LR_PENDING) | LR_ACTIVE;
+        self.active_priorities[self.nested] = lr.priority();
+        self.nested += 1;
         Some(lr.intid())
     }
 
     /// The guest's EOI (priority drop and deactivation) of `intid`. Without a
     /// list register holding it active, `ICH_HCR_EL2.EOIcount` counts up.
     pub fn end_of_interrupt(&mut self, intid: u32) {
+        if let Some(innermost) = self.active_priorities[..self.nested]
+            .iter()
+            .enumerate()
+            .min_by_key(|&(_, &priority)| priority)
+            .map(|(index, _)| index)
+        {
+            self.active_priorities
+                .copy_within(innermost + 1..self.nested, innermost);
+            self.nested -= 1;
+        }
         let found = self.lrs.iter_mut().take(self.count).find(|v| {
             let lr = ListRegister(**v);
             lr.active() && lr.intid() == intid

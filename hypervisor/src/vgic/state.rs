@@ -10,9 +10,7 @@
 //! reports the vCPUs to kick: the interrupt's target if it is now
 //! deliverable, and the vCPU whose list registers hold it.
 
-use super::irq::{
-    FIRST_SPI, IntIdClass, IrqState, PRIVATE_COUNT, SGI_COUNT, Trigger, VTIMER_INTID,
-};
+use super::irq::{FIRST_SPI, IntIdClass, IrqState, PRIVATE_COUNT, SGI_COUNT, Trigger};
 use super::list_regs::MAX_LIST_REGISTERS;
 use super::sgi::{SgiGroup, SgiRequest};
 use super::{
@@ -311,12 +309,6 @@ impl VgicState {
         self.set_line(vcpu, intid, level)
     }
 
-    /// Drives `vcpu`'s virtual timer line (PPI 27): high while the guest's
-    /// `CNTV_CTL_EL0` has ENABLE and ISTATUS set. Returns the vCPUs to kick.
-    pub fn set_timer_level(&mut self, vcpu: usize, level: bool) -> Result<VcpuSet, VgicError> {
-        self.set_ppi_level(vcpu, VTIMER_INTID, level)
-    }
-
     /// Latches SPI `intid` pending (an edge, or a message). Returns the vCPUs
     /// to kick.
     pub fn inject_spi_edge(&mut self, intid: u32) -> Result<VcpuSet, VgicError> {
@@ -391,6 +383,7 @@ impl VgicState {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::super::VTIMER_INTID;
     use super::*;
 
     /// Two vCPUs (MPIDR 0.0.0.0 and 0.0.0.1), 64 SPIs, QEMU virt addresses.
@@ -527,9 +520,12 @@ pub(crate) mod tests {
         gic.vcpus[0].private[27].enabled = true;
         let mut zero = VcpuSet::EMPTY;
         zero.insert(0);
-        assert_eq!(gic.set_timer_level(0, true), Ok(zero));
+        assert_eq!(gic.set_ppi_level(0, VTIMER_INTID, true), Ok(zero));
         assert!(gic.has_deliverable(0));
-        assert_eq!(gic.set_timer_level(0, false), Ok(VcpuSet::EMPTY));
+        assert_eq!(
+            gic.set_ppi_level(0, VTIMER_INTID, false),
+            Ok(VcpuSet::EMPTY)
+        );
         assert!(!gic.has_deliverable(0));
     }
 

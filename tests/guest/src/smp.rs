@@ -61,16 +61,23 @@ impl Deadline {
 /// Starts every secondary in `platform` at the guest's secondary entry and
 /// waits until each has arrived in Rust.
 pub fn start_secondaries(platform: &Platform) -> Result<(), Failure> {
+    start_cpus(platform, 1..platform.cpus().len())
+}
+
+/// Starts the secondaries `cpus` (indices into `platform.cpus()`, never 0) at
+/// the guest's secondary entry and waits until each has arrived in Rust.
+pub fn start_cpus(platform: &Platform, cpus: core::ops::Range<usize>) -> Result<(), Failure> {
     let entry = boot::secondary_entry_address();
-    for (cpu, &mpidr) in platform.cpus().iter().enumerate().skip(1) {
+    let mpidrs = &platform.cpus()[cpus.clone()];
+    for (cpu, &mpidr) in cpus.clone().zip(mpidrs) {
         let status = psci::cpu_on(mpidr, entry, cpu as u64);
         if status != 0 {
             return Err(Failure::CpuOn { cpu, mpidr, status });
         }
     }
     let deadline = Deadline::step();
-    for (cpu, (&mpidr, arrived)) in platform.cpus().iter().zip(&ARRIVED).enumerate().skip(1) {
-        while !arrived.load(Ordering::Acquire) {
+    for (cpu, &mpidr) in cpus.zip(mpidrs) {
+        while !ARRIVED[cpu].load(Ordering::Acquire) {
             if deadline.passed() {
                 return Err(Failure::CpuNeverArrived { cpu });
             }

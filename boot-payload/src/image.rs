@@ -15,9 +15,11 @@
 //! since its first byte is not code.
 
 /// Size of the header.
-pub const HEADER_LEN: usize = 64;
-/// The magic at offset 0x38.
-pub const MAGIC: u32 = 0x644d_5241;
+pub const HEADER_SIZE: usize = 64;
+/// Offset of the magic in the header.
+pub const MAGIC_OFFSET: usize = 0x38;
+/// The magic, `ARM\x64`.
+pub const MAGIC: [u8; 4] = *b"ARM\x64";
 /// `text_offset` assumed when `image_size` is 0 (kernels before 3.17).
 pub const LEGACY_TEXT_OFFSET: u64 = 0x8_0000;
 /// Where a raw binary goes, from the start of guest RAM (QEMU's
@@ -45,8 +47,7 @@ pub fn parse_kernel(file: &[u8]) -> Result<(ImageHeader, KernelFormat), ImageErr
     if file.starts_with(ELF_MAGIC) {
         return Err(ImageError::Elf);
     }
-    let has_magic = file.len() >= HEADER_LEN && file[0x38..0x3c] == MAGIC.to_le_bytes();
-    if has_magic {
+    if has_image_magic(file) {
         return ImageHeader::parse(file).map(|header| (header, KernelFormat::Image));
     }
     let raw = ImageHeader {
@@ -57,13 +58,18 @@ pub fn parse_kernel(file: &[u8]) -> Result<(ImageHeader, KernelFormat), ImageErr
     Ok((raw, KernelFormat::RawBinary))
 }
 
+/// Whether `file` starts with an `Image` header (its magic).
+pub fn has_image_magic(file: &[u8]) -> bool {
+    file.len() >= HEADER_SIZE && file[MAGIC_OFFSET..MAGIC_OFFSET + 4] == MAGIC
+}
+
 /// Why a kernel image was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ImageError {
     /// Shorter than the 64-byte header.
     TooShort(usize),
-    /// No `ARM\x64` magic at 0x38.
-    BadMagic(u32),
+    /// No `ARM\x64` magic at 0x38 (the bytes found).
+    BadMagic([u8; 4]),
     /// `flags` bit 0 says big-endian.
     BigEndian,
     /// An ELF file, which is neither an `Image` nor a raw binary.
@@ -79,11 +85,17 @@ pub enum ImageError {
     },
 }
 
+impl core::error::Error for ImageError {}
+
 impl core::fmt::Display for ImageError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Self::TooShort(len) => write!(f, "{len} bytes is shorter than an Image header"),
-            Self::BadMagic(m) => write!(f, "no ARM\\x64 magic (found {m:#010x})"),
+            Self::BadMagic(found) => write!(
+                f,
+                "no arm64 Image header: magic at {MAGIC_OFFSET:#x} is {found:02x?}, expected \
+                 \"ARM\\x64\""
+            ),
             Self::BigEndian => write!(f, "big-endian kernels are not supported"),
             Self::Elf => write!(
                 f,
@@ -124,10 +136,12 @@ fn le64(bytes: &[u8], at: usize) -> u64 {
 impl ImageHeader {
     /// Parses the header at the start of `image`.
     pub fn parse(image: &[u8]) -> Result<Self, ImageError> {
-        if image.len() < HEADER_LEN {
+        if image.len() < HEADER_SIZE {
             return Err(ImageError::TooShort(image.len()));
         }
-        let magic = u32::from_le_bytes([image[0x38], image[0x39], image[0x3a], image[0x3b]]);
+        let magic: [u8; 4] = image[MAGIC_OFFSET..MAGIC_OFFSET + 4]
+            .try_into()
+            .expect("4 bytes");
         if magic != MAGIC {
             return Err(ImageError::BadMagic(magic));
         }
@@ -166,6 +180,9 @@ impl ImageHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use alloc::vec;
+    use alloc::vec::Vec;
 
     fn header_bytes(text_offset: u64, image_size: u64, flags: u64) -> Vec<u8> {
         let mut h = vec![0u8; 256];
