@@ -25,9 +25,10 @@ use super::{console, firmware, gic, memory, sysreg};
 use crate::counters::{Counter, VmCounters};
 use crate::event_log::{Event, EventKind, EventLog, LogDecision, RatePolicy};
 use crate::fault::SlotView;
-use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestTimer};
+use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestGicFrames, GuestTimer};
 use crate::guest_layout::{
-    self, GUEST_GICD_BASE, GUEST_GICR_BASE, GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE,
+    self, GUEST_GICC_BASE, GUEST_GICC_SIZE, GUEST_GICD_BASE, GUEST_GICR_BASE,
+    GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE,
     GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE, GUEST_UART_SIZE, GUEST_UART_SPI,
     vcpu_mpidr,
 };
@@ -47,7 +48,9 @@ use boot_payload::{PayloadError, PayloadRef};
 use core::sync::atomic::{AtomicBool, Ordering};
 use crossbeam_epoch::Collector;
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, SlotSpec};
-use pgtable::{Mmu, Stage2Config, Stage2PageTable};
+use pgtable::{
+    Attributes, MemType, Mmu, PageCache, Perms, PhysAddr, Stage2Config, Stage2PageTable,
+};
 use spin::{Mutex, Once};
 use tlb::Aarch64Tlb;
 
@@ -323,6 +326,15 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     };
     let mem_bytes = conf.mem_mib.unwrap_or(DEFAULT_MEM_MIB) << 20;
     let ram = PhysRange::from_start_size(GUEST_RAM_BASE, mem_bytes);
+    // On a GICv2 host the guest gets a GICv2, its CPU interface the
+    // hardware's GICV frame.
+    let gicv2 = info
+        .platform
+        .gicv2
+        .as_ref()
+        .filter(|_| gic::is_v2())
+        .and_then(|g| g.virtual_cpu);
+
     let placement = guest_layout::place(
         ram,
         header.text_offset,
@@ -352,10 +364,18 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         initrd: placement.initrd,
         gic: Some(GuestGic {
             distributor: PhysRange::from_start_size(GUEST_GICD_BASE, vgic::DISTRIBUTOR_SIZE),
-            redistributors: PhysRange::from_start_size(
-                GUEST_GICR_BASE,
-                vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE,
-            ),
+            frames: if gicv2.is_some() {
+                GuestGicFrames::V2 {
+                    cpu_interface: PhysRange::from_start_size(GUEST_GICC_BASE, GUEST_GICC_SIZE),
+                }
+            } else {
+                GuestGicFrames::V3 {
+                    redistributors: PhysRange::from_start_size(
+                        GUEST_GICR_BASE,
+                        vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE,
+                    ),
+                }
+            },
             maintenance_intid: GUEST_MAINTENANCE_INTID,
             uart_spi: GUEST_UART_SPI,
         }),
@@ -393,8 +413,36 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let vtcr = config
         .vtcr(features.pa_range, vmid16)
         .map_err(|e| VmError::Stage2(e.into()))?;
-    let stage2 =
+    let mut stage2 =
         Stage2PageTable::new(config, FrameMemory, vmid, vmid16).map_err(VmError::Stage2)?;
+    if let Some(gicv) = gicv2 {
+        // The guest's GICC window is the hardware's virtual CPU interface:
+        // device memory, mapped once, never trapped.
+        let size = GUEST_GICC_SIZE.min(gicv.size());
+        let pa = PhysAddr::new(gicv.start);
+        let mut cache = PageCache::with_capacity(8);
+        let needed = stage2
+            .pages_needed_to_map(GUEST_GICC_BASE, size, pa)
+            .map_err(VmError::Stage2)?;
+        cache
+            .top_up(&FrameMemory, needed)
+            .map_err(|_| VmError::Stage2(pgtable::Error::NoMemory))?;
+        let attrs = Attributes {
+            perms: Perms::RW,
+            mem: MemType::Device,
+        };
+        stage2
+            .map(
+                GUEST_GICC_BASE,
+                size,
+                pa,
+                attrs,
+                &mut cache,
+                &Aarch64Tlb::new(info.tlb_caps),
+            )
+            .map_err(VmError::Stage2)?;
+        cache.release(&FrameMemory);
+    }
     let vttbr = stage2.vttbr();
     // One read-side handle per vCPU (each vCPU registers once, on its CPU).
     let stage2 = Mmu::new(stage2, vcpus).map_err(VmError::Stage2)?;
@@ -427,8 +475,13 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     .map_err(VmError::Devices)?;
     // Each redistributor's two 64 KiB frames (RD_base, SGI_base) are windows
     // of their own, so an access across a frame boundary is refused like one
-    // past the end of a device.
-    for frame in 0..vcpus as u64 * (vgic::REDISTRIBUTOR_STRIDE / vgic::SGI_BASE_OFFSET) {
+    // past the end of a device. A GICv2 has none.
+    let frames = if gicv2.is_some() {
+        0
+    } else {
+        vcpus as u64 * (vgic::REDISTRIBUTOR_STRIDE / vgic::SGI_BASE_OFFSET)
+    };
+    for frame in 0..frames {
         mmio.add(MmioRegion {
             base: GUEST_GICR_BASE + frame * vgic::SGI_BASE_OFFSET,
             size: vgic::SGI_BASE_OFFSET,
@@ -436,16 +489,21 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         })
         .map_err(VmError::Devices)?;
     }
-    let vgic = Vgic::new(VgicConfig {
+    let vgic_config = VgicConfig {
         distributor_base: GUEST_GICD_BASE,
         redistributor_base: GUEST_GICR_BASE,
         spi_count: GUEST_SPI_COUNT,
         vcpu_mpidrs: (0..vcpus).map(vcpu_mpidr).collect(),
-    })
+    };
+    let vgic = if gicv2.is_some() {
+        Vgic::new_v2(vgic_config)
+    } else {
+        Vgic::new(vgic_config)
+    }
     .map_err(VmError::Vgic)?;
-    if !features.gic_sysregs || info.platform.gic.is_none() {
+    if gicv2.is_none() && (!features.gic_sysregs || info.platform.gic.is_none()) {
         log::warn!(
-            "vm{index}: the host has no GICv3 with a system-register CPU interface: the guest gets no interrupts"
+            "vm{index}: the host has no GICv3 with a system-register CPU interface and no GICv2 with virtualization extensions: the guest gets no interrupts"
         );
     }
     let vm = Box::leak(Box::new(Vm {
