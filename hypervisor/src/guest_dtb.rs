@@ -398,6 +398,9 @@ mod tests {
             .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
             .collect();
         // Four vCPUs: CPU mask 0xf in flags [15:8], level-high.
-        assert_eq!(cells, [1, 13, 0xf04, 1, 14, 0xf04, 1, 11, 0xf04, 1, 10, 0xf04]);
+        assert_eq!(
+            cells,
+            [1, 13, 0xf04, 1, 14, 0xf04, 1, 11, 0xf04, 1, 10, 0xf04]
+        );
     }
 }

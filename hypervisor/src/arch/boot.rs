@@ -18,10 +18,10 @@
 
 use super::percpu::{self, MAX_CPUS};
 use super::{console, exceptions, firmware, gic, memory, sysreg};
-use crate::vgic::ListRegisters;
 use crate::cpu_features::{CpuFeatures, SystemFeatures};
 use crate::platform::{Platform, PsciConduit};
 use crate::ranges::PhysRange;
+use crate::vgic::ListRegisters;
 use core::sync::atomic::Ordering;
 use spin::Once;
 

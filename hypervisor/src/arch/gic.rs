@@ -32,14 +32,14 @@
 //! wrote them (see `crate::timer`).
 
 use super::percpu::{self, MAX_CPUS};
+use crate::host_gic::gicv2::{self as v2regs, gicc, gich};
 use crate::host_gic::{
     self, DEFAULT_MAINTENANCE_INTID, HOST_PRIORITY, KICK_SGI, gicd, gicr, sgi1r_value,
 };
-use crate::host_gic::gicv2::{self as v2regs, gicc, gich};
 use crate::platform::{Gicv2, Gicv3};
+use crate::timer::TimerId;
 use crate::vgic::list_regs::MAX_LIST_REGISTERS;
 use crate::vgic::{HardwareListRegisters, ListRegister, ListRegisters, LrEncoding};
-use crate::timer::TimerId;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use spin::Once;

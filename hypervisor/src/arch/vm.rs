@@ -28,9 +28,8 @@ use crate::fault::SlotView;
 use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestGicFrames, GuestTimer};
 use crate::guest_layout::{
     self, GUEST_GICC_BASE, GUEST_GICC_SIZE, GUEST_GICD_BASE, GUEST_GICR_BASE,
-    GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE,
-    GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE, GUEST_UART_SIZE, GUEST_UART_SPI,
-    vcpu_mpidr,
+    GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE, GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE,
+    GUEST_UART_SIZE, GUEST_UART_SPI, vcpu_mpidr,
 };
 use crate::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::pl011::{ConsoleLine, Pl011, RxBacklog};
