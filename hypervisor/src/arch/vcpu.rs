@@ -28,12 +28,16 @@
 //! interrupts taken while the guest runs are IRQ exits (`HCR_EL2.IMO`): the
 //! kick SGI and the maintenance interrupt only need the exit (the refill
 //! follows), the PPI of either EL1 timer (virtual, physical) raises that
-//! timer's vgic line and is masked at the redistributor while the line stays
+//! timer's vgic line and is masked at the host GIC while the line stays
 //! high (the guest's `CNTV_CTL_EL0`/`CNTP_CTL_EL0` are never touched; the
 //! lines are re-sampled from them before each entry and a PPI unmasked once
 //! its line drops: the guest's EOI of the level interrupt, listed with EOI
 //! maintenance, guarantees that exit; see `crate::timer`), and the console
 //! UART's interrupt moves the received bytes into the emulated PL011.
+//! The host GIC is reached through `gic` only (a GICv3 or a GICv2 behind
+//! one interface, the list registers behind `gic::HostListRegisters`), so
+//! this run loop is the same for both; GIC register accesses name the
+//! accessing vCPU, which a GICv2's banked distributor needs.
 //!
 //! WFI and WFE are not trapped (`HCR_EL2.TWI`/`TWE` clear): the CPU halts in
 //! the guest until a physical interrupt (a kick, a timer, the UART)

@@ -7,8 +7,10 @@
 //! touch, by shared walks, so vCPUs fault in parallel), one
 //! memslot from `memslot` for its RAM (host frames, 2 MiB aligned), the
 //! emulated PL011 (its receive side fed from the host console), the virtual
-//! GICv3 (`vgic`), the vCPU power states and its counters. vCPU `n` is pinned
-//! to physical CPU `n`: every other CPU waits (`WFI`, woken by a kick SGI;
+//! GIC (`vgic`: a GICv3, or on a GICv2 host a GICv2 whose CPU interface is
+//! the hardware's `GICV` frame, mapped at stage 2 at the guest's `GICC`),
+//! the vCPU power states and its counters. vCPU `n` is pinned to physical
+//! CPU `n`: every other CPU waits (`WFI`, woken by a kick SGI;
 //! `WFE` without a GIC) until the guest starts its vCPU with PSCI `CPU_ON`,
 //! runs it until `CPU_OFF`, and waits again. CPUs beyond the VM's vCPUs halt
 //! with their GIC CPU interface disabled.

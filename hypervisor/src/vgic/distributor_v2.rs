@@ -312,6 +312,18 @@ mod tests {
         assert_eq!(g.distributor_v2_read(1, IPRIORITYR + 27, 1), Ok(0xa0));
         assert_eq!(g.distributor_v2_read(0, IPRIORITYR + 27, 1), Ok(0));
         assert!(g.irq(1, 27).unwrap().enabled && !g.irq(0, 27).unwrap().enabled);
+        // Through the guest's addresses: the same bank.
+        assert_eq!(g.mmio_read_from(1, 0x0800_0100, 4), Ok(1 << 27));
+        assert_eq!(g.mmio_read_from(0, 0x0800_0100, 4), Ok(0));
+        assert_eq!(g.mmio_read(0x0800_0100, 4), Ok(0), "vCPU 0's bank");
+        assert_eq!(
+            g.mmio_read_from(2, 0x0800_0100, 4),
+            Err(VgicError::NoSuchVcpu(2))
+        );
+        assert_eq!(
+            g.mmio_read_from(0, 0x080a_0000, 4),
+            Err(VgicError::NotInGic { ipa: 0x080a_0000 })
+        );
         // SPI words are shared.
         g.distributor_v2_write(0, ISENABLER + 4, 4, 0b10).unwrap();
         assert_eq!(g.distributor_v2_read(1, ISENABLER + 4, 4), Ok(0b10));

@@ -214,8 +214,13 @@ impl VgicState {
         })
     }
 
-    /// A guest load of `size` bytes (1, 2, 4 or 8) at `ipa`.
+    /// A guest load of `size` bytes (1, 2, 4 or 8) at `ipa`. (A GICv2's
+    /// banked registers read as vCPU 0's here: see
+    /// [`mmio_read_from`](Self::mmio_read_from).)
     pub fn mmio_read(&self, ipa: u64, size: u8) -> Result<u64, VgicError> {
+        if self.version == VgicVersion::V2 {
+            return self.mmio_read_from(0, ipa, size);
+        }
         match self.frame_of(ipa).ok_or(VgicError::NotInGic { ipa })? {
             (Frame::Distributor, offset) => self.distributor_read(offset, size),
             (Frame::RdBase { vcpu }, offset) => self.rd_base_read(vcpu, offset, size),
@@ -226,6 +231,9 @@ impl VgicState {
     /// A guest store of the low `size` bytes of `value` at `ipa`. Returns the
     /// vCPUs to kick.
     pub fn mmio_write(&mut self, ipa: u64, size: u8, value: u64) -> Result<VcpuSet, VgicError> {
+        if self.version == VgicVersion::V2 {
+            return self.mmio_write_from(0, ipa, size, value);
+        }
         match self.frame_of(ipa).ok_or(VgicError::NotInGic { ipa })? {
             (Frame::Distributor, offset) => self.distributor_write(offset, size, value),
             (Frame::RdBase { vcpu }, offset) => self.rd_base_write(vcpu, offset, size, value),
