@@ -74,7 +74,7 @@ fn decode(offset: u64) -> Option<V2Register> {
         0xf00 => R::Sgir,
         0xf10..0xf20 => R::ClearSgiPending((offset - 0xf10) as u32),
         0xf20..0xf30 => R::SetSgiPending((offset - 0xf20) as u32),
-        ID_BLOCK..0x1000 if offset % 4 == 0 => {
+        ID_BLOCK..0x1000 if offset.is_multiple_of(4) => {
             R::Id(ID_REGISTERS[((offset - ID_BLOCK) / 4) as usize])
         }
         _ => return None,
@@ -117,8 +117,8 @@ impl VgicState {
         };
         Ok(match self.decode_distributor_v2(offset, size)? {
             R::Ctlr => {
-                u64::from(self.enable_grp0) * CTLR_ENABLE_GRP0
-                    | u64::from(self.enable_grp1) * CTLR_ENABLE_GRP1
+                (u64::from(self.enable_grp0) * CTLR_ENABLE_GRP0)
+                    | (u64::from(self.enable_grp1) * CTLR_ENABLE_GRP1)
             }
             R::Typer => {
                 let it_lines = u64::from((FIRST_SPI + self.spi_count).div_ceil(32) - 1);
