@@ -89,7 +89,8 @@ pub enum Bank {
     /// The distributor (SPIs).
     Distributor,
     /// The `SGI_base` page of vCPU n's redistributor (its SGIs and PPIs),
-    /// after that vCPU's [`init_cpu`].
+    /// after that vCPU's [`init_cpu`]. On a GICv2 the distributor, whose
+    /// word 0 is banked: only vCPU n itself reaches its own bank there.
     Redistributor(usize),
 }
 
@@ -276,14 +277,15 @@ pub fn set_priority(bank: Bank, intid: u32, priority: u8) {
     write32(word, gic_regs::with_priority(read32(word), intid, priority));
 }
 
-/// Routes SPI `intid` to the CPU with `mpidr` (`GICD_IROUTER`, `IRM` = 0;
-/// on a GICv2 `ITARGETSR`, to the calling vCPU's interface).
+/// Routes SPI `intid` to the CPU with `mpidr` (`GICD_IROUTER`, `IRM` = 0).
+/// On a GICv2 `ITARGETSR` names CPU interfaces, not affinities: the SPI goes
+/// to the calling vCPU's interface, so `mpidr` must be the caller's own.
 pub fn route_spi(intid: u32, mpidr: u64) {
     if gicv2_cpu_interface().is_some() {
+        debug_assert_eq!(mpidr, current_mpidr(), "GICv2: route to the caller only");
         let distributor = Bank::Distributor.base();
         // The first target byte is banked and names the reading CPU.
         let own = read32(distributor + GICD_ITARGETSR) as u8;
-        let _ = mpidr;
         // SAFETY: a byte access to GICD_ITARGETSR<intid>, in the distributor
         // frame, identity mapped as device memory.
         unsafe {
