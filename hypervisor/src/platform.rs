@@ -45,6 +45,24 @@ pub struct Gicv3 {
     pub maintenance_intid: Option<u32>,
 }
 
+/// A GICv2 as the device tree describes it (`arm,cortex-a15-gic`,
+/// `arm,gic-400`): `reg` is the distributor, the CPU interface, and with the
+/// virtualization extensions the virtual interface control (`GICH`) and the
+/// virtual CPU interface (`GICV`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gicv2 {
+    /// The distributor's registers (`GICD`).
+    pub distributor: PhysRange,
+    /// The CPU interface (`GICC`).
+    pub cpu_interface: PhysRange,
+    /// The virtual interface control registers (`GICH`), when present.
+    pub hyp_interface: Option<PhysRange>,
+    /// The virtual CPU interface (`GICV`), when present.
+    pub virtual_cpu: Option<PhysRange>,
+    /// The maintenance interrupt (its `interrupts` property), when given.
+    pub maintenance_intid: Option<u32>,
+}
+
 /// The architected timer's interrupts (PPI numbers as INTIDs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TimerIrqs {
@@ -84,6 +102,8 @@ pub struct Platform {
     pub uart_intid: Option<u32>,
     /// The interrupt controller, when it is a GICv3.
     pub gic: Option<Gicv3>,
+    /// The interrupt controller, when it is a GICv2 (and no GICv3 was found).
+    pub gicv2: Option<Gicv2>,
     /// The timer interrupts, when the tree describes them.
     pub timer: Option<TimerIrqs>,
     /// MPIDR of each CPU, in device-tree order.
@@ -445,6 +465,30 @@ impl Platform {
             }
             None => None,
         };
+        let gicv2 = match nodes.iter().copied().find(|l| {
+            ["arm,cortex-a15-gic", "arm,gic-400", "arm,cortex-a7-gic"]
+                .iter()
+                .any(|c| is_compatible(l.node, c))
+        }) {
+            Some(located) if gic.is_none() => {
+                let regs = reg_ranges(located)?;
+                let maintenance_intid = located
+                    .node
+                    .property("interrupts")
+                    .and_then(|p| gic_intid(p.value));
+                match regs.as_slice() {
+                    [distributor, cpu_interface, rest @ ..] => Some(Gicv2 {
+                        distributor: *distributor,
+                        cpu_interface: *cpu_interface,
+                        hyp_interface: rest.first().copied(),
+                        virtual_cpu: rest.get(1).copied(),
+                        maintenance_intid,
+                    }),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
 
         let timer_node = fdt
             .all_nodes()
@@ -517,6 +561,7 @@ impl Platform {
             console_note: console.note,
             uart_intid,
             gic,
+            gicv2,
             timer,
             cpus,
             psci,
@@ -535,6 +580,28 @@ impl Platform {
 mod tests {
     use super::*;
     use vm_fdt::FdtWriter;
+
+    #[test]
+    fn qemu_virt_gicv2_dump() {
+        // `-machine virt,gic-version=2,virtualization=on -smp 2`.
+        let dtb = include_bytes!("../testdata/qemu-virt-gicv2-smp2.dtb");
+        let p = Platform::from_dtb(dtb).expect("QEMU's tree is valid");
+        assert_eq!(p.gic, None);
+        let range = PhysRange::from_start_size;
+        assert_eq!(
+            p.gicv2,
+            Some(Gicv2 {
+                distributor: range(0x0800_0000, 0x1_0000),
+                cpu_interface: range(0x0801_0000, 0x1_0000),
+                hyp_interface: Some(range(0x0803_0000, 0x1_0000)),
+                virtual_cpu: Some(range(0x0804_0000, 0x1_0000)),
+                maintenance_intid: Some(25),
+            })
+        );
+        assert_eq!(p.uart_intid, Some(33));
+        assert_eq!(p.timer.map(|t| t.virt), Some(27));
+        assert_eq!(p.cpus, vec![0, 1]);
+    }
 
     #[test]
     fn qemu_virt_dump() {
@@ -564,6 +631,7 @@ mod tests {
             vec![PhysRange::from_start_size(0x080a_0000, 0xf6_0000)]
         );
         assert_eq!(gic.maintenance_intid, Some(25), "PPI 9");
+        assert_eq!(p.gicv2, None);
         assert_eq!(
             p.timer,
             Some(TimerIrqs {

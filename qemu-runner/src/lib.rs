@@ -176,6 +176,8 @@ pub struct RunConfig {
     pub vcpus: Option<u32>,
     /// `-cpu` model and properties.
     pub cpu: String,
+    /// The machine's GIC (`gic-version=`).
+    pub gic: qemu::GicVersion,
     /// Overall time limit of an unattended run; ignored (no limit) with
     /// `gdb`.
     pub timeout: Duration,
@@ -208,6 +210,7 @@ impl Default for RunConfig {
             guest_mem_mib: None,
             vcpus: None,
             cpu: DEFAULT_CPU.to_string(),
+            gic: qemu::GicVersion::V3,
             timeout: Duration::from_secs(120),
             session_timeout: None,
             input: ConsoleInput::Closed,
@@ -301,6 +304,14 @@ impl RunConfig {
                     Boot::Hypervisor => " (the hypervisor drives at most 32)",
                     Boot::Direct => " (QEMU virt with GICv3)",
                 }
+            ));
+        }
+        if self.smp > self.gic.max_cpus() {
+            return fail(format!(
+                "--smp {}: a GICv{} machine has at most {} CPUs (--gic)",
+                self.smp,
+                self.gic.number(),
+                self.gic.max_cpus()
             ));
         }
         if self.mem_mib < MIN_MEM_MIB {
@@ -921,6 +932,7 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
     let setup = QemuSetup {
         program: qemu_program,
         machine,
+        gic: config.gic,
         cpu: config.cpu.clone(),
         smp: config.smp,
         mem_mib: config.mem_mib,
@@ -1268,6 +1280,13 @@ mod tests {
         let base = RunConfig::default;
         refused(RunConfig { smp: 0, ..base() }, "--smp");
         refused(RunConfig { smp: 33, ..base() }, "--smp");
+        let v2 = |smp| RunConfig {
+            smp,
+            gic: qemu::GicVersion::V2,
+            ..base()
+        };
+        refused(v2(9), "--smp");
+        assert!(v2(8).validate().is_ok());
         refused(
             RunConfig {
                 mem_mib: 0,

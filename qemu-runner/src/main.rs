@@ -22,7 +22,7 @@ const USAGE: &str = "\
 usage: qemu-runner [options] [-- extra QEMU arguments]
 
 Builds the hypervisor and the test guest, boots them under
-qemu-system-aarch64 -machine virt,virtualization=on,gic-version=3, streams the
+qemu-system-aarch64 -machine virt,virtualization=on,gic-version=3 (or 2), streams the
 console and exits 0 only when the guest prints RESULT: PASS.
 
 options:
@@ -32,6 +32,7 @@ options:
   --guest-mem MIB    guest RAM in MiB (vm.conf mem_mib; hypervisor default 128)
   --vcpus N          vCPUs of the VM (vm.conf vcpus; default every CPU)
   --cpu MODEL        QEMU -cpu (default max,pauth=off; cortex-a57 lacks range TLBI)
+  --gic 2|3          the machine's GIC version (default 3; GICv2 allows --smp <= 8)
   --timeout SECONDS  give up and kill QEMU after this long (default 120; an
                      interactive session has no limit unless this is given)
   --gdb              start halted with QEMU's gdb stub on localhost:1234 and print
@@ -175,6 +176,11 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             }
             "--vcpus" => config.vcpus = Some(number(name, value(name, inline, &mut rest)?)?),
             "--cpu" => config.cpu = value(name, inline, &mut rest)?.to_string(),
+            "--gic" => {
+                let text = value(name, inline, &mut rest)?;
+                config.gic = qemu_runner::qemu::GicVersion::parse(text)
+                    .ok_or_else(|| format!("--gic: `{text}` is not 2 or 3"))?;
+            }
             "--timeout" => {
                 let seconds = number(name, value(name, inline, &mut rest)?)?;
                 config.timeout = Duration::from_secs(u64::from(seconds));
@@ -359,12 +365,17 @@ mod tests {
             parse_words("--firmware=none").unwrap().firmware,
             Firmware::None
         );
+        assert_eq!(config.gic, qemu_runner::qemu::GicVersion::V3);
+        let v2 = parse_words("--gic 2 --smp 8").unwrap();
+        assert_eq!(v2.gic, qemu_runner::qemu::GicVersion::V2);
+        assert_eq!(parse_words("--gic=2 --linux-test").unwrap().smp, 2);
     }
 
     #[test]
     fn bad_options_are_errors() {
         assert!(parse_words("--smp").is_err());
         assert!(parse_words("--smp many").is_err());
+        assert!(parse_words("--gic").is_err());
         assert!(parse_words("--guest nope").is_err());
         assert!(parse_words("--frobnicate").is_err());
         assert_eq!(parse_words("--help").unwrap_err(), "help");
@@ -386,6 +397,8 @@ mod tests {
             "--linux --smp 0",
             "--linux --direct --guest-mem 64",
             "--direct --firmware u-boot",
+            "--gic 4",
+            "--gic 2 --smp 9",
         ] {
             let why = parse_words(bad).expect_err(bad);
             let option = bad.split_whitespace().rev().nth(1).unwrap();

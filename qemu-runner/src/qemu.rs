@@ -65,6 +65,43 @@ pub enum Machine {
     El1Only,
 }
 
+/// Which GIC the `virt` machine gets (`gic-version=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GicVersion {
+    /// GICv2 with the virtualization extensions (`GICH`/`GICV`); at most 8 CPUs.
+    V2,
+    /// GICv3 (the default).
+    #[default]
+    V3,
+}
+
+impl GicVersion {
+    /// Most CPUs `virt` gives this GIC (GICv2 has 8 CPU interfaces).
+    pub const fn max_cpus(self) -> u32 {
+        match self {
+            Self::V2 => 8,
+            Self::V3 => 512,
+        }
+    }
+
+    /// The `gic-version=` value.
+    pub const fn number(self) -> u32 {
+        match self {
+            Self::V2 => 2,
+            Self::V3 => 3,
+        }
+    }
+
+    /// `2` or `3` as a command-line word.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "2" => Some(Self::V2),
+            "3" => Some(Self::V3),
+            _ => None,
+        }
+    }
+}
+
 /// Everything QEMU is started with.
 #[derive(Clone, Debug)]
 pub struct QemuSetup {
@@ -72,6 +109,8 @@ pub struct QemuSetup {
     pub program: PathBuf,
     /// Machine flavour.
     pub machine: Machine,
+    /// The interrupt controller (`gic-version=`).
+    pub gic: GicVersion,
     /// `-cpu` model and properties.
     pub cpu: String,
     /// `-smp`.
@@ -98,13 +137,14 @@ pub struct QemuSetup {
 impl QemuSetup {
     /// The arguments after the program name.
     pub fn args(&self) -> Vec<String> {
-        let machine = match self.machine {
-            Machine::WithEl2 => "virt,virtualization=on,gic-version=3",
-            Machine::El1Only => "virt,gic-version=3",
+        let el2 = match self.machine {
+            Machine::WithEl2 => "virtualization=on,",
+            Machine::El1Only => "",
         };
+        let machine = format!("virt,{el2}gic-version={}", self.gic.number());
         let mut args: Vec<String> = [
             "-machine",
-            machine,
+            &machine,
             "-cpu",
             &self.cpu,
             "-smp",
@@ -430,6 +470,7 @@ mod tests {
         QemuSetup {
             program: "/usr/bin/qemu-system-aarch64".into(),
             machine: Machine::WithEl2,
+            gic: GicVersion::V3,
             cpu: "max,pauth=off".into(),
             smp: 4,
             mem_mib: 1024,
@@ -453,6 +494,27 @@ mod tests {
         assert!(joined.contains("-kernel /t/hypervisor.img -initrd /t/payload.cpio"));
         assert!(joined.ends_with("-d guest_errors"));
         assert!(!args.contains(&"-S".to_string()));
+    }
+
+    #[test]
+    fn gic_version_2_is_asked_for_in_the_machine_string() {
+        let args = QemuSetup {
+            gic: GicVersion::V2,
+            ..setup()
+        }
+        .args();
+        assert_eq!(args[1], "virt,virtualization=on,gic-version=2");
+        assert!(args.windows(2).any(|w| w == ["-nic", "none"]));
+        let direct = QemuSetup {
+            gic: GicVersion::V2,
+            machine: Machine::El1Only,
+            ..setup()
+        }
+        .args();
+        assert_eq!(direct[1], "virt,gic-version=2");
+        assert_eq!(GicVersion::parse("2"), Some(GicVersion::V2));
+        assert_eq!(GicVersion::parse("3"), Some(GicVersion::V3));
+        assert_eq!(GicVersion::parse("4"), None);
     }
 
     #[test]

@@ -257,6 +257,7 @@ fn emitted_boot_files_boot_by_hand_as_the_readme_says() {
         smp: 4,
         mem_mib: 1024,
         firmware: None,
+        gic: qemu_runner::qemu::GicVersion::V3,
         kernel: image,
         initrd: Some(payload),
         append: None,

@@ -21,6 +21,7 @@ use super::{console, exceptions, firmware, gic, memory, sysreg};
 use crate::cpu_features::{CpuFeatures, SystemFeatures};
 use crate::platform::{Platform, PsciConduit};
 use crate::ranges::PhysRange;
+use crate::vgic::ListRegisters;
 use core::sync::atomic::Ordering;
 use spin::Once;
 
@@ -155,7 +156,18 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
             gic.redistributors.len(),
             gic.redistributors.first().map_or(0, |r| r.start)
         ),
-        None => log::info!("GIC: no GICv3 in the device tree"),
+        None => match &platform.gicv2 {
+            Some(gic) => log::info!(
+                "GICv2: distributor {:#x}, CPU interface {:#x}, GICH {}, GICV {}",
+                gic.distributor.start,
+                gic.cpu_interface.start,
+                gic.hyp_interface
+                    .map_or_else(|| "none".into(), |r| alloc::format!("{:#x}", r.start)),
+                gic.virtual_cpu
+                    .map_or_else(|| "none".into(), |r| alloc::format!("{:#x}", r.start)),
+            ),
+            None => log::info!("GIC: no GICv3 or GICv2 in the device tree"),
+        },
     }
     match psci_version {
         Ok(v) => log::info!(
@@ -184,6 +196,18 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
             }
             Err(e) => log::warn!("GICv3 CPU interface: {e:?}"),
         }
+    } else if let Some(host_gic) = platform.gicv2.as_ref() {
+        let timers = crate::timer::TimerId::ALL.map(|t| t.host_intid(platform.timer));
+        if gic::init_gicv2(host_gic, timers, platform.uart_intid) {
+            match gic::init_cpu(0) {
+                Ok(()) => {
+                    if platform.uart_intid.is_some() {
+                        console::enable_receive_interrupt();
+                    }
+                }
+                Err(e) => log::warn!("GICv2 CPU interface: {e:?}"),
+            }
+        }
     }
 
     let cpus_online = start_secondaries(&platform, boot_mpidr, &mut system);
@@ -200,10 +224,11 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         yes_no(features.vhe),
         yes_no(features.ttl),
         yes_no(features.fwb),
-        list_regs.map_or_else(
-            || alloc::string::String::from("none (no GICv3 CPU interface)"),
-            |n| alloc::format!("{n}")
-        ),
+        match (list_regs, gic::list_registers(false)) {
+            (Some(n), _) => alloc::format!("{n}"),
+            (None, Some(v2)) => alloc::format!("{} (GICv2 GICH)", v2.count()),
+            (None, None) => alloc::string::String::from("none (no GICv3 CPU interface)"),
+        },
     );
     let payload = platform.initrd;
     let tlb_caps = features.tlb_caps();
@@ -320,6 +345,10 @@ extern "C" fn secondary_main() -> ! {
         if let Err(e) = gic::init_cpu(cpu.index()) {
             log::warn!("CPU {}: GICv3 CPU interface: {e:?}", cpu.index());
         }
+    } else if gic::is_v2()
+        && let Err(e) = gic::init_cpu(cpu.index())
+    {
+        log::warn!("CPU {}: GICv2 CPU interface: {e:?}", cpu.index());
     }
     cpu.online.store(true, Ordering::Release);
     super::vm::run_secondary_cpu(cpu.index())

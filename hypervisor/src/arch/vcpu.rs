@@ -28,12 +28,16 @@
 //! interrupts taken while the guest runs are IRQ exits (`HCR_EL2.IMO`): the
 //! kick SGI and the maintenance interrupt only need the exit (the refill
 //! follows), the PPI of either EL1 timer (virtual, physical) raises that
-//! timer's vgic line and is masked at the redistributor while the line stays
+//! timer's vgic line and is masked at the host GIC while the line stays
 //! high (the guest's `CNTV_CTL_EL0`/`CNTP_CTL_EL0` are never touched; the
 //! lines are re-sampled from them before each entry and a PPI unmasked once
 //! its line drops: the guest's EOI of the level interrupt, listed with EOI
 //! maintenance, guarantees that exit; see `crate::timer`), and the console
 //! UART's interrupt moves the received bytes into the emulated PL011.
+//! The host GIC is reached through `gic` only (a GICv3 or a GICv2 behind
+//! one interface, the list registers behind `gic::HostListRegisters`), so
+//! this run loop is the same for both; GIC register accesses name the
+//! accessing vCPU, which a GICv2's banked distributor needs.
 //!
 //! WFI and WFE are not trapped (`HCR_EL2.TWI`/`TWE` clear): the CPU halts in
 //! the guest until a physical interrupt (a kick, a timer, the UART)
@@ -71,7 +75,7 @@ use crate::mmio::{DeviceId, MmioMiss};
 use crate::psci::{self, BootRequest, PsciCall, PsciOutcome};
 use crate::sysreg_trap::{self, SysRegPolicy};
 use crate::timer::{TimerForward, TimerId, timer_line};
-use crate::vgic::{HardwareListRegisters, SgiGroup, VcpuSet};
+use crate::vgic::{SgiGroup, VcpuSet};
 use crate::{mmio, read_sysreg, write_sysreg};
 use alloc::format;
 use crossbeam_epoch::LocalHandle;
@@ -201,8 +205,9 @@ pub struct Vcpu {
     mmu_cpu: MmuCpu,
     slot_cache: VcpuSlotCache,
     page_cache: PageCache,
-    /// This CPU's list registers (none without a GICv3 CPU interface).
-    lrs: Option<HardwareListRegisters>,
+    /// This CPU's list registers (none without a GICv3 CPU interface or a
+    /// GICv2 with the virtualization extensions).
+    lrs: Option<gic::HostListRegisters>,
     /// Forwarding state of each EL1 timer ([`TimerId::index`] order): host
     /// PPI masked, line as last given to the vgic.
     timers: [TimerForward; 2],
@@ -231,12 +236,8 @@ impl Vcpu {
             mmu_cpu,
             slot_cache: VcpuSlotCache::new(),
             page_cache: PageCache::with_capacity(FAULT_CACHE_PAGES),
-            lrs: super::boot::boot_info().features.gic_sysregs.then(|| {
-                // SAFETY: the boot path set ICC_SRE_EL2.SRE on every CPU with
-                // the GICv3 system-register interface; this vCPU lives on the
-                // calling CPU, whose list registers these are.
-                unsafe { HardwareListRegisters::new() }
-            }),
+            // This vCPU lives on the calling CPU, whose list registers these are.
+            lrs: gic::list_registers(super::boot::boot_info().features.gic_sysregs),
             timers: [TimerForward::new(); 2],
             kicks: VcpuSet::EMPTY,
             needs_fill: true,
@@ -405,7 +406,7 @@ impl Vcpu {
         };
         // ICH_VTR_EL2.PREbits + 1 preemption bits: 5 need one active-priority
         // register per group, 6 two, 7 four.
-        let preemption_bits = if self.lrs.is_some() {
+        let preemption_bits = if matches!(self.lrs, Some(gic::HostListRegisters::V3(_))) {
             ((read_sysreg!(ich_vtr_el2) >> 26) & 7) + 1
         } else {
             5
@@ -468,20 +469,8 @@ impl Vcpu {
             if self.lrs.is_some() {
                 // The virtual CPU interface as after a reset: nothing listed,
                 // no active priorities, the guest's view of its own control
-                // registers zero; `fill` sets ICH_HCR_EL2.En before entry.
-                write_sysreg!(ich_vmcr_el2, 0);
-                write_sysreg!(ich_ap0r0_el2, 0);
-                write_sysreg!(ich_ap1r0_el2, 0);
-                if preemption_bits >= 6 {
-                    write_sysreg!(ich_ap0r1_el2, 0);
-                    write_sysreg!(ich_ap1r1_el2, 0);
-                }
-                if preemption_bits == 7 {
-                    write_sysreg!(ich_ap0r2_el2, 0);
-                    write_sysreg!(ich_ap1r2_el2, 0);
-                    write_sysreg!(ich_ap0r3_el2, 0);
-                    write_sysreg!(ich_ap1r3_el2, 0);
-                }
+                // registers zero; `fill` sets the HCR's En before entry.
+                gic::reset_virtual_interface(preemption_bits);
             }
             core::arch::asm!(
                 "isb",
@@ -557,11 +546,11 @@ impl Vcpu {
         let timers = gic::timer_intids();
         let uart = super::boot::boot_info().platform.uart_intid;
         loop {
-            let intid = gic::acknowledge();
-            match HostIrq::classify(intid, maintenance, timers, uart) {
+            let ack = gic::acknowledge();
+            match HostIrq::classify(ack.intid, maintenance, timers, uart) {
                 HostIrq::Spurious => return,
                 HostIrq::Maintenance => {
-                    gic::end_of_interrupt(intid);
+                    gic::end_of_interrupt(ack);
                     return;
                 }
                 // The refill before the next entry is all it needs.
@@ -582,7 +571,7 @@ impl Vcpu {
                     self.index
                 ),
             }
-            gic::end_of_interrupt(intid);
+            gic::end_of_interrupt(ack);
         }
     }
 
@@ -864,7 +853,11 @@ impl Vcpu {
         self.needs_fill = true;
         if write {
             let value = mmio::store_value(access, self.reg(access.register));
-            let result = self.vm.vgic.lock().mmio_write(ipa, access.size, value);
+            let result = self
+                .vm
+                .vgic
+                .lock()
+                .mmio_write_from(self.index, ipa, access.size, value);
             match result {
                 Ok(kicks) => self.absorb(kicks),
                 Err(e) => self.log_event(
@@ -874,7 +867,11 @@ impl Vcpu {
                 ),
             }
         } else {
-            let result = self.vm.vgic.lock().mmio_read(ipa, access.size);
+            let result = self
+                .vm
+                .vgic
+                .lock()
+                .mmio_read_from(self.index, ipa, access.size);
             let raw = result.unwrap_or_else(|e| {
                 self.log_event(
                     Event::DeviceAccess,

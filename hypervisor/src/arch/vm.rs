@@ -7,11 +7,13 @@
 //! touch, by shared walks, so vCPUs fault in parallel), one
 //! memslot from `memslot` for its RAM (host frames, 2 MiB aligned), the
 //! emulated PL011 (its receive side fed from the host console), the virtual
-//! GICv3 (`vgic`), the vCPU power states and its counters. Without FEAT_S2FWB
-//! the stage-2 table's page provider cleans each page to the point of
-//! coherency as it is mapped (`cache_maint`), so a guest that starts with
-//! its MMU off reads the kernel and device tree the hypervisor wrote. vCPU `n` is pinned
-//! to physical CPU `n`: every other CPU waits (`WFI`, woken by a kick SGI;
+//! GIC (`vgic`: a GICv3, or on a GICv2 host a GICv2 whose CPU interface is
+//! the hardware's `GICV` frame, mapped at stage 2 at the guest's `GICC`),
+//! the vCPU power states and its counters. Without FEAT_S2FWB the stage-2
+//! table's page provider cleans each page to the point of coherency as it is
+//! mapped (`cache_maint`), so a guest that starts with its MMU off reads the
+//! kernel and device tree the hypervisor wrote. vCPU `n` is pinned to
+//! physical CPU `n`: every other CPU waits (`WFI`, woken by a kick SGI;
 //! `WFE` without a GIC) until the guest starts its vCPU with PSCI `CPU_ON`,
 //! runs it until `CPU_OFF`, and waits again. CPUs beyond the VM's vCPUs halt
 //! with their GIC CPU interface disabled.
@@ -29,11 +31,11 @@ use crate::cache_maint::{CacheCaps, IcacheInval};
 use crate::counters::{Counter, VmCounters};
 use crate::event_log::{Event, EventKind, EventLog, LogDecision, RatePolicy};
 use crate::fault::SlotView;
-use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestTimer};
+use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestGicFrames, GuestTimer};
 use crate::guest_layout::{
-    self, GUEST_GICD_BASE, GUEST_GICR_BASE, GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE,
-    GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE, GUEST_UART_SIZE, GUEST_UART_SPI,
-    vcpu_mpidr,
+    self, GUEST_GICC_BASE, GUEST_GICC_SIZE, GUEST_GICD_BASE, GUEST_GICR_BASE,
+    GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE, GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE,
+    GUEST_UART_SIZE, GUEST_UART_SPI, vcpu_mpidr,
 };
 use crate::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::pl011::{ConsoleLine, Pl011, RxBacklog};
@@ -51,7 +53,9 @@ use boot_payload::{PayloadError, PayloadRef};
 use core::sync::atomic::{AtomicBool, Ordering};
 use crossbeam_epoch::Collector;
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, SlotSpec};
-use pgtable::{Mmu, Stage2Config, Stage2PageTable};
+use pgtable::{
+    Attributes, MemType, Mmu, PageCache, Perms, PhysAddr, Stage2Config, Stage2PageTable,
+};
 use spin::{Mutex, Once};
 use tlb::Aarch64Tlb;
 
@@ -327,6 +331,15 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     };
     let mem_bytes = conf.mem_mib.unwrap_or(DEFAULT_MEM_MIB) << 20;
     let ram = PhysRange::from_start_size(GUEST_RAM_BASE, mem_bytes);
+    // On a GICv2 host the guest gets a GICv2, its CPU interface the
+    // hardware's GICV frame.
+    let gicv2 = info
+        .platform
+        .gicv2
+        .as_ref()
+        .filter(|_| gic::is_v2())
+        .and_then(|g| g.virtual_cpu);
+
     let placement = guest_layout::place(
         ram,
         header.text_offset,
@@ -356,10 +369,18 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         initrd: placement.initrd,
         gic: Some(GuestGic {
             distributor: PhysRange::from_start_size(GUEST_GICD_BASE, vgic::DISTRIBUTOR_SIZE),
-            redistributors: PhysRange::from_start_size(
-                GUEST_GICR_BASE,
-                vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE,
-            ),
+            frames: if gicv2.is_some() {
+                GuestGicFrames::V2 {
+                    cpu_interface: PhysRange::from_start_size(GUEST_GICC_BASE, GUEST_GICC_SIZE),
+                }
+            } else {
+                GuestGicFrames::V3 {
+                    redistributors: PhysRange::from_start_size(
+                        GUEST_GICR_BASE,
+                        vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE,
+                    ),
+                }
+            },
             maintenance_intid: GUEST_MAINTENANCE_INTID,
             uart_spi: GUEST_UART_SPI,
         }),
@@ -391,7 +412,35 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let counters: &'static VmCounters = Box::leak(Box::new(VmCounters::new()));
     let cache_caps = CacheCaps::from_ctr(read_sysreg!(ctr_el0));
     let frames = FrameMemory::for_guest(cache_caps, counters);
-    let stage2 = Stage2PageTable::new(config, frames, vmid, vmid16).map_err(VmError::Stage2)?;
+    let mut stage2 = Stage2PageTable::new(config, frames, vmid, vmid16).map_err(VmError::Stage2)?;
+    if let Some(gicv) = gicv2 {
+        // The guest's GICC window is the hardware's virtual CPU interface:
+        // device memory, mapped once, never trapped.
+        let size = GUEST_GICC_SIZE.min(gicv.size());
+        let pa = PhysAddr::new(gicv.start);
+        let mut cache = PageCache::with_capacity(8);
+        let needed = stage2
+            .pages_needed_to_map(GUEST_GICC_BASE, size, pa)
+            .map_err(VmError::Stage2)?;
+        cache
+            .top_up(&FrameMemory::TABLES, needed)
+            .map_err(|_| VmError::Stage2(pgtable::Error::NoMemory))?;
+        let attrs = Attributes {
+            perms: Perms::RW,
+            mem: MemType::Device,
+        };
+        stage2
+            .map(
+                GUEST_GICC_BASE,
+                size,
+                pa,
+                attrs,
+                &mut cache,
+                &Aarch64Tlb::new(info.tlb_caps),
+            )
+            .map_err(VmError::Stage2)?;
+        cache.release(&FrameMemory::TABLES);
+    }
     let vttbr = stage2.vttbr();
     // One read-side handle per vCPU (each vCPU registers once, on its CPU).
     let stage2 = Mmu::new(stage2, vcpus).map_err(VmError::Stage2)?;
@@ -423,8 +472,13 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     .map_err(VmError::Devices)?;
     // Each redistributor's two 64 KiB frames (RD_base, SGI_base) are windows
     // of their own, so an access across a frame boundary is refused like one
-    // past the end of a device.
-    for frame in 0..vcpus as u64 * (vgic::REDISTRIBUTOR_STRIDE / vgic::SGI_BASE_OFFSET) {
+    // past the end of a device. A GICv2 has none.
+    let frames = if gicv2.is_some() {
+        0
+    } else {
+        vcpus as u64 * (vgic::REDISTRIBUTOR_STRIDE / vgic::SGI_BASE_OFFSET)
+    };
+    for frame in 0..frames {
         mmio.add(MmioRegion {
             base: GUEST_GICR_BASE + frame * vgic::SGI_BASE_OFFSET,
             size: vgic::SGI_BASE_OFFSET,
@@ -432,16 +486,21 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         })
         .map_err(VmError::Devices)?;
     }
-    let vgic = Vgic::new(VgicConfig {
+    let vgic_config = VgicConfig {
         distributor_base: GUEST_GICD_BASE,
         redistributor_base: GUEST_GICR_BASE,
         spi_count: GUEST_SPI_COUNT,
         vcpu_mpidrs: (0..vcpus).map(vcpu_mpidr).collect(),
-    })
+    };
+    let vgic = if gicv2.is_some() {
+        Vgic::new_v2(vgic_config)
+    } else {
+        Vgic::new(vgic_config)
+    }
     .map_err(VmError::Vgic)?;
-    if !features.gic_sysregs || info.platform.gic.is_none() {
+    if gicv2.is_none() && (!features.gic_sysregs || info.platform.gic.is_none()) {
         log::warn!(
-            "vm{index}: the host has no GICv3 with a system-register CPU interface: the guest gets no interrupts"
+            "vm{index}: the host has no GICv3 with a system-register CPU interface and no GICv2 with virtualization extensions: the guest gets no interrupts"
         );
     }
     let vm = Box::leak(Box::new(Vm {

@@ -19,6 +19,12 @@
 //! register that held it active comes back inactive (the guest's EOI or
 //! deactivation) or when `ICH_HCR_EL2.EOIcount` counts an EOI of it while it
 //! was not listed.
+//!
+//! A GICv2 guest's SGIs are pending once per source CPU (`GICD_SPENDSGIR`):
+//! `sgi_sources` holds the sources, the list register carries one of them
+//! (`listed_source`), and its acknowledgement retires only that one; the
+//! latch stays set while other sources remain. A GICv3 guest's SGIs have no
+//! sources (`sgi_sources` stays 0).
 
 /// Number of software-generated interrupts (INTIDs 0..=15).
 pub const SGI_COUNT: u32 = 16;
@@ -102,6 +108,17 @@ pub(crate) struct IrqState {
     /// active-priority registers hold for it). `ICACTIVER` clears `active`
     /// but not this: the guest still owes the EOI that drops the priority.
     pub in_service: Option<u8>,
+    /// GICv2 SGIs: the CPUs it is pending from (bit n = vCPU n).
+    pub sgi_sources: u8,
+    /// GICv2 SGIs: sources added while listed (an acknowledgement of the
+    /// listed source does not retire these).
+    pub sources_while_listed: u8,
+    /// GICv2 SGIs: the source the list register names.
+    pub listed_source: Option<u8>,
+    /// GICv2 SGIs: the source of the instance the guest acknowledged and has
+    /// not completed (its list register must name it again, or the guest's
+    /// EOI would not match).
+    pub active_source: Option<u8>,
 }
 
 impl IrqState {
@@ -121,7 +138,36 @@ impl IrqState {
             listed_active: false,
             active_written_while_listed: false,
             in_service: None,
+            sgi_sources: 0,
+            sources_while_listed: 0,
+            listed_source: None,
+            active_source: None,
         }
+    }
+
+    /// A GICv2 SGI from vCPU `source` (0..=7): pending from that source.
+    pub fn pend_from(&mut self, source: u8) {
+        let bit = 1 << (source & 7);
+        self.sgi_sources |= bit;
+        if self.listed_on.is_some() {
+            self.sources_while_listed |= bit;
+        }
+        self.set_pending();
+    }
+
+    /// `GICD_CPENDSGIR`: no longer pending from the sources in `mask`;
+    /// the latch clears with the last source.
+    pub fn clear_sources(&mut self, mask: u8) {
+        self.sgi_sources &= !mask;
+        self.sources_while_listed &= !mask;
+        if self.sgi_sources == 0 {
+            self.clear_pending();
+        }
+    }
+
+    /// The source a list register should name now (the lowest).
+    pub fn next_source(&self) -> Option<u8> {
+        (self.sgi_sources != 0).then(|| self.sgi_sources.trailing_zeros() as u8)
     }
 
     /// Pending as the architecture defines it (latch, or line for level).
@@ -142,6 +188,8 @@ impl IrqState {
     pub fn clear_pending(&mut self) {
         self.pending_latch = false;
         self.pended_while_listed = false;
+        self.sgi_sources = 0;
+        self.sources_while_listed = 0;
     }
 
     /// Drives the input line. A rising edge latches an edge-triggered
@@ -183,6 +231,16 @@ impl IrqState {
     pub fn fold(&mut self, lr_pending: bool, lr_active: bool, lr_priority: u8) {
         let acknowledged = self.listed_pending && !lr_pending;
         self.pending_latch = (self.pending_latch && !acknowledged) || self.pended_while_listed;
+        if let Some(source) = self.listed_source.take() {
+            if acknowledged {
+                self.sgi_sources &= !(1 << source) | self.sources_while_listed;
+                if lr_active {
+                    self.active_source = Some(source);
+                }
+            }
+            self.pending_latch = self.sgi_sources != 0;
+        }
+        self.sources_while_listed = 0;
         if acknowledged && lr_active {
             self.in_service = Some(lr_priority);
         } else if (self.listed_active || acknowledged) && !lr_active {
@@ -190,6 +248,9 @@ impl IrqState {
         }
         if !self.active_written_while_listed {
             self.active = lr_active;
+        }
+        if !self.active {
+            self.active_source = None;
         }
         self.listed_on = None;
         self.listed_pending = false;

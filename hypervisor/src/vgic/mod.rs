@@ -1,5 +1,14 @@
-//! Virtual GICv3: emulated distributor and redistributors, injection through
-//! the list registers.
+//! Virtual GICv3 and GICv2: emulated distributor and redistributors,
+//! injection through the list registers.
+//!
+//! One interrupt model serves both. A GICv2 guest ([`VgicVersion::V2`],
+//! module `distributor_v2`) sees one distributor frame whose private
+//! registers are banked by the accessing vCPU, SPIs routed by `ITARGETSR`,
+//! SGIs sent through `GICD_SGIR` and pending per source CPU, and the
+//! hardware's `GICV` frame as its CPU interface (mapped at stage 2, no trap).
+//! The list registers are the same model values on both; a GICv2 host
+//! converts them to `GICH_LR` ([`LrEncoding`]). The rest of this text
+//! describes the GICv3 front end; fold, fill and maintenance are the same.
 //!
 //! The guest sees a GICv3 with one security state (`GICD_CTLR.DS` = 1),
 //! affinity routing always on (`ARE` reads as one), no LPIs and no ITS. Its
@@ -78,6 +87,7 @@
 //!   ends the guest's WFI.)
 
 mod distributor;
+mod distributor_v2;
 pub mod irq;
 pub mod list_regs;
 #[cfg(test)]
@@ -91,9 +101,9 @@ mod sync;
 pub use irq::{IntIdClass, PRIORITY_MASK, PTIMER_INTID, Trigger, VTIMER_INTID};
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub use list_regs::HardwareListRegisters;
-pub use list_regs::{ListRegister, ListRegisters, ModelListRegisters};
+pub use list_regs::{ListRegister, ListRegisters, LrEncoding, ModelListRegisters};
 pub use sgi::{SgiGroup, SgiRequest, SgiTargets};
-pub use state::{VgicConfig, VgicState};
+pub use state::{MAX_VCPUS_V2, VgicConfig, VgicState, VgicVersion};
 pub use sync::FillOutcome;
 
 /// Size of the distributor frame.
@@ -232,6 +242,13 @@ impl Vgic {
     pub fn new(config: VgicConfig) -> Result<Self, VgicError> {
         Ok(Self {
             state: spin::Mutex::new(VgicState::new(config)?),
+        })
+    }
+
+    /// A virtual GICv2 in its reset state.
+    pub fn new_v2(config: VgicConfig) -> Result<Self, VgicError> {
+        Ok(Self {
+            state: spin::Mutex::new(VgicState::new_v2(config)?),
         })
     }
 

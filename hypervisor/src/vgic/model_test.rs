@@ -23,11 +23,18 @@
 //! group 0 enabled again, the guest taking and completing everything) every
 //! injection was taken at least once, none more often than it was sent, and
 //! nothing is left pending or active.
+//!
+//! The run is made three times: the GICv3 front end with GICv3 list
+//! registers; the same with list registers that keep only what a GICv2
+//! `GICH_LR` holds (every value written goes through that layout and back);
+//! and the GICv2 front end on GICv2 list registers (registers banked in the
+//! distributor, `ITARGETSR` routes, SGIs from `GICD_SGIR` pending once per
+//! source, each source delivered on its own).
 
-use super::VgicState;
-use super::list_regs::{ListRegister, ModelListRegisters};
+use super::list_regs::{ListRegister, LrEncoding, ModelListRegisters};
 use super::sgi::SgiGroup;
 use super::state::tests::two_vcpus;
+use super::{VgicConfig, VgicState, VgicVersion};
 use alloc::vec::Vec;
 
 /// INTIDs the test uses: SGIs, PPIs and the 64 SPIs of [`two_vcpus`].
@@ -105,6 +112,30 @@ impl Guest {
     }
 }
 
+/// A register access of the front end under test: `bank` is the vCPU whose
+/// private registers are meant (`None`: the distributor's SPI words). On a
+/// GICv3 that is the vCPU's `SGI_base` frame or the distributor; on a GICv2
+/// the distributor, banked by the accessing vCPU.
+fn read_reg(gic: &VgicState, bank: Option<usize>, offset: u64, size: u8) -> u64 {
+    match (gic.version(), bank) {
+        (VgicVersion::V3, Some(vcpu)) => gic.sgi_base_read(vcpu, offset, size).unwrap(),
+        (VgicVersion::V3, None) => gic.distributor_read(offset, size).unwrap(),
+        (VgicVersion::V2, bank) => gic
+            .distributor_v2_read(bank.unwrap_or(0), offset, size)
+            .unwrap(),
+    }
+}
+
+/// See [`read_reg`].
+fn write_reg(gic: &mut VgicState, bank: Option<usize>, offset: u64, size: u8, value: u64) {
+    match (gic.version(), bank) {
+        (VgicVersion::V3, Some(vcpu)) => gic.sgi_base_write(vcpu, offset, size, value),
+        (VgicVersion::V3, None) => gic.distributor_write(offset, size, value),
+        (VgicVersion::V2, bank) => gic.distributor_v2_write(bank.unwrap_or(0), offset, size, value),
+    }
+    .unwrap();
+}
+
 /// Writes one bit of a one-bit-per-interrupt register (`base` is its offset
 /// in the distributor, or in `SGI_base` for private INTIDs) by
 /// read-modify-write when `keep_others` is set (`IGROUPR`), alone otherwise.
@@ -112,24 +143,17 @@ fn write_bit(gic: &mut VgicState, bank: Option<usize>, intid: u32, base: u64, se
     let offset = base + 4 * u64::from(intid / 32);
     let bit = 1u64 << (intid % 32);
     let keep_others = base == 0x80;
-    let old = match (keep_others, bank) {
-        (false, _) => 0,
-        (true, Some(vcpu)) => gic.sgi_base_read(vcpu, offset, 4).unwrap(),
-        (true, None) => gic.distributor_read(offset, 4).unwrap(),
+    let old = if keep_others {
+        read_reg(gic, bank, offset, 4)
+    } else {
+        0
     };
     let value = if set { old | bit } else { old & !bit };
-    match bank {
-        Some(vcpu) => gic.sgi_base_write(vcpu, offset, 4, value).unwrap(),
-        None => gic.distributor_write(offset, 4, value).unwrap(),
-    };
+    write_reg(gic, bank, offset, 4, value);
 }
 
 fn write_priority(gic: &mut VgicState, bank: Option<usize>, intid: u32, priority: u64) {
-    let offset = 0x400 + u64::from(intid);
-    match bank {
-        Some(vcpu) => gic.sgi_base_write(vcpu, offset, 1, priority).unwrap(),
-        None => gic.distributor_write(offset, 1, priority).unwrap(),
-    };
+    write_reg(gic, bank, 0x400 + u64::from(intid), 1, priority);
 }
 
 /// A random INTID and its bank.
@@ -140,24 +164,31 @@ fn random_interrupt(rng: &mut Stream) -> Activated {
 }
 
 /// Both groups on, every interrupt group 1, enabled, edge-triggered, with a
-/// random priority and (SPIs) a random route.
-fn random_gic(rng: &mut Stream) -> VgicState {
-    let mut gic = two_vcpus();
-    gic.distributor_write(0, 4, 0x13).unwrap();
+/// random priority and (SPIs) a random route (`IROUTER` on a GICv3,
+/// `ITARGETSR` on a GICv2).
+fn random_gic(rng: &mut Stream, version: VgicVersion) -> VgicState {
+    let mut gic = match version {
+        VgicVersion::V3 => two_vcpus(),
+        VgicVersion::V2 => VgicState::new_v2(VgicConfig {
+            distributor_base: 0x0800_0000,
+            redistributor_base: 0x080a_0000,
+            spi_count: 64,
+            vcpu_mpidrs: alloc::vec![0x8000_0000, 0x8000_0001],
+        })
+        .unwrap(),
+    };
+    write_reg(&mut gic, None, 0, 4, 0x13);
     for word in 1..3 {
-        gic.distributor_write(0x80 + 4 * word, 4, 0xffff_ffff)
-            .unwrap();
-        gic.distributor_write(0x100 + 4 * word, 4, 0xffff_ffff)
-            .unwrap();
+        write_reg(&mut gic, None, 0x80 + 4 * word, 4, 0xffff_ffff);
+        write_reg(&mut gic, None, 0x100 + 4 * word, 4, 0xffff_ffff);
     }
     for word in 2..6 {
-        gic.distributor_write(0xc00 + 4 * word, 4, 0xaaaa_aaaa)
-            .unwrap();
+        write_reg(&mut gic, None, 0xc00 + 4 * word, 4, 0xaaaa_aaaa);
     }
     for vcpu in 0..2 {
-        gic.sgi_base_write(vcpu, 0x80, 4, 0xffff_ffff).unwrap();
-        gic.sgi_base_write(vcpu, 0x100, 4, 0xffff_ffff).unwrap();
-        gic.sgi_base_write(vcpu, 0xc04, 4, 0xaaaa_aaaa).unwrap();
+        write_reg(&mut gic, Some(vcpu), 0x80, 4, 0xffff_ffff);
+        write_reg(&mut gic, Some(vcpu), 0x100, 4, 0xffff_ffff);
+        write_reg(&mut gic, Some(vcpu), 0xc04, 4, 0xaaaa_aaaa);
     }
     for intid in 0..INTIDS as u32 {
         if intid < 32 {
@@ -166,8 +197,15 @@ fn random_gic(rng: &mut Stream) -> VgicState {
             }
         } else {
             write_priority(&mut gic, None, intid, rng.below(256));
-            gic.distributor_write(0x6000 + 8 * u64::from(intid), 8, rng.below(2))
-                .unwrap();
+            let vcpu = rng.below(2);
+            match version {
+                VgicVersion::V3 => {
+                    write_reg(&mut gic, None, 0x6000 + 8 * u64::from(intid), 8, vcpu)
+                }
+                VgicVersion::V2 => {
+                    write_reg(&mut gic, None, 0x800 + u64::from(intid), 1, 1 << vcpu)
+                }
+            }
         }
     }
     gic
@@ -190,8 +228,17 @@ fn step(gic: &mut VgicState, guest: &mut Guest, rng: &mut Stream) {
         2 => {
             let sender = rng.below(2) as usize;
             let intid = rng.below(16);
-            let value = intid << 24 | rng.below(4);
-            let targets = gic.send_sgi(sender, value, SgiGroup::Group1).unwrap();
+            let targets = match gic.version() {
+                VgicVersion::V3 => {
+                    let value = intid << 24 | rng.below(4);
+                    gic.send_sgi(sender, value, SgiGroup::Group1).unwrap()
+                }
+                // GICD_SGIR: a target list, or all but self, or self.
+                VgicVersion::V2 => {
+                    let value = rng.below(3) << 24 | rng.below(4) << 16 | intid;
+                    gic.send_sgi_v2(sender, value as u32).unwrap()
+                }
+            };
             for target in targets.iter() {
                 guest.sent(target, intid as u32);
             }
@@ -221,7 +268,7 @@ fn step(gic: &mut VgicState, guest: &mut Guest, rng: &mut Stream) {
         }
         7 => {
             let grp0 = rng.below(2);
-            gic.distributor_write(0, 4, 0x12 | grp0).unwrap();
+            write_reg(gic, None, 0, 4, 0x12 | grp0);
         }
         _ => {
             let vcpu = rng.below(2) as usize;
@@ -239,13 +286,31 @@ fn step(gic: &mut VgicState, guest: &mut Guest, rng: &mut Stream) {
 
 #[test]
 fn randomised_delivery_follows_the_gic_rule_with_scarce_list_registers() {
+    randomised_delivery(VgicVersion::V3, LrEncoding::V3);
+}
+
+/// The same run with list registers that hold only what a GICv2 `GICH_LR`
+/// can: every value the fill writes goes through the 32-bit layout.
+#[test]
+fn randomised_delivery_through_gicv2_list_registers() {
+    randomised_delivery(VgicVersion::V3, LrEncoding::V2);
+}
+
+/// The GICv2 front end on GICv2 list registers: banked distributor words,
+/// `ITARGETSR` routes, SGIs through `GICD_SGIR`, pending per source.
+#[test]
+fn randomised_delivery_with_the_gicv2_front_end() {
+    randomised_delivery(VgicVersion::V2, LrEncoding::V2);
+}
+
+fn randomised_delivery(version: VgicVersion, encoding: LrEncoding) {
     for seed in 1..=60u64 {
         let mut rng = Stream(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        let mut gic = random_gic(&mut rng);
+        let mut gic = random_gic(&mut rng, version);
         let mut guest = Guest {
             lrs: [
-                ModelListRegisters::new(1 + rng.below(4) as usize),
-                ModelListRegisters::new(1 + rng.below(4) as usize),
+                ModelListRegisters::new(1 + rng.below(4) as usize).with_encoding(encoding),
+                ModelListRegisters::new(1 + rng.below(4) as usize).with_encoding(encoding),
             ],
             injected: [[0; INTIDS]; 2],
             acked: [[0; INTIDS]; 2],
@@ -261,7 +326,7 @@ fn randomised_delivery_follows_the_gic_rule_with_scarce_list_registers() {
         for (bank, intid) in core::mem::take(&mut guest.activated) {
             write_bit(&mut gic, bank, intid, 0x380, true);
         }
-        gic.distributor_write(0, 4, 0x13).unwrap();
+        write_reg(&mut gic, None, 0, 4, 0x13);
         for _ in 0..2000 {
             for vcpu in 0..2 {
                 guest.enter(&mut gic, vcpu);

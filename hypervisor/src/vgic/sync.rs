@@ -280,20 +280,29 @@ impl VgicState {
                 continue;
             };
             let level = irq.trigger == Trigger::Level;
-            let pending = deliverable && !(level && irq.active);
+            // A GICv2 SGI in service from one source is listed active only,
+            // naming that source (one list register names one source); its
+            // EOI maintenance brings the pending sources in after it.
+            let active_source = irq.active_source.filter(|_| irq.active);
+            let pending = deliverable && !(level && irq.active) && active_source.is_none();
             // Maintenance at this one's EOI when a left-out pending interrupt
             // may be able to preempt after it (or when a single list
             // register has to be refilled behind it).
             let eoi_wake = pending_left_over && (count == 1 || candidate.kind == Kind::InService);
-            let lr = ListRegister::virtual_interrupt(
+            let mut lr = ListRegister::virtual_interrupt(
                 intid,
                 irq.priority,
                 irq.group1,
                 pending,
                 irq.active,
-                level || eoi_wake,
+                level || eoi_wake || active_source.is_some(),
             );
             irq.list(vcpu as u16, pending, irq.active);
+            // A GICv2 SGI names one of its sources.
+            if let Some(source) = active_source.or(pending.then(|| irq.next_source()).flatten()) {
+                lr = lr.with_source(source);
+                irq.listed_source = Some(source);
+            }
             self.vcpus[vcpu].listed[index] = Some(intid);
             lrs.write_lr(index, lr.0);
         }

@@ -1,5 +1,15 @@
-//! The guest's one GICv3 driver, shared by the interrupt scenarios (`timers`
-//! and `vgic-scarce`).
+//! The guest's one GIC driver, shared by the interrupt scenarios (`timers`
+//! and `vgic-scarce`): a GICv3, or a GICv2 when the device tree has one.
+//!
+//! On a GICv2 (`GicFrames::cpu_interface`) the same calls work on the GICv2
+//! registers: the distributor's word 0 and first priority bytes are the
+//! calling vCPU's bank (what a redistributor's `SGI_base` is on a GICv3),
+//! the requested PPIs stay in group 0, the CPU interface is the
+//! memory-mapped `GICC` (`PMR` open, `BPR` 0, both groups enabled and
+//! acknowledged through `GICC_IAR`: `CTLR.AckCtl`),
+//! [`acknowledge`] reads `GICC_IAR` and [`end_of_interrupt`] writes the same
+//! value (with an SGI's source CPU) to `GICC_EOIR`; SPIs are routed through
+//! `ITARGETSR` and SGIs sent through `GICD_SGIR`.
 //!
 //! The frames come from the device tree (`platform::GicFrames`); register
 //! offsets, field values and encodings are in `gic_regs` (pure, tested on the
@@ -58,6 +68,8 @@ pub enum GicError {
 }
 
 static DISTRIBUTOR: AtomicU64 = AtomicU64::new(0);
+/// A GICv2's CPU interface (0: the GIC is a GICv3).
+static CPU_INTERFACE: AtomicU64 = AtomicU64::new(0);
 static REDISTRIBUTORS_START: AtomicU64 = AtomicU64::new(0);
 static REDISTRIBUTORS_END: AtomicU64 = AtomicU64::new(0);
 /// Each vCPU's `SGI_base` page, found by [`init_cpu`] (0 before).
@@ -77,7 +89,8 @@ pub enum Bank {
     /// The distributor (SPIs).
     Distributor,
     /// The `SGI_base` page of vCPU n's redistributor (its SGIs and PPIs),
-    /// after that vCPU's [`init_cpu`].
+    /// after that vCPU's [`init_cpu`]. On a GICv2 the distributor, whose
+    /// word 0 is banked: only vCPU n itself reaches its own bank there.
     Redistributor(usize),
 }
 
@@ -120,8 +133,23 @@ fn wait_clear(address: u64, mask: u32, register: &'static str) -> Result<(), Gic
     Ok(())
 }
 
+/// The GICv2 CPU interface, if the GIC is a GICv2.
+fn gicv2_cpu_interface() -> Option<u64> {
+    let base = CPU_INTERFACE.load(Ordering::Acquire);
+    (base != 0).then_some(base)
+}
+
 /// Boot vCPU, once: records the frames and turns the distributor on.
 pub fn init_distributor(frames: GicFrames) -> Result<(), GicError> {
+    if let Some(cpu_interface) = frames.cpu_interface {
+        CPU_INTERFACE.store(cpu_interface, Ordering::Release);
+        DISTRIBUTOR.store(frames.distributor, Ordering::Release);
+        write32(
+            frames.distributor + GICD_CTLR,
+            GICD_CTLR_ENABLE_GRP0 | GICD_CTLR_ENABLE_GRP1,
+        );
+        return Ok(());
+    }
     REDISTRIBUTORS_START.store(frames.redistributors.start, Ordering::Relaxed);
     REDISTRIBUTORS_END.store(frames.redistributors.end, Ordering::Relaxed);
     DISTRIBUTOR.store(frames.distributor, Ordering::Release);
@@ -144,6 +172,10 @@ pub fn current_mpidr() -> u64 {
 /// the PPIs `ppis` (group 1, priority [`PRIORITY`]) and the CPU interface.
 /// Interrupts stay masked in `PSTATE` until the caller unmasks them.
 pub fn init_cpu(ppis: &[u32]) -> Result<(), GicError> {
+    if let Some(cpu_interface) = gicv2_cpu_interface() {
+        init_cpu_v2(cpu_interface, ppis);
+        return Ok(());
+    }
     let mpidr = current_mpidr();
     let start = REDISTRIBUTORS_START.load(Ordering::Relaxed);
     let end = REDISTRIBUTORS_END.load(Ordering::Relaxed);
@@ -189,6 +221,29 @@ pub fn init_cpu(ppis: &[u32]) -> Result<(), GicError> {
     Ok(())
 }
 
+/// GICv2: the calling vCPU's banked distributor words stand for its
+/// redistributor; the requested PPIs stay group 0 (signalled as IRQ).
+fn init_cpu_v2(cpu_interface: u64, ppis: &[u32]) {
+    let distributor = DISTRIBUTOR.load(Ordering::Acquire);
+    SGI_BASES[smp::current_cpu()].store(distributor, Ordering::Release);
+    let bits = ppis.iter().fold(0u32, |bits, &intid| bits | 1 << intid);
+    write32(distributor + ICENABLER, bits);
+    write32(distributor + IGROUPR, read32(distributor + IGROUPR) & !bits);
+    for &intid in ppis {
+        let word = distributor + gic_regs::priority_offset(intid);
+        write32(word, gic_regs::with_priority(read32(word), intid, PRIORITY));
+    }
+    write32(distributor + ISENABLER, bits);
+    write32(cpu_interface + GICC_PMR, 0xff);
+    write32(cpu_interface + GICC_BPR, 0);
+    // Both groups, both signalled as IRQ and acknowledged by GICC_IAR (the
+    // scenarios that put interrupts in group 1 work as on a GICv3).
+    write32(
+        cpu_interface + GICC_CTLR,
+        GICC_CTLR_ENABLE_GRP0 | GICC_CTLR_ENABLE_GRP1 | GICC_CTLR_ACK_CTL,
+    );
+}
+
 /// Reads the word of a one-bit-per-INTID `register` ([`ISENABLER`],
 /// [`ISPENDR`], [`ISACTIVER`], ...) that holds `intid`'s bit.
 pub fn read_bits(bank: Bank, register: u64, intid: u32) -> u32 {
@@ -223,7 +278,24 @@ pub fn set_priority(bank: Bank, intid: u32, priority: u8) {
 }
 
 /// Routes SPI `intid` to the CPU with `mpidr` (`GICD_IROUTER`, `IRM` = 0).
+/// On a GICv2 `ITARGETSR` names CPU interfaces, not affinities: the SPI goes
+/// to the calling vCPU's interface, so `mpidr` must be the caller's own.
 pub fn route_spi(intid: u32, mpidr: u64) {
+    if gicv2_cpu_interface().is_some() {
+        debug_assert_eq!(mpidr, current_mpidr(), "GICv2: route to the caller only");
+        let distributor = Bank::Distributor.base();
+        // The first target byte is banked and names the reading CPU.
+        let own = read32(distributor + GICD_ITARGETSR) as u8;
+        // SAFETY: a byte access to GICD_ITARGETSR<intid>, in the distributor
+        // frame, identity mapped as device memory.
+        unsafe {
+            write_volatile(
+                (distributor + GICD_ITARGETSR + u64::from(intid)) as *mut u8,
+                own,
+            )
+        };
+        return;
+    }
     let at = Bank::Distributor.base() + gic_regs::irouter_offset(intid);
     // SAFETY: a 64-bit access to GICD_IROUTER<intid>, in the distributor
     // frame, identity mapped as device memory.
@@ -233,12 +305,23 @@ pub fn route_spi(intid: u32, mpidr: u64) {
 /// Writes `ICC_PMR_EL1`: only interrupts more urgent than `mask` are
 /// signalled.
 pub fn set_priority_mask(mask: u8) {
+    if let Some(cpu_interface) = gicv2_cpu_interface() {
+        write32(cpu_interface + GICC_PMR, u32::from(mask));
+        return;
+    }
     // SAFETY: the priority mask only filters this vCPU's interrupts.
     unsafe { asm!("msr icc_pmr_el1, {}", "isb", in(reg) u64::from(mask), options(nostack)) };
 }
 
 /// Sends SGI `intid` (group 1) to the calling vCPU.
 pub fn send_sgi_to_self(intid: u32) {
+    if gicv2_cpu_interface().is_some() {
+        write32(
+            Bank::Distributor.base() + GICD_SGIR,
+            GICD_SGIR_SELF | (intid & 0xf),
+        );
+        return;
+    }
     let value = gic_regs::sgi1r_to(intid, current_mpidr());
     // SAFETY: generating an SGI has no effect on memory.
     unsafe { asm!("msr icc_sgi1r_el1, {}", "isb", in(reg) value, options(nostack)) };
@@ -257,9 +340,14 @@ pub fn irqs(enabled: bool) {
     }
 }
 
-/// Acknowledges the highest-priority pending group 1 interrupt; 1020..=1023
-/// when there is none.
+/// Acknowledges the highest-priority pending group 1 interrupt (GICv2:
+/// group 0); 1020..=1023 when there is none. On a GICv2 the value keeps an
+/// SGI's source CPU bits, which [`end_of_interrupt`] needs back
+/// ([`interrupt_id`] strips them).
 pub fn acknowledge() -> u32 {
+    if let Some(cpu_interface) = gicv2_cpu_interface() {
+        return read32(cpu_interface + GICC_IAR);
+    }
     let iar: u64;
     // SAFETY: reading ICC_IAR1_EL1 acknowledges an interrupt, which the
     // caller finishes with `end_of_interrupt`.
@@ -267,8 +355,22 @@ pub fn acknowledge() -> u32 {
     (iar & 0xff_ffff) as u32
 }
 
-/// Finishes `intid` (priority drop and deactivation).
+/// The INTID of an [`acknowledge`] value.
+pub fn interrupt_id(acknowledged: u32) -> u32 {
+    if gicv2_cpu_interface().is_some() {
+        acknowledged & GICC_IAR_INTID_MASK
+    } else {
+        acknowledged
+    }
+}
+
+/// Finishes `intid` (priority drop and deactivation), given as
+/// [`acknowledge`] returned it.
 pub fn end_of_interrupt(intid: u32) {
+    if let Some(cpu_interface) = gicv2_cpu_interface() {
+        write32(cpu_interface + GICC_EOIR, intid);
+        return;
+    }
     // SAFETY: writing an acknowledged INTID to ICC_EOIR1_EL1 finishes it.
     unsafe {
         asm!("msr icc_eoir1_el1, {}", "isb", in(reg) u64::from(intid), options(nostack));
@@ -285,7 +387,8 @@ pub fn is_interrupt(intid: u32) -> bool {
 /// level source), counts it and finishes it.
 pub fn take_interrupts(mut handler: impl FnMut(u32)) {
     loop {
-        let intid = acknowledge();
+        let acknowledged = acknowledge();
+        let intid = interrupt_id(acknowledged);
         if !is_interrupt(intid) {
             return;
         }
@@ -293,7 +396,7 @@ pub fn take_interrupts(mut handler: impl FnMut(u32)) {
         if let Some(count) = TAKEN.get(intid as usize) {
             count.fetch_add(1, Ordering::AcqRel);
         }
-        end_of_interrupt(intid);
+        end_of_interrupt(acknowledged);
     }
 }
 

@@ -57,6 +57,33 @@ pub const GICR_FRAME: u64 = 0x2_0000;
 /// Size of a GICv4 frame (with the VLPI pages).
 pub const GICR_FRAME_VLPI: u64 = 0x4_0000;
 
+/// GICv2 distributor: `GICD_CTLR.EnableGrp0` (`Enable` with one security state).
+pub const GICD_CTLR_ENABLE_GRP0: u32 = 1 << 0;
+/// GICv2 distributor: `GICD_ITARGETSR<n>` (one byte per INTID).
+pub const GICD_ITARGETSR: u64 = 0x0800;
+/// GICv2 distributor: `GICD_SGIR`.
+pub const GICD_SGIR: u64 = 0x0f00;
+/// `GICD_SGIR.TargetListFilter` = 2: the requesting CPU only.
+pub const GICD_SGIR_SELF: u32 = 2 << 24;
+/// GICv2 CPU interface: `GICC_CTLR`.
+pub const GICC_CTLR: u64 = 0x0000;
+/// `GICC_CTLR.EnableGrp0`.
+pub const GICC_CTLR_ENABLE_GRP0: u32 = 1 << 0;
+/// `GICC_CTLR.EnableGrp1`.
+pub const GICC_CTLR_ENABLE_GRP1: u32 = 1 << 1;
+/// `GICC_CTLR.AckCtl`: `GICC_IAR` acknowledges group 1 interrupts too.
+pub const GICC_CTLR_ACK_CTL: u32 = 1 << 2;
+/// `GICC_PMR`.
+pub const GICC_PMR: u64 = 0x0004;
+/// `GICC_BPR`.
+pub const GICC_BPR: u64 = 0x0008;
+/// `GICC_IAR` (INTID \[9:0\], an SGI's source CPU \[12:10\]).
+pub const GICC_IAR: u64 = 0x000c;
+/// `GICC_EOIR` (takes the `GICC_IAR` value back).
+pub const GICC_EOIR: u64 = 0x0010;
+/// The INTID bits of a GICv2 `GICC_IAR` value.
+pub const GICC_IAR_INTID_MASK: u32 = 0x3ff;
+
 /// INTIDs from this one up are special: nothing to acknowledge.
 pub const SPURIOUS_FIRST: u32 = 1020;
 

@@ -16,13 +16,17 @@ const MAX_RANGES: usize = 8;
 /// Most `interrupts` cells kept from the timer node (four 3-cell entries).
 const MAX_TIMER_CELLS: usize = 12;
 
-/// Where the GICv3 is (`arm,gic-v3`: `reg` = distributor, redistributors).
+/// Where the GIC is: a GICv3 (`arm,gic-v3`: `reg` = distributor,
+/// redistributors) or a GICv2 (`arm,cortex-a15-gic`, `arm,gic-400`: `reg` =
+/// distributor, CPU interface).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GicFrames {
     /// Distributor base.
     pub distributor: u64,
-    /// The (first) redistributor region.
+    /// The (first) redistributor region (empty on a GICv2).
     pub redistributors: MemRange,
+    /// A GICv2's CPU interface base (`None`: a GICv3).
+    pub cpu_interface: Option<u64>,
 }
 
 /// Why the device tree could not be used.
@@ -157,6 +161,16 @@ impl Platform {
                         start,
                         end: start + redistributors.size.unwrap_or(0) as u64,
                     },
+                    cpu_interface: None,
+                });
+            }
+        } else if let Some(gic) = fdt.find_compatible(&["arm,cortex-a15-gic", "arm,gic-400"]) {
+            let mut regs = gic.reg().into_iter().flatten();
+            if let (Some(distributor), Some(cpu)) = (regs.next(), regs.next()) {
+                platform.gic = Some(GicFrames {
+                    distributor: distributor.starting_address as u64,
+                    redistributors: MemRange { start: 0, end: 0 },
+                    cpu_interface: Some(cpu.starting_address as u64),
                 });
             }
         }

@@ -448,7 +448,8 @@ impl fmt::Display for Failure {
             ),
             Failure::NoGic => write!(
                 f,
-                "the device tree has no GICv3 (arm,gic-v3 with distributor and redistributors)"
+                "the device tree has no GIC (arm,gic-v3 with distributor and redistributors, or \
+                 arm,cortex-a15-gic with distributor and CPU interface)"
             ),
             Failure::NoTimerNode => write!(
                 f,
