@@ -20,6 +20,7 @@ pub mod aarch32;
 pub mod cache_maint;
 pub mod counters;
 pub mod cpu_features;
+pub mod dt_translate;
 pub mod esr;
 pub mod event_log;
 pub mod fault;

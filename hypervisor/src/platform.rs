@@ -13,10 +13,21 @@
 //! are kept). The node it names is used when it is usable: `status` absent,
 //! `okay` or `ok`; a compatible the hypervisor drives (`arm,pl011`; `ns16550a`,
 //! `ns16550` or `snps,dw-apb-uart`, with `reg-shift` 0 to 2 and `reg-io-width`
-//! 1, 2 or 4); a `reg`. Otherwise, or without `stdout-path`, the first usable
+//! 1, 2 or 4; `brcm,bcm2835-aux-uart`, the Raspberry Pi's mini UART, as a
+//! 16550 with `reg-shift` 2 and 4-byte access); a `reg` that translates to a
+//! CPU address. Otherwise, or without `stdout-path`, the first usable
 //! UART in tree order is the console, and the reason the named one was passed
 //! over is kept for the banner ([`Platform::console_note`]).
+//!
+//! Device addresses: the `reg` of every device read here (UARTs, GIC frames)
+//! is translated up through its ancestors' `ranges` to a CPU physical address
+//! ([`crate::dt_translate`]; e.g. the Raspberry Pi 4's `/soc` maps bus address
+//! `0x7e20_1000` to `0xfe20_1000`). A UART whose `reg` does not translate is
+//! passed over with that reason; a GIC whose `reg` does not is an error
+//! ([`PlatformError::Untranslatable`]). `/memory` and `/reserved-memory` are
+//! read as they are (CPU addresses at the root).
 
+use crate::dt_translate::{self, Bus};
 use crate::host_uart::{IoWidth, UartKind};
 use crate::ranges::PhysRange;
 use alloc::string::{String, ToString};
@@ -133,6 +144,9 @@ pub enum PlatformError {
     BadPsciMethod(String),
     /// A property does not have the size its cells say (node/property).
     BadProperty(String),
+    /// A device's `reg` cannot be translated to a CPU address through its
+    /// buses' `ranges` (node/reg: why).
+    Untranslatable(String),
 }
 
 impl core::fmt::Display for PlatformError {
@@ -142,12 +156,13 @@ impl core::fmt::Display for PlatformError {
             Self::NoMemory => write!(f, "device tree has no memory node"),
             Self::NoUart => write!(
                 f,
-                "device tree has no usable UART (arm,pl011, ns16550a, ns16550 or snps,dw-apb-uart, not disabled)"
+                "device tree has no usable UART (arm,pl011, ns16550a, ns16550, snps,dw-apb-uart or brcm,bcm2835-aux-uart, not disabled)"
             ),
             Self::NoCpus => write!(f, "device tree has no CPU nodes"),
             Self::NoPsci => write!(f, "device tree has no /psci node with a method"),
             Self::BadPsciMethod(m) => write!(f, "unknown PSCI method {m:?}"),
             Self::BadProperty(p) => write!(f, "malformed property {p}"),
+            Self::Untranslatable(r) => write!(f, "device address not translatable: {r}"),
         }
     }
 }
@@ -164,37 +179,41 @@ fn read_cells(bytes: &[u8], cells: usize) -> Option<u64> {
 }
 
 /// A node with the `#address-cells`/`#size-cells` of its parent, which say how
-/// its `reg` is encoded.
+/// its `reg` is encoded, and where its parent is in [`all_located`]'s list.
 #[derive(Clone, Copy)]
 struct Located<'b, 'a> {
     node: FdtNode<'b, 'a>,
     address_cells: usize,
     size_cells: usize,
+    /// The parent's index in the list; `None` for children of the root.
+    parent: Option<usize>,
 }
 
 /// Every node of the tree with its parent's cell sizes, in tree order. Nodes
 /// are told apart by the address of their name inside the blob, which is
 /// unique per node.
 fn all_located<'b, 'a>(fdt: &'b Fdt<'a>) -> Vec<Located<'b, 'a>> {
-    fn visit<'b, 'a>(node: FdtNode<'b, 'a>, out: &mut Vec<Located<'b, 'a>>) {
+    fn visit<'b, 'a>(node: FdtNode<'b, 'a>, index: Option<usize>, out: &mut Vec<Located<'b, 'a>>) {
         let sizes = node.cell_sizes();
         for child in node.children() {
             out.push(Located {
                 node: child,
                 address_cells: sizes.address_cells,
                 size_cells: sizes.size_cells,
+                parent: index,
             });
-            visit(child, out);
+            visit(child, Some(out.len() - 1), out);
         }
     }
     let mut out = Vec::new();
     if let Some(root) = fdt.find_node("/") {
-        visit(root, &mut out);
+        visit(root, None, &mut out);
     }
     out
 }
 
-/// The `reg` entries of a node as ranges.
+/// The `reg` entries of a node as ranges, untranslated: addresses in its
+/// parent's address space (what `/memory` and `/reserved-memory` give).
 fn reg_ranges(located: Located<'_, '_>) -> Result<Vec<PhysRange>, PlatformError> {
     let node = located.node;
     let bad = || PlatformError::BadProperty(alloc::format!("{}/reg", node.name));
@@ -212,6 +231,44 @@ fn reg_ranges(located: Located<'_, '_>) -> Result<Vec<PhysRange>, PlatformError>
             let start = read_cells(chunk, ac).ok_or_else(bad)?;
             let size = read_cells(&chunk[4 * ac..], sc).ok_or_else(bad)?;
             Ok(PhysRange::from_start_size(start, size))
+        })
+        .collect()
+}
+
+/// The buses between a node and the root, innermost first, as
+/// [`dt_translate::translate`] walks them.
+fn buses<'b>(nodes: &[Located<'b, '_>], located: Located<'b, '_>) -> Vec<Bus<'b>> {
+    let mut out = Vec::new();
+    let mut parent = located.parent;
+    while let Some(index) = parent {
+        let Some(bus) = nodes.get(index) else { break };
+        let sizes = bus.node.cell_sizes();
+        out.push(Bus {
+            name: bus.node.name,
+            ranges: bus.node.property("ranges").map(|p| p.value),
+            child_address_cells: sizes.address_cells,
+            child_size_cells: sizes.size_cells,
+            parent_address_cells: bus.address_cells,
+        });
+        parent = bus.parent;
+    }
+    out
+}
+
+/// The `reg` entries of a device node as CPU physical addresses: each is
+/// translated up through its ancestors' `ranges` (see [`dt_translate`]).
+fn device_regs(
+    nodes: &[Located<'_, '_>],
+    located: Located<'_, '_>,
+) -> Result<Vec<PhysRange>, PlatformError> {
+    let buses = buses(nodes, located);
+    reg_ranges(located)?
+        .into_iter()
+        .map(|r| {
+            let start = dt_translate::translate(r.start, r.size(), &buses).map_err(|e| {
+                PlatformError::Untranslatable(alloc::format!("{}/reg: {e}", located.node.name))
+            })?;
+            Ok(PhysRange::from_start_size(start, r.size()))
         })
         .collect()
 }
@@ -279,6 +336,15 @@ fn uart_kind(node: FdtNode<'_, '_>) -> Result<UartKind, String> {
     for c in compatible.all() {
         match c {
             "arm,pl011" => return Ok(UartKind::Pl011),
+            // The BCM2835/BCM2711 mini UART: a 16550 subset with 32-bit
+            // registers 4 bytes apart (IO 0x00, IER 0x04, IIR 0x08, LCR 0x0c,
+            // MCR 0x10, LSR 0x14); its node has no reg-shift/reg-io-width.
+            "brcm,bcm2835-aux-uart" => {
+                return Ok(UartKind::Ns16550 {
+                    reg_shift: 2,
+                    io_width: IoWidth::U32,
+                });
+            }
             "ns16550a" | "ns16550" | "snps,dw-apb-uart" => {
                 let shift = u32_prop("reg-shift", 0)
                     .filter(|&s| s <= 2)
@@ -330,7 +396,7 @@ fn choose_console<'b, 'a>(
 ) -> Result<ConsoleChoice<'b, 'a>, PlatformError> {
     let usable = |located: Located<'b, 'a>| -> Result<(UartKind, PhysRange), String> {
         let kind = uart_kind(located.node)?;
-        let regs = reg_ranges(located)
+        let regs = device_regs(nodes, located)
             .map_err(|e| e.to_string())?
             .first()
             .copied()
@@ -450,7 +516,7 @@ impl Platform {
         {
             Some(located) => {
                 let node = located.node;
-                let regs = reg_ranges(located)?;
+                let regs = device_regs(&nodes, located)?;
                 let redist_regions = node
                     .property("#redistributor-regions")
                     .and_then(|p| p.as_usize())
@@ -471,7 +537,7 @@ impl Platform {
                 .any(|c| is_compatible(l.node, c))
         }) {
             Some(located) if gic.is_none() => {
-                let regs = reg_ranges(located)?;
+                let regs = device_regs(&nodes, located)?;
                 let maintenance_intid = located
                     .node
                     .property("interrupts")
@@ -969,7 +1035,7 @@ mod tests {
             None,
             &[],
             &[
-                uart("serial@1000", &["brcm,bcm2835-aux-uart"]),
+                uart("serial@1000", &["vendor,unknown-uart"]),
                 UartNode {
                     status: Some("disabled"),
                     ..uart("serial@2000", &["arm,pl011"])
@@ -1009,8 +1075,8 @@ mod tests {
             ),
             (
                 "serial0",
-                uart("serial@feb50000", &["brcm,bcm2835-aux-uart"]),
-                "stdout-path \"serial0\" is not usable: no supported compatible in [\"brcm,bcm2835-aux-uart\"]",
+                uart("serial@feb50000", &["vendor,unknown-uart"]),
+                "stdout-path \"serial0\" is not usable: no supported compatible in [\"vendor,unknown-uart\"]",
             ),
             (
                 "serial0",
@@ -1057,5 +1123,275 @@ mod tests {
             ],
         );
         assert_eq!(Platform::from_dtb(&dtb), Err(PlatformError::NoUart));
+    }
+
+    /// The Pi 4's `/soc` ranges (bcm2711.dtsi).
+    const PI4_SOC_RANGES: [u32; 12] = [
+        0x7e00_0000,
+        0x0,
+        0xfe00_0000,
+        0x0180_0000, //
+        0x7c00_0000,
+        0x0,
+        0xfc00_0000,
+        0x0200_0000, //
+        0x4000_0000,
+        0x0,
+        0xff80_0000,
+        0x0080_0000,
+    ];
+
+    /// A tree shaped like the Raspberry Pi 4's (values from bcm2711.dtsi and
+    /// bcm2711-rpi-4-b.dts): root `#address-cells = <2>`, `#size-cells =
+    /// <1>`; `/soc` with `#address-cells = <1>` and `soc_ranges` (`None`: no
+    /// `ranges` property, `Some(&[])`: `ranges;`) holding the PL011 (uart0),
+    /// the mini UART (uart1) and the GIC-400, plus what `extra` adds inside
+    /// `/soc`; aliases `serial0`/`serial1` and `stdout-path = stdout`.
+    fn pi4_tree(
+        stdout: &str,
+        soc_ranges: Option<&[u32]>,
+        extra: impl FnOnce(&mut FdtWriter),
+    ) -> Vec<u8> {
+        let mut w = FdtWriter::new().expect("writer");
+        let root = w.begin_node("").expect("root");
+        w.property_string("model", "Raspberry Pi 4 Model B")
+            .expect("p");
+        w.property_u32("#address-cells", 2).expect("p");
+        w.property_u32("#size-cells", 1).expect("p");
+        w.property_u32("interrupt-parent", 1).expect("p");
+        let m = w.begin_node("memory@0").expect("node");
+        w.property_string("device_type", "memory").expect("p");
+        w.property_array_u32("reg", &[0, 0, 0x3b40_0000])
+            .expect("p");
+        w.end_node(m).expect("end");
+        let a = w.begin_node("aliases").expect("node");
+        w.property_string("serial0", "/soc/serial@7e201000")
+            .expect("p");
+        w.property_string("serial1", "/soc/serial@7e215040")
+            .expect("p");
+        w.end_node(a).expect("end");
+        let chosen = w.begin_node("chosen").expect("node");
+        w.property_string("stdout-path", stdout).expect("p");
+        w.end_node(chosen).expect("end");
+        let soc = w.begin_node("soc").expect("node");
+        w.property_string("compatible", "simple-bus").expect("p");
+        w.property_u32("#address-cells", 1).expect("p");
+        w.property_u32("#size-cells", 1).expect("p");
+        match soc_ranges {
+            Some([]) => w.property_null("ranges").expect("p"),
+            Some(r) => w.property_array_u32("ranges", r).expect("p"),
+            None => {}
+        }
+        let pl011 = w.begin_node("serial@7e201000").expect("node");
+        w.property_string_list(
+            "compatible",
+            vec!["arm,pl011".into(), "arm,primecell".into()],
+        )
+        .expect("p");
+        w.property_array_u32("reg", &[0x7e20_1000, 0x200])
+            .expect("p");
+        w.property_array_u32("interrupts", &[0, 121, 4]).expect("p");
+        w.end_node(pl011).expect("end");
+        let aux = w.begin_node("serial@7e215040").expect("node");
+        w.property_string("compatible", "brcm,bcm2835-aux-uart")
+            .expect("p");
+        w.property_array_u32("reg", &[0x7e21_5040, 0x40])
+            .expect("p");
+        w.property_array_u32("interrupts", &[0, 93, 4]).expect("p");
+        w.end_node(aux).expect("end");
+        let gic = w.begin_node("interrupt-controller@40041000").expect("node");
+        w.property_string("compatible", "arm,gic-400").expect("p");
+        w.property_null("interrupt-controller").expect("p");
+        w.property_u32("#interrupt-cells", 3).expect("p");
+        w.property_u32("phandle", 1).expect("p");
+        w.property_array_u32(
+            "reg",
+            &[
+                0x4004_1000,
+                0x1000,
+                0x4004_2000,
+                0x2000,
+                0x4004_4000,
+                0x2000,
+                0x4004_6000,
+                0x2000,
+            ],
+        )
+        .expect("p");
+        w.property_array_u32("interrupts", &[1, 9, 0xf04])
+            .expect("p");
+        w.end_node(gic).expect("end");
+        extra(&mut w);
+        w.end_node(soc).expect("end");
+        let cpus = w.begin_node("cpus").expect("node");
+        w.property_u32("#address-cells", 1).expect("p");
+        w.property_u32("#size-cells", 0).expect("p");
+        for mpidr in 0..4 {
+            let c = w.begin_node(&format!("cpu@{mpidr}")).expect("node");
+            w.property_string("device_type", "cpu").expect("p");
+            w.property_u32("reg", mpidr).expect("p");
+            w.end_node(c).expect("end");
+        }
+        w.end_node(cpus).expect("end");
+        let psci = w.begin_node("psci").expect("node");
+        w.property_string("method", "smc").expect("p");
+        w.end_node(psci).expect("end");
+        w.end_node(root).expect("end");
+        w.finish().expect("finish")
+    }
+
+    const MINI_UART: UartKind = UartKind::Ns16550 {
+        reg_shift: 2,
+        io_width: IoWidth::U32,
+    };
+
+    #[test]
+    fn pi4_mini_uart_and_gic400_through_soc_ranges() {
+        let dtb = pi4_tree("serial1:115200n8", Some(&PI4_SOC_RANGES), |_| {});
+        let p = Platform::from_dtb(&dtb).expect("valid");
+        assert_eq!(p.uart, PhysRange::from_start_size(0xfe21_5040, 0x40));
+        assert_eq!(p.uart_kind, MINI_UART);
+        assert!(p.uart_from_stdout_path);
+        assert_eq!(p.console_note, None);
+        assert_eq!(p.uart_intid, Some(32 + 93));
+        let range = PhysRange::from_start_size;
+        assert_eq!(
+            p.gicv2,
+            Some(Gicv2 {
+                distributor: range(0xff84_1000, 0x1000),
+                cpu_interface: range(0xff84_2000, 0x2000),
+                hyp_interface: Some(range(0xff84_4000, 0x2000)),
+                virtual_cpu: Some(range(0xff84_6000, 0x2000)),
+                maintenance_intid: Some(25),
+            })
+        );
+        assert_eq!(
+            p.ram,
+            vec![range(0, 0x3b40_0000)],
+            "memory is not translated"
+        );
+        assert_eq!(p.cpus, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn pi4_pl011_with_disable_bt() {
+        let dtb = pi4_tree("serial0:115200n8", Some(&PI4_SOC_RANGES), |_| {});
+        let p = Platform::from_dtb(&dtb).expect("valid");
+        assert_eq!(p.uart, PhysRange::from_start_size(0xfe20_1000, 0x200));
+        assert_eq!(p.uart_kind, UartKind::Pl011);
+        assert_eq!(p.uart_intid, Some(32 + 121));
+    }
+
+    #[test]
+    fn identity_ranges_keeps_bus_addresses() {
+        let dtb = pi4_tree("serial1", Some(&[]), |_| {});
+        let p = Platform::from_dtb(&dtb).expect("valid");
+        assert_eq!(p.uart.start, 0x7e21_5040);
+        assert_eq!(p.gicv2.map(|g| g.distributor.start), Some(0x4004_1000));
+    }
+
+    #[test]
+    fn nested_bus_translates_through_both_ranges() {
+        // A bus inside /soc mapping its 0x0 to the soc's 0x7e21_5000, with a
+        // mini UART at its 0x40 that stdout-path names by path.
+        let dtb = pi4_tree("/soc/aux@7e215000/serial@40", Some(&PI4_SOC_RANGES), |w| {
+            let bus = w.begin_node("aux@7e215000").expect("node");
+            w.property_u32("#address-cells", 1).expect("p");
+            w.property_u32("#size-cells", 1).expect("p");
+            w.property_array_u32("ranges", &[0x0, 0x7e21_5000, 0x100])
+                .expect("p");
+            let s = w.begin_node("serial@40").expect("node");
+            w.property_string("compatible", "brcm,bcm2835-aux-uart")
+                .expect("p");
+            w.property_array_u32("reg", &[0x40, 0x40]).expect("p");
+            w.end_node(s).expect("end");
+            w.end_node(bus).expect("end");
+        });
+        let p = Platform::from_dtb(&dtb).expect("valid");
+        assert!(p.uart_from_stdout_path);
+        assert_eq!(p.uart, PhysRange::from_start_size(0xfe21_5040, 0x40));
+    }
+
+    #[test]
+    fn untranslatable_uart_is_passed_over_with_the_reason() {
+        // A mini UART at a bus address no /soc range holds: the console falls
+        // back to the PL011 and says why.
+        let dtb = pi4_tree("/soc/serial@1000", Some(&PI4_SOC_RANGES), |w| {
+            let s = w.begin_node("serial@1000").expect("node");
+            w.property_string("compatible", "brcm,bcm2835-aux-uart")
+                .expect("p");
+            w.property_array_u32("reg", &[0x1000, 0x40]).expect("p");
+            w.end_node(s).expect("end");
+        });
+        let p = Platform::from_dtb(&dtb).expect("valid");
+        assert_eq!(p.uart.start, 0xfe20_1000);
+        assert!(!p.uart_from_stdout_path);
+        assert_eq!(
+            p.console_note.as_deref(),
+            Some(
+                "stdout-path \"/soc/serial@1000\" is not usable: device address not \
+                 translatable: serial@1000/reg: 0x1000 is outside every range of bus soc"
+            )
+        );
+    }
+
+    #[test]
+    fn soc_without_ranges_is_an_error_for_the_gic() {
+        let dtb = pi4_tree("serial1", None, |_| {});
+        assert_eq!(
+            Platform::from_dtb(&dtb),
+            Err(PlatformError::NoUart),
+            "no UART under /soc translates"
+        );
+        // With a UART at the root the GIC is what fails, with a clear error.
+        let dtb = console_tree_with_closed_bus_gic();
+        assert_eq!(
+            Platform::from_dtb(&dtb),
+            Err(PlatformError::Untranslatable(
+                "interrupt-controller@40041000/reg: bus soc has no ranges (not translatable)"
+                    .into()
+            ))
+        );
+    }
+
+    /// A board with a PL011 at the root and a GIC-400 under a `/soc` that has
+    /// no `ranges`.
+    fn console_tree_with_closed_bus_gic() -> Vec<u8> {
+        let mut w = FdtWriter::new().expect("writer");
+        let root = w.begin_node("").expect("root");
+        w.property_u32("#address-cells", 2).expect("p");
+        w.property_u32("#size-cells", 1).expect("p");
+        let m = w.begin_node("memory@0").expect("node");
+        w.property_string("device_type", "memory").expect("p");
+        w.property_array_u32("reg", &[0, 0, 0x3b40_0000])
+            .expect("p");
+        w.end_node(m).expect("end");
+        let s = w.begin_node("serial@fe201000").expect("node");
+        w.property_string("compatible", "arm,pl011").expect("p");
+        w.property_array_u32("reg", &[0, 0xfe20_1000, 0x200])
+            .expect("p");
+        w.end_node(s).expect("end");
+        let soc = w.begin_node("soc").expect("node");
+        w.property_u32("#address-cells", 1).expect("p");
+        w.property_u32("#size-cells", 1).expect("p");
+        let gic = w.begin_node("interrupt-controller@40041000").expect("node");
+        w.property_string("compatible", "arm,gic-400").expect("p");
+        w.property_array_u32("reg", &[0x4004_1000, 0x1000, 0x4004_2000, 0x2000])
+            .expect("p");
+        w.end_node(gic).expect("end");
+        w.end_node(soc).expect("end");
+        let cpus = w.begin_node("cpus").expect("node");
+        w.property_u32("#address-cells", 1).expect("p");
+        w.property_u32("#size-cells", 0).expect("p");
+        let c = w.begin_node("cpu@0").expect("node");
+        w.property_string("device_type", "cpu").expect("p");
+        w.property_u32("reg", 0).expect("p");
+        w.end_node(c).expect("end");
+        w.end_node(cpus).expect("end");
+        let psci = w.begin_node("psci").expect("node");
+        w.property_string("method", "smc").expect("p");
+        w.end_node(psci).expect("end");
+        w.end_node(root).expect("end");
+        w.finish().expect("finish")
     }
 }

@@ -267,4 +267,39 @@ mod tests {
         uart.put(b'Z');
         assert_eq!(mem[0].to_ne_bytes(), [b'Z', 0, 0, 0]);
     }
+
+    #[test]
+    fn bcm2835_mini_uart_register_offsets() {
+        // The mini UART (`brcm,bcm2835-aux-uart`) as the platform sets it up:
+        // reg-shift 2, 4-byte access, in plain memory. The BCM2835 register
+        // map from the UART's base: IO 0x00, IER 0x04, IIR 0x08, LCR 0x0c,
+        // MCR 0x10, LSR 0x14 (bit 5 = can take a byte, bit 6 = idle).
+        let mut mem = [0u32; 8];
+        mem[0x14 / 4] = THRE | TEMT | DR;
+        mem[0x0c / 4] = 0x83; // DLAB left set, 8-bit mode
+        mem[0] = u32::from(b'q');
+        let base = mem.as_mut_ptr() as usize;
+        // SAFETY: `mem` is live, aligned and only touched through this bank
+        // while the driver runs; registers 0 to 5 at stride 4 stay inside it.
+        let bank =
+            unsafe { crate::host_uart::MmioBank::new(base, 2, crate::host_uart::IoWidth::U32) };
+        let mut uart = Ns16550::new(bank);
+        // Plain memory keeps LSR.DR set, so receive fills the buffer from IO.
+        let mut buf = [0u8; 4];
+        assert_eq!(uart.receive(&mut buf), 4, "LSR at 0x14 says data ready");
+        assert_eq!(&buf, b"qqqq", "received bytes come from IO at 0x00");
+        uart.put(b'Z');
+        uart.enable_receive_interrupt();
+        uart.flush();
+        assert_eq!(mem[0], u32::from(b'Z'), "IO at 0x00");
+        assert_eq!(mem[0x04 / 4], 0x01, "IER at 0x04: receive interrupt");
+        assert_eq!(mem[0x08 / 4], 0, "IIR/FCR at 0x08 untouched");
+        assert_eq!(
+            mem[0x0c / 4],
+            0x03,
+            "LCR at 0x0c: DLAB cleared, 8 bits kept"
+        );
+        assert_eq!(mem[0x10 / 4], 0x08, "MCR at 0x10: OUT2");
+        assert_eq!(mem[0x14 / 4], THRE | TEMT | DR, "LSR at 0x14 only read");
+    }
 }
