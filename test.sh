@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The project's test command. On a fresh Debian machine it installs what is
-# missing (the pinned toolchain, its aarch64 targets and components), then runs,
-# in order: formatting and lint checks, the cross builds of the libraries and
-# the hypervisor, every host test (unit, property, stress and QEMU end-to-end
-# tests; qemu-runner installs QEMU when it is missing and we are root), and the
-# loom models of the lock-free protocols.
+# missing (the pinned toolchain, its aarch64 targets and components), then
+# runs, in order: formatting, lint and documentation checks, the cross builds
+# of the libraries and the hypervisor, every host test (unit, property, stress
+# and QEMU end-to-end tests; qemu-runner installs QEMU, and U-Boot for the
+# U-Boot boot tests, when they are missing and we are root), and the loom
+# models of the lock-free protocols.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -21,7 +22,7 @@ for target in aarch64-unknown-none aarch64-unknown-none-softfloat; do
     fi
 done
 installed_components=$(rustup component list --installed --toolchain "${toolchain}")
-for component in clippy rustfmt llvm-tools; do
+for component in clippy rustfmt; do
     if ! grep -q "^${component}" <<<"${installed_components}"; then
         echo "test.sh: installing Rust component ${component}"
         rustup component add --toolchain "${toolchain}" "${component}"
@@ -37,11 +38,17 @@ step "clippy (host)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "clippy (aarch64-unknown-none-softfloat: the EL2 and EL1 code the host build leaves out)"
-cargo clippy -p hypervisor -p test-guest -p tlb -p pgtable -p memslot \
+cargo clippy -p hypervisor -p test-guest -p tlb -p pgtable -p memslot -p boot-payload \
     --target aarch64-unknown-none-softfloat -- -D warnings
 
+step "documentation (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p hypervisor -p test-guest \
+    --target aarch64-unknown-none-softfloat
+
 step "libraries build for aarch64-unknown-none-softfloat"
-cargo build --release -p tlb -p pgtable -p memslot --target aarch64-unknown-none-softfloat
+cargo build --release -p tlb -p pgtable -p memslot -p boot-payload \
+    --target aarch64-unknown-none-softfloat
 
 step "tests"
 cargo test --workspace --release

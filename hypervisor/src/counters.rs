@@ -42,15 +42,34 @@ pub enum Counter {
     ExitsIrq,
     /// Aborts injected into the guest.
     InjectedAborts,
+    /// Undefined instructions injected into the guest (trapped instructions
+    /// the hypervisor does not emulate).
+    InjectedUndefs,
     /// Hypercalls answered with NOT_SUPPORTED.
     UnknownHypercalls,
     /// TEST_REPORT hypercalls.
     TestReports,
+    /// 4 KiB pages of guest memory cleaned to the point of coherency (no
+    /// FWB): mapped, unmapped or flushed.
+    CmoDcacheCleanPages,
+    /// Instruction cache maintenance operations done for guest mappings
+    /// (none where `CTR_EL0.DIC` and `IDC` say the CPU needs none).
+    CmoIcacheInval,
+    /// Guest set/way cache maintenance instructions trapped (no FWB).
+    CmoSetwayTraps,
+    /// Flushes of all mapped guest memory (set/way conversion, caches
+    /// turned on or off while set/way is tracked).
+    CmoFullFlushes,
+    /// Trapped writes to the virtual-memory control registers (`HCR_EL2.TVM`,
+    /// set while set/way operations are tracked).
+    CmoVmRegTraps,
+    /// Guest-driven log lines dropped by the VM's rate limit (`event_log`).
+    LogLinesSuppressed,
 }
 
 impl Counter {
     /// Every counter, in report order.
-    pub const ALL: [Counter; 18] = [
+    pub const ALL: [Counter; 25] = [
         Counter::Stage2Faults,
         Counter::MappedPages4k,
         Counter::MappedBlocks2m,
@@ -67,8 +86,15 @@ impl Counter {
         Counter::ExitsWfx,
         Counter::ExitsIrq,
         Counter::InjectedAborts,
+        Counter::InjectedUndefs,
         Counter::UnknownHypercalls,
         Counter::TestReports,
+        Counter::CmoDcacheCleanPages,
+        Counter::CmoIcacheInval,
+        Counter::CmoSetwayTraps,
+        Counter::CmoFullFlushes,
+        Counter::CmoVmRegTraps,
+        Counter::LogLinesSuppressed,
     ];
 
     /// The name printed in the report.
@@ -90,8 +116,15 @@ impl Counter {
             Counter::ExitsWfx => "exits_wfx",
             Counter::ExitsIrq => "exits_irq",
             Counter::InjectedAborts => "injected_aborts",
+            Counter::InjectedUndefs => "injected_undefs",
             Counter::UnknownHypercalls => "unknown_hypercalls",
             Counter::TestReports => "test_reports",
+            Counter::CmoDcacheCleanPages => "cmo_dcache_clean_pages",
+            Counter::CmoIcacheInval => "cmo_icache_inval",
+            Counter::CmoSetwayTraps => "cmo_setway_traps",
+            Counter::CmoFullFlushes => "cmo_full_flushes",
+            Counter::CmoVmRegTraps => "cmo_vmreg_traps",
+            Counter::LogLinesSuppressed => "log_lines_suppressed",
         }
     }
 }
@@ -167,13 +200,20 @@ mod tests {
                 "exits_wfx",
                 "exits_irq",
                 "injected_aborts",
+                "injected_undefs",
                 "unknown_hypercalls",
                 "test_reports",
+                "cmo_dcache_clean_pages",
+                "cmo_icache_inval",
+                "cmo_setway_traps",
+                "cmo_full_flushes",
+                "cmo_vmreg_traps",
+                "log_lines_suppressed",
             ]
         );
         assert_eq!(snap[0], ("stage2_faults", 1));
         assert_eq!(snap[2], ("mapped_blocks_2m", 5));
-        assert_eq!(snap[17], ("test_reports", 1));
+        assert_eq!(snap[18], ("test_reports", 1));
         assert_eq!(snap.iter().map(|(_, v)| v).sum::<u64>(), 7);
     }
 

@@ -52,6 +52,20 @@ impl ExceptionClass {
         }
     }
 
+    /// Whether the class reports an instruction the guest executed that
+    /// trapped to EL2 and that the hypervisor does not emulate, so that the
+    /// guest gets an undefined instruction for it (as KVM answers exception
+    /// classes it does not handle): unknown reason (0x00), the AArch32
+    /// coprocessor and system-register traps (0x03..=0x06, 0x0C), FP/SIMD
+    /// (0x07), `VMRS` of an ID register (0x08), the `HCRX_EL2` instruction
+    /// traps (0x0A), SVE (0x19) and SME (0x1D).
+    pub fn is_unemulated_instruction(self) -> bool {
+        matches!(
+            self,
+            Self::Unknown | Self::Other(0x03..=0x08 | 0x0a | 0x0c | 0x19 | 0x1d)
+        )
+    }
+
     /// The raw 6-bit class value.
     pub fn code(self) -> u8 {
         match self {
@@ -282,8 +296,8 @@ impl WaitKind {
 /// Bits [11:0] of a faulting address that `HPFAR_EL2` does not hold.
 const PAGE_OFFSET_MASK: u64 = 0xfff;
 
-/// The faulting IPA of a stage-2 abort: `HPFAR_EL2.FIPA` ([43:4]) gives bits
-/// [51:12], `FAR_EL2` the page offset.
+/// The faulting IPA of a stage-2 abort: `HPFAR_EL2.FIPA` (bits 43:4) gives bits
+/// 51:12, `FAR_EL2` the page offset.
 pub fn fault_ipa(hpfar: u64, far: u64) -> u64 {
     ((hpfar & 0x0000_0fff_ffff_fff0) << 8) | (far & PAGE_OFFSET_MASK)
 }
@@ -310,6 +324,21 @@ mod tests {
             ExceptionClass::DataAbortLower
         );
         assert_eq!(ExceptionClass::from_esr(0x16 << 26), ExceptionClass::Hvc64);
+    }
+
+    #[test]
+    fn unemulated_instruction_classes() {
+        let undefined: Vec<u8> = (0u8..64)
+            .filter(|&code| {
+                ExceptionClass::from_esr(u64::from(code) << 26).is_unemulated_instruction()
+            })
+            .collect();
+        assert_eq!(
+            undefined,
+            [
+                0x00, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x0a, 0x0c, 0x19, 0x1d
+            ]
+        );
     }
 
     #[test]

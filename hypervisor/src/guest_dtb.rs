@@ -5,8 +5,12 @@
 //! `enable-method = "psci"`), `/psci` (`arm,psci-1.0`, `method = "hvc"`), a 24 MHz
 //! fixed clock and the PL011 (`arm,pl011` + `arm,primecell`, clocked by it), and
 //! `/chosen` with `bootargs`, `stdout-path` and the initrd. When the guest has a
-//! virtual GICv3 and timer (given in [`GuestDtbConfig`]), their nodes are added
-//! and the UART gets its interrupt.
+//! virtual GIC and timer (given in [`GuestDtbConfig`]), their nodes are added
+//! and the UART gets its interrupt. A GICv3 is an `arm,gic-v3` node
+//! (distributor, redistributor region, maintenance PPI); a GICv2 an
+//! `arm,cortex-a15-gic` node (distributor, CPU interface), and its PPI
+//! specifiers carry the CPU mask of every vCPU in flags bits \[15:8\], as
+//! the GICv2 binding asks.
 
 use crate::guest_layout::vcpu_mpidr;
 use crate::ranges::PhysRange;
@@ -27,13 +31,28 @@ const GIC_PPI: u32 = 1;
 /// GIC interrupt specifier flags: level-sensitive, active high.
 const IRQ_LEVEL_HIGH: u32 = 4;
 
-/// A virtual GICv3 as the guest sees it.
+/// The windows of a virtual GIC besides its distributor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestGicFrames {
+    /// GICv3: the redistributor region (one 128 KiB frame pair per vCPU).
+    V3 {
+        /// Redistributor region.
+        redistributors: PhysRange,
+    },
+    /// GICv2: the CPU interface window.
+    V2 {
+        /// `GICC` window (the hardware's `GICV` behind it).
+        cpu_interface: PhysRange,
+    },
+}
+
+/// A virtual GIC as the guest sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GuestGic {
     /// Distributor window.
     pub distributor: PhysRange,
-    /// Redistributor region (one 128 KiB frame pair per vCPU).
-    pub redistributors: PhysRange,
+    /// The other windows, which also say the version.
+    pub frames: GuestGicFrames,
     /// The maintenance interrupt (a PPI, as an INTID).
     pub maintenance_intid: u32,
     /// The PL011's SPI number (INTID - 32).
@@ -62,7 +81,8 @@ pub struct GuestDtbConfig<'a> {
     pub initrd: Option<PhysRange>,
     /// The virtual GICv3, once the guest has one.
     pub gic: Option<GuestGic>,
-    /// The virtual timer, once the guest has one.
+    /// The architected timer's PPIs (the guest gets its virtual and EL1
+    /// physical timers' interrupts), once the guest has a GIC.
     pub timer: Option<GuestTimer>,
 }
 
@@ -135,25 +155,35 @@ pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
 
     if let Some(gic) = config.gic {
         let node = fdt.begin_node(&format!("intc@{:x}", gic.distributor.start))?;
-        fdt.property_string("compatible", "arm,gic-v3")?;
+        let (compatible, second) = match gic.frames {
+            GuestGicFrames::V3 { redistributors } => ("arm,gic-v3", redistributors),
+            GuestGicFrames::V2 { cpu_interface } => ("arm,cortex-a15-gic", cpu_interface),
+        };
+        fdt.property_string("compatible", compatible)?;
         fdt.property_u32("#interrupt-cells", 3)?;
         // No child nodes (no ITS); dtc wants the cell count on interrupt providers.
         fdt.property_u32("#address-cells", 0)?;
         fdt.property_null("interrupt-controller")?;
-        fdt.property_u32("#redistributor-regions", 1)?;
+        if let GuestGicFrames::V3 { .. } = gic.frames {
+            fdt.property_u32("#redistributor-regions", 1)?;
+        }
         fdt.property_array_u64(
             "reg",
             &[
                 gic.distributor.start,
                 gic.distributor.size(),
-                gic.redistributors.start,
-                gic.redistributors.size(),
+                second.start,
+                second.size(),
             ],
         )?;
-        fdt.property_array_u32(
-            "interrupts",
-            &[GIC_PPI, gic.maintenance_intid - 16, IRQ_LEVEL_HIGH],
-        )?;
+        // A GICv2 guest has no virtualization extensions: no maintenance
+        // interrupt to describe.
+        if let GuestGicFrames::V3 { .. } = gic.frames {
+            fdt.property_array_u32(
+                "interrupts",
+                &[GIC_PPI, gic.maintenance_intid - 16, IRQ_LEVEL_HIGH],
+            )?;
+        }
         fdt.property_phandle(PHANDLE_GIC)?;
         fdt.end_node(node)?;
     }
@@ -165,10 +195,15 @@ pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
             vec!["arm,armv8-timer".into(), "arm,armv7-timer".into()],
         )?;
         fdt.property_null("always-on")?;
+        // GICv2: the PPI reaches every vCPU's interface (flags [15:8]).
+        let cpu_mask = match config.gic.map(|g| g.frames) {
+            Some(GuestGicFrames::V2 { .. }) => ((1u32 << config.vcpus.min(8)) - 1) << 8,
+            _ => 0,
+        };
         let mut cells = Vec::new();
         for intid in timer.intids {
             // PPI, number relative to 16, level-high.
-            cells.extend_from_slice(&[GIC_PPI, intid - 16, IRQ_LEVEL_HIGH]);
+            cells.extend_from_slice(&[GIC_PPI, intid - 16, cpu_mask | IRQ_LEVEL_HIGH]);
         }
         fdt.property_array_u32("interrupts", &cells)?;
         fdt.end_node(node)?;
@@ -267,7 +302,9 @@ mod tests {
         let mut c = config(2, None);
         c.gic = Some(GuestGic {
             distributor: PhysRange::from_start_size(0x0800_0000, 0x1_0000),
-            redistributors: PhysRange::from_start_size(0x080a_0000, 2 * 0x2_0000),
+            frames: GuestGicFrames::V3 {
+                redistributors: PhysRange::from_start_size(0x080a_0000, 2 * 0x2_0000),
+            },
             maintenance_intid: 25,
             uart_spi: 1,
         });
@@ -315,5 +352,55 @@ mod tests {
         );
         let clocks = uart.property("clock-names").expect("clock names").value;
         assert_eq!(clocks, b"uartclk\0apb_pclk\0");
+    }
+
+    #[test]
+    fn gicv2_node_and_ppi_cpu_masks() {
+        let mut c = config(4, None);
+        c.gic = Some(GuestGic {
+            distributor: PhysRange::from_start_size(0x0800_0000, 0x1_0000),
+            frames: GuestGicFrames::V2 {
+                cpu_interface: PhysRange::from_start_size(0x0801_0000, 0x1_0000),
+            },
+            maintenance_intid: 25,
+            uart_spi: 1,
+        });
+        c.timer = Some(GuestTimer {
+            intids: [29, 30, 27, 26],
+        });
+        let blob = build(&c).expect("written");
+        let platform = crate::platform::Platform::from_dtb(&blob).expect("parses");
+        assert_eq!(platform.gic, None);
+        let gic = platform.gicv2.expect("a GICv2 node");
+        assert_eq!(gic.distributor.start, 0x0800_0000);
+        assert_eq!(
+            gic.cpu_interface,
+            PhysRange::from_start_size(0x0801_0000, 0x1_0000)
+        );
+        assert_eq!(gic.hyp_interface, None, "the guest gets no GICH");
+        assert_eq!(gic.maintenance_intid, None);
+        assert_eq!(platform.uart_intid, Some(33));
+        let fdt = Fdt::new(&blob).expect("parses");
+        let node = fdt.find_node("/intc@8000000").expect("gic node");
+        assert!(
+            node.compatible()
+                .expect("compatible")
+                .all()
+                .any(|c| c == "arm,cortex-a15-gic")
+        );
+        assert!(node.property("#redistributor-regions").is_none());
+        let timer = fdt.find_node("/timer").expect("timer");
+        let cells: Vec<u32> = timer
+            .property("interrupts")
+            .expect("timer interrupts")
+            .value
+            .chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        // Four vCPUs: CPU mask 0xf in flags [15:8], level-high.
+        assert_eq!(
+            cells,
+            [1, 13, 0xf04, 1, 14, 0xf04, 1, 11, 0xf04, 1, 10, 0xf04]
+        );
     }
 }

@@ -3,8 +3,10 @@
 //! The guest sees RAM at [`GUEST_RAM_BASE`], an emulated PL011 at
 //! [`GUEST_UART_BASE`] (its interrupt is SPI [`GUEST_UART_SPI`]) and a
 //! virtual GICv3 (distributor at [`GUEST_GICD_BASE`], one 128 KiB
-//! redistributor per vCPU from [`GUEST_GICR_BASE`]), where QEMU's `virt`
-//! board has them; nothing else is mapped. Inside guest RAM the kernel
+//! redistributor per vCPU from [`GUEST_GICR_BASE`]), or on a GICv2 host a
+//! virtual GICv2 (distributor at [`GUEST_GICD_BASE`], the CPU interface at
+//! [`GUEST_GICC_BASE`]), where QEMU's `virt` board has them; nothing else is
+//! mapped. Inside guest RAM the kernel
 //! goes at the 2 MiB aligned RAM base plus its `text_offset`; the device tree
 //! goes at the first 2 MiB boundary after the kernel's `image_size` (where
 //! Linux's early mapping can reach it, and it never shares a block with the
@@ -22,6 +24,10 @@ pub const GUEST_UART_SIZE: u64 = crate::pl011::WINDOW_SIZE;
 pub const GUEST_GICD_BASE: u64 = 0x0800_0000;
 /// IPA of vCPU 0's redistributor; vCPU n's follows at n * 128 KiB.
 pub const GUEST_GICR_BASE: u64 = 0x080a_0000;
+/// IPA of a GICv2 guest's CPU interface (the hardware's `GICV` frame).
+pub const GUEST_GICC_BASE: u64 = 0x0801_0000;
+/// Size of the GICv2 CPU interface window, as QEMU's `virt` describes it.
+pub const GUEST_GICC_SIZE: u64 = 0x1_0000;
 /// The PL011's SPI number (INTID 32 + 1 = 33).
 pub const GUEST_UART_SPI: u32 = 1;
 /// SPIs the virtual GIC implements (INTIDs 32..96).

@@ -1,5 +1,5 @@
-//! Register encodings of the host's GICv3 and the virtual timer line, as pure
-//! functions the EL2 driver (`arch::gic`) and the run loop use.
+//! Register encodings of the host's GICv3, as pure functions the EL2 driver
+//! (`arch::gic`) and the run loop use.
 //!
 //! - [`sgi1r_value`]: the `ICC_SGI1R_EL1` value that sends an SGI to exactly
 //!   one CPU, from its MPIDR affinity (Aff0 goes to the target list, with the
@@ -7,9 +7,118 @@
 //! - [`find_redistributor`]: which redistributor frame belongs to a CPU, by
 //!   walking the `GICR_TYPER` values of a region (frames are 128 KiB, 256 KiB
 //!   when `VLPIS` is set, and the last one has `Last` set).
-//! - [`vtimer_line`]: the virtual timer's output level from `CNTV_CTL_EL0`.
 //! - The host interrupts the hypervisor uses and what each one means
 //!   ([`HostIrq::classify`]).
+//! - A GICv2 host's register maps ([`gicv2`]): the distributor's `SGIR` and
+//!   `ITARGETSR`, the CPU interface (`GICC`), the virtual interface control
+//!   registers (`GICH`), and the values the driver computes from them:
+//!   [`gicv2::sgir_value`] (an SGI to the CPU interfaces of a target mask),
+//!   [`gicv2::iar_intid`] (the INTID in a `GICC_IAR` value, whose source-CPU
+//!   bits must go back unchanged to `GICC_EOIR`), [`gicv2::list_register_count`]
+//!   (`GICH_VTR.ListRegs + 1`).
+
+use crate::timer::TimerId;
+
+/// GICv2 host registers and the values built from them.
+pub mod gicv2 {
+    use tock_registers::LocalRegisterCopy;
+    use tock_registers::register_bitfields;
+
+    register_bitfields! {u32,
+        /// `GICD_SGIR`.
+        SGIR [
+            /// 0: the CPUs of `CPUTargetList`; 1: all but self; 2: self.
+            TargetListFilter OFFSET(24) NUMBITS(2) [],
+            /// One bit per CPU interface.
+            CPUTargetList OFFSET(16) NUMBITS(8) [],
+            /// The SGI.
+            SGIINTID OFFSET(0) NUMBITS(4) []
+        ],
+        /// `GICC_IAR`.
+        IAR [
+            /// For an SGI: the CPU that sent it.
+            CPUID OFFSET(10) NUMBITS(3) [],
+            /// The interrupt.
+            InterruptID OFFSET(0) NUMBITS(10) []
+        ],
+        /// `GICH_VTR`.
+        VTR [
+            /// Number of list registers minus one.
+            ListRegs OFFSET(0) NUMBITS(6) []
+        ]
+    }
+
+    /// Distributor registers only a GICv2 has (the others are at the GICv3
+    /// offsets, [`super::gicd`]).
+    pub mod gicd {
+        /// `GICD_CTLR.EnableGrp0` (`Enable` without security extensions).
+        pub const CTLR_ENABLE_GRP0: u32 = 1 << 0;
+        /// `GICD_CTLR.EnableGrp1`.
+        pub const CTLR_ENABLE_GRP1: u32 = 1 << 1;
+        /// `GICD_ITARGETSR<n>` (byte per INTID).
+        pub const ITARGETSR: usize = 0x0800;
+        /// `GICD_SGIR`.
+        pub const SGIR: usize = 0x0f00;
+    }
+
+    /// CPU interface registers (`GICC_*`).
+    pub mod gicc {
+        /// `GICC_CTLR`.
+        pub const CTLR: usize = 0x0000;
+        /// `GICC_CTLR.EnableGrp0`.
+        pub const CTLR_ENABLE_GRP0: u32 = 1 << 0;
+        /// `GICC_PMR`.
+        pub const PMR: usize = 0x0004;
+        /// `GICC_BPR`.
+        pub const BPR: usize = 0x0008;
+        /// `GICC_IAR`.
+        pub const IAR: usize = 0x000c;
+        /// `GICC_EOIR`.
+        pub const EOIR: usize = 0x0010;
+    }
+
+    /// Virtual interface control registers (`GICH_*`, this CPU's bank).
+    pub mod gich {
+        /// `GICH_HCR` (same bits as `ICH_HCR_EL2`).
+        pub const HCR: usize = 0x000;
+        /// `GICH_VTR`.
+        pub const VTR: usize = 0x004;
+        /// `GICH_VMCR`.
+        pub const VMCR: usize = 0x008;
+        /// `GICH_MISR` (same bits as `ICH_MISR_EL2`).
+        pub const MISR: usize = 0x010;
+        /// `GICH_ELRSR0` (list registers 0..=31).
+        pub const ELRSR0: usize = 0x030;
+        /// `GICH_ELRSR1` (list registers 32..=63).
+        pub const ELRSR1: usize = 0x034;
+        /// `GICH_APR`.
+        pub const APR: usize = 0x0f0;
+        /// `GICH_LR0`; `GICH_LR<n>` at `LR0 + 4 n`.
+        pub const LR0: usize = 0x100;
+    }
+
+    /// The `GICD_SGIR` value sending SGI `intid` to the CPU interfaces in
+    /// `targets` (bit n = interface n).
+    pub fn sgir_value(targets: u8, intid: u32) -> u32 {
+        let mut sgir = LocalRegisterCopy::<u32, SGIR::Register>::new(0);
+        sgir.modify(
+            SGIR::TargetListFilter.val(0)
+                + SGIR::CPUTargetList.val(u32::from(targets))
+                + SGIR::SGIINTID.val(intid & 0xf),
+        );
+        sgir.get()
+    }
+
+    /// The INTID of a `GICC_IAR` value (1023: none pending).
+    pub fn iar_intid(iar: u32) -> u32 {
+        LocalRegisterCopy::<u32, IAR::Register>::new(iar).read(IAR::InterruptID)
+    }
+
+    /// The number of list registers a `GICH_VTR` value announces.
+    pub fn list_register_count(vtr: u32) -> usize {
+        LocalRegisterCopy::<u32, VTR::Register>::new(vtr).read(VTR::ListRegs) as usize + 1
+    }
+}
 
 /// Distributor registers.
 pub mod gicd {
@@ -121,20 +230,6 @@ pub fn find_redistributor(
     None
 }
 
-/// `CNTV_CTL_EL0.ENABLE`.
-pub const CNTV_CTL_ENABLE: u64 = 1 << 0;
-/// `CNTV_CTL_EL0.IMASK`.
-pub const CNTV_CTL_IMASK: u64 = 1 << 1;
-/// `CNTV_CTL_EL0.ISTATUS`.
-pub const CNTV_CTL_ISTATUS: u64 = 1 << 2;
-
-/// The virtual timer's interrupt output: high while the timer is enabled,
-/// its condition is met and the guest has not masked it.
-pub const fn vtimer_line(cntv_ctl: u64) -> bool {
-    cntv_ctl & (CNTV_CTL_ENABLE | CNTV_CTL_IMASK | CNTV_CTL_ISTATUS)
-        == CNTV_CTL_ENABLE | CNTV_CTL_ISTATUS
-}
-
 /// What an acknowledged host interrupt is to the hypervisor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostIrq {
@@ -142,8 +237,8 @@ pub enum HostIrq {
     Kick,
     /// The GIC maintenance interrupt (the list registers need a refill).
     Maintenance,
-    /// The virtual timer of the guest running here fired.
-    VirtualTimer,
+    /// One of the EL1 timers of the guest running here fired.
+    Timer(TimerId),
     /// The console UART has received bytes.
     UartReceive,
     /// Nothing pending (1020..=1023).
@@ -153,13 +248,14 @@ pub enum HostIrq {
 }
 
 impl HostIrq {
-    /// Sorts `intid` given the maintenance interrupt's, the virtual timer's
-    /// and the UART's INTIDs.
-    pub fn classify(intid: u32, maintenance: u32, vtimer: u32, uart: Option<u32>) -> Self {
+    /// Sorts `intid` given the maintenance interrupt's, the timers' (host
+    /// PPIs in [`TimerId::index`] order) and the UART's INTIDs.
+    pub fn classify(intid: u32, maintenance: u32, timers: [u32; 2], uart: Option<u32>) -> Self {
         match intid {
             KICK_SGI => Self::Kick,
             i if i == maintenance => Self::Maintenance,
-            i if i == vtimer => Self::VirtualTimer,
+            i if i == timers[TimerId::Virtual.index()] => Self::Timer(TimerId::Virtual),
+            i if i == timers[TimerId::Physical.index()] => Self::Timer(TimerId::Physical),
             i if Some(i) == uart => Self::UartReceive,
             i if i >= SPURIOUS_FIRST => Self::Spurious,
             other => Self::Unexpected(other),
@@ -205,34 +301,44 @@ mod tests {
     }
 
     #[test]
-    fn timer_line() {
-        assert!(!vtimer_line(0));
-        assert!(!vtimer_line(CNTV_CTL_ENABLE));
-        assert!(vtimer_line(CNTV_CTL_ENABLE | CNTV_CTL_ISTATUS));
-        assert!(!vtimer_line(
-            CNTV_CTL_ENABLE | CNTV_CTL_ISTATUS | CNTV_CTL_IMASK
-        ));
-        assert!(!vtimer_line(CNTV_CTL_ISTATUS));
+    fn gicv2_values() {
+        use super::gicv2::*;
+        // Kick SGI 8 to CPU interface 2.
+        assert_eq!(sgir_value(1 << 2, 8), 0x0004_0008);
+        assert_eq!(sgir_value(0xff, 15), 0x00ff_000f);
+        // An SGI 8 from CPU 3: the INTID without the source.
+        assert_eq!(iar_intid(3 << 10 | 8), 8);
+        assert_eq!(iar_intid(1023), 1023);
+        assert_eq!(iar_intid(0x1c00 | 33), 33);
+        // QEMU's GICH_VTR: 4 list registers, 5 priority and preemption bits.
+        assert_eq!(list_register_count(0x9000_0003), 4);
+        assert_eq!(list_register_count(0x3f), 64);
     }
 
     #[test]
     fn classify() {
-        assert_eq!(HostIrq::classify(8, 25, 27, Some(33)), HostIrq::Kick);
+        const T: [u32; 2] = [27, 30];
+        assert_eq!(HostIrq::classify(8, 25, T, Some(33)), HostIrq::Kick);
+        assert_eq!(HostIrq::classify(25, 25, T, Some(33)), HostIrq::Maintenance);
         assert_eq!(
-            HostIrq::classify(25, 25, 27, Some(33)),
-            HostIrq::Maintenance
+            HostIrq::classify(27, 25, T, Some(33)),
+            HostIrq::Timer(TimerId::Virtual)
         );
         assert_eq!(
-            HostIrq::classify(27, 25, 27, Some(33)),
-            HostIrq::VirtualTimer
+            HostIrq::classify(30, 25, T, Some(33)),
+            HostIrq::Timer(TimerId::Physical)
         );
+        assert_eq!(HostIrq::classify(33, 25, T, Some(33)), HostIrq::UartReceive);
+        assert_eq!(HostIrq::classify(33, 25, T, None), HostIrq::Unexpected(33));
+        assert_eq!(HostIrq::classify(1023, 25, T, None), HostIrq::Spurious);
+        assert_eq!(HostIrq::classify(24, 24, T, None), HostIrq::Maintenance);
+        assert_eq!(HostIrq::classify(25, 24, T, None), HostIrq::Unexpected(25));
+        // The EL2 physical timer (26) is never enabled: unexpected.
+        assert_eq!(HostIrq::classify(26, 25, T, None), HostIrq::Unexpected(26));
+        // Timers on other PPIs, as a host device tree may say.
         assert_eq!(
-            HostIrq::classify(33, 25, 27, Some(33)),
-            HostIrq::UartReceive
+            HostIrq::classify(23, 25, [24, 23], None),
+            HostIrq::Timer(TimerId::Physical)
         );
-        assert_eq!(HostIrq::classify(33, 25, 27, None), HostIrq::Unexpected(33));
-        assert_eq!(HostIrq::classify(1023, 25, 27, None), HostIrq::Spurious);
-        assert_eq!(HostIrq::classify(24, 24, 27, None), HostIrq::Maintenance);
-        assert_eq!(HostIrq::classify(25, 24, 27, None), HostIrq::Unexpected(25));
     }
 }

@@ -3,7 +3,11 @@
 //!
 //! [`MmioBus`] maps guest-physical windows to the emulated devices behind
 //! them (sorted, non-overlapping; a lookup is a binary search). The data-abort
-//! path asks it which device, if any, an IPA belongs to and at what offset.
+//! path asks it which device an access belongs to and at what offset: the
+//! whole access, `[ipa, ipa + size)`, must lie in one window. An access that
+//! starts in a window and runs past its end (an 8-byte load at the window's
+//! last 4 bytes) is no device access at all: [`MmioMiss::Straddles`] says so,
+//! and the guest gets an abort as for any address without a device.
 //!
 //! With a valid syndrome (`ISV`), the abort names the transfer register, the
 //! size, the direction and sign extension. A store's value is the register
@@ -38,6 +42,16 @@ pub struct MmioRegion {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegionConflict(pub MmioRegion);
 
+/// Why an access is not a device access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MmioMiss {
+    /// No window holds the access's first byte.
+    Outside,
+    /// The access starts in this window but does not end in it (or has no
+    /// bytes).
+    Straddles(MmioRegion),
+}
+
 /// The emulated devices of one VM.
 #[derive(Clone, Debug, Default)]
 pub struct MmioBus {
@@ -71,15 +85,26 @@ impl MmioBus {
         Ok(())
     }
 
-    /// The device at `ipa` and the offset into its window.
-    pub fn find(&self, ipa: u64) -> Option<(DeviceId, u64)> {
+    /// The window holding the byte at `ipa`, if any.
+    pub fn region_at(&self, ipa: u64) -> Option<MmioRegion> {
         let at = self
             .regions
             .partition_point(|r| r.base <= ipa)
             .checked_sub(1)?;
         let region = self.regions[at];
+        (ipa - region.base < region.size).then_some(region)
+    }
+
+    /// The device that an access of `size` bytes at `ipa` reaches, and the
+    /// offset of `ipa` into its window: every byte of `[ipa, ipa + size)` must
+    /// lie in that one window.
+    pub fn find(&self, ipa: u64, size: u64) -> Result<(DeviceId, u64), MmioMiss> {
+        let region = self.region_at(ipa).ok_or(MmioMiss::Outside)?;
         let offset = ipa - region.base;
-        (offset < region.size).then_some((region.device, offset))
+        if size == 0 || size > region.size - offset {
+            return Err(MmioMiss::Straddles(region));
+        }
+        Ok((region.device, offset))
     }
 }
 
@@ -141,10 +166,10 @@ mod tests {
             device: DeviceId::Uart,
         };
         bus.add(uart).expect("free");
-        assert_eq!(bus.find(0x0900_0000), Some((DeviceId::Uart, 0)));
-        assert_eq!(bus.find(0x0900_0ffc), Some((DeviceId::Uart, 0xffc)));
-        assert_eq!(bus.find(0x0900_1000), None);
-        assert_eq!(bus.find(0x08ff_ffff), None);
+        assert_eq!(bus.find(0x0900_0000, 4), Ok((DeviceId::Uart, 0)));
+        assert_eq!(bus.find(0x0900_0ffc, 4), Ok((DeviceId::Uart, 0xffc)));
+        assert_eq!(bus.find(0x0900_1000, 4), Err(MmioMiss::Outside));
+        assert_eq!(bus.find(0x08ff_ffff, 1), Err(MmioMiss::Outside));
         assert_eq!(
             bus.add(MmioRegion {
                 base: 0x0900_0800,
@@ -173,8 +198,76 @@ mod tests {
             device: DeviceId::Uart,
         })
         .expect("free");
-        assert_eq!(bus.find(0x0800_0010), Some((DeviceId::Uart, 0x10)));
-        assert_eq!(bus.find(0x0900_0004), Some((DeviceId::Uart, 4)));
+        assert_eq!(bus.find(0x0800_0010, 8), Ok((DeviceId::Uart, 0x10)));
+        assert_eq!(bus.find(0x0900_0004, 4), Ok((DeviceId::Uart, 4)));
+    }
+
+    #[test]
+    fn an_access_must_fit_in_its_window() {
+        let mut bus = MmioBus::new();
+        let uart = MmioRegion {
+            base: 0x0900_0000,
+            size: 0x1000,
+            device: DeviceId::Uart,
+        };
+        let gicd = MmioRegion {
+            base: 0x0800_0000,
+            size: 0x1_0000,
+            device: DeviceId::Gic,
+        };
+        bus.add(uart).expect("free");
+        bus.add(gicd).expect("free");
+        // The last 4 bytes of a window: 4 bytes fit, 8 run into the hole.
+        assert_eq!(bus.find(0x0900_0ffc, 4), Ok((DeviceId::Uart, 0xffc)));
+        assert_eq!(bus.find(0x0900_0ffc, 8), Err(MmioMiss::Straddles(uart)));
+        assert_eq!(bus.find(0x0800_fffc, 8), Err(MmioMiss::Straddles(gicd)));
+        assert_eq!(bus.find(0x0800_fff8, 8), Ok((DeviceId::Gic, 0xfff8)));
+        assert_eq!(bus.find(0x0900_0fff, 2), Err(MmioMiss::Straddles(uart)));
+        assert_eq!(bus.find(0x0900_0000, 0), Err(MmioMiss::Straddles(uart)));
+        // Two adjacent windows: an access across the seam fits in neither.
+        let next = MmioRegion {
+            base: 0x0900_1000,
+            size: 0x1000,
+            device: DeviceId::Gic,
+        };
+        bus.add(next).expect("free");
+        assert_eq!(bus.find(0x0900_0ffc, 8), Err(MmioMiss::Straddles(uart)));
+        assert_eq!(bus.find(0x0900_1000, 8), Ok((DeviceId::Gic, 0)));
+    }
+
+    proptest::proptest! {
+        /// `find` accepts an access exactly when all its bytes are in one
+        /// window, and then names that window's device and offset.
+        #[test]
+        fn find_accepts_exactly_the_accesses_inside_a_window(
+            anywhere in 0x0800_0000u64..0x0a00_0000,
+            before_an_end in 1u64..24,
+            near_an_end in proptest::bool::ANY,
+            end in proptest::sample::select(vec![0x0801_0000u64, 0x080e_0000, 0x0900_1000]),
+            size in proptest::sample::select(vec![1u64, 2, 4, 8, 16]),
+        ) {
+            // Half the accesses start in the last bytes of a window.
+            let ipa = if near_an_end { end - before_an_end } else { anywhere };
+            let regions = [
+                MmioRegion { base: 0x0800_0000, size: 0x1_0000, device: DeviceId::Gic },
+                MmioRegion { base: 0x080a_0000, size: 0x4_0000, device: DeviceId::Gic },
+                MmioRegion { base: 0x0900_0000, size: 0x1000, device: DeviceId::Uart },
+            ];
+            let mut bus = MmioBus::new();
+            for region in regions {
+                bus.add(region).expect("disjoint");
+            }
+            let holder = regions
+                .iter()
+                .find(|r| ipa >= r.base && ipa + size <= r.base + r.size);
+            match holder {
+                Some(r) => proptest::prop_assert_eq!(
+                    bus.find(ipa, size),
+                    Ok((r.device, ipa - r.base))
+                ),
+                None => proptest::prop_assert!(bus.find(ipa, size).is_err()),
+            }
+        }
     }
 
     #[test]

@@ -6,7 +6,14 @@
 //! states that `CPU_ON`, `CPU_OFF` and `AFFINITY_INFO` act on: every state change
 //! is a compare-and-swap, so two vCPUs racing to start the same target see
 //! exactly one `SUCCESS`, and the target's physical CPU picks up the entry point
-//! and context id published with the `ON_PENDING` state.
+//! and context id published with the on-pending state.
+//!
+//! `CPU_ON` answers as KVM does: `SUCCESS` to the one call that moved the
+//! target from off to on-pending, `ALREADY_ON` to every other call for a
+//! target that is not off, whether it is already running or an earlier
+//! `CPU_ON` for it is still in flight. PSCI's `ON_PENDING` return code is
+//! never used (guests written against KVM accept only `SUCCESS` or
+//! `ALREADY_ON`); `AFFINITY_INFO` still reports the on-pending state (2).
 
 use crate::guest_layout::vcpu_index;
 use crate::ranges::PhysRange;
@@ -43,10 +50,9 @@ pub enum PsciError {
     NotSupported = -1,
     /// An argument is invalid (for example an unknown target MPIDR).
     InvalidParameters = -2,
-    /// The target vCPU is already on.
+    /// The target vCPU is already on, or an earlier `CPU_ON` for it is still
+    /// in flight (as KVM answers; PSCI's `ON_PENDING` is never returned).
     AlreadyOn = -4,
-    /// The target vCPU is already being turned on.
-    OnPending = -5,
     /// The entry point is not a valid guest address.
     InvalidAddress = -9,
 }
@@ -205,7 +211,8 @@ impl PowerStates {
         PowerState::from_raw(self.states[vcpu].load(Ordering::Acquire))
     }
 
-    /// CPU_ON: moves `vcpu` from off to on-pending with `request`.
+    /// CPU_ON: moves `vcpu` from off to on-pending with `request`; any other
+    /// state (on, or on-pending for an earlier caller) is `ALREADY_ON`.
     pub fn request_on(&self, vcpu: usize, request: BootRequest) -> Result<(), PsciError> {
         // Publish the request before the state so the target never sees
         // ON_PENDING without it; the lock also orders racing callers.
@@ -220,10 +227,7 @@ impl PowerStates {
                 *slot = Some(request);
                 Ok(())
             }
-            Err(raw) => match PowerState::from_raw(raw) {
-                PowerState::OnPending => Err(PsciError::OnPending),
-                _ => Err(PsciError::AlreadyOn),
-            },
+            Err(_) => Err(PsciError::AlreadyOn),
         }
     }
 
@@ -358,7 +362,8 @@ mod tests {
         );
         assert_eq!(
             dispatch(on(vcpu_mpidr(1), 0x4008_0000), 0, &power, ram),
-            err(PsciError::OnPending)
+            err(PsciError::AlreadyOn),
+            "a CPU_ON still in flight answers ALREADY_ON, as KVM does"
         );
         assert_eq!(
             power.take_pending(1),
@@ -469,7 +474,7 @@ mod tests {
         assert_eq!(states.take_pending(1), None);
         assert_eq!(states.request_on(1, request), Ok(()));
         assert_eq!(states.state(1).affinity_info(), 2);
-        assert_eq!(states.request_on(1, request), Err(PsciError::OnPending));
+        assert_eq!(states.request_on(1, request), Err(PsciError::AlreadyOn));
         assert_eq!(states.take_pending(1), Some(request));
         assert_eq!(states.state(1), PowerState::On);
         assert_eq!(states.request_on(1, request), Err(PsciError::AlreadyOn));
@@ -504,6 +509,118 @@ mod tests {
             assert_eq!(winners, 1);
             let taken = states.take_pending(0).expect("one request pending");
             assert_eq!(taken.entry, taken.context_id);
+        }
+    }
+
+    /// Several vCPUs call `CPU_ON` for the same off target at once, round
+    /// after round (the target is taken and turned off again in between):
+    /// each round has exactly one `SUCCESS` and `ALREADY_ON` for every other
+    /// caller, never `ON_PENDING`.
+    #[test]
+    fn racing_cpu_on_through_dispatch_answers_already_on_to_the_losers() {
+        const CALLERS: usize = 4;
+        let ram = PhysRange::from_start_size(0x4000_0000, 0x800_0000);
+        let power = Arc::new(PowerStates::new(CALLERS + 1));
+        let target = CALLERS;
+        for round in 0..200 {
+            let start = Arc::new(std::sync::Barrier::new(CALLERS));
+            let outcomes: Vec<PsciOutcome> = (0..CALLERS)
+                .map(|caller| {
+                    let power = Arc::clone(&power);
+                    let start = Arc::clone(&start);
+                    std::thread::spawn(move || {
+                        start.wait();
+                        let call = PsciCall::CpuOn {
+                            target_mpidr: vcpu_mpidr(target),
+                            entry: 0x4008_0000,
+                            context_id: caller as u64,
+                        };
+                        dispatch(call, caller, &power, ram)
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|t| t.join().expect("caller thread"))
+                .collect();
+            let started = outcomes
+                .iter()
+                .filter(|o| **o == PsciOutcome::Started(target))
+                .count();
+            let already_on = outcomes
+                .iter()
+                .filter(|o| **o == err(PsciError::AlreadyOn))
+                .count();
+            assert_eq!(
+                (started, already_on),
+                (1, CALLERS - 1),
+                "round {round}: {outcomes:?}"
+            );
+            assert!(power.take_pending(target).is_some());
+            assert_eq!(
+                dispatch(PsciCall::CpuOff, target, &power, ram),
+                PsciOutcome::CpuOff
+            );
+        }
+    }
+
+    /// One step of a vCPU-power interleaving for the property test.
+    #[derive(Clone, Copy, Debug)]
+    enum PowerStep {
+        /// A vCPU calls `CPU_ON` for the target.
+        CpuOn,
+        /// The target's physical CPU takes its pending request.
+        TakePending,
+        /// The target calls `CPU_OFF` (only while it runs).
+        CpuOff,
+    }
+
+    proptest::proptest! {
+        /// In any order of `CPU_ON` calls, the target's CPU picking them up
+        /// and `CPU_OFF`, a `CPU_ON` answers `SUCCESS` exactly when the target
+        /// was off and `ALREADY_ON` otherwise.
+        #[test]
+        fn cpu_on_answers_success_only_from_off(
+            steps in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(PowerStep::CpuOn),
+                    proptest::strategy::Just(PowerStep::TakePending),
+                    proptest::strategy::Just(PowerStep::CpuOff),
+                ],
+                1..64,
+            )
+        ) {
+            let ram = PhysRange::from_start_size(0x4000_0000, 0x800_0000);
+            let power = PowerStates::new(2);
+            power.mark_on(0);
+            for step in steps {
+                let before = power.state(1);
+                match step {
+                    PowerStep::CpuOn => {
+                        let call = PsciCall::CpuOn {
+                            target_mpidr: vcpu_mpidr(1),
+                            entry: 0x4008_0000,
+                            context_id: 0,
+                        };
+                        let expected = if before == PowerState::Off {
+                            PsciOutcome::Started(1)
+                        } else {
+                            err(PsciError::AlreadyOn)
+                        };
+                        proptest::prop_assert_eq!(dispatch(call, 0, &power, ram), expected);
+                    }
+                    PowerStep::TakePending => {
+                        let taken = power.take_pending(1).is_some();
+                        proptest::prop_assert_eq!(taken, before == PowerState::OnPending);
+                    }
+                    PowerStep::CpuOff if before == PowerState::On => {
+                        proptest::prop_assert_eq!(
+                            dispatch(PsciCall::CpuOff, 1, &power, ram),
+                            PsciOutcome::CpuOff
+                        );
+                    }
+                    PowerStep::CpuOff => {}
+                }
+            }
         }
     }
 }

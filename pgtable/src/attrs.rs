@@ -9,7 +9,9 @@
 //! flushes once (e.g. one range flush per memslot). Relaxing permissions ends
 //! with one local flush: a stale stricter entry on another CPU only causes a
 //! spurious fault there. Clearing the access flag needs no flush at all (the
-//! flag is a hint to the ageing code).
+//! flag is a hint to the ageing code). A leaf that gains execute permission
+//! has its instruction cache invalidated before the update, as KVM's
+//! `stage2_attr_walker` does ([`gains_exec`]).
 
 use crate::descriptor::{Descriptor, Perms};
 use crate::mm::PageTableMemory;
@@ -60,6 +62,14 @@ impl FlushNeeded {
     }
 }
 
+/// Invalidates the instruction cache for the leaf `old` at `level` when the
+/// update to `new` adds execute permission (before `new` is stored).
+pub(crate) fn gains_exec<M: PageTableMemory>(mm: &M, level: u8, old: Descriptor, new: Descriptor) {
+    if new.perms().contains(Perms::EXEC) && !old.perms().contains(Perms::EXEC) {
+        mm.invalidate_icache(old.output(), crate::descriptor::level_size(level));
+    }
+}
+
 /// The span of the leaves an update changed.
 #[derive(Default)]
 struct Changed {
@@ -90,10 +100,12 @@ impl<M: PageTableMemory> Stage2PageTable<M> {
     ) -> Result<Changed, Error> {
         let end = self.check_range(ipa, size)?;
         let mut changed = Changed::default();
+        let mm = &self.mm;
         let mut visitor = |ctx: &mut VisitContext<'_>, _: VisitKind| -> Result<Step, WalkError> {
             if ctx.old.is_valid() {
                 let new = update(ctx.old);
                 if new != ctx.old {
+                    gains_exec(mm, ctx.level, ctx.old, new);
                     ctx.try_set(new)?;
                     changed.add(ctx);
                 }

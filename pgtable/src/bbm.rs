@@ -9,10 +9,19 @@
 //! unlinked subtree to the [`Reclaim`] policy: freed at once in an exclusive
 //! walk, retired to the epoch collector in a shared one. New tables are fully
 //! written before they are published.
+//!
+//! A new leaf gets its cache maintenance between the break and the make, as
+//! KVM's `stage2_map_walker_try_leaf` does ([`Env::prepare_leaf`]): without
+//! FWB its memory is cleaned and invalidated to the point of coherency when
+//! it is Normal memory, and the instruction cache is invalidated when it is
+//! executable, so no vCPU can use the translation before the maintenance is
+//! done.
 
 use crate::addr::PhysAddr;
 use crate::cache::PageCache;
-use crate::descriptor::{Descriptor, ENTRIES_PER_TABLE, LAST_LEVEL, PAGE_SIZE};
+use crate::descriptor::{
+    Descriptor, ENTRIES_PER_TABLE, LAST_LEVEL, MemType, PAGE_SIZE, Perms, level_size,
+};
 use crate::mm::PageTableMemory;
 use crate::sync::{owned_slots, read_owned, write_owned};
 use crate::table::free_subtree;
@@ -56,7 +65,35 @@ impl<M: PageTableMemory, T: TlbInvalidate> Env<'_, M, T> {
         }
     }
 
-    /// Break-before-make of the visited entry into `new`.
+    /// Whether publishing the leaf `new` needs cache maintenance first.
+    pub(crate) fn leaf_needs_cmo(&self, new: Descriptor) -> bool {
+        self.dcache_due(new) || new.perms().contains(Perms::EXEC)
+    }
+
+    /// Whether the memory of the leaf `new` must be cleaned to the point of
+    /// coherency: stage 2 cannot force write-back (no FWB) and the leaf is
+    /// Normal (cacheable) memory.
+    pub(crate) fn dcache_due(&self, new: Descriptor) -> bool {
+        !self.fwb && new.mem_type(false) == Some(MemType::Normal)
+    }
+
+    /// The cache maintenance due before the leaf `new` at `level` is
+    /// published: clean and invalidate its whole span to the point of
+    /// coherency without FWB, invalidate the instruction cache when it is
+    /// executable.
+    pub(crate) fn prepare_leaf(&self, level: u8, new: Descriptor) {
+        let size = level_size(level);
+        if self.dcache_due(new) {
+            self.mm.clean_inval_dcache(new.output(), size);
+        }
+        if new.perms().contains(Perms::EXEC) {
+            self.mm.invalidate_icache(new.output(), size);
+        }
+    }
+
+    /// Break-before-make of the visited entry into `new`; a new leaf gets
+    /// its cache maintenance ([`prepare_leaf`](Self::prepare_leaf)) after the
+    /// break and before the make.
     pub(crate) fn replace(
         &self,
         ctx: &mut VisitContext<'_>,
@@ -65,6 +102,9 @@ impl<M: PageTableMemory, T: TlbInvalidate> Env<'_, M, T> {
         let old = ctx.old;
         ctx.try_lock()?;
         self.flush_entry(ctx.base(), ctx.level, old);
+        if new.is_leaf(ctx.level) {
+            self.prepare_leaf(ctx.level, new);
+        }
         ctx.publish(new);
         if old.is_table(ctx.level) {
             self.unlinked(old.output(), ctx.level + 1);

@@ -12,8 +12,9 @@
 //!   allows (4 KiB, or a 2 MiB / 1 GiB block where the memslot and alignment
 //!   permit), splitting a block or collapsing a table on the way with
 //!   break-before-make, exactly as the exclusive map does;
-//! - [`Stage2PageTable::relax_shared`] adds permissions to the leaf and
-//!   flushes it on this CPU only;
+//! - [`Stage2PageTable::relax_shared`] adds permissions to the leaf (the
+//!   instruction cache invalidated first when it gains execute) and flushes
+//!   it on this CPU only;
 //! - [`Stage2PageTable::set_young_shared`] sets the access flag.
 //!
 //! Tables unlinked by a shared walk are retired to the epoch collector with
@@ -148,12 +149,14 @@ impl<M: PageTableMemory + Clone + Send + 'static> Stage2PageTable<M> {
         let ipa = ipa & !(PAGE_SIZE - 1);
         let end = self.check_range(ipa, PAGE_SIZE)?;
         let mut changed = None;
+        let mm = &self.mm;
         let mut visitor = |ctx: &mut VisitContext<'_>, _: VisitKind| -> Result<Step, WalkError> {
             if !ctx.old.is_valid() {
                 return Err(WalkError::Again);
             }
             let new = update(ctx.old);
             if new != ctx.old {
+                crate::attrs::gains_exec(mm, ctx.level, ctx.old, new);
                 ctx.try_set(new)?;
                 changed = Some((ctx.base(), ctx.level));
             }

@@ -16,7 +16,8 @@
 //!   caller flushes the returned span once),
 //!   [`relax_perms`](Stage2PageTable::relax_perms), access-flag ageing,
 //!   [`split_to_pages`](Stage2PageTable::split_to_pages) with [`SkipHints`],
-//!   [`map_leaf`](Stage2PageTable::map_leaf) and
+//!   [`map_leaf`](Stage2PageTable::map_leaf),
+//!   [`flush_dcache`](Stage2PageTable::flush_dcache) and
 //!   [`destroy`](Stage2PageTable::destroy).
 //! - Shared operations run on the fault path of every vCPU at once, through
 //!   an [`MmuReader`] (the read side of [`Mmu`]'s lock): install a leaf,
@@ -31,6 +32,13 @@
 //! [`PageCache`] topped up beforehand outside any lock, and fail with
 //! `NoMemory` rather than allocate. Exclusive map, unmap and split check the
 //! cache first, so running out never leaves an operation half-done.
+//!
+//! Cache maintenance for configurations without FWB (stage 2 cannot force
+//! write-back) goes through the same [`PageTableMemory`] provider, as KVM's
+//! memory ops do: a leaf's memory is cleaned to the point of coherency after
+//! the break and before the make, the instruction cache is invalidated before
+//! an executable leaf is published or a leaf gains execute, and unmapped
+//! memory is cleaned after its TLB flush.
 //!
 //! `no_std` + `alloc`. The `host` feature adds `HostMemory`, a checking
 //! page provider for tests and benchmarks (live-page count, double-free
@@ -123,6 +131,7 @@ mod cache;
 mod config;
 mod descriptor;
 mod fault;
+mod flush;
 mod map;
 mod mm;
 mod mmu;
@@ -144,7 +153,7 @@ pub use descriptor::{
     PAGE_SIZE, Perms, SOFTWARE_BITS, level_shift, level_size,
 };
 pub use fault::{FAULT_CACHE_PAGES, FaultMapping};
-pub use mm::PageTableMemory;
+pub use mm::{CacheOp, PageTableMemory};
 #[cfg(any(test, feature = "host"))]
 pub use mm::{HostMemory, POISON};
 pub use mmu::{MAX_MMU_CPUS, Mmu, MmuCpu, MmuReader, MmuWriter};

@@ -11,6 +11,12 @@
 //! its output changes, updated in place when only its permissions grow, and
 //! left alone when it already maps the range identically.
 //!
+//! Every leaf installed with a new output gets its cache maintenance before
+//! it becomes visible (see `bbm`): an empty slot is locked, maintained and
+//! then published, as KVM does, so only the walker that wins the slot does
+//! the work. A leaf whose permissions grow to include execute gets its
+//! instruction cache invalidated before the update.
+//!
 //! An exclusive map first counts, in a read-only pass over the same range,
 //! the table pages it will take, and fails with `NoMemory` before changing
 //! anything when the cache holds fewer: a map never stops half-done.
@@ -18,7 +24,7 @@
 use crate::addr::PhysAddr;
 use crate::bbm::{Env, Reclaim};
 use crate::cache::PageCache;
-use crate::descriptor::{Attributes, Descriptor, LAST_LEVEL, PAGE_SIZE, level_size};
+use crate::descriptor::{Attributes, Descriptor, LAST_LEVEL, PAGE_SIZE, Perms, level_size};
 use crate::mm::PageTableMemory;
 use crate::table::{Error, Stage2PageTable};
 use crate::walk::{Step, VisitContext, VisitKind, Visitor, WalkError, WalkFlags};
@@ -155,13 +161,28 @@ impl<M: PageTableMemory, T: TlbInvalidate> MapVisitor<'_, M, T> {
             return Ok(());
         }
         if !old.is_valid() {
-            return ctx.try_set(new);
+            if !self.env.leaf_needs_cmo(new) {
+                return ctx.try_set(new);
+            }
+            // Break the empty slot so only this walker maintains the memory,
+            // then make: nothing can translate through `new` before the
+            // maintenance is done.
+            ctx.try_lock()?;
+            self.env.prepare_leaf(ctx.level, new);
+            ctx.publish(new);
+            return Ok(());
         }
         let same_target = old.output() == new.output()
             && old.mem_type(self.env.fwb) == new.mem_type(self.env.fwb);
         if same_target && new.perms().contains(old.perms()) {
             // Same output, permissions only grow: no break needed, and a stale
-            // stricter TLB entry costs at most a spurious fault.
+            // stricter TLB entry costs at most a spurious fault. Gaining
+            // execute needs the instruction cache invalidated first.
+            if new.perms().contains(Perms::EXEC) && !old.perms().contains(Perms::EXEC) {
+                self.env
+                    .mm
+                    .invalidate_icache(new.output(), level_size(ctx.level));
+            }
             return ctx.try_set(new);
         }
         self.env.replace(ctx, new)

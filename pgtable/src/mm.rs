@@ -9,6 +9,15 @@
 //! it counts live pages, panics on a double free, fills freed pages with a
 //! poison pattern and keeps them quarantined for a while, verifying on release
 //! that nobody wrote to them after the free.
+//!
+//! The same trait carries the cache maintenance that guest memory needs when
+//! stage 2 cannot force write-back (no `FEAT_S2FWB`), as KVM's memory ops do:
+//! [`clean_inval_dcache`](PageTableMemory::clean_inval_dcache) (to the point
+//! of coherency, before a leaf is published or after it is unmapped) and
+//! [`invalidate_icache`](PageTableMemory::invalidate_icache) (before an
+//! executable leaf is published). Both default to nothing; the engine decides
+//! when they are due, the implementation how (and whether the CPU needs them
+//! at all). `HostMemory` records every call as a [`CacheOp`].
 
 use crate::addr::PhysAddr;
 use core::ptr::NonNull;
@@ -36,6 +45,45 @@ pub unsafe trait PageTableMemory: Sync {
 
     /// A pointer through which the engine reads and writes the page at `pa`.
     fn phys_to_virt(&self, pa: PhysAddr) -> NonNull<u64>;
+
+    /// Cleans and invalidates the data cache for the guest memory
+    /// `[pa, pa + size)` to the point of coherency, so that a guest running
+    /// with its stage-1 MMU or caches off (non-cacheable accesses) sees what
+    /// was written through the caches, and no stale line hides what it writes.
+    /// Called only for configurations without FWB, before a Normal leaf is
+    /// published and after one is unmapped (and flushed). Default: nothing.
+    fn clean_inval_dcache(&self, pa: PhysAddr, size: u64) {
+        let _ = (pa, size);
+    }
+
+    /// Invalidates the instruction cache for the guest memory
+    /// `[pa, pa + size)` to the point of unification (cleaning the data
+    /// cache to it first where the CPU needs that), before an executable
+    /// leaf is published or a leaf gains execute permission. Implementations
+    /// skip what the CPU says is not needed (`CTR_EL0.DIC`/`IDC`). Default:
+    /// nothing.
+    fn invalidate_icache(&self, pa: PhysAddr, size: u64) {
+        let _ = (pa, size);
+    }
+}
+
+/// One cache-maintenance call, as [`HostMemory`] records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheOp {
+    /// [`PageTableMemory::clean_inval_dcache`] of `[pa, pa + size)`.
+    CleanInvalDcache {
+        /// First byte.
+        pa: PhysAddr,
+        /// Length in bytes.
+        size: u64,
+    },
+    /// [`PageTableMemory::invalidate_icache`] of `[pa, pa + size)`.
+    InvalidateIcache {
+        /// First byte.
+        pa: PhysAddr,
+        /// Length in bytes.
+        size: u64,
+    },
 }
 
 // SAFETY: forwards to an implementation that upholds the contract.
@@ -49,6 +97,12 @@ unsafe impl<T: PageTableMemory + ?Sized> PageTableMemory for &T {
     }
     fn phys_to_virt(&self, pa: PhysAddr) -> NonNull<u64> {
         (**self).phys_to_virt(pa)
+    }
+    fn clean_inval_dcache(&self, pa: PhysAddr, size: u64) {
+        (**self).clean_inval_dcache(pa, size)
+    }
+    fn invalidate_icache(&self, pa: PhysAddr, size: u64) {
+        (**self).invalidate_icache(pa, size)
     }
 }
 
@@ -64,6 +118,12 @@ unsafe impl<T: PageTableMemory + Send + ?Sized> PageTableMemory for alloc::sync:
     fn phys_to_virt(&self, pa: PhysAddr) -> NonNull<u64> {
         (**self).phys_to_virt(pa)
     }
+    fn clean_inval_dcache(&self, pa: PhysAddr, size: u64) {
+        (**self).clean_inval_dcache(pa, size)
+    }
+    fn invalidate_icache(&self, pa: PhysAddr, size: u64) {
+        (**self).invalidate_icache(pa, size)
+    }
 }
 
 #[cfg(any(test, feature = "host"))]
@@ -73,10 +133,11 @@ pub use host::{HostMemory, POISON};
 mod host {
     extern crate std;
 
-    use super::{PageTableMemory, PhysAddr};
+    use super::{CacheOp, PageTableMemory, PhysAddr};
     use core::ptr::NonNull;
     use std::collections::{HashMap, VecDeque};
     use std::sync::Mutex;
+    use std::vec::Vec;
 
     /// The 64-bit pattern freed pages are filled with. Bit 0 is clear, so a
     /// walker that reads it sees an invalid entry, and it is neither empty
@@ -94,6 +155,7 @@ mod host {
         allocations: u64,
         limit: Option<usize>,
         poison_violations: usize,
+        cache_ops: Vec<CacheOp>,
         backing: backing::Backing,
     }
 
@@ -105,7 +167,8 @@ mod host {
     /// [`POISON`] and quarantined for the next 4096 frees; a page written
     /// after its free is counted as a poison violation when it leaves
     /// quarantine or when [`check_quarantine`](Self::check_quarantine) runs.
-    /// Freeing a page that is not live panics.
+    /// Freeing a page that is not live panics. Cache-maintenance calls are
+    /// recorded in order ([`cache_ops`](Self::cache_ops)).
     #[derive(Default)]
     pub struct HostMemory {
         state: Mutex<State>,
@@ -146,6 +209,16 @@ mod host {
         /// Freed pages found written after their free, so far.
         pub fn poison_violations(&self) -> usize {
             self.state().poison_violations
+        }
+
+        /// The cache-maintenance calls made so far, in order.
+        pub fn cache_ops(&self) -> Vec<CacheOp> {
+            self.state().cache_ops.clone()
+        }
+
+        /// Returns the cache-maintenance calls made so far and forgets them.
+        pub fn take_cache_ops(&self) -> Vec<CacheOp> {
+            core::mem::take(&mut self.state().cache_ops)
         }
 
         /// Checks every quarantined page for writes after free, releases
@@ -218,6 +291,18 @@ mod host {
 
         fn phys_to_virt(&self, pa: PhysAddr) -> NonNull<u64> {
             backing::Backing::pointer(self, pa.as_u64())
+        }
+
+        fn clean_inval_dcache(&self, pa: PhysAddr, size: u64) {
+            self.state()
+                .cache_ops
+                .push(CacheOp::CleanInvalDcache { pa, size });
+        }
+
+        fn invalidate_icache(&self, pa: PhysAddr, size: u64) {
+            self.state()
+                .cache_ops
+                .push(CacheOp::InvalidateIcache { pa, size });
         }
     }
 

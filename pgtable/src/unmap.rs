@@ -12,16 +12,24 @@
 //! slot 0, an invalid descriptor, holds the next one) and freed only after the
 //! flush that makes them unreachable to the hardware walker, whose walk
 //! caches may still point at them until then.
+//!
+//! Without FWB the memory of every Normal leaf cleared is cleaned and
+//! invalidated to the point of coherency (KVM's unmap walker does the same),
+//! so whoever owns it next sees what the guest wrote. The cleaning waits for
+//! the TLB flush, deferred or per entry: until then a vCPU may still write
+//! through a stale translation and dirty the cache again. The leaves' output
+//! ranges are gathered (neighbours merged) and cleaned after the flush.
 
 use crate::addr::PhysAddr;
 use crate::bbm::{Env, Reclaim};
 use crate::cache::PageCache;
-use crate::descriptor::Descriptor;
+use crate::descriptor::{Descriptor, level_size};
 use crate::map::{MapVisitor, fresh_tables};
 use crate::mm::PageTableMemory;
 use crate::sync::{owned_slots, read_owned, write_owned};
 use crate::table::{Error, Stage2PageTable, table_is_empty};
 use crate::walk::{Step, VisitContext, VisitKind, Visitor, WalkError, WalkFlags};
+use alloc::vec::Vec;
 use tlb::{FlushBatch, Scope, TlbInvalidate};
 
 /// Unlinked table pages waiting for the TLB flush, linked through slot 0.
@@ -82,9 +90,24 @@ struct UnmapVisitor<'a, M: PageTableMemory, T: TlbInvalidate> {
     /// per-page path.
     run: Option<(u64, u64, Option<u8>)>,
     pending: PendingFree,
+    /// Output ranges of cleared leaves to clean after the flush (no FWB).
+    cleans: Vec<(PhysAddr, u64)>,
 }
 
 impl<M: PageTableMemory, T: TlbInvalidate> UnmapVisitor<'_, M, T> {
+    /// Records the memory of the cleared leaf `old` at `level` for cleaning
+    /// after the flush, when it needs it.
+    fn clean_later(&mut self, level: u8, old: Descriptor) {
+        if !self.env.dcache_due(old) {
+            return;
+        }
+        let (pa, size) = (old.output(), level_size(level));
+        match self.cleans.last_mut() {
+            Some((start, len)) if start.add(*len) == pa => *len += size,
+            _ => self.cleans.push((pa, size)),
+        }
+    }
+
     fn flush_later_or_now(&mut self, base: u64, level: u8, old: Descriptor) {
         let Some(batch) = &mut self.batch else {
             self.env.flush_entry(base, level, old);
@@ -128,6 +151,7 @@ impl<M: PageTableMemory, T: TlbInvalidate> Visitor for UnmapVisitor<'_, M, T> {
                 let old = ctx.old;
                 ctx.try_set(Descriptor::EMPTY)?;
                 self.flush_later_or_now(ctx.base(), ctx.level, old);
+                self.clean_later(ctx.level, old);
                 Ok(Step::Continue)
             }
             VisitKind::Leaf => {
@@ -163,7 +187,9 @@ impl<M: PageTableMemory> Stage2PageTable<M> {
     /// covers in part are split so the rest stays mapped (fails with
     /// `NoMemory`, changing nothing, when the cache is short); tables left
     /// empty are freed after the TLB flush. With `FEAT_TLBIRANGE` the TLB is
-    /// flushed once at the end, otherwise entry by entry.
+    /// flushed once at the end, otherwise entry by entry. Without FWB the
+    /// memory of the cleared Normal leaves is cleaned to the point of
+    /// coherency after the flush.
     pub fn unmap(
         &mut self,
         ipa: u64,
@@ -189,6 +215,7 @@ impl<M: PageTableMemory> Stage2PageTable<M> {
             batch,
             run: None,
             pending: PendingFree { head: None },
+            cleans: Vec::new(),
         };
         let result = self.walk_range(
             ipa,
@@ -203,6 +230,10 @@ impl<M: PageTableMemory> Stage2PageTable<M> {
         // SAFETY: every pending table was unlinked and its span flushed
         // (deferred: just now; per entry: when it was unlinked).
         unsafe { visitor.pending.free_all(&self.mm) };
+        // No translation to the cleared leaves is left: clean what they mapped.
+        for &(pa, size) in &visitor.cleans {
+            self.mm.clean_inval_dcache(pa, size);
+        }
         Ok(result?)
     }
 }

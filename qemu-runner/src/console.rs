@@ -3,8 +3,18 @@
 //!
 //! Lines (the contract between hypervisor and runner): the guest's own
 //! `RESULT: PASS` / `RESULT: FAIL <why>`; hypervisor log lines starting with
-//! `[hv] `, among them `[hv] PANIC: <message>` and the final `[hv] system
-//! off`; and `STAT vm<V> <name> <value>` counter lines printed at power-off.
+//! `[hv] `, among them `[hv] PANIC: <message>`, the final `[hv] system off`,
+//! and the two errors that mean the guest did not run to its end:
+//! `[hv] ERROR: cannot start a guest: <why>` (no VM was created) and
+//! `[hv] ERROR: vm<V> vcpu<C>: stopping the VM: <why>`; and
+//! `STAT vm<V> <name> <value>` counter lines printed at power-off. When U-Boot
+//! boots the hypervisor, the runner's boot command prints `[u-boot] ...` lines
+//! ([`crate::uboot`]): the first before it loads anything, and
+//! `[u-boot] ERROR: <why>` when loading or `booti` failed. U-Boot's other
+//! output (banner, device lists, `Starting kernel ...`) is ordinary text, and
+//! a transcript made for such a run ([`Transcript::with_firmware`]) takes no
+//! line before U-Boot's `Starting kernel ...` for a kernel failure report
+//! (U-Boot prints its own `WARNING: ...` lines).
 //! Carriage returns are dropped, so `\r\n` and `\n` consoles read the same.
 //!
 //! A guest kernel's own failure reports are recognised too: after the printk
@@ -25,6 +35,16 @@ pub const RESULT_PREFIX: &str = "RESULT:";
 pub const SYSTEM_OFF_LINE: &str = "[hv] system off";
 /// Prefix of a hypervisor panic line.
 pub const PANIC_PREFIX: &str = "[hv] PANIC:";
+/// Prefix of the hypervisor's line when it could not create a VM for the
+/// payload.
+pub const GUEST_NOT_STARTED_PREFIX: &str = "[hv] ERROR: cannot start a guest:";
+/// Prefix of the hypervisor's error lines.
+pub const HV_ERROR_PREFIX: &str = "[hv] ERROR: ";
+/// Prefix of the runner's U-Boot boot command's error line.
+pub const UBOOT_ERROR_PREFIX: &str = "[u-boot] ERROR: ";
+/// What an error line says when the hypervisor stops a VM (after
+/// `vm<V> vcpu<C>`).
+pub const VM_STOP_MARKER: &str = ": stopping the VM: ";
 
 /// How a line that reports a guest kernel failure starts (after the printk
 /// timestamp): oopses, warnings, panics, `BUG:` reports and the fault report
@@ -93,11 +113,21 @@ pub enum Line {
     HypervisorPanic(String),
     /// `[hv] system off`.
     SystemOff,
+    /// `[hv] ERROR: cannot start a guest: <why>`, with the reason.
+    GuestNotStarted(String),
+    /// `[hv] ERROR: vm<V> vcpu<C>: stopping the VM: <why>`, the line after
+    /// `[hv] ERROR: `.
+    VmStopped(String),
     /// A guest kernel failure report (oops, warning, panic, `BUG:`), the line
     /// without its printk timestamp.
     KernelFault(String),
     /// Any other `[hv] ` line.
     HypervisorLog,
+    /// `[u-boot] ERROR: <why>`: U-Boot could not load or boot the
+    /// hypervisor (the reason).
+    FirmwareFailed(String),
+    /// Any other `[u-boot] ` line.
+    FirmwareLog,
     /// Anything else (guest output).
     Other,
 }
@@ -121,8 +151,22 @@ pub fn classify(line: &str) -> Line {
     if line == SYSTEM_OFF_LINE {
         return Line::SystemOff;
     }
+    if let Some(why) = line.strip_prefix(GUEST_NOT_STARTED_PREFIX) {
+        return Line::GuestNotStarted(why.trim().to_string());
+    }
+    if let Some(error) = line.strip_prefix(HV_ERROR_PREFIX)
+        && error.contains(VM_STOP_MARKER)
+    {
+        return Line::VmStopped(error.to_string());
+    }
     if line.starts_with(HV_PREFIX) {
         return Line::HypervisorLog;
+    }
+    if let Some(why) = line.strip_prefix(UBOOT_ERROR_PREFIX) {
+        return Line::FirmwareFailed(why.trim().to_string());
+    }
+    if line.starts_with(crate::uboot::UBOOT_PREFIX) {
+        return Line::FirmwareLog;
     }
     if let Some(stat) = parse_stat(line) {
         return stat;
@@ -189,14 +233,38 @@ pub struct Transcript {
     pub panic: Option<String>,
     /// Whether `[hv] system off` was printed.
     pub system_off: bool,
+    /// Why the hypervisor could not start a guest, when it said so.
+    pub guest_not_started: Option<String>,
+    /// Every VM the hypervisor stopped (`vm<V> vcpu<C>: stopping the VM:
+    /// <why>`), in order.
+    pub vm_stops: Vec<String>,
     /// The first guest kernel failure report.
     pub kernel_fault: Option<String>,
+    /// Every `[u-boot] ` line of the runner's U-Boot boot command, in order.
+    pub firmware_log: Vec<String>,
+    /// Why U-Boot could not boot the hypervisor, when it said so.
+    pub firmware_failure: Option<String>,
+    /// Whether the firmware still has the console (until U-Boot's
+    /// [`FIRMWARE_HANDOVER_LINE`]).
+    pub firmware_running: bool,
     /// Every line with the time it arrived (since QEMU started; zero for
     /// lines given to [`Transcript::push_line`]).
     pub timed_lines: Vec<(Duration, String)>,
 }
 
+/// What U-Boot prints as it enters the kernel (the hypervisor).
+pub const FIRMWARE_HANDOVER_LINE: &str = "Starting kernel ...";
+
 impl Transcript {
+    /// A transcript of a run that U-Boot starts: until its
+    /// [`FIRMWARE_HANDOVER_LINE`], no line is a kernel failure report.
+    pub fn with_firmware() -> Transcript {
+        Transcript {
+            firmware_running: true,
+            ..Transcript::default()
+        }
+    }
+
     /// Takes one line of console output and returns what it was.
     pub fn push_line(&mut self, raw: &str) -> Line {
         self.push_line_at(raw, Duration::ZERO)
@@ -208,10 +276,19 @@ impl Transcript {
         let line = raw.trim_end_matches(['\r', '\n']).replace('\r', "");
         self.text.push_str(&line);
         self.text.push('\n');
-        let kind = classify(&line);
+        let kind = match classify(&line) {
+            Line::KernelFault(_) if self.firmware_running => Line::Other,
+            kind => kind,
+        };
+        if self.firmware_running && line.trim() == FIRMWARE_HANDOVER_LINE {
+            self.firmware_running = false;
+        }
         self.timed_lines.push((at, line.clone()));
         if line.starts_with(HV_PREFIX) {
             self.hypervisor_log.push(line.clone());
+        }
+        if line.starts_with(crate::uboot::UBOOT_PREFIX) {
+            self.firmware_log.push(line.clone());
         }
         match &kind {
             Line::Result(result) if self.result.is_none() => self.result = Some(result.clone()),
@@ -222,8 +299,23 @@ impl Transcript {
                 self.panic = Some(message.clone())
             }
             Line::SystemOff => self.system_off = true,
+            Line::GuestNotStarted(why) if self.guest_not_started.is_none() => {
+                self.guest_not_started = Some(why.clone())
+            }
+            Line::VmStopped(line) => self.vm_stops.push(line.clone()),
             Line::KernelFault(message) if self.kernel_fault.is_none() => {
                 self.kernel_fault = Some(message.clone())
+            }
+            Line::FirmwareFailed(why) if self.firmware_failure.is_none() => {
+                // U-Boot's own complaint is the line before ours.
+                let before = self.timed_lines.iter().rev().skip(1).find_map(|(_, l)| {
+                    let l = l.trim();
+                    (!l.is_empty() && !l.starts_with(crate::uboot::UBOOT_PREFIX)).then_some(l)
+                });
+                self.firmware_failure = Some(match before {
+                    Some(before) => format!("{why} (U-Boot said before: `{before}`)"),
+                    None => why.clone(),
+                });
             }
             _ => {}
         }
@@ -237,6 +329,14 @@ impl Transcript {
             .iter()
             .find(|(_, line)| line.trim().starts_with(prefix))
             .map(|(at, _)| *at)
+    }
+
+    /// Whether U-Boot ran the runner's boot command (printed its first line,
+    /// [`crate::uboot::START_MARKER`]).
+    pub fn firmware_boot_started(&self) -> bool {
+        self.firmware_log
+            .iter()
+            .any(|line| line.starts_with(crate::uboot::START_MARKER))
     }
 
     /// Hypervisor log lines containing `needle`.
@@ -289,6 +389,18 @@ mod tests {
             Line::HypervisorPanic("oops at x".into())
         );
         assert_eq!(classify("[hv] 4 CPUs"), Line::HypervisorLog);
+        assert_eq!(
+            classify("[hv] ERROR: cannot start a guest: vm.conf line 1: bad value"),
+            Line::GuestNotStarted("vm.conf line 1: bad value".into())
+        );
+        assert_eq!(
+            classify("[hv] ERROR: vm0 vcpu1: stopping the VM: unhandled exit EC 0x3f"),
+            Line::VmStopped("vm0 vcpu1: stopping the VM: unhandled exit EC 0x3f".into())
+        );
+        assert_eq!(
+            classify("[hv] ERROR: GICv3 CPU interface missing"),
+            Line::HypervisorLog
+        );
         assert_eq!(classify("test-guest: hello"), Line::Other);
         assert_eq!(classify("  RESULT: PASS"), Line::Other);
     }
@@ -322,6 +434,57 @@ mod tests {
         assert_eq!(classify("[x] WARNING: not a timestamp"), Line::Other);
         assert_eq!(classify("no WARNING: in the middle"), Line::Other);
         assert_eq!(classify("LINUX-INIT: started"), Line::Other);
+    }
+
+    #[test]
+    fn u_boot_output_is_told_apart_and_never_a_failure_by_itself() {
+        let mut transcript = Transcript::default();
+        for line in [
+            "U-Boot 2023.01+dfsg-2+deb12u3 (Jun 22 2026 - 08:38:07 +0000)\r",
+            "Loading Environment from Flash... *** Warning - bad CRC, using default environment",
+            "Hit any key to stop autoboot:  0 \x08\x08\x08 0",
+            "[u-boot] loading the hypervisor to 0x40400000 and the payload to 0x44000000",
+            "Bad Linux ARM64 Image magic!",
+            "Starting kernel ...",
+        ] {
+            let kind = transcript.push_line(line);
+            assert!(
+                matches!(kind, Line::Other | Line::FirmwareLog),
+                "{line}: {kind:?}"
+            );
+        }
+        assert!(transcript.firmware_boot_started());
+        assert_eq!(transcript.firmware_failure, None);
+        assert!(transcript.kernel_fault.is_none() && transcript.hypervisor_log.is_empty());
+        assert_eq!(
+            transcript.push_line("[u-boot] ERROR: the boot command failed\r"),
+            Line::FirmwareFailed("the boot command failed".into())
+        );
+        assert_eq!(
+            transcript.firmware_failure.as_deref(),
+            Some("the boot command failed (U-Boot said before: `Starting kernel ...`)")
+        );
+        assert_eq!(transcript.firmware_log.len(), 2);
+        assert!(!Transcript::default().firmware_boot_started());
+        let mut alone = Transcript::default();
+        alone.push_line("[u-boot] ERROR: x");
+        assert_eq!(alone.firmware_failure.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn u_boot_warnings_are_not_kernel_failures_but_the_kernels_are() {
+        let mut transcript = Transcript::with_firmware();
+        let warning = "WARNING: could not set linux,initrd-start FDT_ERR_NOSPACE.";
+        assert_eq!(transcript.push_line(warning), Line::Other);
+        assert_eq!(transcript.kernel_fault, None);
+        transcript.push_line("Starting kernel ...\r");
+        assert!(!transcript.firmware_running);
+        assert!(matches!(
+            transcript.push_line("[    1.0] WARNING: CPU: 0 PID: 1 at x"),
+            Line::KernelFault(_)
+        ));
+        let mut plain = Transcript::default();
+        assert!(matches!(plain.push_line(warning), Line::KernelFault(_)));
     }
 
     #[test]

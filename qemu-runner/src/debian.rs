@@ -9,7 +9,8 @@
 //! directory per package and version (`<package>_<version>/`), so a new
 //! Debian kernel is fetched once and every later run reuses it. On a miss,
 //! `apt-get download` fetches the `.deb` (apt prints its own progress; as
-//! root a failed download is retried once after `apt-get update`), `dpkg-deb
+//! root a failed download is retried once after `apt-get update` and a fresh
+//! look at the candidate versions), `dpkg-deb
 //! --fsys-tarfile | tar -x` extracts only the needed file (`/boot/vmlinuz-*`,
 //! `/bin/busybox`), the kernel is checked or decompressed into a raw `Image`
 //! ([`crate::linux::kernel_image`]), and the file is renamed into place last,
@@ -24,6 +25,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 use crate::linux::{KernelImageError, kernel_image};
+use crate::scratch::ScratchDir;
 
 /// Debian's name for the architecture.
 pub const ARCH: &str = "arm64";
@@ -58,6 +60,14 @@ pub enum DebianError {
     },
     /// `apt-cache depends linux-image-arm64:arm64` named no kernel package.
     NoKernelPackage(String),
+    /// `apt-get download` failed (an old package list names a version the
+    /// archive no longer has, or the archive cannot be reached).
+    Download {
+        /// `name:arch=version`.
+        package: String,
+        /// What failed.
+        error: Box<DebianError>,
+    },
     /// `apt-cache policy` gave no candidate version.
     NoCandidate(String),
     /// The package does not contain the expected file.
@@ -105,6 +115,9 @@ impl fmt::Display for DebianError {
                 "`apt-cache depends {KERNEL_METAPACKAGE}:{ARCH}` names no linux-image-*-{ARCH} \
                  package:\n{output}"
             ),
+            DebianError::Download { package, error } => {
+                write!(f, "cannot download {package}: {error}")
+            }
             DebianError::NoCandidate(package) => write!(
                 f,
                 "apt has no installable version of {package} (try `apt-get update`)"
@@ -287,15 +300,12 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> DebianError {
 /// Downloads `package` into `dir` and returns the `.deb`'s path.
 fn download(package: &Package, dir: &Path) -> Result<PathBuf, DebianError> {
     let spec = format!("{}:{ARCH}={}", package.name, package.version);
-    let args = ["download", spec.as_str()];
-    if let Err(error) = run_visible("apt-get", &args, Some(dir)) {
-        if !crate::prereq::is_root() {
-            return Err(error);
+    run_visible("apt-get", &["download", spec.as_str()], Some(dir)).map_err(|error| {
+        DebianError::Download {
+            package: spec.clone(),
+            error: Box::new(error),
         }
-        eprintln!("qemu-runner: download failed ({error}); refreshing apt's lists and retrying");
-        run_visible("apt-get", &["update"], None)?;
-        run_visible("apt-get", &args, Some(dir))?;
-    }
+    })?;
     let entries = std::fs::read_dir(dir).map_err(io(format!("listing {}", dir.display())))?;
     for entry in entries {
         let path = entry
@@ -370,16 +380,6 @@ fn extract(deb: &Path, pattern: &str, dir: &Path) -> Result<Vec<PathBuf>, Debian
     Ok(found)
 }
 
-/// A scratch directory removed when dropped.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        // A leftover only costs disk space under target/.
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Returns the cached `file_name` of `package`, producing it on a miss:
 /// download, extract `member` (a tar wildcard), turn the bytes into the cached
 /// file with `convert`.
@@ -406,11 +406,13 @@ fn cached(
         package.version,
         dir.display()
     );
-    let scratch = Scratch(cache_dir().join(format!("download-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&scratch.0);
-    let unpacked = scratch.0.join("unpacked");
+    let scratch = ScratchDir::create(&cache_dir(), "download").map_err(io(format!(
+        "creating a download directory in {}",
+        cache_dir().display()
+    )))?;
+    let unpacked = scratch.path().join("unpacked");
     std::fs::create_dir_all(&unpacked).map_err(io(format!("creating {}", unpacked.display())))?;
-    let deb = download(package, &scratch.0)?;
+    let deb = download(package, scratch.path())?;
     let members = extract(&deb, member, &unpacked)?;
     let [source] = members.as_slice() else {
         return Err(DebianError::MissingFile {
@@ -455,7 +457,10 @@ impl FileLock {
 }
 
 /// Debian's current arm64 kernel (as an `Image`) and static busybox, from
-/// the cache or fetched into it.
+/// the cache or fetched into it. When a download fails and we are root,
+/// apt's package lists are refreshed and the packages' versions resolved
+/// again before the one retry: lists from an earlier `apt-get update` may
+/// name versions the archive has since replaced.
 pub fn fetch() -> Result<DebianFiles, DebianError> {
     let _in_process = FETCH
         .lock()
@@ -463,6 +468,19 @@ pub fn fetch() -> Result<DebianFiles, DebianError> {
     let dir = cache_dir();
     std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
     let _across_processes = FileLock::acquire(&dir.join(".lock"))?;
+    match fetch_current() {
+        Err(error @ DebianError::Download { .. }) if crate::prereq::is_root() => {
+            eprintln!("qemu-runner: {error}; refreshing apt's lists and retrying");
+            run_visible("apt-get", &["update"], None)?;
+            fetch_current()
+        }
+        other => other,
+    }
+}
+
+/// The candidate versions of the kernel and busybox, from the cache or
+/// downloaded.
+fn fetch_current() -> Result<DebianFiles, DebianError> {
     let kernel_package = candidate(&resolve_kernel_package()?)?;
     let busybox_package = candidate(BUSYBOX_PACKAGE)?;
     let kernel_image = cached(&kernel_package, "Image", "./boot/vmlinuz-*", |bytes, _| {

@@ -1,4 +1,4 @@
-//! ELF to raw arm64 `Image` conversion, and the `Image` header.
+//! ELF to raw arm64 `Image` conversion.
 //!
 //! QEMU passes the device tree in `x0` only to a raw `Image`, not to an ELF,
 //! and U-Boot's `booti` only loads raw Images. The conversion copies every
@@ -6,20 +6,17 @@
 //! to the lowest one, into one flat file; gaps are zero. Nothing else is filled
 //! in: the program itself carries its 64-byte header (branch, `text_offset`,
 //! `image_size`, flags, magic `ARM\x64` at 0x38), and the conversion checks it
-//! is there at the start.
+//! is there at the start with the `boot-payload` crate's parser, the one the
+//! hypervisor reads its guests' headers with.
 
 use std::fmt;
+
+use boot_payload::image::{self as arm64_image, ImageHeader};
 
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
 use object::{Endianness, FileKind};
 
-/// Offset of the magic in the header.
-pub const MAGIC_OFFSET: usize = 0x38;
-/// The magic, "ARM\x64" as little-endian bytes.
-pub const MAGIC: [u8; 4] = *b"ARM\x64";
-/// Size of the header.
-pub const HEADER_SIZE: usize = 64;
 /// Largest Image accepted (a guard against a bogus `p_paddr` spread).
 pub const MAX_IMAGE_SIZE: u64 = 512 << 20;
 
@@ -46,10 +43,9 @@ pub enum ImageError {
         /// Physical address where they overlap.
         paddr: u64,
     },
-    /// Fewer than 64 bytes: no room for the header.
-    TooSmall(usize),
-    /// No `ARM\x64` magic at 0x38.
-    BadMagic([u8; 4]),
+    /// The result does not start with a valid `Image` header (the program
+    /// must carry its own).
+    Header(arm64_image::ImageError),
     /// The header says `image_size` 0 (then `text_offset` is meaningless).
     ZeroImageSize,
 }
@@ -73,17 +69,9 @@ impl fmt::Display for ImageError {
                 )
             }
             ImageError::Overlap { paddr } => write!(f, "segments overlap at {paddr:#x}"),
-            ImageError::TooSmall(size) => {
-                write!(
-                    f,
-                    "{size} bytes is too small for the 64-byte arm64 Image header"
-                )
+            ImageError::Header(error) => {
+                write!(f, "{error} (the program must start with its Image header)")
             }
-            ImageError::BadMagic(found) => write!(
-                f,
-                "no arm64 Image header: magic at {MAGIC_OFFSET:#x} is {found:02x?}, expected \
-                 \"ARM\\x64\" (the program must start with its Image header)"
-            ),
             ImageError::ZeroImageSize => write!(f, "Image header has image_size 0"),
         }
     }
@@ -91,42 +79,22 @@ impl fmt::Display for ImageError {
 
 impl std::error::Error for ImageError {}
 
-/// The fields of an arm64 `Image` header.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ImageHeader {
-    /// Offset from a 2 MiB aligned base where the Image wants to be loaded.
-    pub text_offset: u64,
-    /// Bytes the loaded Image occupies, `.bss` included.
-    pub image_size: u64,
-    /// Flags: bit 0 big endian, bits 2:1 page size, bit 3 placement.
-    pub flags: u64,
-}
-
-impl ImageHeader {
-    /// Reads and checks the header at the start of `image`.
-    pub fn parse(image: &[u8]) -> Result<ImageHeader, ImageError> {
-        if image.len() < HEADER_SIZE {
-            return Err(ImageError::TooSmall(image.len()));
+/// Reads and checks the `Image` header at the start of a built program: a
+/// valid header with a nonzero `image_size` (the legacy form without one is
+/// for old Linux kernels, not for programs built here).
+pub fn built_image_header(image: &[u8]) -> Result<ImageHeader, ImageError> {
+    let (parsed, format) = arm64_image::parse_kernel(image).map_err(ImageError::Header)?;
+    if format != arm64_image::KernelFormat::Image {
+        let mut found = [0u8; 4];
+        if let Some(magic) = image.get(arm64_image::MAGIC_OFFSET..arm64_image::MAGIC_OFFSET + 4) {
+            found.copy_from_slice(magic);
         }
-        let magic: [u8; 4] = image[MAGIC_OFFSET..MAGIC_OFFSET + 4]
-            .try_into()
-            .expect("4 bytes");
-        if magic != MAGIC {
-            return Err(ImageError::BadMagic(magic));
-        }
-        let word = |offset: usize| {
-            u64::from_le_bytes(image[offset..offset + 8].try_into().expect("8 bytes"))
-        };
-        let header = ImageHeader {
-            text_offset: word(0x08),
-            image_size: word(0x10),
-            flags: word(0x18),
-        };
-        if header.image_size == 0 {
-            return Err(ImageError::ZeroImageSize);
-        }
-        Ok(header)
+        return Err(ImageError::Header(arm64_image::ImageError::BadMagic(found)));
     }
+    if u64::from_le_bytes(image[0x10..0x18].try_into().expect("8 bytes")) == 0 {
+        return Err(ImageError::ZeroImageSize);
+    }
+    Ok(parsed)
 }
 
 /// The lowest virtual address of an ELF's loadable segments (where its
@@ -184,7 +152,7 @@ pub fn elf_to_image(elf_bytes: &[u8]) -> Result<Vec<u8>, ImageError> {
         image[offset..offset + data.len()].copy_from_slice(data);
         filled_to = paddr + data.len() as u64;
     }
-    ImageHeader::parse(&image)?;
+    built_image_header(&image)?;
     Ok(image)
 }
 
@@ -239,12 +207,13 @@ mod tests {
     }
 
     fn header(text_offset: u64, image_size: u64) -> Vec<u8> {
-        let mut header = vec![0u8; HEADER_SIZE];
+        let mut header = vec![0u8; arm64_image::HEADER_SIZE];
         header[..4].copy_from_slice(&0x1400_0010u32.to_le_bytes()); // b +0x40
         header[8..16].copy_from_slice(&text_offset.to_le_bytes());
         header[16..24].copy_from_slice(&image_size.to_le_bytes());
         header[24..32].copy_from_slice(&2u64.to_le_bytes());
-        header[MAGIC_OFFSET..MAGIC_OFFSET + 4].copy_from_slice(&MAGIC);
+        header[arm64_image::MAGIC_OFFSET..arm64_image::MAGIC_OFFSET + 4]
+            .copy_from_slice(&arm64_image::MAGIC);
         header
     }
 
@@ -282,11 +251,11 @@ mod tests {
         assert!(image[text.len()..0x2000].iter().all(|&b| b == 0));
         assert_eq!(&image[0x2000..], &[0xcc; 8]);
         assert_eq!(
-            ImageHeader::parse(&image).unwrap(),
+            built_image_header(&image).unwrap(),
             ImageHeader {
                 text_offset: 0x8_0000,
                 image_size: 0x3000,
-                flags: 2
+                anywhere: false
             }
         );
     }
@@ -301,7 +270,10 @@ mod tests {
                 bss: 0,
             }],
         );
-        assert!(matches!(elf_to_image(&plain), Err(ImageError::BadMagic(_))));
+        assert!(matches!(
+            elf_to_image(&plain),
+            Err(ImageError::Header(arm64_image::ImageError::BadMagic(_)))
+        ));
         let x86 = elf(
             62,
             &[Segment {
@@ -352,12 +324,12 @@ mod tests {
         let mut zero_size = header(0, 0);
         zero_size.resize(100, 0);
         assert!(matches!(
-            ImageHeader::parse(&zero_size),
+            built_image_header(&zero_size),
             Err(ImageError::ZeroImageSize)
         ));
         assert!(matches!(
-            ImageHeader::parse(&[0; 10]),
-            Err(ImageError::TooSmall(10))
+            built_image_header(&[0; 10]),
+            Err(ImageError::Header(arm64_image::ImageError::BadMagic(_)))
         ));
     }
 }

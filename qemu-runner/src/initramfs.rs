@@ -1,6 +1,6 @@
 //! A busybox initramfs for Linux guests, built in Rust.
 //!
-//! The archive is a newc cpio (the payload's writer, [`crate::payload`]):
+//! The archive is a newc cpio (written with `boot_payload::cpio`, the payload's writer):
 //! the usual directories, `/dev/console`, `/bin/busybox` (a static arm64
 //! busybox), `/bin/sh` linking to it, and an `/init` script. The script's first
 //! act is `busybox --install -s`, which links every applet, so the archive
@@ -16,7 +16,7 @@
 //!   size and its md5 against a second pass of the same generator, then prints
 //!   `RESULT: PASS` or `RESULT: FAIL <why>` and powers off.
 
-use crate::payload::{Entry, write_archive};
+use boot_payload::cpio::{FileEntry, write_archive};
 
 /// The line the test init prints first: the kernel has booted and started
 /// user space.
@@ -126,23 +126,29 @@ poweroff -f
 /// The initramfs (an uncompressed newc cpio archive) with `busybox` and the
 /// `/init` of `init`.
 pub fn build(busybox: &[u8], init: Init) -> Vec<u8> {
-    let mut entries: Vec<Entry> = DIRECTORIES.iter().map(|d| Entry::directory(d)).collect();
-    entries.push(Entry::char_device("dev/console", 5, 1));
-    entries.push(Entry::executable("bin/busybox", busybox.to_vec()));
-    entries.push(Entry::symlink("bin/sh", "busybox"));
-    entries.push(Entry::executable("init", init_script(init).into_bytes()));
+    let mut entries: Vec<FileEntry> = DIRECTORIES
+        .iter()
+        .map(|d| FileEntry::directory(d))
+        .collect();
+    entries.push(FileEntry::char_device("dev/console", 5, 1));
+    entries.push(FileEntry::executable("bin/busybox", busybox.to_vec()));
+    entries.push(FileEntry::symlink("bin/sh", "busybox"));
+    entries.push(FileEntry::executable(
+        "init",
+        init_script(init).into_bytes(),
+    ));
     write_archive(&entries)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::payload::{DIRECTORY_MODE, EXECUTABLE_MODE, SYMLINK_MODE, read_archive};
+    use boot_payload::cpio::{self, DIRECTORY_MODE, EXECUTABLE_MODE, SYMLINK_MODE};
 
     #[test]
     fn archive_has_busybox_init_and_directories_before_their_files() {
         let archive = build(b"\x7fELF busybox", Init::Test { cpus: 2 });
-        let entries = read_archive(&archive).unwrap();
+        let entries: Vec<cpio::Entry> = cpio::entries(&archive).collect::<Result<_, _>>().unwrap();
         let find = |name: &str| {
             entries
                 .iter()
@@ -160,7 +166,7 @@ mod tests {
                 let parent_at = find(parent);
                 assert_eq!(entries[parent_at].mode, DIRECTORY_MODE);
                 assert!(
-                    parent_at < find(&entry.name),
+                    parent_at < find(entry.name),
                     "{parent} after {}",
                     entry.name
                 );

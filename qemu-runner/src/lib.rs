@@ -4,7 +4,8 @@
 //! end-to-end tests: check the prerequisites ([`prereq`]), build the
 //! hypervisor and the test guest for aarch64 with a nested cargo
 //! ([`artifacts`]), turn their ELF files into raw arm64 `Image`s ([`image`]),
-//! pack the guest into the boot payload ([`payload`], a newc cpio archive),
+//! pack the guest into the boot payload (a newc cpio archive written with the
+//! `boot-payload` crate, which the hypervisor reads it with),
 //! start `qemu-system-aarch64` and follow its console ([`qemu`]), and read the
 //! verdict, the `STAT` counters and the hypervisor's log from it
 //! ([`console`]). A run passes only on the guest's `RESULT: PASS` followed by
@@ -19,6 +20,10 @@
 //! [`Boot::Direct`] boots the guest kernel by itself at EL1 (no
 //! `virtualization=on`, no hypervisor), which shakes out a guest and gives the
 //! baseline for hypervisor-overhead figures.
+//!
+//! [`Firmware::UBoot`] has U-Boot load and `booti` the hypervisor, as on a
+//! board ([`uboot`]), instead of QEMU entering it; such a run also fails when
+//! U-Boot did not run the runner's boot command or reported it failed.
 
 pub mod artifacts;
 pub mod console;
@@ -26,21 +31,22 @@ pub mod debian;
 pub mod image;
 pub mod initramfs;
 pub mod linux;
-pub mod payload;
 pub mod prereq;
 pub mod qemu;
+pub mod scratch;
+pub mod uboot;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use artifacts::{BuildError, HYPERVISOR, TEST_GUEST};
+use boot_payload::Payload;
+use boot_payload::vmconf::VmConf;
 use console::{Counters, GuestResult, Transcript};
 use image::ImageError;
 use linux::{LinuxBoot, LinuxError};
-use payload::Payload;
 use prereq::PrereqError;
 use qemu::{Ending, Machine, QemuSetup, Watch};
 
@@ -53,34 +59,101 @@ pub enum Boot {
     Direct,
 }
 
+/// What starts the hypervisor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Firmware {
+    /// QEMU itself (`-kernel`): it loads the Image, the initrd and its
+    /// device tree and enters the Image.
+    None,
+    /// U-Boot (`-bios`), which loads both files from QEMU's fw_cfg and
+    /// `booti`s the hypervisor, as a board's U-Boot does ([`uboot`]).
+    UBoot,
+}
+
+impl Firmware {
+    /// Every choice, for help texts.
+    pub const ALL: [Firmware; 2] = [Firmware::None, Firmware::UBoot];
+
+    /// The name on the command line (`--firmware`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Firmware::None => "none",
+            Firmware::UBoot => "u-boot",
+        }
+    }
+
+    /// The firmware called `name`.
+    pub fn from_name(name: &str) -> Option<Firmware> {
+        Firmware::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
 /// The test guest's scenario (`test=` in its bootargs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scenario {
     /// SMP memory test with demand-faulted stage-2 memory and a caught abort.
     Memory,
-    /// Unmapped device access and unknown hypercall; the hypervisor must
-    /// survive and report both.
+    /// Unmapped device access, device-window straddling loads and an unknown
+    /// hypercall; the hypervisor must survive and report them.
     BadGuest,
+    /// Aborts and undefined instructions from AArch64 and AArch32 EL0; the
+    /// hypervisor must inject the aborts as the architecture takes them.
+    Aarch32El0,
+    /// Both EL1 timers (physical and virtual) interrupt every vCPU through
+    /// the GIC; `CNTPCT_EL0` and `CNTVCT_EL0` agree and are monotonic.
+    Timers,
+    /// Several vCPUs race PSCI `CPU_ON` for the same target, round after
+    /// round: exactly one `SUCCESS`, `ALREADY_ON` for the others.
+    CpuOnRace,
+    /// 200 000 distinct unknown hypercalls, 20 000 injected aborts and 5 000
+    /// refused device accesses: the hypervisor's log stays short.
+    Flood,
+    /// Interrupt delivery while more SPIs are active (made so through the
+    /// distributor) than the CPU interface has list registers.
+    VgicScarce,
     /// The hostile-guest fuzzer (seed and counts in [`RunConfig::guest_args`]).
     Fuzz,
 }
 
 impl Scenario {
     /// Every scenario, for help texts.
-    pub const ALL: [Scenario; 3] = [Scenario::Memory, Scenario::BadGuest, Scenario::Fuzz];
+    pub const ALL: &[Scenario] = &[
+        Scenario::Memory,
+        Scenario::BadGuest,
+        Scenario::Aarch32El0,
+        Scenario::Timers,
+        Scenario::CpuOnRace,
+        Scenario::Flood,
+        Scenario::VgicScarce,
+        Scenario::Fuzz,
+    ];
 
     /// The scenario's name on the command line and in `test=`.
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
+            Scenario::Aarch32El0 => "aarch32-el0",
+            Scenario::Timers => "timers",
+            Scenario::CpuOnRace => "cpu-on-race",
+            Scenario::Flood => "flood",
+            Scenario::VgicScarce => "vgic-scarce",
             Scenario::Fuzz => "fuzz",
         }
     }
 
     /// The scenario called `name`.
     pub fn from_name(name: &str) -> Option<Scenario> {
-        Scenario::ALL.into_iter().find(|s| s.name() == name)
+        Scenario::ALL.iter().copied().find(|s| s.name() == name)
+    }
+
+    /// Every scenario's name, comma-separated (for help and error texts).
+    pub fn names() -> String {
+        Scenario::ALL
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -89,6 +162,8 @@ impl Scenario {
 pub struct RunConfig {
     /// Hypervisor or direct boot.
     pub boot: Boot,
+    /// What starts the hypervisor (hypervisor boot only).
+    pub firmware: Firmware,
     /// Test guest scenario (unused when `linux` is set).
     pub scenario: Scenario,
     /// Extra words for the test guest's bootargs, after `test=<scenario>`
@@ -108,8 +183,16 @@ pub struct RunConfig {
     pub vcpus: Option<u32>,
     /// `-cpu` model and properties.
     pub cpu: String,
-    /// Overall time limit; ignored (no limit) with `gdb`.
+    /// The machine's GIC (`gic-version=`).
+    pub gic: qemu::GicVersion,
+    /// Overall time limit of an unattended run; ignored (no limit) with
+    /// `gdb`.
     pub timeout: Duration,
+    /// Time limit of an interactive session ([`RunConfig::is_interactive`]);
+    /// `None`: none, the person at the terminal ends it.
+    pub session_timeout: Option<Duration>,
+    /// Where the guest's console input comes from.
+    pub input: ConsoleInput,
     /// Start QEMU halted, waiting for gdb.
     pub gdb: bool,
     /// Extra QEMU arguments, appended last.
@@ -126,6 +209,7 @@ impl Default for RunConfig {
     fn default() -> RunConfig {
         RunConfig {
             boot: Boot::Hypervisor,
+            firmware: Firmware::None,
             scenario: Scenario::Memory,
             guest_args: String::new(),
             linux: None,
@@ -134,13 +218,33 @@ impl Default for RunConfig {
             guest_mem_mib: None,
             vcpus: None,
             cpu: DEFAULT_CPU.to_string(),
+            gic: qemu::GicVersion::V3,
             timeout: Duration::from_secs(120),
+            session_timeout: None,
+            input: ConsoleInput::Closed,
             gdb: false,
             extra_qemu_args: Vec::new(),
             echo: true,
         }
     }
 }
+
+/// Where the guest's console input comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConsoleInput {
+    /// Nothing: QEMU's stdin is closed (scripts, tests, CI).
+    Closed,
+    /// The terminal the runner was started from: an interactive guest (a
+    /// shell) reads what is typed there.
+    Terminal,
+}
+
+/// Most CPUs the hypervisor drives (its per-CPU arrays).
+pub const HYPERVISOR_MAX_CPUS: u32 = 32;
+/// Most CPUs of QEMU's `virt` machine with a GICv3.
+pub const VIRT_MAX_CPUS: u32 = 512;
+/// Least machine RAM accepted, in MiB.
+pub const MIN_MEM_MIB: u32 = 64;
 
 /// A Linux guest's defaults: 2 CPUs, 512 MiB guest RAM (the machine gets
 /// 1024 MiB under the hypervisor), a 300 s limit.
@@ -172,11 +276,105 @@ impl RunConfig {
         }
     }
 
-    /// Whether a person drives the run (an interactive Linux shell): QEMU
-    /// gets our stdin, there is no time limit, and the run follows QEMU to
-    /// its exit.
-    pub fn is_interactive_linux(&self) -> bool {
-        self.linux.as_ref().is_some_and(LinuxBoot::is_interactive)
+    /// Whether the guest has no test verdict of its own (a shell, or a
+    /// kernel and initrd given as files): the run passes when QEMU exits 0
+    /// with no failure report, rather than on `RESULT: PASS`.
+    pub fn guest_is_free_running(&self) -> bool {
+        self.linux
+            .as_ref()
+            .is_some_and(|linux| !linux.reports_result())
+    }
+
+    /// Whether a person drives the run: a guest without a verdict of its own
+    /// whose console input is a terminal. QEMU then gets our stdin, the time
+    /// limit is [`RunConfig::session_timeout`], and the run follows QEMU to
+    /// its exit. Without a terminal the same guest runs unattended: QEMU's
+    /// stdin is closed and [`RunConfig::timeout`] applies.
+    pub fn is_interactive(&self) -> bool {
+        self.guest_is_free_running() && self.input == ConsoleInput::Terminal
+    }
+
+    /// Checks the settings before anything is built or started, so a bad
+    /// option costs nothing: CPU and memory counts in range, VM settings only
+    /// for a hypervisor boot, vCPUs no more than CPUs, guest RAM smaller than
+    /// the machine's, a time limit of at least a second.
+    pub fn validate(&self) -> Result<(), RunnerError> {
+        let fail = |why: String| Err(RunnerError::Config(why));
+        let max_cpus = match self.boot {
+            Boot::Hypervisor => HYPERVISOR_MAX_CPUS,
+            Boot::Direct => VIRT_MAX_CPUS,
+        };
+        if !(1..=max_cpus).contains(&self.smp) {
+            return fail(format!(
+                "--smp {}: between 1 and {max_cpus} CPUs{}",
+                self.smp,
+                match self.boot {
+                    Boot::Hypervisor => " (the hypervisor drives at most 32)",
+                    Boot::Direct => " (QEMU virt with GICv3)",
+                }
+            ));
+        }
+        if self.smp > self.gic.max_cpus() {
+            return fail(format!(
+                "--smp {}: a GICv{} machine has at most {} CPUs (--gic)",
+                self.smp,
+                self.gic.number(),
+                self.gic.max_cpus()
+            ));
+        }
+        if self.mem_mib < MIN_MEM_MIB {
+            return fail(format!(
+                "--mem {}: the machine needs at least {MIN_MEM_MIB} MiB",
+                self.mem_mib
+            ));
+        }
+        if self.boot == Boot::Direct && self.firmware != Firmware::None {
+            return fail(format!(
+                "--firmware {}: the firmware boots the hypervisor; --direct boots the guest \
+                 without it",
+                self.firmware.name()
+            ));
+        }
+        if self.boot == Boot::Direct && (self.guest_mem_mib.is_some() || self.vcpus.is_some()) {
+            return fail(
+                "--guest-mem and --vcpus configure the hypervisor's VM; a direct boot uses --mem \
+                 and --smp"
+                    .into(),
+            );
+        }
+        if let Some(vcpus) = self.vcpus
+            && !(1..=self.smp).contains(&vcpus)
+        {
+            return fail(format!(
+                "--vcpus {vcpus}: between 1 and the {} CPUs of --smp (vCPUs are pinned one to \
+                 a CPU)",
+                self.smp
+            ));
+        }
+        if let Some(guest_mem) = self.guest_mem_mib
+            && !(1..self.mem_mib).contains(&guest_mem)
+        {
+            return fail(format!(
+                "--guest-mem {guest_mem}: at least 1 and less than --mem ({} MiB; the \
+                 hypervisor keeps the rest)",
+                self.mem_mib
+            ));
+        }
+        if self.timeout.is_zero() || self.session_timeout.is_some_and(|t| t.is_zero()) {
+            return fail("--timeout: at least 1 second".into());
+        }
+        Ok(())
+    }
+
+    /// The time limit of the run (`None`: none).
+    pub fn time_limit(&self) -> Option<Duration> {
+        if self.gdb {
+            None
+        } else if self.is_interactive() {
+            self.session_timeout
+        } else {
+            Some(self.timeout)
+        }
     }
 
     /// CPUs the guest sees: the VM's vCPUs under the hypervisor, the
@@ -272,6 +470,12 @@ pub enum Verdict {
     NoCleanExit(String),
     /// The time limit ran out before a result.
     TimedOut(Duration),
+    /// The hypervisor could not start a guest (the reason it gave).
+    GuestNotStarted(String),
+    /// The hypervisor stopped the VM (its error line).
+    VmStopped(String),
+    /// U-Boot did not boot the hypervisor (why).
+    FirmwareFailed(String),
     /// QEMU ended without a result line.
     NoResult,
 }
@@ -297,6 +501,13 @@ impl fmt::Display for Verdict {
                 limit.as_secs()
             ),
             Verdict::NoResult => write!(f, "FAIL: QEMU exited without a RESULT line"),
+            Verdict::GuestNotStarted(why) => {
+                write!(f, "FAIL: the hypervisor could not start a guest: {why}")
+            }
+            Verdict::VmStopped(line) => write!(f, "FAIL: the hypervisor stopped the VM: {line}"),
+            Verdict::FirmwareFailed(why) => {
+                write!(f, "FAIL: U-Boot did not boot the hypervisor: {why}")
+            }
         }
     }
 }
@@ -334,6 +545,18 @@ impl RunReport {
         &self.transcript.counters
     }
 
+    /// Everything a failed test needs to show: the verdict, the QEMU
+    /// command line, the whole console and QEMU's stderr.
+    pub fn explain(&self) -> String {
+        format!(
+            "verdict: {}\ncommand: {}\n--- console ---\n{}--- QEMU stderr ---\n{}",
+            self.verdict,
+            self.command_line,
+            self.console(),
+            self.qemu_stderr
+        )
+    }
+
     /// The hypervisor's log lines (`[hv] ...`).
     pub fn hypervisor_log(&self) -> &[String] {
         &self.transcript.hypervisor_log
@@ -358,8 +581,55 @@ fn clean_exit(ending: &Ending, exited_zero: bool, status: &str) -> Result<(), St
     }
 }
 
-/// The verdict: a hypervisor panic, then a guest kernel failure report, then
-/// the guest's result, then how QEMU ended.
+/// The verdict of a run started by `firmware`: U-Boot's failure to run its
+/// boot command comes first (nothing after it is the runner's boot), then
+/// [`judge`].
+fn judge_run(
+    transcript: &Transcript,
+    ending: &Ending,
+    status: &ExitStatus,
+    timeout: Duration,
+    expectation: Expectation,
+    firmware: Firmware,
+) -> Verdict {
+    judge_firmware(transcript, ending, firmware)
+        .unwrap_or_else(|| judge(transcript, ending, status, timeout, expectation))
+}
+
+/// With U-Boot: a failure when it reported that the boot command failed, or
+/// started (printed its banner) but never printed the command's first line
+/// (it did not load the runner's environment, or stopped before it got to
+/// its boot command). A U-Boot that never started is left to [`judge`]
+/// (QEMU itself failed, or timed out).
+fn judge_firmware(transcript: &Transcript, ending: &Ending, firmware: Firmware) -> Option<Verdict> {
+    if firmware == Firmware::None {
+        return None;
+    }
+    if let Some(why) = &transcript.firmware_failure {
+        return Some(Verdict::FirmwareFailed(why.clone()));
+    }
+    let banner = transcript
+        .text
+        .lines()
+        .any(|line| line.starts_with(uboot::BANNER_PREFIX));
+    if transcript.firmware_boot_started() || !banner {
+        return None;
+    }
+    let end = match ending {
+        Ending::Exited => "exited",
+        Ending::StoppedAfterGrace => "was stopped",
+        Ending::TimedOut => "was killed at the time limit",
+    };
+    Some(Verdict::FirmwareFailed(format!(
+        "U-Boot never ran the runner's boot command (no `{}` line before QEMU {end}); did it \
+         load its environment from flash?",
+        uboot::START_MARKER
+    )))
+}
+
+/// The verdict: a hypervisor panic, then a guest the hypervisor could not
+/// start or had to stop, then a guest kernel failure report, then the
+/// guest's result, then how QEMU ended.
 fn judge(
     transcript: &Transcript,
     ending: &Ending,
@@ -369,6 +639,12 @@ fn judge(
 ) -> Verdict {
     if let Some(message) = &transcript.panic {
         return Verdict::HypervisorPanic(message.clone());
+    }
+    if let Some(why) = &transcript.guest_not_started {
+        return Verdict::GuestNotStarted(why.clone());
+    }
+    if let Some(line) = transcript.vm_stops.first() {
+        return Verdict::VmStopped(line.clone());
     }
     if let Some(line) = &transcript.kernel_fault {
         return Verdict::KernelFault(line.clone());
@@ -423,7 +699,7 @@ fn elf_image(elf: &Path) -> Result<(Vec<u8>, qemu::Symbols), RunnerError> {
         error,
     };
     let image = image::elf_to_image(&bytes).map_err(image_error)?;
-    let header = image::ImageHeader::parse(&image).map_err(image_error)?;
+    let header = image::built_image_header(&image).map_err(image_error)?;
     let link_base = image::elf_link_base(&bytes).map_err(image_error)?;
     let offset = qemu::virt_load_address(header.text_offset).wrapping_sub(link_base);
     Ok((
@@ -465,56 +741,29 @@ pub fn build_boot_files(boot: Boot, quiet: bool) -> Result<BootFiles, RunnerErro
     })
 }
 
-/// A directory for one run's boot files, removed when dropped.
-struct RunDir(PathBuf);
+/// A directory for one run's boot files, removed when dropped; creating it
+/// sweeps the directories of runs that were killed ([`scratch`]).
+struct RunDir(scratch::ScratchDir);
 
 impl RunDir {
     fn create() -> Result<RunDir, RunnerError> {
-        static SEQUENCE: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "run-{}-{}",
-            std::process::id(),
-            SEQUENCE.fetch_add(1, Ordering::Relaxed)
-        );
-        let path = artifacts::cross_target_dir().join("qemu-runner").join(name);
-        std::fs::create_dir_all(&path).map_err(|error| RunnerError::Io {
-            what: format!("creating {}", path.display()),
-            error,
-        })?;
-        Ok(RunDir(path))
+        let parent = artifacts::cross_target_dir().join("qemu-runner");
+        scratch::ScratchDir::create(&parent, "run")
+            .map(RunDir)
+            .map_err(|error| RunnerError::Io {
+                what: format!("creating a run directory in {}", parent.display()),
+                error,
+            })
     }
 
     fn write(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, RunnerError> {
-        let path = self.0.join(name);
+        let path = self.0.path().join(name);
         std::fs::write(&path, bytes).map_err(|error| RunnerError::Io {
             what: format!("writing {}", path.display()),
             error,
         })?;
         Ok(path)
     }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        // Leftovers only cost disk space under target/.
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn check_config(config: &RunConfig) -> Result<(), RunnerError> {
-    if config.smp == 0 || config.mem_mib == 0 {
-        return Err(RunnerError::Config(
-            "--smp and --mem must be at least 1".into(),
-        ));
-    }
-    if config.boot == Boot::Direct && (config.guest_mem_mib.is_some() || config.vcpus.is_some()) {
-        return Err(RunnerError::Config(
-            "--guest-mem and --vcpus configure the hypervisor's VM; a direct boot uses --mem \
-             and --smp"
-                .into(),
-        ));
-    }
-    Ok(())
 }
 
 /// The hypervisor, built and converted: its ELF, Image and gdb symbols.
@@ -570,23 +819,112 @@ fn prepare_guest(config: &RunConfig) -> Result<Guest, RunnerError> {
     })
 }
 
+/// File name of the hypervisor's raw `Image`.
+pub const HYPERVISOR_IMAGE_FILE: &str = "hypervisor.img";
+/// File name of the boot payload.
+pub const PAYLOAD_FILE: &str = "payload.cpio";
+
+/// The boot payload of `guest` with `config`'s VM settings.
+fn payload(config: &RunConfig, guest: Guest) -> Payload {
+    Payload {
+        kernel: guest.kernel,
+        initrd: guest.initrd,
+        cmdline: Some(guest.cmdline),
+        conf: VmConf {
+            vcpus: config.vcpus,
+            mem_mib: config.guest_mem_mib.map(u64::from),
+        },
+    }
+}
+
+/// Builds what a hypervisor run of `config` boots and writes it into `dir`
+/// instead of starting QEMU: the hypervisor's raw `Image`
+/// ([`HYPERVISOR_IMAGE_FILE`]) and the boot payload ([`PAYLOAD_FILE`]), the
+/// two files a board's U-Boot loads. Returns their paths.
+pub fn emit_boot_files(config: &RunConfig, dir: &Path) -> Result<[PathBuf; 2], RunnerError> {
+    config.validate()?;
+    if config.boot != Boot::Hypervisor {
+        return Err(RunnerError::Config(
+            "--emit writes the hypervisor's boot files; a direct boot has none".into(),
+        ));
+    }
+    let guest = prepare_guest(config)?;
+    let hypervisor_image = guest
+        .hypervisor_image
+        .clone()
+        .expect("a hypervisor boot builds the hypervisor");
+    let io = |path: &Path| {
+        let what = format!("writing {}", path.display());
+        move |error| RunnerError::Io { what, error }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let image = dir.join(HYPERVISOR_IMAGE_FILE);
+    std::fs::write(&image, hypervisor_image).map_err(io(&image))?;
+    let cpio = dir.join(PAYLOAD_FILE);
+    std::fs::write(&cpio, payload(config, guest).to_cpio()).map_err(io(&cpio))?;
+    Ok([image, cpio])
+}
+
 /// Builds everything, boots it under QEMU, and judges the console.
 pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
-    check_config(config)?;
+    config.validate()?;
     let qemu_program = prereq::ensure_qemu()?;
-    let guest = prepare_guest(config)?;
+    let uboot_bin = match config.firmware {
+        Firmware::UBoot => Some(prereq::ensure_uboot()?),
+        Firmware::None => None,
+    };
+    let mut guest = prepare_guest(config)?;
     let dir = RunDir::create()?;
-    let (machine, kernel, initrd, append) = match (config.boot, &guest.hypervisor_image) {
+    let firmware = match uboot_bin {
+        Some(bios) => {
+            let environment = dir.0.path().join("uboot-env.img");
+            uboot::write_flash_image(&environment).map_err(|error| RunnerError::Io {
+                what: format!("writing {}", environment.display()),
+                error,
+            })?;
+            if let Some(image) = &guest.hypervisor_image {
+                let header =
+                    image::built_image_header(image).map_err(|error| RunnerError::Image {
+                        elf: PathBuf::from(HYPERVISOR),
+                        error,
+                    })?;
+                if !header.anywhere {
+                    return Err(RunnerError::Config(
+                        "the hypervisor Image header does not say it may be placed anywhere \
+                         (flags bit 3): booti would move it to the base of RAM, over the device \
+                         tree"
+                            .into(),
+                    ));
+                }
+                let start = uboot::load_address(header.text_offset);
+                if start + header.image_size > uboot::RAMDISK_ADDR {
+                    return Err(RunnerError::Config(format!(
+                        "the hypervisor Image occupies {:#x}..{:#x} when U-Boot runs it, past \
+                         the payload's load address {:#x}",
+                        start,
+                        start + header.image_size,
+                        uboot::RAMDISK_ADDR
+                    )));
+                }
+                // booti runs the hypervisor at the load address, not where
+                // QEMU would put it.
+                if let Some(symbols) = guest.symbols.first_mut() {
+                    symbols.offset = symbols
+                        .offset
+                        .wrapping_add(start)
+                        .wrapping_sub(qemu::virt_load_address(header.text_offset));
+                }
+            }
+            Some(uboot::UBootFiles { bios, environment })
+        }
+        None => None,
+    };
+    let symbols = std::mem::take(&mut guest.symbols);
+    let hypervisor_image = guest.hypervisor_image.take();
+    let (machine, kernel, initrd, append) = match (config.boot, &hypervisor_image) {
         (Boot::Hypervisor, Some(hypervisor_image)) => {
-            let payload = Payload {
-                kernel: guest.kernel,
-                initrd: guest.initrd,
-                cmdline: Some(guest.cmdline),
-                vcpus: config.vcpus,
-                mem_mib: config.guest_mem_mib,
-            };
-            let kernel = dir.write("hypervisor.img", hypervisor_image)?;
-            let initrd = dir.write("payload.cpio", &payload.to_cpio())?;
+            let kernel = dir.write(HYPERVISOR_IMAGE_FILE, hypervisor_image)?;
+            let initrd = dir.write(PAYLOAD_FILE, &payload(config, guest).to_cpio())?;
             (Machine::WithEl2, kernel, Some(initrd), None)
         }
         _ => {
@@ -605,9 +943,11 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
     let setup = QemuSetup {
         program: qemu_program,
         machine,
+        gic: config.gic,
         cpu: config.cpu.clone(),
         smp: config.smp,
         mem_mib: config.mem_mib,
+        firmware,
         kernel,
         initrd,
         append,
@@ -620,17 +960,17 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
              attach from another terminal with:\n    {}\n(then `continue`; `break <symbol>` \
              and `hbreak` work before it)",
             qemu::GDB_PORT,
-            qemu::gdb_command(&guest.symbols)
+            qemu::gdb_command(&symbols)
         );
     }
-    let interactive = config.is_interactive_linux();
+    let interactive = config.is_interactive();
     let watch = Watch {
-        timeout: (!config.gdb && !interactive).then_some(config.timeout),
+        timeout: config.time_limit(),
         echo: config.echo,
         interactive: config.gdb || interactive,
         follow_to_exit: interactive,
     };
-    let expectation = if interactive {
+    let expectation = if config.guest_is_free_running() {
         Expectation::CleanExit
     } else {
         Expectation::ResultThenExit
@@ -641,12 +981,13 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
         error,
     })?;
     Ok(RunReport {
-        verdict: judge(
+        verdict: judge_run(
             &outcome.transcript,
             &outcome.ending,
             &outcome.status,
-            config.timeout,
+            watch.timeout.unwrap_or_default(),
             expectation,
+            config.firmware,
         ),
         transcript: outcome.transcript,
         qemu_status: outcome.status,
@@ -699,6 +1040,98 @@ mod tests {
             Verdict::TimedOut(limit)
         );
         assert_eq!(judge_result(&silent, Ending::Exited), Verdict::NoResult);
+    }
+
+    #[test]
+    fn a_guest_that_never_started_or_was_stopped_fails_every_kind_of_run() {
+        let limit = Duration::from_secs(9);
+        let ok = exited(0);
+        let not_started = transcript(&[
+            "[hv] ERROR: cannot start a guest: no kernel in the payload",
+            "[hv] system off",
+        ]);
+        let stopped = transcript(&[
+            "[hv] ERROR: vm0 vcpu0: stopping the VM: unhandled exit",
+            "[hv] system off",
+        ]);
+        for expectation in [Expectation::ResultThenExit, Expectation::CleanExit] {
+            assert_eq!(
+                judge(&not_started, &Ending::Exited, &ok, limit, expectation),
+                Verdict::GuestNotStarted("no kernel in the payload".into())
+            );
+            assert_eq!(
+                judge(&stopped, &Ending::Exited, &ok, limit, expectation),
+                Verdict::VmStopped("vm0 vcpu0: stopping the VM: unhandled exit".into())
+            );
+        }
+        let passed_then_stopped = transcript(&[
+            "RESULT: PASS",
+            "[hv] ERROR: vm0 vcpu1: stopping the VM: unhandled exit",
+        ]);
+        assert!(matches!(
+            judge(
+                &passed_then_stopped,
+                &Ending::Exited,
+                &ok,
+                limit,
+                Expectation::ResultThenExit
+            ),
+            Verdict::VmStopped(_)
+        ));
+    }
+
+    #[test]
+    fn a_u_boot_run_needs_the_boot_command_to_have_run_and_not_failed() {
+        let limit = Duration::from_secs(9);
+        let ok = exited(0);
+        let expect = Expectation::ResultThenExit;
+        let judged = |t: &Transcript, ending: Ending, firmware| {
+            judge_run(t, &ending, &ok, limit, expect, firmware)
+        };
+        let booted = transcript(&[
+            "U-Boot 2023.01",
+            "[u-boot] loading the hypervisor to 0x40400000 and the payload to 0x44000000",
+            "Starting kernel ...",
+            "RESULT: PASS",
+            "[hv] system off",
+        ]);
+        assert_eq!(
+            judged(&booted, Ending::Exited, Firmware::UBoot),
+            Verdict::Pass
+        );
+        let failed = transcript(&[
+            "[u-boot] loading the hypervisor to 0x40400000 and the payload to 0x44000000",
+            "Bad Linux ARM64 Image magic!",
+            "[u-boot] ERROR: the boot command failed",
+        ]);
+        assert_eq!(
+            judged(&failed, Ending::StoppedAfterGrace, Firmware::UBoot),
+            Verdict::FirmwareFailed(
+                "the boot command failed (U-Boot said before: `Bad Linux ARM64 Image magic!`)"
+                    .into()
+            )
+        );
+        // U-Boot's own distro boot would also boot the hypervisor, but not
+        // with the runner's command: that is not the boot under test.
+        let default_environment = transcript(&[
+            "U-Boot 2023.01+dfsg-2+deb12u3 (Jun 22 2026 - 08:38:07 +0000)",
+            "Starting kernel ...",
+            "RESULT: PASS",
+        ]);
+        match judged(&default_environment, Ending::Exited, Firmware::UBoot) {
+            Verdict::FirmwareFailed(why) => assert!(why.contains("never ran"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            judged(&default_environment, Ending::Exited, Firmware::None),
+            Verdict::Pass
+        );
+        // QEMU that never started U-Boot gets the ordinary verdict.
+        let nothing = transcript(&[]);
+        assert_eq!(
+            judged(&nothing, Ending::Exited, Firmware::UBoot),
+            Verdict::NoResult
+        );
     }
 
     #[test]
@@ -782,16 +1215,36 @@ mod tests {
         assert_eq!((hosted.smp, hosted.mem_mib), (2, 1024));
         assert_eq!(hosted.guest_mem_mib, Some(512));
         assert_eq!(hosted.guest_cpus(), 2);
-        assert!(!hosted.is_interactive_linux());
-        assert!(check_config(&hosted).is_ok());
+        assert!(!hosted.is_interactive());
+        assert!(!hosted.guest_is_free_running());
+        assert_eq!(hosted.time_limit(), Some(LINUX_TIMEOUT));
+        assert!(RunConfig::validate(&hosted).is_ok());
         let direct = RunConfig::linux(Boot::Direct, linux);
         assert_eq!(
             (direct.smp, direct.mem_mib, direct.guest_mem_mib),
             (2, 512, None)
         );
-        assert!(check_config(&direct).is_ok());
+        assert!(RunConfig::validate(&direct).is_ok());
         let shell = RunConfig::linux(Boot::Direct, LinuxBoot::debian(linux::BusyboxInit::Shell));
-        assert!(shell.is_interactive_linux());
+        assert!(shell.guest_is_free_running());
+        assert!(
+            !shell.is_interactive(),
+            "no terminal, no interactive session"
+        );
+        assert_eq!(shell.time_limit(), Some(LINUX_TIMEOUT));
+        let typed = RunConfig {
+            input: ConsoleInput::Terminal,
+            ..shell.clone()
+        };
+        assert!(typed.is_interactive());
+        assert_eq!(typed.time_limit(), None);
+        let limited = RunConfig {
+            session_timeout: Some(Duration::from_secs(7)),
+            ..typed.clone()
+        };
+        assert_eq!(limited.time_limit(), Some(Duration::from_secs(7)));
+        let debugged = RunConfig { gdb: true, ..shell };
+        assert_eq!(debugged.time_limit(), None);
         let vcpus = RunConfig {
             vcpus: Some(1),
             ..RunConfig::default()
@@ -801,7 +1254,7 @@ mod tests {
 
     #[test]
     fn scenarios_have_names_and_cmdlines() {
-        for scenario in Scenario::ALL {
+        for &scenario in Scenario::ALL {
             assert_eq!(Scenario::from_name(scenario.name()), Some(scenario));
         }
         assert_eq!(Scenario::from_name("nope"), None);
@@ -822,7 +1275,87 @@ mod tests {
             guest_mem_mib: Some(64),
             ..RunConfig::default()
         };
-        assert!(matches!(check_config(&config), Err(RunnerError::Config(_))));
-        assert!(check_config(&RunConfig::default()).is_ok());
+        assert!(matches!(
+            RunConfig::validate(&config),
+            Err(RunnerError::Config(_))
+        ));
+        assert!(RunConfig::validate(&RunConfig::default()).is_ok());
+    }
+
+    #[test]
+    fn settings_out_of_range_are_refused_with_the_option_named() {
+        let refused = |config: RunConfig, option: &str| match config.validate() {
+            Err(RunnerError::Config(why)) => assert!(why.contains(option), "{why}"),
+            other => panic!("{option}: expected a refusal, got {other:?}"),
+        };
+        let base = RunConfig::default;
+        refused(RunConfig { smp: 0, ..base() }, "--smp");
+        refused(RunConfig { smp: 33, ..base() }, "--smp");
+        let v2 = |smp| RunConfig {
+            smp,
+            gic: qemu::GicVersion::V2,
+            ..base()
+        };
+        refused(v2(9), "--smp");
+        assert!(v2(8).validate().is_ok());
+        refused(
+            RunConfig {
+                mem_mib: 0,
+                ..base()
+            },
+            "--mem",
+        );
+        refused(
+            RunConfig {
+                vcpus: Some(0),
+                ..base()
+            },
+            "--vcpus",
+        );
+        refused(
+            RunConfig {
+                vcpus: Some(5),
+                ..base()
+            },
+            "--vcpus",
+        );
+        refused(
+            RunConfig {
+                guest_mem_mib: Some(0),
+                ..base()
+            },
+            "--guest-mem",
+        );
+        refused(
+            RunConfig {
+                guest_mem_mib: Some(1024),
+                ..base()
+            },
+            "--guest-mem",
+        );
+        refused(
+            RunConfig {
+                timeout: Duration::ZERO,
+                ..base()
+            },
+            "--timeout",
+        );
+        let direct = |smp| RunConfig {
+            boot: Boot::Direct,
+            smp,
+            ..base()
+        };
+        assert!(direct(64).validate().is_ok(), "QEMU alone takes more CPUs");
+        refused(direct(513), "--smp");
+        assert!(
+            RunConfig {
+                smp: 32,
+                vcpus: Some(32),
+                guest_mem_mib: Some(1023),
+                ..base()
+            }
+            .validate()
+            .is_ok()
+        );
     }
 }

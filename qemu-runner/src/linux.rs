@@ -9,7 +9,11 @@
 //!
 //! Kernel files: an arm64 `Image` is used as it is (its header's magic
 //! `ARM\x64` at 0x38 is checked); a gzip-compressed one (`vmlinuz` on some
-//! releases) is decompressed first, and the result must be an `Image`.
+//! releases) is decompressed first, and the result must be an `Image`. A
+//! file given with `--kernel` that has no header is a raw binary, which QEMU
+//! and the hypervisor both load 512 KiB into RAM and enter with the device
+//! tree in `x0` (bare-metal test suites ship so); an ELF file is refused, as
+//! neither would start it at its entry point.
 //!
 //! Command lines: the console is the PL011 (`console=ttyAMA0 earlycon`),
 //! `/init` of the initramfs runs as PID 1 (`rdinit=/init`). The test init
@@ -22,8 +26,8 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::image::{HEADER_SIZE, ImageHeader, MAGIC, MAGIC_OFFSET};
 use crate::initramfs::{self, Init};
+use boot_payload::image::{ImageError, ImageHeader, KernelFormat, has_image_magic, parse_kernel};
 
 /// The gzip magic.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -80,9 +84,10 @@ impl LinuxBoot {
         }
     }
 
-    /// Whether a person drives this guest (an interactive shell).
-    pub fn is_interactive(&self) -> bool {
-        self.initrd != InitrdSource::Busybox(BusyboxInit::Test)
+    /// Whether the guest prints a `RESULT:` verdict of its own (the test
+    /// init); a shell or files given by the user may not.
+    pub fn reports_result(&self) -> bool {
+        self.initrd == InitrdSource::Busybox(BusyboxInit::Test)
     }
 
     /// The command line the guest boots with.
@@ -116,6 +121,12 @@ pub enum KernelImageError {
         /// Whether it was gzip-compressed.
         was_gzip: bool,
     },
+    /// An ELF file, neither an `Image` nor a raw binary.
+    Elf,
+    /// An `Image` whose header is invalid.
+    Header(ImageError),
+    /// An empty file.
+    Empty,
 }
 
 impl fmt::Display for KernelImageError {
@@ -132,15 +143,17 @@ impl fmt::Display for KernelImageError {
                     ""
                 }
             ),
+            KernelImageError::Elf => write!(
+                f,
+                "an ELF file; give an arm64 Image or a raw binary (objcopy -O binary)"
+            ),
+            KernelImageError::Empty => write!(f, "the file is empty"),
+            KernelImageError::Header(error) => write!(f, "bad Image header: {error}"),
         }
     }
 }
 
 impl std::error::Error for KernelImageError {}
-
-fn has_image_magic(bytes: &[u8]) -> bool {
-    bytes.len() >= HEADER_SIZE && bytes[MAGIC_OFFSET..MAGIC_OFFSET + 4] == MAGIC
-}
 
 /// The raw arm64 `Image` in `bytes`: itself, or decompressed when it is gzip.
 pub fn kernel_image(bytes: Vec<u8>) -> Result<Vec<u8>, KernelImageError> {
@@ -163,6 +176,23 @@ pub fn kernel_image(bytes: Vec<u8>) -> Result<Vec<u8>, KernelImageError> {
         Ok(image)
     } else {
         Err(KernelImageError::NotAnImage { was_gzip: true })
+    }
+}
+
+/// A kernel file given by the user: an `Image` (decompressed when gzip) or
+/// a raw binary; an ELF or empty file is refused. The hypervisor reads it
+/// with the same parser ([`parse_kernel`]).
+pub fn user_kernel(bytes: Vec<u8>) -> Result<(Vec<u8>, KernelFormat), KernelImageError> {
+    let bytes = if bytes.starts_with(&GZIP_MAGIC) {
+        kernel_image(bytes)?
+    } else {
+        bytes
+    };
+    match parse_kernel(&bytes) {
+        Ok((_, format)) => Ok((bytes, format)),
+        Err(ImageError::Elf) => Err(KernelImageError::Elf),
+        Err(ImageError::TooShort(0)) => Err(KernelImageError::Empty),
+        Err(error) => Err(KernelImageError::Header(error)),
     }
 }
 
@@ -190,7 +220,7 @@ pub enum LinuxError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        error: crate::image::ImageError,
+        error: ImageError,
     },
 }
 
@@ -214,8 +244,10 @@ impl std::error::Error for LinuxError {}
 pub struct LinuxFiles {
     /// Where the kernel came from.
     pub kernel_path: PathBuf,
-    /// The kernel as a raw arm64 `Image`.
+    /// The kernel: an arm64 `Image`, or a raw binary.
     pub kernel: Vec<u8>,
+    /// Which of the two.
+    pub kernel_format: KernelFormat,
     /// The initrd, if any.
     pub initrd: Option<Vec<u8>>,
     /// The kernel command line.
@@ -244,14 +276,30 @@ pub fn resolve(boot: &LinuxBoot, cpus: u32) -> Result<LinuxFiles, LinuxError> {
         (KernelSource::Debian, Some(debian)) => debian.kernel_image.clone(),
         (KernelSource::Debian, None) => unreachable!("fetched above"),
     };
-    let kernel = kernel_image(read(&kernel_path)?).map_err(|error| LinuxError::Kernel {
+    let kernel_error = |error| LinuxError::Kernel {
         path: kernel_path.clone(),
         error,
-    })?;
-    ImageHeader::parse(&kernel).map_err(|error| LinuxError::Header {
-        path: kernel_path.clone(),
-        error,
-    })?;
+    };
+    let (kernel, kernel_format) = match boot.kernel {
+        KernelSource::File(_) => user_kernel(read(&kernel_path)?).map_err(kernel_error)?,
+        KernelSource::Debian => (
+            kernel_image(read(&kernel_path)?).map_err(kernel_error)?,
+            KernelFormat::Image,
+        ),
+    };
+    match kernel_format {
+        KernelFormat::Image => {
+            ImageHeader::parse(&kernel).map_err(|error| LinuxError::Header {
+                path: kernel_path.clone(),
+                error,
+            })?;
+        }
+        KernelFormat::RawBinary => eprintln!(
+            "qemu-runner: {} has no arm64 Image header: booting it as a raw binary (loaded \
+             512 KiB into RAM, entered at its first byte, device tree in x0)",
+            kernel_path.display()
+        ),
+    }
     let initrd = match (&boot.initrd, &debian) {
         (InitrdSource::None, _) => None,
         (InitrdSource::File(path), _) => Some(read(path)?),
@@ -267,6 +315,7 @@ pub fn resolve(boot: &LinuxBoot, cpus: u32) -> Result<LinuxFiles, LinuxError> {
     Ok(LinuxFiles {
         kernel_path,
         kernel,
+        kernel_format,
         initrd,
         cmdline: boot.effective_cmdline(),
     })
@@ -275,6 +324,7 @@ pub fn resolve(boot: &LinuxBoot, cpus: u32) -> Result<LinuxFiles, LinuxError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use boot_payload::image::{MAGIC, MAGIC_OFFSET};
     use std::io::Write;
 
     fn fake_image() -> Vec<u8> {
@@ -319,19 +369,51 @@ mod tests {
     }
 
     #[test]
+    fn user_kernels_may_be_raw_binaries_but_not_elf_or_empty_files() {
+        assert_eq!(
+            user_kernel(fake_image()).unwrap(),
+            (fake_image(), KernelFormat::Image)
+        );
+        assert_eq!(
+            user_kernel(gzip(&fake_image())).unwrap(),
+            (fake_image(), KernelFormat::Image)
+        );
+        let raw = vec![0x00, 0x00, 0x00, 0x14];
+        assert_eq!(
+            user_kernel(raw.clone()).unwrap(),
+            (raw, KernelFormat::RawBinary)
+        );
+        assert!(matches!(
+            user_kernel(b"\x7fELF\x02\x01".to_vec()),
+            Err(KernelImageError::Elf)
+        ));
+        assert!(matches!(
+            user_kernel(Vec::new()),
+            Err(KernelImageError::Empty)
+        ));
+        assert!(
+            matches!(
+                user_kernel(gzip(&[0; 64])),
+                Err(KernelImageError::NotAnImage { was_gzip: true })
+            ),
+            "compressed kernels must be Images"
+        );
+    }
+
+    #[test]
     fn command_lines_default_per_init() {
         let test = LinuxBoot::debian(BusyboxInit::Test);
         assert_eq!(
             test.effective_cmdline(),
             "console=ttyAMA0 earlycon rdinit=/init loglevel=5"
         );
-        assert!(!test.is_interactive());
+        assert!(test.reports_result());
         let shell = LinuxBoot::debian(BusyboxInit::Shell);
         assert_eq!(
             shell.effective_cmdline(),
             "console=ttyAMA0 earlycon rdinit=/init"
         );
-        assert!(shell.is_interactive());
+        assert!(!shell.reports_result());
         let custom = LinuxBoot {
             cmdline: Some("console=ttyAMA0 init=/bin/sh".into()),
             ..shell

@@ -11,21 +11,22 @@
 //! failure, hypervisor panic, timeout), 2 the run could not be made (bad
 //! options, missing prerequisite, build error).
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use qemu_runner::linux::{BusyboxInit, InitrdSource, KernelSource, LinuxBoot};
-use qemu_runner::{Boot, RunConfig, Scenario};
+use qemu_runner::{Boot, ConsoleInput, Firmware, RunConfig, Scenario};
 
 const USAGE: &str = "\
 usage: qemu-runner [options] [-- extra QEMU arguments]
 
 Builds the hypervisor and the test guest, boots them under
-qemu-system-aarch64 -machine virt,virtualization=on,gic-version=3, streams the
+qemu-system-aarch64 -machine virt,virtualization=on,gic-version=3 (or 2), streams the
 console and exits 0 only when the guest prints RESULT: PASS.
 
 options:
-  --guest SCENARIO   test guest scenario: memory (default), bad-guest or fuzz
+  --guest SCENARIO   test guest scenario (default memory; the list follows)
   --guest-args WORDS more test guest bootargs, e.g. 'seed=5 seeds=10 ops=400'
                      for fuzz (also fuzz-allow=el0-aarch32,hvc-any,gic-active,
                      ptimer,straddle,group0-off,keep-active)
@@ -34,10 +35,17 @@ options:
   --guest-mem MIB    guest RAM in MiB (vm.conf mem_mib; hypervisor default 128)
   --vcpus N          vCPUs of the VM (vm.conf vcpus; default every CPU)
   --cpu MODEL        QEMU -cpu (default max,pauth=off; cortex-a57 lacks range TLBI)
-  --timeout SECONDS  give up and kill QEMU after this long (default 120)
+  --gic 2|3          the machine's GIC version (default 3; GICv2 allows --smp <= 8)
+  --timeout SECONDS  give up and kill QEMU after this long (default 120; an
+                     interactive session has no limit unless this is given)
   --gdb              start halted with QEMU's gdb stub on localhost:1234 and print
                      the gdb-multiarch command that attaches (no timeout)
   --direct           boot the guest alone at EL1, without the hypervisor
+  --emit DIR         build and write hypervisor.img and payload.cpio into DIR
+                     (the files a board's U-Boot loads) instead of running QEMU
+  --firmware NAME    what starts the hypervisor: none (default: QEMU's -kernel)
+                     or u-boot (Debian's u-boot-qemu loads it and the payload
+                     from fw_cfg and runs booti, as on a board)
 
 Linux guest (instead of the test guest; defaults become --smp 2, --guest-mem 512,
 --mem 1024 under the hypervisor or 512 with --direct, --timeout 300):
@@ -49,12 +57,25 @@ Linux guest (instead of the test guest; defaults become --smp 2, --guest-mem 512
                      power off); implies --linux
   --kernel PATH      this kernel (arm64 Image, or gzip-compressed Image)
   --initrd PATH      this initrd (instead of the busybox initramfs)
+                     (a shell, or --kernel/--initrd files, pass when QEMU exits 0;
+                     they read the terminal when standard input is one, and
+                     otherwise get no input and run under --timeout)
   --cmdline TEXT     kernel command line (default: console=ttyAMA0 earlycon
                      rdinit=/init, plus loglevel=5 with --linux-test)
   -h, --help         this text";
 
+/// The usage text with the test guest's scenarios.
+fn usage() -> String {
+    format!(
+        "{USAGE}\n\ntest guest scenarios (--guest): {}",
+        Scenario::names()
+    )
+}
+
 enum Parsed {
     Run(RunConfig),
+    /// `--emit DIR`: build and write the boot files, run nothing.
+    Emit(RunConfig, std::path::PathBuf),
     Help,
 }
 
@@ -118,6 +139,7 @@ impl LinuxOptions {
 fn parse(args: &[String]) -> Result<Parsed, String> {
     let mut config = RunConfig::default();
     let mut linux = LinuxOptions::default();
+    let mut emit = None;
     let mut given: Vec<&str> = Vec::new();
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -134,10 +156,20 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             "-h" | "--help" => return Ok(Parsed::Help),
             "--gdb" => config.gdb = true,
             "--direct" => config.boot = Boot::Direct,
+            "--emit" => emit = Some(std::path::PathBuf::from(value(name, inline, &mut rest)?)),
+            "--firmware" => {
+                let name = value(name, inline, &mut rest)?;
+                config.firmware = Firmware::from_name(name).ok_or_else(|| {
+                    format!("--firmware: unknown firmware `{name}` (none, u-boot)")
+                })?;
+            }
             "--guest" => {
                 let scenario = value(name, inline, &mut rest)?;
                 config.scenario = Scenario::from_name(scenario).ok_or_else(|| {
-                    format!("--guest: unknown scenario `{scenario}` (memory, bad-guest, fuzz)")
+                    format!(
+                        "--guest: unknown scenario `{scenario}` ({})",
+                        Scenario::names()
+                    )
                 })?;
             }
             "--guest-args" => config.guest_args = value(name, inline, &mut rest)?.to_string(),
@@ -148,9 +180,15 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             }
             "--vcpus" => config.vcpus = Some(number(name, value(name, inline, &mut rest)?)?),
             "--cpu" => config.cpu = value(name, inline, &mut rest)?.to_string(),
+            "--gic" => {
+                let text = value(name, inline, &mut rest)?;
+                config.gic = qemu_runner::qemu::GicVersion::parse(text)
+                    .ok_or_else(|| format!("--gic: `{text}` is not 2 or 3"))?;
+            }
             "--timeout" => {
                 let seconds = number(name, value(name, inline, &mut rest)?)?;
                 config.timeout = Duration::from_secs(u64::from(seconds));
+                config.session_timeout = Some(config.timeout);
             }
             "--linux" => linux.debian = true,
             "--linux-test" => linux.test = true,
@@ -161,14 +199,15 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
         }
     }
     let Some(linux) = linux.boot()? else {
-        return Ok(Parsed::Run(config));
+        config.validate().map_err(|error| error.to_string())?;
+        return Ok(run_or_emit(config, emit));
     };
     if given.contains(&"--guest") {
         return Err("--guest picks a test guest scenario; a Linux guest has none".into());
     }
     let defaults = RunConfig::linux(config.boot, linux);
     let keep = |option: &str| given.contains(&option);
-    Ok(Parsed::Run(RunConfig {
+    let config = RunConfig {
         smp: if keep("--smp") {
             config.smp
         } else {
@@ -193,19 +232,42 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             linux: defaults.linux,
             ..config
         }
-    }))
+    };
+    config.validate().map_err(|error| error.to_string())?;
+    Ok(run_or_emit(config, emit))
+}
+
+fn run_or_emit(config: RunConfig, emit: Option<std::path::PathBuf>) -> Parsed {
+    match emit {
+        Some(dir) => Parsed::Emit(config, dir),
+        None => Parsed::Run(config),
+    }
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let config = match parse(&args) {
+    let mut config = match parse(&args) {
         Ok(Parsed::Run(config)) => config,
+        Ok(Parsed::Emit(config, dir)) => {
+            return match qemu_runner::emit_boot_files(&config, &dir) {
+                Ok(files) => {
+                    for file in files {
+                        eprintln!("qemu-runner: wrote {}", file.display());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("qemu-runner: {error}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Ok(Parsed::Help) => {
-            println!("{USAGE}");
+            println!("{}", usage());
             return ExitCode::SUCCESS;
         }
         Err(message) => {
-            eprintln!("qemu-runner: {message}\n\n{USAGE}");
+            eprintln!("qemu-runner: {message}\n\n{}", usage());
             return ExitCode::from(2);
         }
     };
@@ -218,10 +280,19 @@ fn main() -> ExitCode {
     if let Some(building) = building {
         eprintln!("qemu-runner: building {building} for aarch64-unknown-none-softfloat");
     }
-    if config.is_interactive_linux() {
+    if std::io::stdin().is_terminal() {
+        config.input = ConsoleInput::Terminal;
+    }
+    if config.is_interactive() {
         eprintln!(
-            "qemu-runner: interactive Linux guest: your typing goes to its console; \
-             `poweroff -f` or `exit` in the shell ends it, Ctrl-A x quits QEMU"
+            "qemu-runner: interactive guest: your typing goes to its console; \
+             `poweroff -f` or `exit` in a shell ends it, Ctrl-A x quits QEMU"
+        );
+    } else if config.guest_is_free_running() {
+        eprintln!(
+            "qemu-runner: standard input is not a terminal: the guest gets no input; the run \
+             passes when it powers off, and ends after {} s otherwise (--timeout)",
+            config.timeout.as_secs()
         );
     }
     let report = match qemu_runner::run(&config) {
@@ -252,8 +323,26 @@ mod tests {
         let args: Vec<String> = words.split_whitespace().map(String::from).collect();
         match parse(&args)? {
             Parsed::Run(config) => Ok(config),
+            Parsed::Emit(..) => Err("emit".into()),
             Parsed::Help => Err("help".into()),
         }
+    }
+
+    #[test]
+    fn emit_names_a_directory_and_keeps_the_other_options() {
+        let args: Vec<String> = "--linux-test --vcpus 1 --emit /tmp/boot"
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        match parse(&args).unwrap() {
+            Parsed::Emit(config, dir) => {
+                assert_eq!(dir, std::path::PathBuf::from("/tmp/boot"));
+                assert_eq!(config.vcpus, Some(1));
+                assert!(config.linux.is_some());
+            }
+            _ => panic!("--emit is an emit"),
+        }
+        assert!(parse_words("--emit").is_err());
     }
 
     #[test]
@@ -271,13 +360,26 @@ mod tests {
         assert_eq!(config.guest_mem_mib, Some(64));
         assert_eq!(config.extra_qemu_args, ["-d", "int"]);
         assert_eq!(config.boot, Boot::Hypervisor);
+        assert_eq!(config.firmware, Firmware::None);
         assert!(!config.gdb);
+        let uboot = parse_words("--firmware u-boot --linux-test").unwrap();
+        assert_eq!(uboot.firmware, Firmware::UBoot);
+        assert_eq!(uboot.smp, 2, "Linux defaults still apply");
+        assert_eq!(
+            parse_words("--firmware=none").unwrap().firmware,
+            Firmware::None
+        );
+        assert_eq!(config.gic, qemu_runner::qemu::GicVersion::V3);
+        let v2 = parse_words("--gic 2 --smp 8").unwrap();
+        assert_eq!(v2.gic, qemu_runner::qemu::GicVersion::V2);
+        assert_eq!(parse_words("--gic=2 --linux-test").unwrap().smp, 2);
     }
 
     #[test]
     fn bad_options_are_errors() {
         assert!(parse_words("--smp").is_err());
         assert!(parse_words("--smp many").is_err());
+        assert!(parse_words("--gic").is_err());
         assert!(parse_words("--guest nope").is_err());
         assert!(parse_words("--frobnicate").is_err());
         assert_eq!(parse_words("--help").unwrap_err(), "help");
@@ -286,6 +388,26 @@ mod tests {
         assert!(parse_words("--cmdline quiet").is_err());
         assert!(parse_words("--linux-test --initrd x").is_err());
         assert!(parse_words("--linux --guest memory").is_err());
+        assert!(parse_words("--firmware uefi").is_err());
+        assert!(parse_words("--firmware").is_err());
+        for bad in [
+            "--smp 0",
+            "--smp 33",
+            "--vcpus 0",
+            "--smp 2 --vcpus 3",
+            "--guest-mem 0",
+            "--mem 512 --guest-mem 512",
+            "--timeout 0",
+            "--linux --smp 0",
+            "--linux --direct --guest-mem 64",
+            "--direct --firmware u-boot",
+            "--gic 4",
+            "--gic 2 --smp 9",
+        ] {
+            let why = parse_words(bad).expect_err(bad);
+            let option = bad.split_whitespace().rev().nth(1).unwrap();
+            assert!(why.contains(option), "{bad}: {why}");
+        }
     }
 
     #[test]
@@ -301,6 +423,8 @@ mod tests {
         assert_eq!(test.linux, Some(LinuxBoot::debian(BusyboxInit::Test)));
         assert_eq!((test.smp, test.mem_mib, test.guest_mem_mib), (3, 512, None));
         assert_eq!(test.timeout, Duration::from_secs(60));
+        assert_eq!(test.session_timeout, Some(Duration::from_secs(60)));
+        assert_eq!(shell.session_timeout, None);
         let files = parse_words("--kernel /k/Image --initrd /k/initrd.gz --cmdline x=1").unwrap();
         assert_eq!(
             files.linux,

@@ -6,10 +6,12 @@
 //! exits (the hypervisor's or the guest's PSCI `SYSTEM_OFF` makes it exit 0).
 //! Some lines end a run early: each kind of line has a grace period
 //! ([`grace_after`]) after which QEMU is stopped if it has not exited: the
-//! guest's `RESULT:` line (time for the `STAT` lines and `[hv] system off`),
+//! guest's `RESULT:` line or the hypervisor stopping the VM (time for the
+//! `STAT` lines and `[hv] system off`),
 //! `[hv] system off` or a hypervisor panic (time to exit), a guest kernel
 //! failure report (time for the backtrace that follows; a panicked kernel
-//! never exits). The earliest such stop wins; the overall timeout kills QEMU
+//! never exits), U-Boot's report that its boot command failed (it then waits
+//! at its prompt). The earliest such stop wins; the overall timeout kills QEMU
 //! in any case. A session a person drives ([`Watch::follow_to_exit`]) ignores
 //! the stop lines. QEMU is stopped with SIGTERM first (it restores the
 //! terminal), then SIGKILL.
@@ -23,15 +25,21 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::console::{Line, Transcript};
+use crate::uboot::UBootFiles;
 
 /// How long after a line of this kind QEMU may still run before it is
 /// stopped (`None`: the line does not end the run).
 pub fn grace_after(line: &Line) -> Option<Duration> {
     match line {
-        Line::Result(_) => Some(RESULT_GRACE),
+        Line::Result(_) | Line::VmStopped(_) => Some(RESULT_GRACE),
         Line::SystemOff | Line::HypervisorPanic(_) => Some(EXIT_GRACE),
         Line::KernelFault(_) => Some(FAULT_GRACE),
-        Line::Stat { .. } | Line::HypervisorLog | Line::Other => None,
+        Line::FirmwareFailed(_) => Some(FIRMWARE_GRACE),
+        Line::GuestNotStarted(_)
+        | Line::Stat { .. }
+        | Line::HypervisorLog
+        | Line::FirmwareLog
+        | Line::Other => None,
     }
 }
 
@@ -42,6 +50,9 @@ pub const EXIT_GRACE: Duration = Duration::from_secs(3);
 /// How long to keep reading after a guest kernel failure report (the
 /// backtrace and register dump that follow it).
 pub const FAULT_GRACE: Duration = Duration::from_secs(5);
+/// How long to keep reading after U-Boot reported that its boot command
+/// failed (its own error lines come before; nothing useful comes after).
+pub const FIRMWARE_GRACE: Duration = Duration::from_secs(1);
 /// The gdb stub port QEMU's `-s` opens.
 pub const GDB_PORT: u16 = 1234;
 
@@ -54,6 +65,43 @@ pub enum Machine {
     El1Only,
 }
 
+/// Which GIC the `virt` machine gets (`gic-version=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GicVersion {
+    /// GICv2 with the virtualization extensions (`GICH`/`GICV`); at most 8 CPUs.
+    V2,
+    /// GICv3 (the default).
+    #[default]
+    V3,
+}
+
+impl GicVersion {
+    /// Most CPUs `virt` gives this GIC (GICv2 has 8 CPU interfaces).
+    pub const fn max_cpus(self) -> u32 {
+        match self {
+            Self::V2 => 8,
+            Self::V3 => 512,
+        }
+    }
+
+    /// The `gic-version=` value.
+    pub const fn number(self) -> u32 {
+        match self {
+            Self::V2 => 2,
+            Self::V3 => 3,
+        }
+    }
+
+    /// `2` or `3` as a command-line word.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "2" => Some(Self::V2),
+            "3" => Some(Self::V3),
+            _ => None,
+        }
+    }
+}
+
 /// Everything QEMU is started with.
 #[derive(Clone, Debug)]
 pub struct QemuSetup {
@@ -61,12 +109,19 @@ pub struct QemuSetup {
     pub program: PathBuf,
     /// Machine flavour.
     pub machine: Machine,
+    /// The interrupt controller (`gic-version=`).
+    pub gic: GicVersion,
     /// `-cpu` model and properties.
     pub cpu: String,
     /// `-smp`.
     pub smp: u32,
     /// `-m`, in MiB.
     pub mem_mib: u32,
+    /// Firmware QEMU starts instead of entering `-kernel` itself: U-Boot
+    /// (`-bios`, its environment on the second flash bank), which finds
+    /// `-kernel` and `-initrd` in QEMU's fw_cfg device. `None`: QEMU loads
+    /// the kernel, initrd and device tree and enters the kernel.
+    pub firmware: Option<UBootFiles>,
     /// `-kernel`: a raw arm64 Image.
     pub kernel: PathBuf,
     /// `-initrd`.
@@ -82,13 +137,14 @@ pub struct QemuSetup {
 impl QemuSetup {
     /// The arguments after the program name.
     pub fn args(&self) -> Vec<String> {
-        let machine = match self.machine {
-            Machine::WithEl2 => "virt,virtualization=on,gic-version=3",
-            Machine::El1Only => "virt,gic-version=3",
+        let el2 = match self.machine {
+            Machine::WithEl2 => "virtualization=on,",
+            Machine::El1Only => "",
         };
+        let machine = format!("virt,{el2}gic-version={}", self.gic.number());
         let mut args: Vec<String> = [
             "-machine",
-            machine,
+            &machine,
             "-cpu",
             &self.cpu,
             "-smp",
@@ -99,11 +155,17 @@ impl QemuSetup {
             "-nic",
             "none",
             "-no-reboot",
-            "-kernel",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if let Some(uboot) = &self.firmware {
+            args.push("-bios".into());
+            args.push(uboot.bios.display().to_string());
+            args.push("-drive".into());
+            args.push(crate::uboot::pflash_drive(&uboot.environment));
+        }
+        args.push("-kernel".into());
         args.push(self.kernel.display().to_string());
         if let Some(initrd) = &self.initrd {
             args.push("-initrd".into());
@@ -206,7 +268,11 @@ pub fn run(setup: &QemuSetup, watch: Watch) -> std::io::Result<QemuRun> {
     let lines = spawn_stdout_reader(child.stdout.take().expect("stdout is piped"), watch.echo);
     let stderr = spawn_stderr_reader(child.stderr.take().expect("stderr is piped"), watch.echo);
 
-    let mut transcript = Transcript::default();
+    let mut transcript = if setup.firmware.is_some() {
+        Transcript::with_firmware()
+    } else {
+        Transcript::default()
+    };
     let deadline = watch.timeout.map(|timeout| start + timeout);
     let mut stop_at: Option<Instant> = None;
     let ending = loop {
@@ -404,9 +470,11 @@ mod tests {
         QemuSetup {
             program: "/usr/bin/qemu-system-aarch64".into(),
             machine: Machine::WithEl2,
+            gic: GicVersion::V3,
             cpu: "max,pauth=off".into(),
             smp: 4,
             mem_mib: 1024,
+            firmware: None,
             kernel: "/t/hypervisor.img".into(),
             initrd: Some("/t/payload.cpio".into()),
             append: None,
@@ -421,11 +489,32 @@ mod tests {
         let joined = args.join(" ");
         assert!(joined.starts_with(
             "-machine virt,virtualization=on,gic-version=3 -cpu max,pauth=off -smp 4 -m 1024M \
-             -nographic"
+             -nographic -nic none"
         ));
         assert!(joined.contains("-kernel /t/hypervisor.img -initrd /t/payload.cpio"));
         assert!(joined.ends_with("-d guest_errors"));
         assert!(!args.contains(&"-S".to_string()));
+    }
+
+    #[test]
+    fn gic_version_2_is_asked_for_in_the_machine_string() {
+        let args = QemuSetup {
+            gic: GicVersion::V2,
+            ..setup()
+        }
+        .args();
+        assert_eq!(args[1], "virt,virtualization=on,gic-version=2");
+        assert!(args.windows(2).any(|w| w == ["-nic", "none"]));
+        let direct = QemuSetup {
+            gic: GicVersion::V2,
+            machine: Machine::El1Only,
+            ..setup()
+        }
+        .args();
+        assert_eq!(direct[1], "virt,gic-version=2");
+        assert_eq!(GicVersion::parse("2"), Some(GicVersion::V2));
+        assert_eq!(GicVersion::parse("3"), Some(GicVersion::V3));
+        assert_eq!(GicVersion::parse("4"), None);
     }
 
     #[test]
@@ -447,6 +536,63 @@ mod tests {
                 .command_line()
                 .contains("-append 'test=memory hypercalls=psci'")
         );
+    }
+
+    #[test]
+    fn no_command_line_gets_a_default_nic() {
+        // QEMU's `virt` adds a virtio NIC unless told not to, and then needs
+        // the `efi-virtio.rom` option ROM that a minimal install lacks. Only
+        // U-Boot, when asked for, is firmware; nothing loads an option ROM.
+        let uboot = UBootFiles {
+            bios: "/usr/lib/u-boot/qemu_arm64/u-boot.bin".into(),
+            environment: "/t/uboot-env.img".into(),
+        };
+        for machine in [Machine::WithEl2, Machine::El1Only] {
+            for gdb in [false, true] {
+                for append in [None, Some("console=ttyAMA0".to_string())] {
+                    for firmware in [None, Some(uboot.clone())] {
+                        let args = QemuSetup {
+                            machine,
+                            gdb,
+                            append: append.clone(),
+                            firmware: firmware.clone(),
+                            extra_args: Vec::new(),
+                            ..setup()
+                        }
+                        .args();
+                        let nics: Vec<_> = args
+                            .windows(2)
+                            .filter(|pair| ["-nic", "-net", "-netdev"].contains(&pair[0].as_str()))
+                            .collect();
+                        assert_eq!(nics, [["-nic", "none"]], "{args:?}");
+                        assert!(!args.iter().any(|a| a.contains("romfile")), "{args:?}");
+                        assert_eq!(
+                            args.iter().any(|a| a == "-bios"),
+                            firmware.is_some(),
+                            "{args:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn u_boot_gets_its_environment_flash_and_the_files_through_fw_cfg() {
+        let setup = QemuSetup {
+            firmware: Some(UBootFiles {
+                bios: "/u/u-boot.bin".into(),
+                environment: "/t/env.img".into(),
+            }),
+            ..setup()
+        };
+        let joined = setup.args().join(" ");
+        assert!(joined.contains(
+            "-no-reboot -bios /u/u-boot.bin -drive \
+             if=pflash,unit=1,format=raw,readonly=on,file=/t/env.img -kernel /t/hypervisor.img \
+             -initrd /t/payload.cpio"
+        ));
+        assert!(joined.starts_with("-machine virt,virtualization=on,gic-version=3 "));
     }
 
     #[test]
@@ -498,6 +644,11 @@ mod tests {
             Some(FAULT_GRACE)
         );
         assert_eq!(grace_after(&classify("STAT vm0 exits_hvc 3")), None);
+        assert_eq!(
+            grace_after(&classify(crate::uboot::FAILED_MARKER)),
+            Some(FIRMWARE_GRACE)
+        );
+        assert_eq!(grace_after(&classify(crate::uboot::START_MARKER)), None);
         assert_eq!(grace_after(&classify("LINUX-INIT: started")), None);
     }
 

@@ -7,8 +7,10 @@
 //! system-register traps taken, interrupts delivered.
 //!
 //! The hypervisor's log stays bounded although the guest causes thousands of
-//! injected aborts and refused device accesses: each vCPU logs the first
-//! [`LINES_PER_KIND`] of each kind only.
+//! injected aborts, refused device accesses and unknown hypercalls: every
+//! guest-driven line goes through the VM's rate-limited event log (a burst of
+//! [`BURST`] lines of each kind, then one per [`REFILL_SECONDS`]), and what it
+//! suppressed is summed up at power-off.
 //!
 //! A failure prints each failing seed with the command that replays it.
 
@@ -16,8 +18,15 @@ use tests::fuzz::{self, Campaign};
 
 const SEEDS: u64 = 60;
 const OPS: u64 = 1000;
-/// `hypervisor::log_budget::LINES_PER_KIND`.
-const LINES_PER_KIND: usize = 16;
+/// `hypervisor::event_log::RatePolicy::BURST`.
+const BURST: usize = 10;
+/// `hypervisor::event_log::RatePolicy::REFILL_SECONDS`.
+const REFILL_SECONDS: u64 = 5;
+/// `hypervisor::event_log::EventKind::ALL.len()`.
+const KINDS: usize = 6;
+/// Hypervisor log lines that are not guest-driven events: boot banner, VM
+/// start, test report, power-off summaries and the rest.
+const FIXED_LINES: usize = 40;
 
 fn campaign(cpu: &str, first_seed: u64) {
     let campaign = Campaign {
@@ -32,25 +41,15 @@ fn campaign(cpu: &str, first_seed: u64) {
     let boot = fuzz::boot(&campaign, cpu, first_seed, SEEDS);
     let mut tally = fuzz::Tally::default();
     fuzz::tally_boot(&campaign, &mut tally, &boot);
-    let console = boot.report.as_ref().map_or("", |r| r.console());
     let failures: String = tally
         .failures
         .iter()
         .map(|f| format!("seed {}: {}\n  rerun: {}\n", f.seed, f.what, f.rerun))
         .collect();
-    let explain = format!(
-        "{failures}{}--- console (last 80 lines) ---\n{}",
-        tally.figures(),
-        console
-            .lines()
-            .rev()
-            .take(80)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    let explain = match &boot.report {
+        Some(report) => format!("{failures}{}{}", tally.figures(), report.explain()),
+        None => format!("{failures}{}{:?}", tally.figures(), boot.error),
+    };
     assert_eq!(tally.hv_panics, 0, "{explain}");
     assert_eq!(tally.vm_stops, 0, "{explain}");
     assert_eq!(tally.violations, 0, "{explain}");
@@ -71,17 +70,28 @@ fn campaign(cpu: &str, first_seed: u64) {
     ] {
         assert!(counter(name) > 0, "STAT vm0 {name} is 0\n{explain}");
     }
-    let log = &report.transcript.hypervisor_log;
-    let injected = log.iter().filter(|l| l.contains("injected")).count();
-    let device = log
+    // Every kind may log its burst, then one line per refill period.
+    let bound = KINDS * (BURST + (report.elapsed.as_secs() / REFILL_SECONDS) as usize + 1);
+    let log = report.hypervisor_log();
+    let summaries = log
         .iter()
-        .filter(|l| l.contains("WARNING") && (l.contains("GIC") || l.contains("UART")))
+        .filter(|l| l.contains("suppressed by the rate limit"))
         .count();
     assert!(
-        injected <= 4 * LINES_PER_KIND && device <= 4 * LINES_PER_KIND,
-        "{injected} injected-abort and {device} device lines for {} aborts\n{explain}",
-        counter("injected_aborts")
+        log.len() <= bound + FIXED_LINES,
+        "{} hypervisor log lines in {:?} for {} injected aborts and {} unknown hypercalls \
+         (rate limit: {bound} + {FIXED_LINES})\n{explain}",
+        log.len(),
+        report.elapsed,
+        counter("injected_aborts"),
+        counter("unknown_hypercalls"),
     );
+    if counter("log_lines_suppressed") > 0 {
+        assert!(
+            summaries > 0,
+            "lines were suppressed but no power-off summary says so\n{explain}"
+        );
+    }
 }
 
 #[test]

@@ -25,29 +25,19 @@ fn run(cpu: &str, smp: u32) -> RunReport {
     qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
 }
 
-fn explain(report: &RunReport) -> String {
-    format!(
-        "verdict: {}\ncommand: {}\n--- console ---\n{}--- QEMU stderr ---\n{}",
-        report.verdict,
-        report.command_line,
-        report.console(),
-        report.qemu_stderr
-    )
-}
-
 fn counter(report: &RunReport, name: &str) -> u64 {
     report
         .counters()
         .get(0, name)
-        .unwrap_or_else(|| panic!("no `STAT vm0 {name}` line\n{}", explain(report)))
+        .unwrap_or_else(|| panic!("no `STAT vm0 {name}` line\n{}", report.explain()))
 }
 
 fn check_memory_run(report: &RunReport, smp: u32) {
-    assert!(report.passed(), "{}", explain(report));
+    assert!(report.passed(), "{}", report.explain());
     assert!(
         report.transcript.system_off,
         "no `[hv] system off`\n{}",
-        explain(report)
+        report.explain()
     );
     let guest_cpus = format!("{smp} vCPUs");
     assert!(
@@ -56,40 +46,45 @@ fn check_memory_run(report: &RunReport, smp: u32) {
             .lines()
             .any(|l| l.starts_with("test-guest:") && l.contains(&guest_cpus)),
         "the guest did not see {smp} vCPUs\n{}",
-        explain(report)
+        report.explain()
     );
     assert!(
         counter(report, "stage2_faults") > 0,
         "no stage-2 fault\n{}",
-        explain(report)
+        report.explain()
     );
     assert!(
         counter(report, "mapped_blocks_2m") > 0,
         "no 2 MiB block\n{}",
-        explain(report)
+        report.explain()
     );
     assert!(
         counter(report, "exits_dabt") > 0,
         "no data-abort exit\n{}",
-        explain(report)
+        report.explain()
     );
     assert!(
         counter(report, "exits_hvc") > 0,
         "no HVC exit\n{}",
-        explain(report)
+        report.explain()
     );
     assert!(
         counter(report, "test_reports") >= 1,
         "TEST_REPORT not counted\n{}",
-        explain(report)
+        report.explain()
     );
     // The memory scenario's probe outside RAM is the only injected abort.
-    assert_eq!(counter(report, "injected_aborts"), 1, "{}", explain(report));
+    assert_eq!(
+        counter(report, "injected_aborts"),
+        1,
+        "{}",
+        report.explain()
+    );
     assert_eq!(
         counter(report, "unknown_hypercalls"),
         0,
         "{}",
-        explain(report)
+        report.explain()
     );
 }
 
@@ -143,6 +138,6 @@ fn vm_conf_sets_guest_vcpus_and_memory() {
     assert!(
         report.console().contains("RAM 0x40000000-0x50000000"),
         "the guest did not get 256 MiB\n{}",
-        explain(&report)
+        report.explain()
     );
 }

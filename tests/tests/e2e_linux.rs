@@ -25,30 +25,20 @@ fn run(boot: Boot) -> RunReport {
     qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
 }
 
-fn explain(report: &RunReport) -> String {
-    format!(
-        "verdict: {}\ncommand: {}\n--- console ---\n{}--- QEMU stderr ---\n{}",
-        report.verdict,
-        report.command_line,
-        report.console(),
-        report.qemu_stderr
-    )
-}
-
 fn check_linux_run(report: &RunReport) {
-    assert!(report.passed(), "{}", explain(report));
+    assert!(report.passed(), "{}", report.explain());
     assert!(
         report.qemu_status.success(),
         "QEMU did not exit 0\n{}",
-        explain(report)
+        report.explain()
     );
     let marker = report
         .time_to(INIT_MARKER)
-        .unwrap_or_else(|| panic!("no `{INIT_MARKER}` line\n{}", explain(report)));
+        .unwrap_or_else(|| panic!("no `{INIT_MARKER}` line\n{}", report.explain()));
     let result = report
         .time_to("RESULT: PASS")
-        .unwrap_or_else(|| panic!("no RESULT line\n{}", explain(report)));
-    assert!(marker <= result, "{}", explain(report));
+        .unwrap_or_else(|| panic!("no RESULT line\n{}", report.explain()));
+    assert!(marker <= result, "{}", report.explain());
     for line in [
         "LINUX-INIT: 2 CPUs online (0-1)",
         "LINUX-INIT: 128 MiB written through tmpfs and verified",
@@ -56,7 +46,7 @@ fn check_linux_run(report: &RunReport) {
         assert!(
             report.console().lines().any(|l| l.trim() == line),
             "no `{line}`\n{}",
-            explain(report)
+            report.explain()
         );
     }
 }
@@ -68,7 +58,7 @@ fn linux_boots_under_the_hypervisor_with_2_vcpus_and_512_mib() {
     assert!(
         report.transcript.system_off,
         "no `[hv] system off`\n{}",
-        explain(&report)
+        report.explain()
     );
     assert!(
         report.command_line.contains("virtualization=on"),
@@ -84,7 +74,7 @@ fn linux_boots_directly_at_el1() {
     assert!(
         report.hypervisor_log().is_empty(),
         "no hypervisor here\n{}",
-        explain(&report)
+        report.explain()
     );
     assert!(
         !report.command_line.contains("virtualization=on"),

@@ -6,12 +6,22 @@
 //! prints the banner, starts every other CPU with PSCI `CPU_ON`, and hands over
 //! to the VM layer. `secondary_main` is where the other CPUs arrive.
 //! `wrong_el_main` reports that the image was entered outside EL2.
+//!
+//! CPU features: every CPU reads its own ID registers as it comes up. The boot
+//! CPU publishes what the system already relies on (`SystemFeatures::new`,
+//! pure, in `cpu_features`) before it starts any secondary; a secondary that
+//! does not cover it records its features, raises `rejected` and parks
+//! without touching memory again (so its per-CPU slot and stack are reused),
+//! and the boot CPU reports it and gives it no vCPU. The boot CPU merges the
+//! features of every CPU that comes online into the system-wide minimum,
+//! which the banner prints and the VM's stage 2 and TLB maintenance use.
 
 use super::percpu::{self, MAX_CPUS};
 use super::{console, exceptions, firmware, gic, memory, sysreg};
-use crate::cpu_features::CpuFeatures;
+use crate::cpu_features::{CpuFeatures, SystemFeatures};
 use crate::platform::{Platform, PsciConduit};
 use crate::ranges::PhysRange;
+use crate::vgic::ListRegisters;
 use core::sync::atomic::Ordering;
 use spin::Once;
 
@@ -19,17 +29,21 @@ use spin::Once;
 pub struct BootInfo {
     /// The host platform.
     pub platform: Platform,
-    /// CPU features (read on the boot CPU).
+    /// CPU features: the system-wide minimum over the online CPUs.
     pub features: CpuFeatures,
     /// Number of CPUs that came online (including the boot CPU).
     pub cpus_online: usize,
     /// The boot payload, if the boot loader passed one.
     pub payload: Option<PhysRange>,
-    /// TLB invalidation capabilities (read from the ID registers at boot).
+    /// TLB invalidation capabilities (from the system-wide features).
     pub tlb_caps: tlb::TlbCaps,
 }
 
 static BOOT_INFO: Once<BootInfo> = Once::new();
+
+/// What a secondary CPU must have, published by the boot CPU before it starts
+/// any.
+static REQUIRED: Once<CpuFeatures> = Once::new();
 
 /// The boot information (after the boot CPU published it).
 pub fn boot_info() -> &'static BootInfo {
@@ -49,7 +63,8 @@ unsafe fn dtb_total_size(dtb: usize) -> usize {
     u32::from_be(raw) as usize
 }
 
-fn read_features() -> CpuFeatures {
+/// The running CPU's own features, from its ID registers.
+pub fn local_features() -> CpuFeatures {
     CpuFeatures::from_id_registers(
         crate::read_sysreg!(id_aa64isar0_el1),
         crate::read_sysreg!(id_aa64mmfr0_el1),
@@ -92,13 +107,16 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         // Without a device tree there is no console to report on.
         Err(_) => firmware::halt(),
     };
-    // SAFETY: the device tree names this PL011 as the console; the early map
-    // covers all of the low 512 GiB as device memory outside RAM.
-    unsafe { console::init(platform.uart.start as usize) };
+    // SAFETY: the device tree names this UART, of this kind, as the console;
+    // the early map covers all of the low 512 GiB as device memory outside RAM.
+    unsafe { console::init(platform.uart.start as usize, platform.uart_kind) };
     log::info!(
         "hypervisor {} starting at EL2, loaded at {load_address:#x}",
         env!("CARGO_PKG_VERSION")
     );
+    if let Some(note) = &platform.console_note {
+        log::warn!("{note}; console on the first usable UART");
+    }
     if platform.psci == PsciConduit::Hvc {
         log::error!(
             "the device tree's PSCI method is \"hvc\", which cannot reach firmware from EL2"
@@ -118,8 +136,11 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
     };
     percpu::slot(0).online.store(true, Ordering::Release);
 
-    let features = read_features();
-    let list_regs = list_registers(&features);
+    let boot_features = local_features();
+    *percpu::slot(0).features.lock() = Some(boot_features);
+    let mut system = SystemFeatures::new(boot_features);
+    REQUIRED.call_once(|| system.required());
+    let list_regs = list_registers(&boot_features);
     let psci_version = firmware::version();
     log::info!("platform: {}", platform.model);
     log::info!(
@@ -128,18 +149,6 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         platform.ram.len(),
         summary.free_bytes >> 20
     );
-    log::info!(
-        "CPU: PA bits {}, VMID bits {}, FEAT_TLBIRANGE {}, VHE {}, FEAT_TTL {}, list registers {}",
-        features.pa_bits,
-        features.vmid_bits,
-        yes_no(features.tlbi_range),
-        yes_no(features.vhe),
-        yes_no(features.ttl),
-        list_regs.map_or_else(
-            || alloc::string::String::from("none (no GICv3 CPU interface)"),
-            |n| alloc::format!("{n}")
-        ),
-    );
     match &platform.gic {
         Some(gic) => log::info!(
             "GICv3: distributor {:#x}, {} redistributor region(s) from {:#x}",
@@ -147,12 +156,29 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
             gic.redistributors.len(),
             gic.redistributors.first().map_or(0, |r| r.start)
         ),
-        None => log::info!("GIC: no GICv3 in the device tree"),
+        None => match &platform.gicv2 {
+            Some(gic) => log::info!(
+                "GICv2: distributor {:#x}, CPU interface {:#x}, GICH {}, GICV {}",
+                gic.distributor.start,
+                gic.cpu_interface.start,
+                gic.hyp_interface
+                    .map_or_else(|| "none".into(), |r| alloc::format!("{:#x}", r.start)),
+                gic.virtual_cpu
+                    .map_or_else(|| "none".into(), |r| alloc::format!("{:#x}", r.start)),
+            ),
+            None => log::info!("GIC: no GICv3 or GICv2 in the device tree"),
+        },
     }
     match psci_version {
         Ok(v) => log::info!(
-            "console PL011 at {:#x}, firmware PSCI {}.{} over SMC",
+            "console {} at {:#x} ({}), firmware PSCI {}.{} over SMC",
+            platform.uart_kind,
             platform.uart.start,
+            if platform.uart_from_stdout_path {
+                "stdout-path"
+            } else {
+                "first usable UART"
+            },
             v.major,
             v.minor
         ),
@@ -160,10 +186,8 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
     }
 
     if let Some(host_gic) = platform.gic.as_ref().filter(|_| list_regs.is_some()) {
-        let vtimer = platform
-            .timer
-            .map_or(crate::vgic::VTIMER_INTID, |timer| timer.virt);
-        gic::init_distributor(host_gic, vtimer, platform.uart_intid, boot_mpidr);
+        let timers = crate::timer::TimerId::ALL.map(|t| t.host_intid(platform.timer));
+        gic::init_distributor(host_gic, timers, platform.uart_intid, boot_mpidr);
         match gic::init_cpu(0) {
             Ok(()) => {
                 if platform.uart_intid.is_some() {
@@ -172,15 +196,42 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
             }
             Err(e) => log::warn!("GICv3 CPU interface: {e:?}"),
         }
+    } else if let Some(host_gic) = platform.gicv2.as_ref() {
+        let timers = crate::timer::TimerId::ALL.map(|t| t.host_intid(platform.timer));
+        if gic::init_gicv2(host_gic, timers, platform.uart_intid) {
+            match gic::init_cpu(0) {
+                Ok(()) => {
+                    if platform.uart_intid.is_some() {
+                        console::enable_receive_interrupt();
+                    }
+                }
+                Err(e) => log::warn!("GICv2 CPU interface: {e:?}"),
+            }
+        }
     }
 
-    let cpus_online = start_secondaries(&platform, boot_mpidr);
+    let cpus_online = start_secondaries(&platform, boot_mpidr, &mut system);
     log::info!(
         "CPUs: {cpus_online} online of {} in the device tree",
         platform.cpus.len()
     );
+    let features = system.features();
+    log::info!(
+        "CPU: PA bits {}, VMID bits {}, FEAT_TLBIRANGE {}, VHE {}, FEAT_TTL {}, FEAT_S2FWB {}, list registers {} (system-wide over {cpus_online} CPU(s))",
+        features.pa_bits,
+        features.vmid_bits,
+        yes_no(features.tlbi_range),
+        yes_no(features.vhe),
+        yes_no(features.ttl),
+        yes_no(features.fwb),
+        match (list_regs, gic::list_registers(false)) {
+            (Some(n), _) => alloc::format!("{n}"),
+            (None, Some(v2)) => alloc::format!("{} (GICv2 GICH)", v2.count()),
+            (None, None) => alloc::string::String::from("none (no GICv3 CPU interface)"),
+        },
+    );
     let payload = platform.initrd;
-    let tlb_caps = tlb::TlbCaps::read();
+    let tlb_caps = features.tlb_caps();
     log::info!(
         "TLB maintenance: {}",
         if tlb_caps.range {
@@ -203,9 +254,11 @@ fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
-/// Starts every CPU of the device tree but the boot CPU; returns how many CPUs
-/// are online in total.
-fn start_secondaries(platform: &Platform, boot_mpidr: u64) -> usize {
+/// Starts every CPU of the device tree but the boot CPU and merges the
+/// features of each one that comes online into `system`; returns how many CPUs
+/// are online in total. A CPU that parks as rejected is reported, and its slot
+/// goes to the next CPU.
+fn start_secondaries(platform: &Platform, boot_mpidr: u64, system: &mut SystemFeatures) -> usize {
     let mut online = 1;
     let mut index = 1;
     for &mpidr in &platform.cpus {
@@ -236,13 +289,32 @@ fn start_secondaries(platform: &Platform, boot_mpidr: u64) -> usize {
         match firmware::cpu_on(mpidr, entry, slot.boot.get() as u64) {
             Ok(()) => {
                 let mut spins = 0u64;
-                while !slot.online.load(Ordering::Acquire) && spins < 100_000_000 {
+                let arrived =
+                    || slot.online.load(Ordering::Acquire) || slot.rejected.load(Ordering::Acquire);
+                while !arrived() && spins < 100_000_000 {
                     core::hint::spin_loop();
                     spins += 1;
                 }
+                let features = *slot.features.lock();
                 if slot.online.load(Ordering::Acquire) {
+                    match features.map(|f| system.admit(f)) {
+                        Some(Ok(())) => {}
+                        Some(Err(e)) => log::error!(
+                            "CPU {mpidr:#x} came online although it lacks {e}; the system relies on it"
+                        ),
+                        None => log::error!("CPU {mpidr:#x} came online without its features"),
+                    }
                     online += 1;
                     index += 1;
+                } else if slot.rejected.load(Ordering::Acquire) {
+                    let why = match features.map(|f| SystemFeatures::check(&system.required(), &f))
+                    {
+                        Some(Err(e)) => alloc::format!("{e}"),
+                        _ => alloc::string::String::from("its features were not recorded"),
+                    };
+                    log::warn!(
+                        "CPU {mpidr:#x} left offline: it lacks what the system relies on ({why})"
+                    );
                 } else {
                     log::warn!("CPU {mpidr:#x} accepted CPU_ON but never came online");
                 }
@@ -258,16 +330,49 @@ fn start_secondaries(platform: &Platform, boot_mpidr: u64) -> usize {
 extern "C" fn secondary_main() -> ! {
     exceptions::install_vectors();
     let cpu = percpu::current();
-    if crate::read_sysreg!(id_aa64pfr0_el1) >> 24 & 0xf != 0 {
+    let features = local_features();
+    *cpu.features.lock() = Some(features);
+    let covered = REQUIRED
+        .get()
+        .is_some_and(|required| features.covers(required));
+    if !covered {
+        park_rejected(&cpu.rejected);
+    }
+    if features.gic_sysregs {
         // SAFETY: as on the boot CPU: enables the GIC system-register interface.
         unsafe { crate::write_sysreg!(icc_sre_el2, 0x9) };
         sysreg::isb();
         if let Err(e) = gic::init_cpu(cpu.index()) {
             log::warn!("CPU {}: GICv3 CPU interface: {e:?}", cpu.index());
         }
+    } else if gic::is_v2()
+        && let Err(e) = gic::init_cpu(cpu.index())
+    {
+        log::warn!("CPU {}: GICv2 CPU interface: {e:?}", cpu.index());
     }
     cpu.online.store(true, Ordering::Release);
     super::vm::run_secondary_cpu(cpu.index())
+}
+
+/// Parks a secondary CPU that the system cannot use: masks its interrupts,
+/// raises `rejected` (release: its features are visible first) and waits for
+/// events forever, using no stack or memory after the flag, since the boot CPU
+/// then hands its slot and stack to the next CPU.
+fn park_rejected(rejected: &core::sync::atomic::AtomicBool) -> ! {
+    // SAFETY: the store-release writes 1 to the AtomicBool (a byte holding 0 or
+    // 1); afterwards the CPU only executes WFE in a loop with interrupts
+    // masked, touching no memory, so reusing its stack and slot is harmless.
+    unsafe {
+        core::arch::asm!(
+            "msr daifset, #0xf",
+            "stlrb {one:w}, [{flag}]",
+            "2: wfe",
+            "b 2b",
+            flag = in(reg) rejected.as_ptr(),
+            one = in(reg) 1u32,
+            options(noreturn, nostack)
+        )
+    }
 }
 
 /// Entered instead of `primary_main` when the image does not run at EL2: says
@@ -282,9 +387,9 @@ extern "C" fn wrong_el_main(dtb: usize, current_el: u64) -> ! {
     let Ok(platform) = Platform::from_dtb(bytes) else {
         firmware::halt()
     };
-    // SAFETY: the device tree names this PL011 as the console; the MMU is off,
-    // so its registers are accessed as device memory.
-    unsafe { console::init(platform.uart.start as usize) };
+    // SAFETY: the device tree names this UART, of this kind, as the console;
+    // the MMU is off, so its registers are accessed as device memory.
+    unsafe { console::init(platform.uart.start as usize, platform.uart_kind) };
     log::error!(
         "entered at EL{current_el}, but the hypervisor must be started at EL2 \
          (QEMU: -machine virt,virtualization=on); stopping"

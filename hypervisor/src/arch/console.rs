@@ -1,4 +1,5 @@
-//! The hypervisor console: the `log` facade and guest output on the host PL011.
+//! The hypervisor console: the `log` facade and guest output on the host UART
+//! the device tree chose (a PL011 or a 16550-compatible, `crate::host_uart`).
 //!
 //! Log records become lines `[hv] <message>` (warnings and errors say so after
 //! the prefix). Guest console lines are written unchanged. One lock serialises
@@ -6,13 +7,13 @@
 //! writes without the lock (another CPU may hold it forever) after giving it a
 //! moment to come free.
 
-use super::uart::Pl011Uart;
+use crate::host_uart::{AnyUart, MmioBank, Uart, UartKind};
 use core::fmt::Write;
-use core::sync::atomic::{AtomicUsize, Ordering};
-use spin::Mutex;
+use spin::{Mutex, Once};
 
-static CONSOLE: Mutex<Option<Pl011Uart>> = Mutex::new(None);
-static UART_BASE: AtomicUsize = AtomicUsize::new(0);
+static CONSOLE: Mutex<Option<AnyUart<MmioBank>>> = Mutex::new(None);
+/// The console UART's base and kind, for the panic path.
+static UART: Once<(usize, UartKind)> = Once::new();
 
 struct Logger;
 
@@ -42,15 +43,16 @@ impl log::Log for Logger {
 
 static LOGGER: Logger = Logger;
 
-/// Starts the console on the PL011 at `base` and installs the logger.
+/// Starts the console on the UART of `kind` at `base` and installs the logger.
 ///
 /// # Safety
-/// `base` must be the console PL011's registers, accessible as device memory.
-pub unsafe fn init(base: usize) {
+/// `base` must be the console UART's registers, of `kind`, accessible as
+/// device memory, and nothing else may drive that UART.
+pub unsafe fn init(base: usize, kind: UartKind) {
     // SAFETY: forwarded from the caller.
-    let uart = unsafe { Pl011Uart::new(base) };
-    *CONSOLE.lock() = Some(uart);
-    UART_BASE.store(base, Ordering::Release);
+    let bank = unsafe { MmioBank::for_kind(base, kind) };
+    *CONSOLE.lock() = Some(AnyUart::new(kind, bank));
+    UART.call_once(|| (base, kind));
     if log::set_logger(&LOGGER).is_ok() {
         log::set_max_level(log::LevelFilter::Info);
     }
@@ -86,6 +88,22 @@ pub fn write_line(args: core::fmt::Arguments<'_>) {
     }
 }
 
+/// Waits (a bounded time) until the console UART has sent everything, e.g.
+/// before the machine powers off. Gives up if the lock does not come free
+/// within a short spin (the panic path powers off, and another CPU may hold
+/// the lock forever).
+pub fn flush() {
+    for _ in 0..1_000_000 {
+        if let Some(mut guard) = CONSOLE.try_lock() {
+            if let Some(uart) = guard.as_mut() {
+                uart.flush();
+            }
+            return;
+        }
+        core::hint::spin_loop();
+    }
+}
+
 /// Writes a line for the panic path: takes the lock if it comes free within a
 /// short spin, otherwise writes around it.
 pub fn write_panic_line(args: core::fmt::Arguments<'_>) {
@@ -98,11 +116,13 @@ pub fn write_panic_line(args: core::fmt::Arguments<'_>) {
         }
         core::hint::spin_loop();
     }
-    let base = UART_BASE.load(Ordering::Acquire);
-    if base != 0 {
-        // SAFETY: `base` was a PL011 when the console started; the lock holder
-        // is stuck, so this is the only writer that makes progress.
-        let mut uart = unsafe { Pl011Uart::new(base) };
+    if let Some(&(base, kind)) = UART.get() {
+        // SAFETY: `base` was the console UART of `kind` when the console
+        // started; the lock holder is stuck, so this is the only writer that
+        // makes progress.
+        let bank = unsafe { MmioBank::for_kind(base, kind) };
+        let mut uart = AnyUart::new(kind, bank);
         let _ = writeln!(uart, "{args}");
+        uart.flush();
     }
 }

@@ -41,8 +41,10 @@ pub fn version() -> Result<psci::Version, psci::error::Error> {
     }
 }
 
-/// Powers the machine off; waits forever if the firmware returns.
+/// Powers the machine off (after the console has sent its last bytes);
+/// waits forever if the firmware returns.
 pub fn system_off() -> ! {
+    super::console::flush();
     let _ = match conduit() {
         PsciConduit::Smc => psci::system_off::<Smc>(),
         PsciConduit::Hvc => psci::system_off::<Hvc>(),
@@ -50,8 +52,10 @@ pub fn system_off() -> ! {
     halt()
 }
 
-/// Resets the machine; waits forever if the firmware returns.
+/// Resets the machine (after the console has sent its last bytes); waits
+/// forever if the firmware returns.
 pub fn system_reset() -> ! {
+    super::console::flush();
     let _ = match conduit() {
         PsciConduit::Smc => psci::system_reset::<Smc>(),
         PsciConduit::Hvc => psci::system_reset::<Hvc>(),

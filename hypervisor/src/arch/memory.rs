@@ -145,6 +145,11 @@ pub fn init(platform: &Platform, in_use: Vec<PhysRange>) -> Result<MemorySummary
         devices.push(gic.distributor.align_out(FRAME_SIZE));
         devices.extend(gic.redistributors.iter().map(|r| r.align_out(FRAME_SIZE)));
     }
+    if let Some(gic) = &platform.gicv2 {
+        devices.push(gic.distributor.align_out(FRAME_SIZE));
+        devices.push(gic.cpu_interface.align_out(FRAME_SIZE));
+        devices.extend(gic.hyp_interface.map(|r| r.align_out(FRAME_SIZE)));
+    }
     for d in devices {
         map.map_range(&region(d), device)
             .map_err(MemoryError::Map)?;

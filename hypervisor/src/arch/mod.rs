@@ -15,6 +15,5 @@ pub mod memory;
 pub mod percpu;
 pub mod stage2;
 pub mod sysreg;
-pub mod uart;
 pub mod vcpu;
 pub mod vm;

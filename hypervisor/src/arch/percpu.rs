@@ -9,8 +9,11 @@
 //! is `repr(C)` with offsets exported as constants. A secondary CPU starts with
 //! its MMU off and reads its [`SecondaryBoot`] block (cleaned to the point of
 //! coherency by the CPU that starts it) to turn the MMU on with the boot CPU's
-//! translation tables.
+//! translation tables. It also records its decoded ID registers in its slot
+//! and raises `online`, or `rejected` when it lacks what the system relies on
+//! (see `boot`).
 
+use crate::cpu_features::CpuFeatures;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -58,6 +61,12 @@ pub struct PerCpu {
     pub mpidr: AtomicU64,
     /// Set once the CPU runs Rust code with its MMU on.
     pub online: AtomicBool,
+    /// Set instead of `online` by a CPU that lacks what the system relies on
+    /// and has parked for good.
+    pub rejected: AtomicBool,
+    /// The CPU's own features, written by the CPU before it raises `online`
+    /// or `rejected`.
+    pub features: spin::Mutex<Option<CpuFeatures>>,
 }
 
 // SAFETY: `boot` is written only by the boot CPU before it starts the owner,
@@ -93,6 +102,8 @@ impl PerCpu {
             index: AtomicU64::new(0),
             mpidr: AtomicU64::new(0),
             online: AtomicBool::new(false),
+            rejected: AtomicBool::new(false),
+            features: spin::Mutex::new(None),
         }
     }
 
@@ -147,11 +158,15 @@ pub fn install(index: usize, mpidr: u64) -> &'static PerCpu {
     slot
 }
 
-/// Fills in slot `index` for the CPU `mpidr` (before that CPU runs).
+/// Fills in slot `index` for the CPU `mpidr` (before that CPU runs; a slot
+/// whose CPU was rejected and parked is filled in again for the next one).
 pub fn prepare(index: usize, mpidr: u64) -> &'static PerCpu {
     let slot = &PER_CPU[index];
     slot.index.store(index as u64, Ordering::Relaxed);
     slot.mpidr.store(mpidr, Ordering::Relaxed);
+    slot.online.store(false, Ordering::Relaxed);
+    slot.rejected.store(false, Ordering::Relaxed);
+    *slot.features.lock() = None;
     let trap_top = TRAP_STACKS.0.get() as u64 + ((index + 1) * TRAP_STACK_SIZE) as u64;
     slot.trap_sp.store(trap_top, Ordering::Release);
     slot

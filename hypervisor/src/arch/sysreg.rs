@@ -53,6 +53,62 @@ pub fn clean_dcache_to_poc(addr: usize, len: usize) {
     dsb_ish();
 }
 
+/// Cleans and invalidates the data cache lines (`line` bytes each) covering
+/// `[addr, addr + len)` to the point of coherency (`DC CIVAC`), then waits
+/// for them to complete (`DSB SY`): non-cacheable observers see the data and
+/// no stale line survives.
+pub fn clean_inval_dcache_to_poc(addr: usize, len: usize, line: usize) {
+    let mut p = addr & !(line - 1);
+    while p < addr + len {
+        // SAFETY: clean and invalidate write dirty data back first: memory
+        // contents do not change.
+        unsafe { core::arch::asm!("dc civac, {}", in(reg) p, options(nostack, preserves_flags)) }
+        p += line;
+    }
+    // SAFETY: a barrier has no effect besides ordering.
+    unsafe { core::arch::asm!("dsb sy", options(nostack, preserves_flags)) }
+}
+
+/// Cleans the data cache lines covering `[addr, addr + len)` to the point of
+/// unification (`DC CVAU`), then `DSB ISH`.
+pub fn clean_dcache_to_pou(addr: usize, len: usize, line: usize) {
+    let mut p = addr & !(line - 1);
+    while p < addr + len {
+        // SAFETY: cleaning a cache line does not change memory contents.
+        unsafe { core::arch::asm!("dc cvau, {}", in(reg) p, options(nostack, preserves_flags)) }
+        p += line;
+    }
+    dsb_ish();
+}
+
+/// Invalidates the instruction cache lines covering `[addr, addr + len)` to
+/// the point of unification (`IC IVAU`), then `DSB ISH; ISB`.
+pub fn invalidate_icache_range(addr: usize, len: usize, line: usize) {
+    let mut p = addr & !(line - 1);
+    while p < addr + len {
+        // SAFETY: invalidating instruction cache lines only discards cached
+        // instructions.
+        unsafe { core::arch::asm!("ic ivau, {}", in(reg) p, options(nostack, preserves_flags)) }
+        p += line;
+    }
+    dsb_ish();
+    isb();
+}
+
+/// Invalidates all instruction caches of the inner shareable domain to the
+/// point of unification (`IC IALLUIS`), then `DSB ISH; ISB`.
+pub fn invalidate_icache_all() {
+    // SAFETY: invalidating instruction caches only discards cached instructions.
+    unsafe {
+        core::arch::asm!(
+            "ic ialluis",
+            "dsb ish",
+            "isb",
+            options(nostack, preserves_flags)
+        )
+    };
+}
+
 /// Zeroes `[addr, addr + len)` (normal cacheable memory), with `DC ZVA`
 /// where the CPU permits it (`DCZID_EL0.DZP` clear) for the whole blocks,
 /// and plain stores for the unaligned ends.

@@ -5,9 +5,15 @@
 //! protocol require), and then loops: enter the guest, decode the exit by
 //! `ESR_EL2` class, handle it, enter again. Handling never lets the guest take
 //! the hypervisor down: a RAM access faults memory in, a device access is
-//! emulated, anything else gets an abort injected; an unknown hypercall gets
-//! `NOT_SUPPORTED`; only an exit nothing can make sense of stops the VM, with a
-//! report.
+//! emulated, anything else gets an abort injected (also an access that starts
+//! in a device's window and runs past its end); a trapped instruction the
+//! hypervisor does not emulate gets an undefined instruction injected; an
+//! unknown hypercall gets `NOT_SUPPORTED`; only an exit nothing can make sense
+//! of stops the VM, with a report. Injection works from every state an
+//! AArch64 EL1 guest runs in: EL1h, EL1t, AArch64 EL0 and AArch32 EL0. Every
+//! log line a guest can cause goes through the VM's rate-limited event log
+//! (`Vm::log_event`), so no guest can flood the console or grow the
+//! hypervisor's memory.
 //!
 //! The guest's EL1 system registers (and FP/SIMD state: the hypervisor is
 //! soft-float) stay live in the CPU between exits because vCPU `n` never
@@ -21,43 +27,57 @@
 //! physical kick SGI to its CPU once the vgic lock is dropped. Physical
 //! interrupts taken while the guest runs are IRQ exits (`HCR_EL2.IMO`): the
 //! kick SGI and the maintenance interrupt only need the exit (the refill
-//! follows), the virtual timer PPI raises the vgic timer line and is masked
-//! at the redistributor while the line stays high (the guest's
-//! `CNTV_CTL_EL0` is never touched; the line is re-sampled from it before
-//! each entry and the PPI unmasked once it drops: the guest's EOI of the
-//! level interrupt, listed with EOI maintenance, guarantees that exit), and
-//! the console UART's interrupt moves the received bytes into the emulated
-//! PL011.
+//! follows), the PPI of either EL1 timer (virtual, physical) raises that
+//! timer's vgic line and is masked at the host GIC while the line stays
+//! high (the guest's `CNTV_CTL_EL0`/`CNTP_CTL_EL0` are never touched; the
+//! lines are re-sampled from them before each entry and a PPI unmasked once
+//! its line drops: the guest's EOI of the level interrupt, listed with EOI
+//! maintenance, guarantees that exit; see `crate::timer`), and the console
+//! UART's interrupt moves the received bytes into the emulated PL011.
+//! The host GIC is reached through `gic` only (a GICv3 or a GICv2 behind
+//! one interface, the list registers behind `gic::HostListRegisters`), so
+//! this run loop is the same for both; GIC register accesses name the
+//! accessing vCPU, which a GICv2's banked distributor needs.
 //!
 //! WFI and WFE are not trapped (`HCR_EL2.TWI`/`TWE` clear): the CPU halts in
-//! the guest until a physical interrupt (a kick, the virtual timer, the UART)
+//! the guest until a physical interrupt (a kick, a timer, the UART)
 //! or a pending virtual interrupt wakes it. Each vCPU owns its CPU, so halting
 //! the CPU is exactly what a waiting vCPU should do, with no exit and no
 //! wake-up path to get wrong.
+//!
+//! Stage-2 faults map guest RAM read-write on data accesses and add execute
+//! permission on the first instruction fetch (as KVM does), so instruction
+//! cache maintenance covers only executed memory. Without FEAT_S2FWB the
+//! guest's set/way cache maintenance is trapped (`HCR_EL2.TSW`) and turned
+//! into flushes of guest memory by address, and while set/way is tracked the
+//! virtual-memory control registers are trapped (`HCR_EL2.TVM`) so that the
+//! guest turning its caches off or on flushes again (`cache_maint`).
 
 use super::exceptions::{ExitKind, GuestRegs, enter_guest};
 use super::stage2::FrameMemory;
 use super::sysreg;
 use super::vm::{GuestUart, Vm};
 use super::{console, gic};
+use crate::aarch32;
+use crate::cache_maint::{self, SetWayTracker, VmReg};
 use crate::counters::Counter;
 use crate::esr::{
     DataAbort, DataAccess, ExceptionClass, FaultKind, InstructionAbort, SysRegAccess, fault_ipa,
     iss, trapped_instruction_len,
 };
+use crate::event_log::Event;
 use crate::fault::{self, SlotView};
 use crate::guest_layout::vcpu_mpidr;
-use crate::host_gic::{self, HostIrq};
+use crate::host_gic::HostIrq;
 use crate::hypercall::{GuestCall, NOT_SUPPORTED, SMCCC_VERSION_1_1};
-use crate::inject::{AbortKind, GuestState, synchronous_external_abort};
-use crate::log_budget::{LogBudget, LogDecision};
-use crate::mmio::DeviceId;
+use crate::inject::{self, GuestState, InjectKind};
+use crate::mmio::{DeviceId, MmioMiss};
 use crate::psci::{self, BootRequest, PsciCall, PsciOutcome};
 use crate::sysreg_trap::{self, SysRegPolicy};
-use crate::vgic::{HardwareListRegisters, SgiGroup, VcpuSet};
+use crate::timer::{TimerForward, TimerId, timer_line};
+use crate::vgic::{SgiGroup, VcpuSet};
 use crate::{mmio, read_sysreg, write_sysreg};
 use alloc::format;
-use alloc::vec::Vec;
 use crossbeam_epoch::LocalHandle;
 use memslot::VcpuSlotCache;
 use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, MmuCpu, PageCache, Perms, PhysAddr};
@@ -83,6 +103,8 @@ const HCR_EL2_GUEST: u64 = (1 << 0)
     | (1 << 41);
 /// `HCR_EL2.FWB`: stage 2 forces the memory type (FEAT_S2FWB).
 const HCR_EL2_FWB: u64 = 1 << 46;
+// Without FWB, `HCR_EL2.TSW` traps set/way maintenance and `HCR_EL2.TVM` the
+// virtual-memory control registers while set/way is tracked (`cache_maint`).
 /// `CPTR_EL2` (non-VHE): RES1 bits only, so FP/SIMD and SVE are not trapped.
 const CPTR_EL2_NO_TRAPS: u64 = 0x32ff;
 /// `CPTR_EL2.TSM` (bit 12, RES1 without FEAT_SME): trap SME.
@@ -92,15 +114,79 @@ const CPTR_EL2_TSM: u64 = 1 << 12;
 const FGT_SME_NEGATIVE: u64 = (1 << 54) | (1 << 55);
 /// `ZCR_EL2`/`SMCR_EL2` `LEN` asking for the longest vector the CPU has.
 const VECTOR_LEN_MAX: u64 = 0xf;
-/// `CNTHCTL_EL2`: EL1 may read the physical counter (EL1PCTEN) and use the
-/// EL1 physical timer (EL1PCEN) without a trap. The guest's device tree names
-/// the virtual timer's PPI for Linux at EL1, which is the timer forwarded
-/// through the virtual GIC; the physical timer's interrupt is not forwarded.
-const CNTHCTL_EL2_EL1_ACCESS: u64 = 0b11;
+/// `CNTHCTL_EL2.EL1PCTEN` (non-VHE): EL1 and EL0 reads of `CNTPCT_EL0` are
+/// not trapped.
+const CNTHCTL_EL2_EL1PCTEN: u64 = 1 << 0;
+/// `CNTHCTL_EL2.EL1PCEN` (non-VHE): EL1 and EL0 accesses to the EL1 physical
+/// timer (`CNTP_*_EL0`) are not trapped.
+const CNTHCTL_EL2_EL1PCEN: u64 = 1 << 1;
+/// `CNTHCTL_EL2` while a guest runs: both timers and both counters belong to
+/// the guest, untrapped (see `crate::timer`). Every other field is clear:
+/// no event stream, and `ECV` (bit 12) clear so that `CNTPOFF_EL2` is not
+/// applied on a CPU with FEAT_ECV: the physical offset is zero, like
+/// `CNTVOFF_EL2`, and the guest's two counters read the same value.
+const CNTHCTL_EL2_GUEST: u64 = CNTHCTL_EL2_EL1PCTEN | CNTHCTL_EL2_EL1PCEN;
 /// `SCTLR_EL1` reset value: RES1 bits, MMU and caches off.
 const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
-/// Guest PSTATE at entry: EL1h, D/A/I/F masked.
-const PSTATE_EL1H_MASKED: u64 = 0x3c5;
+
+/// The guest's `CNTV_CTL_EL0` or `CNTP_CTL_EL0` (live in this CPU: the
+/// vCPU never leaves it).
+fn timer_ctl(timer: TimerId) -> u64 {
+    match timer {
+        TimerId::Virtual => read_sysreg!(cntv_ctl_el0),
+        TimerId::Physical => read_sysreg!(cntp_ctl_el0),
+    }
+}
+
+/// Why an abort is injected into the guest (the log line says it).
+#[derive(Clone, Copy)]
+enum AbortCause {
+    /// No memslot and no device window holds the address.
+    NoMemoryOrDevice,
+    /// The access starts in a device's window and does not end in it.
+    Straddles {
+        /// The device.
+        device: DeviceId,
+        /// Access size in bytes.
+        size: u8,
+        /// End of the device's window.
+        window_end: u64,
+    },
+    /// A device access without an instruction syndrome (e.g. a load/store
+    /// pair) cannot be emulated without decoding the instruction.
+    NoSyndrome(DeviceId),
+}
+
+impl core::fmt::Display for AbortCause {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            AbortCause::NoMemoryOrDevice => write!(f, "is outside every memslot and device"),
+            AbortCause::Straddles {
+                device,
+                size,
+                window_end,
+            } => write!(
+                f,
+                "starts an access of {size} bytes that runs past the end of the {} window at \
+                 {window_end:#x}",
+                device_name(device)
+            ),
+            AbortCause::NoSyndrome(device) => write!(
+                f,
+                "is in the {} window, but an access without instruction syndrome cannot be \
+                 emulated",
+                device_name(device)
+            ),
+        }
+    }
+}
+
+fn device_name(device: DeviceId) -> &'static str {
+    match device {
+        DeviceId::Uart => "UART",
+        DeviceId::Gic => "GIC",
+    }
+}
 
 /// What the run loop does after an exit.
 enum Flow {
@@ -119,21 +205,20 @@ pub struct Vcpu {
     mmu_cpu: MmuCpu,
     slot_cache: VcpuSlotCache,
     page_cache: PageCache,
-    reported_sysregs: Vec<crate::esr::SysRegEncoding>,
-    /// Log lines left for injected aborts.
-    abort_log: LogBudget,
-    /// Log lines left for device accesses that could not be honoured.
-    device_log: LogBudget,
-    /// This CPU's list registers (none without a GICv3 CPU interface).
-    lrs: Option<HardwareListRegisters>,
-    /// The virtual timer PPI is masked at the redistributor (its line is high).
-    vtimer_masked: bool,
+    /// This CPU's list registers (none without a GICv3 CPU interface or a
+    /// GICv2 with the virtualization extensions).
+    lrs: Option<gic::HostListRegisters>,
+    /// Forwarding state of each EL1 timer ([`TimerId::index`] order): host
+    /// PPI masked, line as last given to the vgic.
+    timers: [TimerForward; 2],
     /// vCPUs to kick once the vgic lock is dropped.
     kicks: VcpuSet,
     /// The list registers must be folded and refilled before the next entry.
     needs_fill: bool,
-    /// The virtual timer line as last given to the vgic (`None` after load).
-    timer_line: Option<bool>,
+    /// `HCR_EL2` as loaded, without the set/way tracking's `TVM`.
+    hcr: u64,
+    /// Set/way tracking (no FWB): whether `HCR_EL2.TVM` is set.
+    set_way: SetWayTracker,
 }
 
 impl Vcpu {
@@ -151,24 +236,18 @@ impl Vcpu {
             mmu_cpu,
             slot_cache: VcpuSlotCache::new(),
             page_cache: PageCache::with_capacity(FAULT_CACHE_PAGES),
-            reported_sysregs: Vec::new(),
-            abort_log: LogBudget::new(),
-            device_log: LogBudget::new(),
-            lrs: super::boot::boot_info().features.gic_sysregs.then(|| {
-                // SAFETY: the boot path set ICC_SRE_EL2.SRE on every CPU with
-                // the GICv3 system-register interface; this vCPU lives on the
-                // calling CPU, whose list registers these are.
-                unsafe { HardwareListRegisters::new() }
-            }),
-            vtimer_masked: false,
+            // This vCPU lives on the calling CPU, whose list registers these are.
+            lrs: gic::list_registers(super::boot::boot_info().features.gic_sysregs),
+            timers: [TimerForward::new(); 2],
             kicks: VcpuSet::EMPTY,
             needs_fill: true,
-            timer_line: None,
+            hcr: HCR_EL2_GUEST,
+            set_way: SetWayTracker::new(),
         }
     }
 
-    /// Before an entry: re-samples the virtual timer line (the vgic hears
-    /// of it only when it moved), refills the list registers when something
+    /// Before an entry: re-samples both timer lines (the vgic hears of a
+    /// line only when it moved), refills the list registers when something
     /// could have changed what they should hold, then kicks the vCPUs the
     /// exit made something deliverable to.
     ///
@@ -183,14 +262,11 @@ impl Vcpu {
         if self.lrs.is_none() {
             return;
         }
-        let line = host_gic::vtimer_line(read_sysreg!(cntv_ctl_el0));
-        if self.timer_line != Some(line) {
-            let result = self.vm.vgic.lock().set_timer_level(self.index, line);
-            match result {
-                Ok(kicks) => self.absorb(kicks),
-                Err(e) => self.stop(&format!("virtual timer line: {e:?}")),
+        for timer in TimerId::ALL {
+            let line = timer_line(timer_ctl(timer));
+            if let Some(level) = self.timers[timer.index()].sample(line) {
+                self.set_timer_line(timer, level);
             }
-            self.timer_line = Some(line);
         }
         if self.needs_fill
             && let Some(lrs) = self.lrs.as_mut()
@@ -201,11 +277,25 @@ impl Vcpu {
             }
             self.needs_fill = false;
         }
-        if !line && self.vtimer_masked {
-            gic::set_vtimer_masked(false);
-            self.vtimer_masked = false;
+        for timer in TimerId::ALL {
+            if self.timers[timer.index()].unmask_if_low() {
+                gic::set_timer_masked(timer, false);
+            }
         }
         self.send_kicks();
+    }
+
+    /// Gives the vgic `timer`'s line level (its PPI on this vCPU).
+    fn set_timer_line(&mut self, timer: TimerId, level: bool) {
+        let result = self
+            .vm
+            .vgic
+            .lock()
+            .set_ppi_level(self.index, timer.guest_intid(), level);
+        match result {
+            Ok(kicks) => self.absorb(kicks),
+            Err(e) => self.stop(&format!("{} timer line: {e:?}", timer.name())),
+        }
     }
 
     /// Copies the list registers back into the vgic (before a GIC register
@@ -261,8 +351,8 @@ impl Vcpu {
     }
 
     /// While the vCPU is off: handles what is pending for this CPU (the
-    /// console's bytes still reach the PL011; a fired virtual timer is
-    /// masked until the next load), so that waiting for a wake-up does not
+    /// console's bytes still reach the PL011; a fired timer is masked until
+    /// the next load), so that waiting for a wake-up does not
     /// end at once.
     pub fn handle_interrupts_while_off(&mut self) {
         if gic::is_up() {
@@ -293,7 +383,11 @@ impl Vcpu {
     /// Loads the VM's EL2 configuration and resets the guest's EL1 state.
     fn load(&mut self, boot: BootRequest) {
         let vm = self.vm;
-        let hcr = HCR_EL2_GUEST | if vm.fwb { HCR_EL2_FWB } else { 0 };
+        let hcr = HCR_EL2_GUEST
+            | if vm.fwb { HCR_EL2_FWB } else { 0 }
+            | cache_maint::hcr_trap_bits(vm.fwb);
+        self.hcr = hcr;
+        self.set_way = SetWayTracker::new();
         let dfr0 = read_sysreg!(id_aa64dfr0_el1);
         let pmu = matches!((dfr0 >> 8) & 0xf, 1..=0xe);
         let mdcr = if pmu {
@@ -302,7 +396,9 @@ impl Vcpu {
             0
         };
         let midr = read_sysreg!(midr_el1);
-        let features = super::boot::boot_info().features;
+        // Which EL2 registers exist is this CPU's own business (a big.LITTLE
+        // machine may differ), not the system-wide minimum.
+        let features = super::boot::local_features();
         let cptr = if features.sme {
             CPTR_EL2_NO_TRAPS & !CPTR_EL2_TSM
         } else {
@@ -310,7 +406,7 @@ impl Vcpu {
         };
         // ICH_VTR_EL2.PREbits + 1 preemption bits: 5 need one active-priority
         // register per group, 6 two, 7 four.
-        let preemption_bits = if self.lrs.is_some() {
+        let preemption_bits = if matches!(self.lrs, Some(gic::HostListRegisters::V3(_))) {
             ((read_sysreg!(ich_vtr_el2) >> 26) & 7) + 1
         } else {
             5
@@ -347,7 +443,7 @@ impl Vcpu {
                 write_sysreg!(s3_4_c1_c2_2, 0); // HCRX_EL2
             }
             write_sysreg!(mdcr_el2, mdcr);
-            write_sysreg!(cnthctl_el2, CNTHCTL_EL2_EL1_ACCESS);
+            write_sysreg!(cnthctl_el2, CNTHCTL_EL2_GUEST);
             write_sysreg!(cntvoff_el2, 0);
             // EL1 state as after a reset.
             write_sysreg!(sctlr_el1, SCTLR_EL1_RESET);
@@ -373,20 +469,8 @@ impl Vcpu {
             if self.lrs.is_some() {
                 // The virtual CPU interface as after a reset: nothing listed,
                 // no active priorities, the guest's view of its own control
-                // registers zero; `fill` sets ICH_HCR_EL2.En before entry.
-                write_sysreg!(ich_vmcr_el2, 0);
-                write_sysreg!(ich_ap0r0_el2, 0);
-                write_sysreg!(ich_ap1r0_el2, 0);
-                if preemption_bits >= 6 {
-                    write_sysreg!(ich_ap0r1_el2, 0);
-                    write_sysreg!(ich_ap1r1_el2, 0);
-                }
-                if preemption_bits == 7 {
-                    write_sysreg!(ich_ap0r2_el2, 0);
-                    write_sysreg!(ich_ap1r2_el2, 0);
-                    write_sysreg!(ich_ap0r3_el2, 0);
-                    write_sysreg!(ich_ap1r3_el2, 0);
-                }
+                // registers zero; `fill` sets the HCR's En before entry.
+                gic::reset_virtual_interface(preemption_bits);
             }
             core::arch::asm!(
                 "isb",
@@ -404,15 +488,16 @@ impl Vcpu {
                 self.stop(&format!("list register reset: {e:?}"));
             }
         }
-        // The timer may have been masked while the vCPU was off; CNTV_CTL_EL0
-        // was just cleared, so its line is low.
-        gic::set_vtimer_masked(false);
-        self.vtimer_masked = false;
+        // A timer may have been masked while the vCPU was off; CNTV_CTL_EL0
+        // and CNTP_CTL_EL0 were just cleared, so both lines are low.
+        for timer in TimerId::ALL {
+            gic::set_timer_masked(timer, false);
+        }
+        self.timers = [TimerForward::new(); 2];
         self.needs_fill = true;
-        self.timer_line = None;
         self.regs = GuestRegs {
             pc: boot.entry,
-            pstate: PSTATE_EL1H_MASKED,
+            pstate: inject::PSTATE_EL1H_MASKED,
             ..GuestRegs::default()
         };
         self.regs.x[0] = boot.context_id;
@@ -458,26 +543,25 @@ impl Vcpu {
     /// and anything else still pending exits again right after it.
     fn host_interrupts(&mut self) {
         let maintenance = gic::maintenance_intid();
-        let vtimer = gic::vtimer_intid();
+        let timers = gic::timer_intids();
         let uart = super::boot::boot_info().platform.uart_intid;
         loop {
-            let intid = gic::acknowledge();
-            match HostIrq::classify(intid, maintenance, vtimer, uart) {
+            let ack = gic::acknowledge();
+            match HostIrq::classify(ack.intid, maintenance, timers, uart) {
                 HostIrq::Spurious => return,
                 HostIrq::Maintenance => {
-                    gic::end_of_interrupt(intid);
+                    gic::end_of_interrupt(ack);
                     return;
                 }
                 // The refill before the next entry is all it needs.
                 HostIrq::Kick => {}
-                HostIrq::VirtualTimer => {
-                    gic::set_vtimer_masked(true);
-                    self.vtimer_masked = true;
-                    self.timer_line = Some(true);
-                    let result = self.vm.vgic.lock().set_timer_level(self.index, true);
-                    match result {
-                        Ok(kicks) => self.absorb(kicks),
-                        Err(e) => self.stop(&format!("virtual timer line: {e:?}")),
+                HostIrq::Timer(timer) => {
+                    let fired = self.timers[timer.index()].fired();
+                    if fired.mask_host {
+                        gic::set_timer_masked(timer, true);
+                    }
+                    if fired.raise_line {
+                        self.set_timer_line(timer, true);
                     }
                 }
                 HostIrq::UartReceive => self.console_input(),
@@ -487,7 +571,7 @@ impl Vcpu {
                     self.index
                 ),
             }
-            gic::end_of_interrupt(intid);
+            gic::end_of_interrupt(ack);
         }
     }
 
@@ -515,6 +599,14 @@ impl Vcpu {
 
     fn handle_sync(&mut self) -> Flow {
         let esr = self.regs.esr;
+        if aarch32::is_aarch32(self.regs.pstate)
+            && !aarch32::condition_passed(esr, self.regs.pstate)
+        {
+            // A conditional AArch32 instruction that failed its condition
+            // trapped anyway: it does nothing.
+            self.skip_trapped_instruction();
+            return Flow::Resume;
+        }
         match ExceptionClass::from_esr(esr) {
             ExceptionClass::DataAbortLower => {
                 self.bump(Counter::ExitsDabt);
@@ -546,6 +638,10 @@ impl Vcpu {
                 self.skip_trapped_instruction();
                 Flow::Resume
             }
+            class if class.is_unemulated_instruction() => {
+                self.inject_undefined();
+                Flow::Resume
+            }
             class => self.stop(&format!(
                 "undecodable exit: EC {:#x} ({class:?}), ESR_EL2 {esr:#x}, PC {:#x}, FAR {:#x}",
                 class.code(),
@@ -569,39 +665,65 @@ impl Vcpu {
             )),
         }
         if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
-            return self.fault_in(slot, ipa, abort.status.kind);
+            return self.fault_in(slot, ipa, abort.status.kind, false);
         }
-        if !abort.stage1_walk {
-            match self.vm.mmio.find(ipa) {
-                Some((DeviceId::Uart, offset)) => return self.uart_access(abort, ipa, offset),
-                Some((DeviceId::Gic, _)) => return self.gic_access(abort, ipa),
-                None => {}
+        let cause = if abort.stage1_walk {
+            AbortCause::NoMemoryOrDevice
+        } else {
+            match abort.access {
+                // The whole access, not only its first byte, must be in the
+                // device's window.
+                Some(access) => match self.vm.mmio.find(ipa, u64::from(access.size)) {
+                    Ok((DeviceId::Uart, offset)) => {
+                        return self.uart_access(abort.write, access, offset);
+                    }
+                    Ok((DeviceId::Gic, _)) => return self.gic_access(abort.write, access, ipa),
+                    Err(MmioMiss::Outside) => AbortCause::NoMemoryOrDevice,
+                    Err(MmioMiss::Straddles(region)) => AbortCause::Straddles {
+                        device: region.device,
+                        size: access.size,
+                        window_end: region.base + region.size,
+                    },
+                },
+                None => match self.vm.mmio.region_at(ipa) {
+                    Some(region) => AbortCause::NoSyndrome(region.device),
+                    None => AbortCause::NoMemoryOrDevice,
+                },
             }
-        }
-        self.inject(AbortKind::Data { write: abort.write }, ipa, "data");
+        };
+        self.inject_abort(InjectKind::DataAbort { write: abort.write }, ipa, cause);
         Flow::Resume
     }
 
     fn instruction_abort(&mut self, abort: InstructionAbort) -> Flow {
         let ipa = self.ipa();
         match abort.status.kind {
-            FaultKind::Translation | FaultKind::AccessFlag => {}
+            // Permission: executing from memory a data access mapped.
+            FaultKind::Translation | FaultKind::AccessFlag | FaultKind::Permission => {}
             other => self.stop(&format!(
                 "instruction abort at IPA {ipa:#x} with fault status {other:?}, PC {:#x}",
                 self.regs.pc
             )),
         }
         if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
-            return self.fault_in(slot, ipa, abort.status.kind);
+            return self.fault_in(slot, ipa, abort.status.kind, true);
         }
-        self.inject(AbortKind::Instruction, ipa, "instruction");
+        self.inject_abort(
+            InjectKind::InstructionAbort,
+            ipa,
+            AbortCause::NoMemoryOrDevice,
+        );
         Flow::Resume
     }
 
     /// Maps the leaf around `ipa` with a shared walk (the read side of the
     /// VM's MMU lock: other vCPUs fault at the same time); an access-flag
-    /// fault only sets the flag of the leaf already there.
-    fn fault_in(&mut self, slot: SlotView, ipa: u64, kind: FaultKind) -> Flow {
+    /// fault only sets the flag of the leaf already there. As KVM does, a
+    /// leaf is executable only once the guest executes from it (`exec`: an
+    /// instruction abort): a data fault maps it read-write, and a later
+    /// instruction fetch adds execute permission (`pgtable` invalidates the
+    /// instruction cache first where the CPU needs it).
+    fn fault_in(&mut self, slot: SlotView, ipa: u64, kind: FaultKind, exec: bool) -> Flow {
         self.bump(Counter::Stage2Faults);
         if kind == FaultKind::AccessFlag {
             let result = self
@@ -622,7 +744,7 @@ impl Vcpu {
         };
         if self
             .page_cache
-            .top_up(&FrameMemory, FAULT_CACHE_PAGES)
+            .top_up(&FrameMemory::TABLES, FAULT_CACHE_PAGES)
             .is_err()
         {
             self.stop("out of memory for stage-2 tables");
@@ -631,16 +753,29 @@ impl Vcpu {
             Ok(mmu) => mmu,
             Err(e) => self.stop(&format!("stage-2 read side for IPA {ipa:#x}: {e}")),
         };
-        if mmu.lookup(ipa).is_some() {
-            // Another vCPU mapped it since this one faulted.
-            return Flow::Resume;
+        if let Some(mapping) = mmu.lookup(ipa) {
+            // Mapped already (a permission fault, or another vCPU mapped it
+            // since this one faulted): add execute if this fetch needs it.
+            if !exec || mapping.perms().contains(Perms::EXEC) {
+                return Flow::Resume;
+            }
+            return match mmu.relax_perms(ipa, Perms::EXEC, &self.vm.tlb) {
+                // Relaxed, or the leaf is gone or busy: the fetch faults
+                // again if it still needs to.
+                Ok(()) | Err(pgtable::Error::Again) => Flow::Resume,
+                Err(e) => {
+                    drop(mmu);
+                    self.stop(&format!("making IPA {ipa:#x} executable failed: {e}"))
+                }
+            };
         }
+        let perms = if exec { Perms::RWX } else { Perms::RW };
         let result = mmu.map(
             FaultMapping {
                 ipa: leaf.ipa,
                 size: leaf.size,
                 pa: PhysAddr::new(leaf.pa),
-                attrs: Attributes::normal(Perms::RWX),
+                attrs: Attributes::normal(perms),
             },
             &mut self.page_cache,
             &self.vm.tlb,
@@ -664,17 +799,23 @@ impl Vcpu {
         }
     }
 
-    fn uart_access(&mut self, abort: DataAbort, ipa: u64, offset: u64) -> Flow {
-        let Some(access) = self.emulable_access(abort, ipa, "UART") else {
-            return Flow::Resume;
-        };
-        if abort.write {
+    /// Logs a line about a guest-driven event through the VM's rate limit.
+    fn log_event(&self, event: Event, level: log::Level, args: core::fmt::Arguments<'_>) {
+        self.vm.log_event(self.index, event, level, args);
+    }
+
+    fn uart_access(&mut self, write: bool, access: DataAccess, offset: u64) -> Flow {
+        if write {
             let value = mmio::store_value(access, self.reg(access.register)) as u32;
             let result = self.vm.uart.lock().device.write(offset, value);
             match result {
                 Ok(Some(byte)) => self.vm.console_byte(byte),
                 Ok(None) => {}
-                Err(e) => self.device_warning(format_args!("UART write ignored: {e:?}")),
+                Err(e) => self.log_event(
+                    Event::DeviceAccess,
+                    log::Level::Warn,
+                    format_args!("UART write ignored: {e:?}"),
+                ),
             }
         } else {
             let result = {
@@ -689,7 +830,11 @@ impl Vcpu {
             let raw = match result {
                 Ok(v) => u64::from(v),
                 Err(e) => {
-                    self.device_warning(format_args!("UART read as zero: {e:?}"));
+                    self.log_event(
+                        Event::DeviceAccess,
+                        log::Level::Warn,
+                        format_args!("UART read as zero: {e:?}"),
+                    );
                     0
                 }
             };
@@ -702,41 +847,37 @@ impl Vcpu {
         Flow::Resume
     }
 
-    /// The access description of an MMIO data abort on `device`, or `None`
-    /// after injecting an abort into the guest when the syndrome does not
-    /// describe the access (no `ISV`: e.g. a load/store pair), since such an
-    /// instruction cannot be emulated without decoding it.
-    fn emulable_access(&mut self, abort: DataAbort, ipa: u64, device: &str) -> Option<DataAccess> {
-        if abort.access.is_none() {
-            let pc = self.regs.pc;
-            self.device_warning(format_args!(
-                "{device} access at IPA {ipa:#x} without instruction syndrome (PC {pc:#x}) cannot be emulated"
-            ));
-            self.inject(AbortKind::Data { write: abort.write }, ipa, "data");
-        }
-        abort.access
-    }
-
     /// A guest access to the virtual GIC's distributor or redistributors.
-    fn gic_access(&mut self, abort: DataAbort, ipa: u64) -> Flow {
+    fn gic_access(&mut self, write: bool, access: DataAccess, ipa: u64) -> Flow {
         self.fold();
         self.needs_fill = true;
-        let Some(access) = self.emulable_access(abort, ipa, "GIC") else {
-            return Flow::Resume;
-        };
-        if abort.write {
+        if write {
             let value = mmio::store_value(access, self.reg(access.register));
-            let result = self.vm.vgic.lock().mmio_write(ipa, access.size, value);
+            let result = self
+                .vm
+                .vgic
+                .lock()
+                .mmio_write_from(self.index, ipa, access.size, value);
             match result {
                 Ok(kicks) => self.absorb(kicks),
-                Err(e) => self.device_warning(format_args!(
-                    "GIC write of {value:#x} at IPA {ipa:#x} ignored: {e:?}"
-                )),
+                Err(e) => self.log_event(
+                    Event::DeviceAccess,
+                    log::Level::Warn,
+                    format_args!("GIC write of {value:#x} at IPA {ipa:#x} ignored: {e:?}"),
+                ),
             }
         } else {
-            let result = self.vm.vgic.lock().mmio_read(ipa, access.size);
+            let result = self
+                .vm
+                .vgic
+                .lock()
+                .mmio_read_from(self.index, ipa, access.size);
             let raw = result.unwrap_or_else(|e| {
-                self.device_warning(format_args!("GIC read at IPA {ipa:#x} as zero: {e:?}"));
+                self.log_event(
+                    Event::DeviceAccess,
+                    log::Level::Warn,
+                    format_args!("GIC read at IPA {ipa:#x} as zero: {e:?}"),
+                );
                 0
             });
             if let Some(value) = mmio::load_result(access, raw) {
@@ -747,58 +888,86 @@ impl Vcpu {
         Flow::Resume
     }
 
-    fn inject(&mut self, kind: AbortKind, ipa: u64, what: &str) {
+    /// Delivers `kind` to the guest as its own hardware would take it to
+    /// EL1h: `inject::compute` decides every value from the exit's state, this
+    /// only reads the guest's `VBAR_EL1`/`SCTLR_EL1` and writes the result.
+    fn deliver(&mut self, kind: InjectKind) {
         let state = GuestState {
             pstate: self.regs.pstate,
             pc: self.regs.pc,
             far: self.regs.far,
+            trap_esr: self.regs.esr,
             vbar: read_sysreg!(vbar_el1),
+            sctlr: read_sysreg!(sctlr_el1),
         };
-        let exception = match synchronous_external_abort(kind, state) {
+        let exception = match inject::compute(kind, state) {
             Ok(e) => e,
             Err(e) => self.stop(&format!(
-                "cannot inject an abort into guest mode {:#x}",
+                "cannot inject {kind:?}: guest PSTATE {:#x} is no EL0/EL1 state an AArch64 EL1 guest runs in",
                 e.0
             )),
         };
         // SAFETY: the EL1 exception registers belong to the guest running on
-        // this CPU; writing them is how the abort is delivered.
+        // this CPU; writing them is how the exception is delivered.
         unsafe {
             write_sysreg!(esr_el1, exception.esr);
-            write_sysreg!(far_el1, exception.far);
+            if let Some(far) = exception.far {
+                write_sysreg!(far_el1, far);
+            }
             write_sysreg!(elr_el1, exception.elr);
             write_sysreg!(spsr_el1, exception.spsr);
         }
         self.regs.pc = exception.pc;
         self.regs.pstate = exception.pstate;
-        self.bump(Counter::InjectedAborts);
-        let decision = self.abort_log.take();
-        if decision != LogDecision::Quiet {
-            log::info!(
-                "vm{} vcpu{}: injected {what} abort: IPA {ipa:#x} is outside every memslot and device{}",
-                self.vm.index,
-                self.index,
-                LogBudget::suffix(decision)
-            );
-        }
     }
 
-    /// Logs a device access that could not be honoured, within this vCPU's
-    /// budget for them.
-    fn device_warning(&mut self, message: core::fmt::Arguments<'_>) {
-        let decision = self.device_log.take();
-        if decision != LogDecision::Quiet {
-            log::warn!(
-                "vm{} vcpu{}: {message}{}",
-                self.vm.index,
-                self.index,
-                LogBudget::suffix(decision)
-            );
-        }
+    /// Injects a synchronous external abort for an access to `ipa`, outside
+    /// every memslot and device (or not emulable there, as `cause` says).
+    fn inject_abort(&mut self, kind: InjectKind, ipa: u64, cause: AbortCause) {
+        self.deliver(kind);
+        self.bump(Counter::InjectedAborts);
+        let what = match kind {
+            InjectKind::InstructionAbort => "instruction",
+            _ => "data",
+        };
+        self.log_event(
+            Event::InjectedAbort,
+            log::Level::Info,
+            format_args!("injected {what} abort: IPA {ipa:#x} {cause}"),
+        );
+    }
+
+    /// Injects an undefined instruction for a trapped instruction the
+    /// hypervisor does not emulate.
+    fn inject_undefined(&mut self) {
+        let (esr, pc, pstate) = (self.regs.esr, self.regs.pc, self.regs.pstate);
+        self.deliver(InjectKind::Undefined);
+        self.bump(Counter::InjectedUndefs);
+        self.log_event(
+            Event::InjectedUndefined,
+            log::Level::Info,
+            format_args!(
+                "injected undefined instruction: trapped EC {:#x} (ESR_EL2 {esr:#x}) at PC {pc:#x}, PSTATE {pstate:#x}",
+                ExceptionClass::from_esr(esr).code()
+            ),
+        );
     }
 
     fn sysreg(&mut self, access: SysRegAccess) {
         let r = access.reg;
+        if cache_maint::set_way_op(r).is_some() {
+            self.set_way_trap();
+            self.skip_trapped_instruction();
+            return;
+        }
+        if !access.read
+            && let Some(reg) = cache_maint::vm_reg(r)
+        {
+            let value = self.reg(access.rt);
+            self.vm_reg_write(reg, value);
+            self.skip_trapped_instruction();
+            return;
+        }
         if let Some(group) = SgiGroup::from_sysreg(r.op0, r.op1, r.crn, r.crm, r.op2) {
             if !access.read {
                 let value = self.reg(access.rt);
@@ -826,18 +995,15 @@ impl Vcpu {
         }
         match sysreg_trap::policy(access.reg) {
             SysRegPolicy::ReadAsZeroWriteIgnored(_) => {}
-            SysRegPolicy::Unknown => {
-                if !self.reported_sysregs.contains(&access.reg) {
-                    self.reported_sysregs.push(access.reg);
-                    log::warn!(
-                        "vm{} vcpu{}: trapped {} of unknown system register {}: reads as zero, writes ignored",
-                        self.vm.index,
-                        self.index,
-                        if access.read { "read" } else { "write" },
-                        access.reg
-                    );
-                }
-            }
+            SysRegPolicy::Unknown => self.log_event(
+                Event::UnknownSysReg(access.reg),
+                log::Level::Warn,
+                format_args!(
+                    "trapped {} of unknown system register {}: reads as zero, writes ignored",
+                    if access.read { "read" } else { "write" },
+                    access.reg
+                ),
+            ),
         }
         if access.read {
             self.set_reg(access.rt, 0);
@@ -845,10 +1011,91 @@ impl Vcpu {
         self.skip_trapped_instruction();
     }
 
+    /// A trapped set/way cache maintenance instruction (`HCR_EL2.TSW`, no
+    /// FWB), converted as KVM's `kvm_set_way_flush`: the first one flushes
+    /// all guest memory by address and traps the virtual-memory control
+    /// registers, so turning the caches on or off flushes again.
+    fn set_way_trap(&mut self) {
+        self.bump(Counter::CmoSetwayTraps);
+        if self.vm.fwb {
+            // Not trapped with FWB; nothing to convert if it were.
+            return;
+        }
+        if self.set_way.on_set_way() {
+            self.flush_vm();
+        }
+        self.write_hcr();
+    }
+
+    /// A trapped write to a virtual-memory control register (`HCR_EL2.TVM`):
+    /// the value goes to the register; a write to `SCTLR_EL1` that turns the
+    /// MMU and caches on or off flushes guest memory (KVM's
+    /// `kvm_toggle_cache`) and, caches on, stops the trapping.
+    fn vm_reg_write(&mut self, reg: VmReg, value: u64) {
+        self.bump(Counter::CmoVmRegTraps);
+        let old_sctlr = read_sysreg!(sctlr_el1);
+        // SAFETY: these EL1 registers belong to the guest running on this
+        // CPU; the trap only delayed the guest's own write, done here.
+        unsafe {
+            match reg {
+                VmReg::Sctlr => write_sysreg!(sctlr_el1, value),
+                VmReg::Ttbr0 => write_sysreg!(ttbr0_el1, value),
+                VmReg::Ttbr1 => write_sysreg!(ttbr1_el1, value),
+                VmReg::Tcr => write_sysreg!(tcr_el1, value),
+                VmReg::Esr => write_sysreg!(esr_el1, value),
+                VmReg::Far => write_sysreg!(far_el1, value),
+                VmReg::Afsr0 => write_sysreg!(afsr0_el1, value),
+                VmReg::Afsr1 => write_sysreg!(afsr1_el1, value),
+                VmReg::Mair => write_sysreg!(mair_el1, value),
+                VmReg::Amair => write_sysreg!(amair_el1, value),
+                VmReg::Contextidr => write_sysreg!(contextidr_el1, value),
+            }
+        }
+        if reg == VmReg::Sctlr {
+            if self.set_way.on_sctlr_write(old_sctlr, value) {
+                self.flush_vm();
+            }
+            self.write_hcr();
+        }
+    }
+
+    /// Cleans and invalidates every mapped page of guest RAM to the point of
+    /// coherency, under the write side of the MMU lock (no break-before-make
+    /// in flight, no unmap between a leaf's TLB flush and its cleaning; the
+    /// walk changes no descriptor, so it owes no TLBI).
+    fn flush_vm(&mut self) {
+        let ram = self.vm.ram;
+        let result = self.vm.stage2.write().flush_dcache(ram.start, ram.size());
+        match result {
+            Ok(_) => self.bump(Counter::CmoFullFlushes),
+            Err(e) => self.stop(&format!("flushing guest memory: {e}")),
+        }
+    }
+
+    /// Loads `HCR_EL2` with the set/way tracking's `TVM`.
+    fn write_hcr(&self) {
+        let tvm = if self.set_way.traps_vm_regs() {
+            cache_maint::hcr_tvm()
+        } else {
+            0
+        };
+        // SAFETY: the same configuration as `load` wrote, with or without the
+        // trap of the guest's virtual-memory control registers; the guest is
+        // not running (the write takes effect by the ERET).
+        unsafe { write_sysreg!(hcr_el2, self.hcr | tvm) };
+    }
+
     /// Steps the guest over the instruction that trapped (2 or 4 bytes, from
-    /// `ESR_EL2.IL`: a guest's AArch32 T32 code has 16-bit instructions).
+    /// `ESR_EL2.IL`: a guest's AArch32 T32 code has 16-bit instructions); in
+    /// AArch32 the PC stays 32 bits wide and an IT block advances.
     fn skip_trapped_instruction(&mut self) {
-        self.regs.pc += trapped_instruction_len(self.regs.esr);
+        let pc = self.regs.pc + trapped_instruction_len(self.regs.esr);
+        if aarch32::is_aarch32(self.regs.pstate) {
+            self.regs.pc = pc & u64::from(u32::MAX);
+            self.regs.pstate = aarch32::it_advance(self.regs.pstate);
+        } else {
+            self.regs.pc = pc;
+        }
     }
 
     fn guest_call(&mut self) -> Flow {
@@ -863,25 +1110,27 @@ impl Vcpu {
             GuestCall::TestReport { code } => {
                 self.bump(Counter::TestReports);
                 if code == 0 {
-                    log::info!("vm{} vcpu{}: test report: pass", self.vm.index, self.index);
+                    self.log_event(
+                        Event::TestReport,
+                        log::Level::Info,
+                        format_args!("test report: pass"),
+                    );
                 } else {
-                    log::info!(
-                        "vm{} vcpu{}: test report: failure code {code:#x}",
-                        self.vm.index,
-                        self.index
+                    self.log_event(
+                        Event::TestReport,
+                        log::Level::Info,
+                        format_args!("test report: failure code {code:#x}"),
                     );
                 }
                 0
             }
             GuestCall::Unknown(id) => {
                 self.bump(Counter::UnknownHypercalls);
-                if self.vm.first_report_of_call(id) {
-                    log::info!(
-                        "vm{} vcpu{}: unknown hypercall {id:#x}: returned NOT_SUPPORTED",
-                        self.vm.index,
-                        self.index
-                    );
-                }
+                self.log_event(
+                    Event::UnknownHypercall(id),
+                    log::Level::Info,
+                    format_args!("unknown hypercall {id:#x}: returned NOT_SUPPORTED"),
+                );
                 NOT_SUPPORTED
             }
         };

@@ -7,42 +7,55 @@
 //! touch, by shared walks, so vCPUs fault in parallel), one
 //! memslot from `memslot` for its RAM (host frames, 2 MiB aligned), the
 //! emulated PL011 (its receive side fed from the host console), the virtual
-//! GICv3 (`vgic`), the vCPU power states and its counters. vCPU `n` is pinned
-//! to physical CPU `n`: every other CPU waits (`WFI`, woken by a kick SGI;
+//! GIC (`vgic`: a GICv3, or on a GICv2 host a GICv2 whose CPU interface is
+//! the hardware's `GICV` frame, mapped at stage 2 at the guest's `GICC`),
+//! the vCPU power states and its counters. Without FEAT_S2FWB the stage-2
+//! table's page provider cleans each page to the point of coherency as it is
+//! mapped (`cache_maint`), so a guest that starts with its MMU off reads the
+//! kernel and device tree the hypervisor wrote. vCPU `n` is pinned to
+//! physical CPU `n`: every other CPU waits (`WFI`, woken by a kick SGI;
 //! `WFE` without a GIC) until the guest starts its vCPU with PSCI `CPU_ON`,
 //! runs it until `CPU_OFF`, and waits again. CPUs beyond the VM's vCPUs halt
 //! with their GIC CPU interface disabled.
 //! Guest `SYSTEM_OFF` prints the counters and powers the machine off; a VM that
 //! must stop (an exit the hypervisor cannot decode) is reported the same way.
+//! Every log line a guest can cause goes through [`Vm::log_event`], which asks
+//! the VM's `event_log::EventLog` (fixed size, rate-limited per kind, timed by
+//! the system counter) whether to print it.
 
 use super::boot::boot_info;
 use super::stage2::FrameMemory;
 use super::vcpu::Vcpu;
 use super::{console, firmware, gic, memory, sysreg};
-use crate::counters::VmCounters;
-use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestTimer};
+use crate::cache_maint::{CacheCaps, IcacheInval};
+use crate::counters::{Counter, VmCounters};
+use crate::event_log::{Event, EventKind, EventLog, LogDecision, RatePolicy};
+use crate::fault::SlotView;
+use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestGicFrames, GuestTimer};
 use crate::guest_layout::{
-    self, GUEST_GICD_BASE, GUEST_GICR_BASE, GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE,
-    GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE, GUEST_UART_SIZE, GUEST_UART_SPI,
-    vcpu_mpidr,
+    self, GUEST_GICC_BASE, GUEST_GICC_SIZE, GUEST_GICD_BASE, GUEST_GICR_BASE,
+    GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE, GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE,
+    GUEST_UART_SIZE, GUEST_UART_SPI, vcpu_mpidr,
 };
-use crate::image::ImageHeader;
 use crate::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::pl011::{ConsoleLine, Pl011, RxBacklog};
 use crate::psci::{BootRequest, PowerStates};
 use crate::ranges::PhysRange;
+use crate::read_sysreg;
 use crate::tlb_count::CountingTlb;
 use crate::vgic::{self, Vgic, VgicConfig};
-use crate::vmconf::{DEFAULT_MEM_MIB, VmConf};
-use crate::{cpio, fault::SlotView};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
-use alloc::vec::Vec;
+use boot_payload::image::{self, KernelFormat};
+use boot_payload::vmconf::DEFAULT_MEM_MIB;
+use boot_payload::{PayloadError, PayloadRef};
 use core::sync::atomic::{AtomicBool, Ordering};
 use crossbeam_epoch::Collector;
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, SlotSpec};
-use pgtable::{Mmu, Stage2Config, Stage2PageTable};
+use pgtable::{
+    Attributes, MemType, Mmu, PageCache, Perms, PhysAddr, Stage2Config, Stage2PageTable,
+};
 use spin::{Mutex, Once};
 use tlb::Aarch64Tlb;
 
@@ -76,7 +89,7 @@ pub struct Vm {
     pub vtcr: u64,
     /// `VTTBR_EL2` for this VM.
     pub vttbr: u64,
-    /// Stage 2 uses FEAT_S2FWB (no cache maintenance on fault-in).
+    /// Stage 2 uses FEAT_S2FWB: no guest cache maintenance, no set/way traps.
     pub fwb: bool,
     /// TLB backend, counting into `counters`.
     pub tlb: CountingTlb<'static, Aarch64Tlb>,
@@ -96,9 +109,9 @@ pub struct Vm {
     pub power: PowerStates,
     /// Event counters.
     pub counters: &'static VmCounters,
-    /// Hypercall function ids already reported as unknown (each is logged
-    /// once per VM).
-    reported_calls: Mutex<Vec<u64>>,
+    /// What the guest made the hypervisor log: per-kind rate limits and the
+    /// unknown ids already logged, all of fixed size.
+    event_log: Mutex<EventLog>,
     stopping: AtomicBool,
 }
 
@@ -107,14 +120,11 @@ static VM: Once<&'static Vm> = Once::new();
 /// Why a VM could not be created from the payload.
 #[derive(Debug)]
 pub enum VmError {
-    /// The payload is not a valid archive.
-    Payload(cpio::CpioError),
-    /// The archive has no `kernel` entry.
-    NoKernel,
-    /// The kernel is not an arm64 Image.
-    Kernel(crate::image::ImageError),
-    /// `vm.conf` is invalid.
-    Conf(crate::vmconf::VmConfError),
+    /// The payload is not a valid archive, has no kernel, or has a bad
+    /// `cmdline` or `vm.conf`.
+    Payload(PayloadError),
+    /// The kernel is neither an arm64 Image nor a raw binary.
+    Kernel(image::ImageError),
     /// More vCPUs than online CPUs.
     TooManyVcpus {
         /// vCPUs asked for.
@@ -141,10 +151,8 @@ pub enum VmError {
 impl core::fmt::Display for VmError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Self::Payload(e) => write!(f, "payload: {e}"),
-            Self::NoKernel => write!(f, "payload has no `kernel` entry"),
+            Self::Payload(e) => write!(f, "{e}"),
             Self::Kernel(e) => write!(f, "kernel: {e}"),
-            Self::Conf(e) => write!(f, "{e}"),
             Self::TooManyVcpus { asked, online } => {
                 write!(
                     f,
@@ -183,15 +191,47 @@ impl Vm {
         })
     }
 
-    /// Whether hypercall `id` is reported for the first time in this VM
-    /// (and records it).
-    pub fn first_report_of_call(&self, id: u64) -> bool {
-        let mut reported = self.reported_calls.lock();
-        if reported.contains(&id) {
-            false
-        } else {
-            reported.push(id);
-            true
+    /// Logs `args` at `level` as a line of vCPU `vcpu` about the
+    /// guest-driven `event`, if the VM's event log admits it: a line after
+    /// suppressed ones says how many were dropped; a suppressed line is
+    /// counted (`log_lines_suppressed`). Bounded in time and memory whatever
+    /// the guest does.
+    pub fn log_event(
+        &self,
+        vcpu: usize,
+        event: Event,
+        level: log::Level,
+        args: core::fmt::Arguments<'_>,
+    ) {
+        let now = read_sysreg!(cntpct_el0);
+        let decision = self.event_log.lock().admit(event, now);
+        match decision {
+            LogDecision::Log { suppressed: 0 } => {
+                log::log!(level, "vm{} vcpu{vcpu}: {args}", self.index);
+            }
+            LogDecision::Log { suppressed } => log::log!(
+                level,
+                "vm{} vcpu{vcpu}: {args} ({suppressed} earlier {} lines suppressed)",
+                self.index,
+                event.kind().name()
+            ),
+            LogDecision::Suppress => self.counters.bump(Counter::LogLinesSuppressed),
+            LogDecision::Repeat => {}
+        }
+    }
+
+    /// Says how many guest-driven lines of each kind were suppressed since the
+    /// last one printed (at power-off, so that no count goes unreported).
+    fn report_suppressed_lines(&self) {
+        for kind in EventKind::ALL {
+            let suppressed = self.event_log.lock().take_suppressed(kind);
+            if suppressed > 0 {
+                log::info!(
+                    "vm{}: {suppressed} more {} lines suppressed by the rate limit",
+                    self.index,
+                    kind.name()
+                );
+            }
         }
     }
 
@@ -230,6 +270,7 @@ impl Vm {
     }
 
     fn print_counters(&self) {
+        self.report_suppressed_lines();
         for (name, value) in self.counters.snapshot() {
             console::write_line(format_args!("STAT vm{} {name} {value}", self.index));
         }
@@ -271,18 +312,13 @@ impl Vm {
 
 fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let info = boot_info();
-    let entries = || cpio::entries(payload);
-    let kernel = entries()
-        .find("kernel")
-        .map_err(VmError::Payload)?
-        .ok_or(VmError::NoKernel)?;
-    let initrd = entries().find("initrd").map_err(VmError::Payload)?;
-    let cmdline = entries().find("cmdline").map_err(VmError::Payload)?;
-    let conf = match entries().find("vm.conf").map_err(VmError::Payload)? {
-        Some(e) => VmConf::parse(e.data).map_err(VmError::Conf)?,
-        None => VmConf::default(),
-    };
-    let header = ImageHeader::parse(kernel.data).map_err(VmError::Kernel)?;
+    let PayloadRef {
+        kernel,
+        initrd,
+        cmdline,
+        conf,
+    } = PayloadRef::parse(payload).map_err(VmError::Payload)?;
+    let (header, kernel_format) = image::parse_kernel(kernel).map_err(VmError::Kernel)?;
     let vcpus = match conf.vcpus {
         Some(n) if n as usize > info.cpus_online => {
             return Err(VmError::TooManyVcpus {
@@ -295,20 +331,23 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     };
     let mem_bytes = conf.mem_mib.unwrap_or(DEFAULT_MEM_MIB) << 20;
     let ram = PhysRange::from_start_size(GUEST_RAM_BASE, mem_bytes);
+    // On a GICv2 host the guest gets a GICv2, its CPU interface the
+    // hardware's GICV frame.
+    let gicv2 = info
+        .platform
+        .gicv2
+        .as_ref()
+        .filter(|_| gic::is_v2())
+        .and_then(|g| g.virtual_cpu);
+
     let placement = guest_layout::place(
         ram,
         header.text_offset,
         header.image_size,
-        initrd.map(|e| e.data.len() as u64),
+        initrd.map(|data| data.len() as u64),
     )
     .map_err(|e| VmError::DoesNotFit(e.0))?;
-    let bootargs = cmdline
-        .map(|e| {
-            String::from_utf8_lossy(e.data)
-                .trim_end_matches(['\n', '\0'])
-                .into()
-        })
-        .unwrap_or_else(String::new);
+    let bootargs = String::from(cmdline.unwrap_or_default());
 
     let backing =
         memory::alloc_frames(mem_bytes, BACKING_ALIGN).ok_or(VmError::NoHostMemory(mem_bytes))?;
@@ -318,9 +357,9 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let guest_ram =
         unsafe { core::slice::from_raw_parts_mut(backing as *mut u8, mem_bytes as usize) };
     let at = |ipa: u64| (ipa - GUEST_RAM_BASE) as usize;
-    guest_ram[at(placement.kernel.start)..][..kernel.data.len()].copy_from_slice(kernel.data);
-    if let (Some(range), Some(entry)) = (placement.initrd, initrd) {
-        guest_ram[at(range.start)..][..entry.data.len()].copy_from_slice(entry.data);
+    guest_ram[at(placement.kernel.start)..][..kernel.len()].copy_from_slice(kernel);
+    if let (Some(range), Some(initrd)) = (placement.initrd, initrd) {
+        guest_ram[at(range.start)..][..initrd.len()].copy_from_slice(initrd);
     }
     let dtb = guest_dtb::build(&GuestDtbConfig {
         ram,
@@ -330,10 +369,18 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         initrd: placement.initrd,
         gic: Some(GuestGic {
             distributor: PhysRange::from_start_size(GUEST_GICD_BASE, vgic::DISTRIBUTOR_SIZE),
-            redistributors: PhysRange::from_start_size(
-                GUEST_GICR_BASE,
-                vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE,
-            ),
+            frames: if gicv2.is_some() {
+                GuestGicFrames::V2 {
+                    cpu_interface: PhysRange::from_start_size(GUEST_GICC_BASE, GUEST_GICC_SIZE),
+                }
+            } else {
+                GuestGicFrames::V3 {
+                    redistributors: PhysRange::from_start_size(
+                        GUEST_GICR_BASE,
+                        vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE,
+                    ),
+                }
+            },
             maintenance_intid: GUEST_MAINTENANCE_INTID,
             uart_spi: GUEST_UART_SPI,
         }),
@@ -347,19 +394,10 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     }
     guest_ram[at(placement.dtb.start)..][..dtb.len()].copy_from_slice(&dtb);
     // The guest starts with its MMU off: its accesses bypass the caches,
-    // unless stage 2 forces them write-back cacheable (FEAT_S2FWB).
-    if !info.features.fwb {
-        sysreg::clean_dcache_to_poc(backing as usize, mem_bytes as usize);
-    }
-    // SAFETY: invalidating instruction caches only discards cached instructions.
-    unsafe {
-        core::arch::asm!(
-            "ic ialluis",
-            "dsb ish",
-            "isb",
-            options(nostack, preserves_flags)
-        )
-    };
+    // unless stage 2 forces them write-back cacheable (FEAT_S2FWB). Without
+    // FWB each page is cleaned to the point of coherency when it is mapped
+    // at stage 2 (as KVM does), not here: see `cache_maint`.
+    sysreg::invalidate_icache_all();
 
     let features = info.features;
     let vmid16 = features.vmid_bits == 16;
@@ -371,12 +409,41 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let vtcr = config
         .vtcr(features.pa_range, vmid16)
         .map_err(|e| VmError::Stage2(e.into()))?;
-    let stage2 =
-        Stage2PageTable::new(config, FrameMemory, vmid, vmid16).map_err(VmError::Stage2)?;
+    let counters: &'static VmCounters = Box::leak(Box::new(VmCounters::new()));
+    let cache_caps = CacheCaps::from_ctr(read_sysreg!(ctr_el0));
+    let frames = FrameMemory::for_guest(cache_caps, counters);
+    let mut stage2 = Stage2PageTable::new(config, frames, vmid, vmid16).map_err(VmError::Stage2)?;
+    if let Some(gicv) = gicv2 {
+        // The guest's GICC window is the hardware's virtual CPU interface:
+        // device memory, mapped once, never trapped.
+        let size = GUEST_GICC_SIZE.min(gicv.size());
+        let pa = PhysAddr::new(gicv.start);
+        let mut cache = PageCache::with_capacity(8);
+        let needed = stage2
+            .pages_needed_to_map(GUEST_GICC_BASE, size, pa)
+            .map_err(VmError::Stage2)?;
+        cache
+            .top_up(&FrameMemory::TABLES, needed)
+            .map_err(|_| VmError::Stage2(pgtable::Error::NoMemory))?;
+        let attrs = Attributes {
+            perms: Perms::RW,
+            mem: MemType::Device,
+        };
+        stage2
+            .map(
+                GUEST_GICC_BASE,
+                size,
+                pa,
+                attrs,
+                &mut cache,
+                &Aarch64Tlb::new(info.tlb_caps),
+            )
+            .map_err(VmError::Stage2)?;
+        cache.release(&FrameMemory::TABLES);
+    }
     let vttbr = stage2.vttbr();
     // One read-side handle per vCPU (each vCPU registers once, on its CPU).
     let stage2 = Mmu::new(stage2, vcpus).map_err(VmError::Stage2)?;
-    let counters: &'static VmCounters = Box::leak(Box::new(VmCounters::new()));
     let collector: &'static Collector = Box::leak(Box::new(Collector::new()));
     let memslots = Memslots::new(collector, DirtyLogMode::default()).map_err(VmError::Memslot)?;
     {
@@ -403,22 +470,37 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         device: DeviceId::Gic,
     })
     .map_err(VmError::Devices)?;
-    mmio.add(MmioRegion {
-        base: GUEST_GICR_BASE,
-        size: vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE,
-        device: DeviceId::Gic,
-    })
-    .map_err(VmError::Devices)?;
-    let vgic = Vgic::new(VgicConfig {
+    // Each redistributor's two 64 KiB frames (RD_base, SGI_base) are windows
+    // of their own, so an access across a frame boundary is refused like one
+    // past the end of a device. A GICv2 has none.
+    let frames = if gicv2.is_some() {
+        0
+    } else {
+        vcpus as u64 * (vgic::REDISTRIBUTOR_STRIDE / vgic::SGI_BASE_OFFSET)
+    };
+    for frame in 0..frames {
+        mmio.add(MmioRegion {
+            base: GUEST_GICR_BASE + frame * vgic::SGI_BASE_OFFSET,
+            size: vgic::SGI_BASE_OFFSET,
+            device: DeviceId::Gic,
+        })
+        .map_err(VmError::Devices)?;
+    }
+    let vgic_config = VgicConfig {
         distributor_base: GUEST_GICD_BASE,
         redistributor_base: GUEST_GICR_BASE,
         spi_count: GUEST_SPI_COUNT,
         vcpu_mpidrs: (0..vcpus).map(vcpu_mpidr).collect(),
-    })
+    };
+    let vgic = if gicv2.is_some() {
+        Vgic::new_v2(vgic_config)
+    } else {
+        Vgic::new(vgic_config)
+    }
     .map_err(VmError::Vgic)?;
-    if !features.gic_sysregs || info.platform.gic.is_none() {
+    if gicv2.is_none() && (!features.gic_sysregs || info.platform.gic.is_none()) {
         log::warn!(
-            "vm{index}: the host has no GICv3 with a system-register CPU interface: the guest gets no interrupts"
+            "vm{index}: the host has no GICv3 with a system-register CPU interface and no GICv2 with virtualization extensions: the guest gets no interrupts"
         );
     }
     let vm = Box::leak(Box::new(Vm {
@@ -442,15 +524,21 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         vgic,
         power: PowerStates::new(vcpus),
         counters,
-        reported_calls: Mutex::new(Vec::new()),
+        event_log: Mutex::new(EventLog::new(RatePolicy::for_counter_frequency(
+            read_sysreg!(cntfrq_el0),
+        ))),
         stopping: AtomicBool::new(false),
     }));
     log::info!(
         "vm{index}: {vcpus} vCPU(s), {} MiB RAM at IPA {GUEST_RAM_BASE:#x} backed by {backing:#x}, VMID {vmid}, \
-         kernel {:#x} ({} bytes), device tree {:#x}{}{}",
+         kernel {:#x} ({} bytes{}), device tree {:#x}{}{}",
         mem_bytes >> 20,
         placement.kernel.start,
-        kernel.data.len(),
+        kernel.len(),
+        match kernel_format {
+            KernelFormat::Image => "",
+            KernelFormat::RawBinary => ", raw binary: no Image header",
+        },
         placement.dtb.start,
         placement
             .initrd
@@ -459,6 +547,25 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
             String::new()
         } else {
             format!(", bootargs \"{bootargs}\"")
+        },
+    );
+    let plan = cache_caps.icache_plan();
+    log::info!(
+        "vm{index}: {}; instruction cache for executable mappings: {}{}",
+        if features.fwb {
+            "FEAT_S2FWB: stage 2 forces write-back, no data cache maintenance, set/way runs natively"
+        } else {
+            "no FEAT_S2FWB: pages cleaned to PoC when mapped, set/way trapped and converted"
+        },
+        match plan.invalidate {
+            IcacheInval::None => "no invalidation (CTR_EL0.DIC)",
+            IcacheInval::ByAddress => "IC IVAU",
+            IcacheInval::All => "IC IALLUIS",
+        },
+        if plan.clean_to_pou {
+            ", DC CVAU first"
+        } else {
+            ""
         },
     );
     let boot = BootRequest {

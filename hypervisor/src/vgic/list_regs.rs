@@ -9,6 +9,70 @@
 //! the way the CPU interface does, so the fold/fill logic is tested against
 //! the architecture's rules. [`ListRegister`] encodes and decodes one list
 //! register value.
+//!
+//! The model speaks the GICv3 list-register format everywhere. A GICv2
+//! host's list registers (`GICH_LR<n>`, 32 bits) hold the same information
+//! in another layout: [`LrEncoding`] names the two layouts and converts
+//! between them ([`ListRegister::to_v2`], [`ListRegister::from_v2`]); a
+//! GICv2 back end converts on every access, so the fold/fill logic is
+//! shared. The GICv2 `GICH_HCR`, `GICH_MISR` and `GICH_ELRSR0/1` bits sit
+//! where the GICv3 `ICH_HCR_EL2`, `ICH_MISR_EL2` and `ICH_ELRSR_EL2` bits do
+//! (En, UIE, LRENPIE, EOIcount; EOI, U, LRENP), so only the list registers
+//! need converting. A GICv2 SGI carries its source CPU in the list register
+//! (`CPUID`, returned by the guest's `GICC_IAR`); the model keeps it in bits
+//! \[34:32\] of its GICv3-format value ([`ListRegister::source`]), which
+//! are RES0 in `ICH_LR<n>_EL2` with HW = 0 and only ever set for a GICv2
+//! guest.
+
+use tock_registers::LocalRegisterCopy;
+use tock_registers::register_bitfields;
+
+register_bitfields! {u32,
+    /// `GICH_LR<n>` (GICv2 virtual interface control, HW = 0 layout).
+    GICH_LR [
+        /// The interrupt ID the guest sees.
+        VirtualID OFFSET(0) NUMBITS(10) [],
+        /// For an SGI: the source CPU the guest's `GICC_IAR` reports.
+        CPUID OFFSET(10) NUMBITS(3) [],
+        /// Maintenance interrupt when the guest deactivates it (HW = 0).
+        EOI OFFSET(19) NUMBITS(1) [],
+        /// Priority, upper five bits of the 8-bit priority.
+        Priority OFFSET(23) NUMBITS(5) [],
+        /// 0 invalid, 1 pending, 2 active, 3 pending and active.
+        State OFFSET(28) NUMBITS(2) [],
+        /// Group 1.
+        Grp1 OFFSET(30) NUMBITS(1) [],
+        /// Hardware interrupt.
+        HW OFFSET(31) NUMBITS(1) []
+    ]
+}
+
+/// The layout of the hardware's list registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LrEncoding {
+    /// `ICH_LR<n>_EL2`, 64 bits: the model's own format.
+    V3,
+    /// `GICH_LR<n>`, 32 bits.
+    V2,
+}
+
+impl LrEncoding {
+    /// The hardware value holding `lr`.
+    pub fn encode(self, lr: ListRegister) -> u64 {
+        match self {
+            Self::V3 => lr.0,
+            Self::V2 => u64::from(lr.to_v2()),
+        }
+    }
+
+    /// The list register a hardware value holds.
+    pub fn decode(self, raw: u64) -> ListRegister {
+        match self {
+            Self::V3 => ListRegister(raw),
+            Self::V2 => ListRegister::from_v2(raw as u32),
+        }
+    }
+}
 
 /// Most list registers the architecture allows (`ICH_VTR_EL2.ListRegs` is 4 bits).
 pub const MAX_LIST_REGISTERS: usize = 16;
@@ -32,6 +96,8 @@ pub const ICH_MISR_U: u64 = 1 << 1;
 pub const ICH_MISR_LRENP: u64 = 1 << 2;
 
 const LR_EOI: u64 = 1 << 41;
+const LR_SOURCE_SHIFT: u32 = 32;
+const LR_SOURCE_MASK: u64 = 0x7 << LR_SOURCE_SHIFT;
 const LR_PRIORITY_SHIFT: u32 = 48;
 const LR_GROUP: u64 = 1 << 60;
 const LR_HW: u64 = 1 << 61;
@@ -77,6 +143,49 @@ impl ListRegister {
     /// The virtual INTID.
     pub const fn intid(self) -> u32 {
         self.0 as u32
+    }
+
+    /// The same list register naming `source` (0..=7) as the SGI's source
+    /// CPU (GICv2 guests only).
+    pub const fn with_source(self, source: u8) -> Self {
+        Self((self.0 & !LR_SOURCE_MASK) | ((source as u64 & 0x7) << LR_SOURCE_SHIFT))
+    }
+
+    /// The SGI source CPU (GICv2 guests; 0 otherwise).
+    pub const fn source(self) -> u8 {
+        ((self.0 & LR_SOURCE_MASK) >> LR_SOURCE_SHIFT) as u8
+    }
+
+    /// The `GICH_LR<n>` value holding this list register: INTID (10 bits),
+    /// source CPU, EOI, the priority's upper five bits, state, group. The
+    /// model keeps priorities to five bits ([`crate::vgic::PRIORITY_MASK`]),
+    /// so nothing it writes is lost.
+    pub fn to_v2(self) -> u32 {
+        let mut lr = LocalRegisterCopy::<u32, GICH_LR::Register>::new(0);
+        lr.modify(
+            GICH_LR::VirtualID.val(self.intid() & 0x3ff)
+                + GICH_LR::CPUID.val(u32::from(self.source()))
+                + GICH_LR::EOI.val(u32::from(self.eoi_maintenance()))
+                + GICH_LR::Priority.val(u32::from(self.priority() >> 3))
+                + GICH_LR::State.val(u32::from(self.state()))
+                + GICH_LR::Grp1.val(u32::from(self.group1())),
+        );
+        lr.get()
+    }
+
+    /// The list register a `GICH_LR<n>` value holds (HW = 0 layout).
+    pub fn from_v2(raw: u32) -> Self {
+        let lr = LocalRegisterCopy::<u32, GICH_LR::Register>::new(raw);
+        let state = lr.read(GICH_LR::State);
+        Self::virtual_interrupt(
+            lr.read(GICH_LR::VirtualID),
+            (lr.read(GICH_LR::Priority) << 3) as u8,
+            lr.is_set(GICH_LR::Grp1),
+            state & 1 != 0,
+            state & 2 != 0,
+            lr.is_set(GICH_LR::EOI) && !lr.is_set(GICH_LR::HW),
+        )
+        .with_source(lr.read(GICH_LR::CPUID) as u8)
     }
 
     /// The priority field.
@@ -144,13 +253,29 @@ pub trait ListRegisters {
 /// `ELRSR` and `MISR` are computed from the list registers and `HCR` as the
 /// architecture defines them; [`acknowledge`](Self::acknowledge) and
 /// [`end_of_interrupt`](Self::end_of_interrupt) do what the guest's
-/// `ICC_IAR1_EL1` and `ICC_EOIR1_EL1` (EOImode 0) do to the list registers.
+/// `ICC_IAR1_EL1` and `ICC_EOIR1_EL1` (EOImode 0) do to the list registers
+/// and the active priorities: an interrupt is signalled only if it is more
+/// urgent than the running priority (whole priorities are compared, as with
+/// the smallest binary point; the priority mask is left open), and an EOI
+/// drops the running priority and deactivates the interrupt in its list
+/// register, or counts in `EOIcount` when no list register holds it active.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModelListRegisters {
     lrs: [u64; MAX_LIST_REGISTERS],
+    /// The layout the values pass through on their way in and out (a GICv2
+    /// model keeps exactly what a `GICH_LR` could hold).
+    encoding: LrEncoding,
     count: usize,
     hcr: u64,
+    /// The active priorities (`ICH_AP1R<n>_EL2`): the priority of each
+    /// acknowledged interrupt not yet EOI'd, innermost (most urgent) last.
+    active_priorities: [u8; MAX_ACTIVE_PRIORITIES],
+    nested: usize,
 }
+
+/// Most nested acknowledgements the model tracks (one per priority value
+/// with five priority bits).
+const MAX_ACTIVE_PRIORITIES: usize = 32;
 
 impl ModelListRegisters {
     /// A CPU interface with `count` list registers (1..=16), all empty.
@@ -161,9 +286,40 @@ impl ModelListRegisters {
         );
         Self {
             lrs: [0; MAX_LIST_REGISTERS],
+            encoding: LrEncoding::V3,
             count,
             hcr: 0,
+            active_priorities: [0; MAX_ACTIVE_PRIORITIES],
+            nested: 0,
         }
+    }
+
+    /// The same model, its list registers in `encoding`: every value
+    /// written goes through the hardware layout and back, so what a layout
+    /// cannot hold is lost as it would be on that hardware.
+    pub fn with_encoding(mut self, encoding: LrEncoding) -> Self {
+        self.encoding = encoding;
+        self
+    }
+
+    /// The running priority: the most urgent active priority (`None`: idle).
+    pub fn running_priority(&self) -> Option<u8> {
+        self.active_priorities[..self.nested].iter().copied().min()
+    }
+
+    /// The list register the CPU interface signals now: the most urgent
+    /// pending (not active) one that is more urgent than the running
+    /// priority. Returns its index and value.
+    pub fn signalled(&self) -> Option<(usize, ListRegister)> {
+        let running = self.running_priority();
+        self.lrs
+            .iter()
+            .take(self.count)
+            .map(|&v| ListRegister(v))
+            .enumerate()
+            .filter(|(_, lr)| lr.pending() && !lr.active())
+            .filter(|(_, lr)| running.is_none_or(|r| lr.priority() < r))
+            .min_by_key(|(_, lr)| (lr.priority(), lr.intid()))
     }
 
     /// The list registers' current values.
@@ -172,25 +328,34 @@ impl ModelListRegisters {
     }
 
     /// What the guest's acknowledge (`ICC_IAR1_EL1`) would return: the
-    /// highest-priority pending list register, whose state becomes active
+    /// [signalled](Self::signalled) list register, whose state becomes active
     /// (pending and active for a still-pending edge is not modelled: the list
-    /// register's pending bit is consumed). Returns the INTID.
+    /// register's pending bit is consumed) and whose priority becomes the
+    /// running priority. Returns the INTID.
     pub fn acknowledge(&mut self) -> Option<u32> {
-        let (index, lr) = self
-            .lrs
-            .iter()
-            .take(self.count)
-            .map(|&v| ListRegister(v))
-            .enumerate()
-            .filter(|(_, lr)| lr.pending() && !lr.active())
-            .min_by_key(|(_, lr)| (lr.priority(), lr.intid()))?;
+        let (index, lr) = self.signalled()?;
+        if self.nested == MAX_ACTIVE_PRIORITIES {
+            return None;
+        }
         self.lrs[index] = (lr.0 & !LR_PENDING) | LR_ACTIVE;
+        self.active_priorities[self.nested] = lr.priority();
+        self.nested += 1;
         Some(lr.intid())
     }
 
     /// The guest's EOI (priority drop and deactivation) of `intid`. Without a
     /// list register holding it active, `ICH_HCR_EL2.EOIcount` counts up.
     pub fn end_of_interrupt(&mut self, intid: u32) {
+        if let Some(innermost) = self.active_priorities[..self.nested]
+            .iter()
+            .enumerate()
+            .min_by_key(|&(_, &priority)| priority)
+            .map(|(index, _)| index)
+        {
+            self.active_priorities
+                .copy_within(innermost + 1..self.nested, innermost);
+            self.nested -= 1;
+        }
         let found = self.lrs.iter_mut().take(self.count).find(|v| {
             let lr = ListRegister(**v);
             lr.active() && lr.intid() == intid
@@ -218,7 +383,8 @@ impl ListRegisters for ModelListRegisters {
 
     fn write_lr(&mut self, index: usize, value: u64) {
         assert!(index < self.count, "ICH_LR{index}_EL2 is not implemented");
-        self.lrs[index] = value;
+        let encoding = self.encoding;
+        self.lrs[index] = encoding.decode(encoding.encode(ListRegister(value))).0;
     }
 
     fn read_hcr(&self) -> u64 {
@@ -405,6 +571,51 @@ mod tests {
         assert_eq!(both.state(), 3);
         assert_eq!(both.0 >> 62, 3);
         assert!(ListRegister::EMPTY.is_empty());
+    }
+
+    #[test]
+    fn gicv2_list_register_layout() {
+        // SPI 33, priority 0xa0, group 1, pending, EOI maintenance.
+        let lr = ListRegister::virtual_interrupt(33, 0xa0, true, true, false, true);
+        assert_eq!(
+            lr.to_v2(),
+            33 | 1 << 19 | (0xa0 >> 3) << 23 | 1 << 28 | 1 << 30
+        );
+        // SGI 2 from CPU 5, active, group 0, priority 0xf8.
+        let sgi =
+            ListRegister::virtual_interrupt(2, 0xf8, false, false, true, false).with_source(5);
+        assert_eq!(sgi.source(), 5);
+        assert_eq!(sgi.to_v2(), 2 | 5 << 10 | 0x1f << 23 | 2 << 28);
+        // Pending and active; the empty register.
+        let both = ListRegister::virtual_interrupt(1019, 0x08, true, true, true, false);
+        assert_eq!(both.to_v2(), 1019 | 1 << 23 | 3 << 28 | 1 << 30);
+        assert_eq!(ListRegister::EMPTY.to_v2(), 0);
+        // Decoding: HW set means bit 19 is a physical ID bit, not EOI.
+        assert!(!ListRegister::from_v2(1 << 31 | 1 << 19 | 1 << 28).eoi_maintenance());
+        assert_eq!(ListRegister::from_v2(0x3ff).intid(), 0x3ff);
+    }
+
+    #[test]
+    fn gicv2_layout_round_trips_what_the_model_writes() {
+        for intid in [0, 7, 15, 16, 27, 31, 32, 100, 1019] {
+            for priority in (0..=255u8).step_by(8) {
+                for bits in 0..32u8 {
+                    let source = if intid < 16 { bits % 8 } else { 0 };
+                    let lr = ListRegister::virtual_interrupt(
+                        intid,
+                        priority,
+                        bits & 1 != 0,
+                        bits & 2 != 0,
+                        bits & 4 != 0,
+                        bits & 8 != 0,
+                    )
+                    .with_source(source);
+                    assert_eq!(ListRegister::from_v2(lr.to_v2()), lr, "{lr:x?}");
+                    assert_eq!(LrEncoding::V2.decode(LrEncoding::V2.encode(lr)), lr);
+                    assert_eq!(LrEncoding::V3.decode(LrEncoding::V3.encode(lr)), lr);
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,5 +1,14 @@
-//! Virtual GICv3: emulated distributor and redistributors, injection through
-//! the list registers.
+//! Virtual GICv3 and GICv2: emulated distributor and redistributors,
+//! injection through the list registers.
+//!
+//! One interrupt model serves both. A GICv2 guest ([`VgicVersion::V2`],
+//! module `distributor_v2`) sees one distributor frame whose private
+//! registers are banked by the accessing vCPU, SPIs routed by `ITARGETSR`,
+//! SGIs sent through `GICD_SGIR` and pending per source CPU, and the
+//! hardware's `GICV` frame as its CPU interface (mapped at stage 2, no trap).
+//! The list registers are the same model values on both; a GICv2 host
+//! converts them to `GICH_LR` ([`LrEncoding`]). The rest of this text
+//! describes the GICv3 front end; fold, fill and maintenance are the same.
 //!
 //! The guest sees a GICv3 with one security state (`GICD_CTLR.DS` = 1),
 //! affinity routing always on (`ARE` reads as one), no LPIs and no ITS. Its
@@ -52,16 +61,21 @@
 //! - Handle the exit: MMIO in [`VgicConfig`]'s frames goes to
 //!   [`VgicState::mmio_read`]/[`VgicState::mmio_write`]; a trapped
 //!   `ICC_SGI1R_EL1` to [`VgicState::send_sgi`] ([`SgiGroup::from_sysreg`]
-//!   tells the SGI registers apart); a fired virtual timer to
-//!   [`VgicState::set_ppi_level`] with [`VTIMER_INTID`]; device lines to
+//!   tells the SGI registers apart); a fired timer to
+//!   [`VgicState::set_ppi_level`] with [`VTIMER_INTID`] or [`PTIMER_INTID`]
+//!   (see `crate::timer`); device lines to
 //!   [`VgicState::set_spi_level`]/[`VgicState::inject_spi_edge`]. The
 //!   maintenance interrupt (PPI 25) needs no handling beyond the exit itself.
 //! - Refresh level sources whose line may have moved while the guest ran
-//!   (the virtual timer's `ISTATUS`), then [`VgicState::fill`] before `ERET`:
-//!   the highest-priority interrupts go to the list registers, active ones
-//!   first; if some did not fit, `ICH_HCR_EL2.UIE` asks for a maintenance
-//!   interrupt when the list registers run nearly empty. Level interrupts are
-//!   listed with EOI maintenance so their line is re-sampled after the EOI.
+//!   (the timers' `ISTATUS`), then [`VgicState::fill`] before `ERET`:
+//!   the interrupts the guest is handling and the pending ones that can
+//!   preempt it go to the list registers first, by priority, then the other
+//!   pending ones, and interrupts made active through `ISACTIVER` only where
+//!   room is left (module `sync`); if pending ones did not fit, maintenance
+//!   interrupts (`ICH_HCR_EL2.UIE`, EOI maintenance, `LRENPIE` with
+//!   `EOIcount`) ask for the next fill when one could be taken. Level
+//!   interrupts (both timers' PPIs among them) are listed with EOI
+//!   maintenance so their line is re-sampled after the EOI.
 //! - When a vCPU stops running on its CPU (`CPU_OFF`, or another vCPU is
 //!   scheduled there): [`VgicState::unload`] folds and empties the list
 //!   registers, so the SPIs they held can go to other vCPUs. (`ICH_VMCR_EL2`
@@ -73,20 +87,23 @@
 //!   ends the guest's WFI.)
 
 mod distributor;
+mod distributor_v2;
 pub mod irq;
 pub mod list_regs;
+#[cfg(test)]
+mod model_test;
 mod redistributor;
 mod regs;
 pub mod sgi;
 mod state;
 mod sync;
 
-pub use irq::{IntIdClass, PRIORITY_MASK, Trigger, VTIMER_INTID};
+pub use irq::{IntIdClass, PRIORITY_MASK, PTIMER_INTID, Trigger, VTIMER_INTID};
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub use list_regs::HardwareListRegisters;
-pub use list_regs::{ListRegister, ListRegisters, ModelListRegisters};
+pub use list_regs::{ListRegister, ListRegisters, LrEncoding, ModelListRegisters};
 pub use sgi::{SgiGroup, SgiRequest, SgiTargets};
-pub use state::{VgicConfig, VgicState};
+pub use state::{MAX_VCPUS_V2, VgicConfig, VgicState, VgicVersion};
 pub use sync::FillOutcome;
 
 /// Size of the distributor frame.
@@ -225,6 +242,13 @@ impl Vgic {
     pub fn new(config: VgicConfig) -> Result<Self, VgicError> {
         Ok(Self {
             state: spin::Mutex::new(VgicState::new(config)?),
+        })
+    }
+
+    /// A virtual GICv2 in its reset state.
+    pub fn new_v2(config: VgicConfig) -> Result<Self, VgicError> {
+        Ok(Self {
+            state: spin::Mutex::new(VgicState::new_v2(config)?),
         })
     }
 

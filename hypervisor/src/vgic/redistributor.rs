@@ -188,6 +188,7 @@ const _: () = assert!(
 
 #[cfg(test)]
 mod tests {
+    use super::super::VTIMER_INTID;
     use super::super::state::tests::two_vcpus;
     use super::super::{Trigger, VgicConfig};
     use super::*;
@@ -326,7 +327,7 @@ mod tests {
         gic.distributor_write(0, 4, 0x2).unwrap();
         let sgi1 = GICR_BASE + 0x20000 + SGI;
         gic.mmio_write(sgi1 + 0x80, 4, 0xffff_ffff).unwrap();
-        gic.set_timer_level(1, true).unwrap();
+        gic.set_ppi_level(1, VTIMER_INTID, true).unwrap();
         let kicks = gic.mmio_write(sgi1 + 0x100, 4, 1 << 27).unwrap();
         assert_eq!(kicks.iter().collect::<Vec<_>>(), vec![1]);
     }

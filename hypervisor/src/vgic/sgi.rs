@@ -5,6 +5,12 @@
 //! The written value names the SGI and its targets: either every PE but the
 //! sender (`IRM` = 1) or the PEs of one cluster `Aff3.Aff2.Aff1` whose `Aff0`
 //! is `RS * 16 + n` for each bit n of `TargetList`.
+//!
+//! A GICv2 guest writes `GICD_SGIR` instead ([`SgirRequest`]):
+//! `TargetListFilter` \[25:24\] picks the CPUs in `CPUTargetList`
+//! \[23:16\], every CPU but the sender, or the sender only (3 is
+//! reserved: nothing is sent); `SGIINTID` \[3:0\] names the SGI. Bit n of a
+//! target list is vCPU n (CPU interface n).
 
 use super::VcpuSet;
 
@@ -103,9 +109,79 @@ impl SgiRequest {
     }
 }
 
+/// A decoded `GICD_SGIR` write (GICv2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SgirRequest {
+    /// `SGIINTID` \[3:0\].
+    pub intid: u32,
+    /// `TargetListFilter` \[25:24\].
+    pub filter: u8,
+    /// `CPUTargetList` \[23:16\].
+    pub target_list: u8,
+}
+
+impl SgirRequest {
+    /// Decodes a written `GICD_SGIR` value.
+    pub const fn decode(value: u32) -> Self {
+        Self {
+            intid: value & 0xf,
+            filter: ((value >> 24) & 0x3) as u8,
+            target_list: (value >> 16) as u8,
+        }
+    }
+
+    /// The vCPUs (of `vcpus`, at most 8) that `sender`'s write reaches.
+    pub fn resolve(&self, vcpus: usize, sender: usize) -> VcpuSet {
+        let existing = if vcpus >= 8 {
+            0xff
+        } else {
+            (1u64 << vcpus) - 1
+        };
+        let bits = match self.filter {
+            0 => u64::from(self.target_list),
+            1 => existing & !(1 << sender),
+            2 => 1 << sender,
+            _ => 0,
+        };
+        VcpuSet(bits & existing)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sgir_decodes_filter_and_targets() {
+        // SGI 5 to CPUs 1 and 3.
+        let list = SgirRequest::decode(0b1010 << 16 | 5);
+        assert_eq!(
+            list,
+            SgirRequest {
+                intid: 5,
+                filter: 0,
+                target_list: 0b1010
+            }
+        );
+        assert_eq!(list.resolve(4, 0), VcpuSet(0b1010));
+        // CPU 3 does not exist with 2 vCPUs.
+        assert_eq!(list.resolve(2, 0), VcpuSet(0b10));
+        // All but self, NSATT (bit 15) ignored, the list ignored.
+        let others = SgirRequest::decode(1 << 24 | 0xff << 16 | 1 << 15 | 15);
+        assert_eq!(others.intid, 15);
+        assert_eq!(others.resolve(4, 2), VcpuSet(0b1011));
+        assert_eq!(others.resolve(8, 7), VcpuSet(0x7f));
+        // Self only.
+        assert_eq!(
+            SgirRequest::decode(2 << 24 | 1).resolve(4, 2),
+            VcpuSet(0b100)
+        );
+        // Reserved filter: nobody.
+        assert_eq!(
+            SgirRequest::decode(3 << 24 | 0xff << 16).resolve(4, 0),
+            VcpuSet(0)
+        );
+    }
 
     #[test]
     fn decodes_fields() {

@@ -10,9 +10,7 @@
 //! reports the vCPUs to kick: the interrupt's target if it is now
 //! deliverable, and the vCPU whose list registers hold it.
 
-use super::irq::{
-    FIRST_SPI, IntIdClass, IrqState, PRIVATE_COUNT, SGI_COUNT, Trigger, VTIMER_INTID,
-};
+use super::irq::{FIRST_SPI, IntIdClass, IrqState, PRIVATE_COUNT, SGI_COUNT, Trigger};
 use super::list_regs::MAX_LIST_REGISTERS;
 use super::sgi::{SgiGroup, SgiRequest};
 use super::{
@@ -40,6 +38,23 @@ pub struct VgicConfig {
     /// (`GICD_TYPER.RSS` = 0) and affinities must be distinct.
     pub vcpu_mpidrs: Vec<u64>,
 }
+
+/// Which GIC the guest sees: the register maps and SGI rules differ, the
+/// interrupt model and the list-register logic are shared.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VgicVersion {
+    /// GICv2: one distributor frame with banked private registers,
+    /// `ITARGETSR` routing, SGIs through `GICD_SGIR` with a source CPU; the
+    /// CPU interface is the hardware's `GICV` frame. At most 8 vCPUs.
+    V2,
+    /// GICv3: distributor and redistributors, affinity routing, SGIs
+    /// through the trapped `ICC_SGI*R_EL1`.
+    #[default]
+    V3,
+}
+
+/// Most vCPUs a GICv2 serves (8 CPU interfaces).
+pub const MAX_VCPUS_V2: usize = 8;
 
 /// One vCPU's redistributor and list-register bookkeeping.
 #[derive(Clone, Debug)]
@@ -72,6 +87,7 @@ impl VcpuState {
 /// All state of one VM's virtual GIC. See the [module docs](super).
 #[derive(Clone, Debug)]
 pub struct VgicState {
+    pub(crate) version: VgicVersion,
     pub(crate) distributor_base: u64,
     pub(crate) redistributor_base: u64,
     /// `GICD_CTLR.EnableGrp0`.
@@ -83,6 +99,8 @@ pub struct VgicState {
     pub(crate) spis: Vec<IrqState>,
     /// `IROUTER` of SPI n at index n - 32.
     pub(crate) routes: Vec<u64>,
+    /// GICv2: `ITARGETSR` byte of SPI n at index n - 32 (bit n = vCPU n).
+    pub(crate) targets: Vec<u8>,
     pub(crate) vcpus: Vec<VcpuState>,
 }
 
@@ -132,6 +150,7 @@ impl VgicState {
             vcpus.push(VcpuState::new(affinity));
         }
         Ok(Self {
+            version: VgicVersion::V3,
             distributor_base: config.distributor_base,
             redistributor_base: config.redistributor_base,
             enable_grp0: false,
@@ -139,8 +158,27 @@ impl VgicState {
             spi_count: config.spi_count,
             spis: alloc::vec![IrqState::new(Trigger::Level); config.spi_count as usize],
             routes: alloc::vec![0; config.spi_count as usize],
+            targets: alloc::vec![0; config.spi_count as usize],
             vcpus,
         })
+    }
+
+    /// A virtual GICv2 in its reset state (as [`new`](Self::new), SPIs
+    /// targeting no CPU). `redistributor_base` is not used, but must not
+    /// overlap the distributor. At most [`MAX_VCPUS_V2`] vCPUs.
+    pub fn new_v2(config: VgicConfig) -> Result<Self, VgicError> {
+        let count = config.vcpu_mpidrs.len();
+        if count > MAX_VCPUS_V2 {
+            return Err(VgicError::VcpuCount(count));
+        }
+        let mut state = Self::new(config)?;
+        state.version = VgicVersion::V2;
+        Ok(state)
+    }
+
+    /// The GIC the guest sees.
+    pub fn version(&self) -> VgicVersion {
+        self.version
     }
 
     /// Number of vCPUs.
@@ -160,6 +198,9 @@ impl VgicState {
         {
             return Some((Frame::Distributor, offset));
         }
+        if self.version == VgicVersion::V2 {
+            return None;
+        }
         let offset = ipa.checked_sub(self.redistributor_base)?;
         let vcpu = usize::try_from(offset / REDISTRIBUTOR_STRIDE).ok()?;
         if vcpu >= self.vcpus.len() {
@@ -173,8 +214,13 @@ impl VgicState {
         })
     }
 
-    /// A guest load of `size` bytes (1, 2, 4 or 8) at `ipa`.
+    /// A guest load of `size` bytes (1, 2, 4 or 8) at `ipa`. (A GICv2's
+    /// banked registers read as vCPU 0's here: see
+    /// [`mmio_read_from`](Self::mmio_read_from).)
     pub fn mmio_read(&self, ipa: u64, size: u8) -> Result<u64, VgicError> {
+        if self.version == VgicVersion::V2 {
+            return self.mmio_read_from(0, ipa, size);
+        }
         match self.frame_of(ipa).ok_or(VgicError::NotInGic { ipa })? {
             (Frame::Distributor, offset) => self.distributor_read(offset, size),
             (Frame::RdBase { vcpu }, offset) => self.rd_base_read(vcpu, offset, size),
@@ -185,10 +231,45 @@ impl VgicState {
     /// A guest store of the low `size` bytes of `value` at `ipa`. Returns the
     /// vCPUs to kick.
     pub fn mmio_write(&mut self, ipa: u64, size: u8, value: u64) -> Result<VcpuSet, VgicError> {
+        if self.version == VgicVersion::V2 {
+            return self.mmio_write_from(0, ipa, size, value);
+        }
         match self.frame_of(ipa).ok_or(VgicError::NotInGic { ipa })? {
             (Frame::Distributor, offset) => self.distributor_write(offset, size, value),
             (Frame::RdBase { vcpu }, offset) => self.rd_base_write(vcpu, offset, size, value),
             (Frame::SgiBase { vcpu }, offset) => self.sgi_base_write(vcpu, offset, size, value),
+        }
+    }
+
+    /// A load by `vcpu` (GICv2's distributor banks the private interrupts'
+    /// registers by the accessing CPU).
+    pub fn mmio_read_from(&self, vcpu: usize, ipa: u64, size: u8) -> Result<u64, VgicError> {
+        match self.version {
+            VgicVersion::V3 => self.mmio_read(ipa, size),
+            VgicVersion::V2 => {
+                self.check_vcpu(vcpu)?;
+                let (_, offset) = self.frame_of(ipa).ok_or(VgicError::NotInGic { ipa })?;
+                self.distributor_v2_read(vcpu, offset, size)
+            }
+        }
+    }
+
+    /// A store by `vcpu`; see [`mmio_read_from`](Self::mmio_read_from).
+    /// Returns the vCPUs to kick.
+    pub fn mmio_write_from(
+        &mut self,
+        vcpu: usize,
+        ipa: u64,
+        size: u8,
+        value: u64,
+    ) -> Result<VcpuSet, VgicError> {
+        match self.version {
+            VgicVersion::V3 => self.mmio_write(ipa, size, value),
+            VgicVersion::V2 => {
+                self.check_vcpu(vcpu)?;
+                let (_, offset) = self.frame_of(ipa).ok_or(VgicError::NotInGic { ipa })?;
+                self.distributor_v2_write(vcpu, offset, size, value)
+            }
         }
     }
 
@@ -227,6 +308,12 @@ impl VgicState {
 
     /// The vCPU SPI `intid` is routed to now.
     pub(crate) fn spi_target(&self, intid: u32) -> Option<usize> {
+        if self.version == VgicVersion::V2 {
+            // 1-of-N among the CPUs named: the lowest-numbered one.
+            let targets = *self.targets.get(intid.checked_sub(FIRST_SPI)? as usize)?;
+            let first = targets.trailing_zeros() as usize;
+            return (first < self.vcpus.len()).then_some(first);
+        }
         let route = *self.routes.get(intid.checked_sub(FIRST_SPI)? as usize)?;
         if route & IROUTER_IRM != 0 {
             Some(
@@ -269,7 +356,7 @@ impl VgicState {
         kicks
     }
 
-    fn check_vcpu(&self, vcpu: usize) -> Result<(), VgicError> {
+    pub(crate) fn check_vcpu(&self, vcpu: usize) -> Result<(), VgicError> {
         if vcpu < self.vcpus.len() {
             Ok(())
         } else {
@@ -309,12 +396,6 @@ impl VgicState {
     ) -> Result<VcpuSet, VgicError> {
         self.check_ppi(vcpu, intid)?;
         self.set_line(vcpu, intid, level)
-    }
-
-    /// Drives `vcpu`'s virtual timer line (PPI 27): high while the guest's
-    /// `CNTV_CTL_EL0` has ENABLE and ISTATUS set. Returns the vCPUs to kick.
-    pub fn set_timer_level(&mut self, vcpu: usize, level: bool) -> Result<VcpuSet, VgicError> {
-        self.set_ppi_level(vcpu, VTIMER_INTID, level)
     }
 
     /// Latches SPI `intid` pending (an edge, or a message). Returns the vCPUs
@@ -391,6 +472,7 @@ impl VgicState {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::super::VTIMER_INTID;
     use super::*;
 
     /// Two vCPUs (MPIDR 0.0.0.0 and 0.0.0.1), 64 SPIs, QEMU virt addresses.
@@ -527,9 +609,12 @@ pub(crate) mod tests {
         gic.vcpus[0].private[27].enabled = true;
         let mut zero = VcpuSet::EMPTY;
         zero.insert(0);
-        assert_eq!(gic.set_timer_level(0, true), Ok(zero));
+        assert_eq!(gic.set_ppi_level(0, VTIMER_INTID, true), Ok(zero));
         assert!(gic.has_deliverable(0));
-        assert_eq!(gic.set_timer_level(0, false), Ok(VcpuSet::EMPTY));
+        assert_eq!(
+            gic.set_ppi_level(0, VTIMER_INTID, false),
+            Ok(VcpuSet::EMPTY)
+        );
         assert!(!gic.has_deliverable(0));
     }
 

@@ -1,6 +1,9 @@
-//! Tests of the operations: edge cases (`edges`) and the model-based
-//! property test (`model`), sharing a small harness.
+//! Tests of the operations: edge cases (`edges`), the model-based
+//! property test (`model`) and the cache maintenance without FWB (`cmo`),
+//! sharing a small harness.
 
+#[cfg(not(loom))]
+mod cmo;
 mod edges;
 mod model;
 mod shared;

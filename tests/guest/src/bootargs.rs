@@ -1,6 +1,6 @@
 //! The guest's options, read from its bootargs (`/chosen/bootargs`):
-//! `test=<scenario>` picks the scenario (`memory` by default, `bad-guest` or
-//! `fuzz`), and `hypercalls=psci` says that only PSCI answers hypercalls
+//! `test=<scenario>` picks the scenario (`memory` by default, or one of
+//! [`Scenario::ALL`]), and `hypercalls=psci` says that only PSCI answers hypercalls
 //! (booted by QEMU directly, without the hypervisor), so the hypervisor's own
 //! calls (`TEST_REPORT`, SMCCC `VERSION`) must not be made. The fuzz scenario
 //! reads `seed=N` (first seed, default 1), `seeds=K` (consecutive seeds run in
@@ -15,18 +15,48 @@
 pub enum Scenario {
     /// SMP memory pattern test plus one caught abort (the default).
     Memory,
-    /// Unmapped device access and unknown hypercall.
+    /// Unmapped device access, device-window straddling loads and unknown
+    /// hypercall.
     BadGuest,
+    /// Aborts and undefined instructions from AArch64 and AArch32 EL0.
+    Aarch32El0,
+    /// Both EL1 timers' interrupts on every vCPU, counters consistent.
+    Timers,
+    /// vCPUs racing PSCI `CPU_ON` for the same target, round after round.
+    CpuOnRace,
+    /// A flood of distinct unknown hypercalls, injected aborts and refused
+    /// device accesses.
+    Flood,
+    /// Interrupt delivery while more SPIs are active (through the
+    /// distributor) than there are list registers.
+    VgicScarce,
     /// Hostile-guest fuzzer driven by a seed.
     Fuzz,
 }
 
 impl Scenario {
+    /// Every scenario.
+    pub const ALL: &[Scenario] = &[
+        Scenario::Memory,
+        Scenario::BadGuest,
+        Scenario::Aarch32El0,
+        Scenario::Timers,
+        Scenario::CpuOnRace,
+        Scenario::Flood,
+        Scenario::VgicScarce,
+        Scenario::Fuzz,
+    ];
+
     /// The name used in `test=`.
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Memory => "memory",
             Scenario::BadGuest => "bad-guest",
+            Scenario::Aarch32El0 => "aarch32-el0",
+            Scenario::Timers => "timers",
+            Scenario::CpuOnRace => "cpu-on-race",
+            Scenario::Flood => "flood",
+            Scenario::VgicScarce => "vgic-scarce",
             Scenario::Fuzz => "fuzz",
         }
     }
@@ -128,12 +158,11 @@ impl Options {
             };
             match key {
                 "test" => {
-                    scenario = match value {
-                        "memory" => Scenario::Memory,
-                        "bad-guest" => Scenario::BadGuest,
-                        "fuzz" => Scenario::Fuzz,
-                        _ => return Err(value),
-                    }
+                    scenario = Scenario::ALL
+                        .iter()
+                        .copied()
+                        .find(|scenario| scenario.name() == value)
+                        .ok_or(value)?;
                 }
                 "seed" => fuzz.seed = number(value).ok_or(word)?,
                 "seeds" => fuzz.seeds = number(value).ok_or(word)?,
@@ -194,7 +223,7 @@ mod tests {
         );
         assert_eq!(Options::parse("test=fly hypercalls=psci"), Err("fly"));
         assert!(!Options::psci_only("hypercalls=psci-ish"));
-        for scenario in [Scenario::Memory, Scenario::BadGuest, Scenario::Fuzz] {
+        for &scenario in Scenario::ALL {
             let bootargs = format!("test={}", scenario.name());
             assert_eq!(Options::parse(&bootargs).unwrap().scenario, scenario);
         }

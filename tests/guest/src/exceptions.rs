@@ -3,20 +3,27 @@
 //! Every vector entry saves `x0..x30`, `ELR_EL1` and `SPSR_EL1` in a frame on
 //! the current stack and calls [`handle_exception`] with the entry's number.
 //! The fuzz scenario's hook ([`crate::fuzz::handle`]) sees every exception
-//! first and takes those of the code it runs and the interrupts it arms.
+//! but an IRQ it takes through the GIC driver first, and takes those of the
+//! code it runs and the group-0 interrupts (FIQ) it arms.
 //! A probe arms its CPU's slot, performs one load or store (a single
 //! instruction in inline assembly) and disarms it. A synchronous data abort
 //! (EC 0x25) taken while armed is recorded (ESR, FAR) and the faulting
 //! instruction is skipped by advancing `ELR_EL1` by 4, as the hypervisor's
-//! injected abort enters exactly like a real one at `VBAR_EL1 + 0x200`. Any
-//! other exception is a failure: it is printed as the `RESULT` and the guest
-//! powers off.
+//! injected abort enters exactly like a real one at `VBAR_EL1 + 0x200`.
+//! Synchronous exceptions from EL0 (lower EL, AArch64 or AArch32) while an
+//! EL0 program runs go to `el0`, which records them. An IRQ at EL1 goes to
+//! the scenario that said it takes interrupts ([`take_irqs_for`]: `timers`,
+//! `vgic-scarce` or `fuzz`) through the one GIC driver (`gic::take_interrupts`),
+//! which acknowledges, hands over and finishes every pending interrupt;
+//! before any scenario does, an IRQ is unexpected. Any other exception is a
+//! failure: it is printed as the `RESULT` and the guest powers off.
 
 use core::arch::{asm, global_asm};
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::boot::MAX_CPUS;
-use crate::{console, psci, scenarios, smp};
+use crate::bootargs::Scenario;
+use crate::{console, el0, gic, psci, scenarios, smp, timers};
 
 /// ESR exception class of a data abort taken without a change in EL.
 pub const EC_DATA_ABORT_SAME_EL: u64 = 0x25;
@@ -25,6 +32,8 @@ pub const DFSC_EXTERNAL_ABORT: u64 = 0x10;
 
 /// Vector entry number of "current EL with SPx, synchronous".
 const VECTOR_SYNC_CURRENT_SPX: u64 = 4;
+/// Vector entry number of "current EL with SPx, IRQ".
+const VECTOR_IRQ_CURRENT_SPX: u64 = 5;
 
 const VECTOR_NAMES: [&str; 16] = [
     "sync, current EL, SP0",
@@ -48,11 +57,11 @@ const VECTOR_NAMES: [&str; 16] = [
 /// Registers saved by the vector entry, in the order the assembly stores them.
 #[repr(C)]
 pub struct ExceptionFrame {
-    /// `x0..x30`.
+    /// `x0..x30` (for an AArch32 EL0, `r0..r14` in `x0..x14`).
     pub x: [u64; 31],
-    /// `ELR_EL1`: where the entry returns to.
+    /// `ELR_EL1`: where the `ERET` at the end of the entry returns.
     pub elr: u64,
-    /// `SPSR_EL1`: the state it returns to.
+    /// `SPSR_EL1`: the PSTATE the `ERET` restores.
     pub spsr: u64,
     _pad: u64,
 }
@@ -188,11 +197,26 @@ pub enum Access {
     Write,
 }
 
-/// Accesses `address` once and returns the data abort it raised, if any.
-pub fn probe(address: u64, access: Access) -> Option<Abort> {
+/// Arms this CPU's probe slot for one access.
+fn arm() -> usize {
     let cpu = smp::current_cpu();
     TAKEN[cpu].store(false, Ordering::Relaxed);
     ARMED[cpu].store(true, Ordering::Relaxed);
+    cpu
+}
+
+/// Disarms `cpu`'s probe slot and returns the abort taken while armed.
+fn disarm(cpu: usize) -> Option<Abort> {
+    ARMED[cpu].store(false, Ordering::Relaxed);
+    TAKEN[cpu].load(Ordering::Relaxed).then(|| Abort {
+        esr: ESR[cpu].load(Ordering::Relaxed),
+        far: FAR[cpu].load(Ordering::Relaxed),
+    })
+}
+
+/// Accesses `address` once and returns the data abort it raised, if any.
+pub fn probe(address: u64, access: Access) -> Option<Abort> {
+    let cpu = arm();
     match access {
         // SAFETY: the access is expected to abort (outside RAM and every
         // device); when it does not, it reads a device register or unbacked
@@ -207,15 +231,56 @@ pub fn probe(address: u64, access: Access) -> Option<Abort> {
             asm!("str xzr, [{address}]", address = in(reg) address, options(nostack));
         },
     }
-    ARMED[cpu].store(false, Ordering::Relaxed);
-    TAKEN[cpu].load(Ordering::Relaxed).then(|| Abort {
-        esr: ESR[cpu].load(Ordering::Relaxed),
-        far: FAR[cpu].load(Ordering::Relaxed),
-    })
+    disarm(cpu)
+}
+
+/// Loads 32 bits from `address` once: the value, or the data abort raised.
+pub fn load_u32(address: u64) -> Result<u32, Abort> {
+    let cpu = arm();
+    let value: u32;
+    // SAFETY: a single load from a device register or an address expected to
+    // abort; reading a PL011 ID register has no side effect.
+    unsafe {
+        asm!("ldr {value:w}, [{address}]", address = in(reg) address, value = out(reg) value,
+             options(nostack));
+    }
+    disarm(cpu).map_or(Ok(value), Err)
+}
+
+/// Index in [`Scenario::ALL`] of the scenario whose handler IRQs go to;
+/// [`NO_IRQ_SCENARIO`] until one says it takes them.
+static IRQ_SCENARIO: AtomicUsize = AtomicUsize::new(NO_IRQ_SCENARIO);
+const NO_IRQ_SCENARIO: usize = usize::MAX;
+
+/// From now on, IRQs go to `scenario`'s handler (before it unmasks them).
+pub fn take_irqs_for(scenario: Scenario) {
+    let index = Scenario::ALL
+        .iter()
+        .position(|&s| s == scenario)
+        .unwrap_or(NO_IRQ_SCENARIO);
+    IRQ_SCENARIO.store(index, Ordering::Release);
+}
+
+/// An IRQ at EL1: the GIC driver takes every pending interrupt and hands
+/// each to the scenario that takes them. `false` when none does (the IRQ is
+/// then an unexpected exception).
+fn handle_irq() -> bool {
+    let scenario = Scenario::ALL.get(IRQ_SCENARIO.load(Ordering::Acquire));
+    let handler: fn(u32) = match scenario {
+        Some(Scenario::Timers) => timers::interrupt,
+        Some(Scenario::VgicScarce) => scenarios::vgic_scarce_interrupt,
+        Some(Scenario::Fuzz) => crate::fuzz::interrupt,
+        _ => return false,
+    };
+    gic::take_interrupts(handler);
+    true
 }
 
 /// Called by the vector entry with the entry number and the saved frame.
 extern "C" fn handle_exception(vector: u64, frame: &mut ExceptionFrame) {
+    if vector == VECTOR_IRQ_CURRENT_SPX && handle_irq() {
+        return;
+    }
     let (esr, far): (u64, u64);
     // SAFETY: reading the syndrome registers has no side effects.
     unsafe {
@@ -235,6 +300,11 @@ extern "C" fn handle_exception(vector: u64, frame: &mut ExceptionFrame) {
         FAR[cpu].store(far, Ordering::Relaxed);
         TAKEN[cpu].store(true, Ordering::Relaxed);
         frame.elr += 4;
+        return;
+    }
+    if (vector == el0::VECTOR_SYNC_LOWER_AARCH64 || vector == el0::VECTOR_SYNC_LOWER_AARCH32)
+        && el0::on_lower_el_exception(vector, esr, far, frame)
+    {
         return;
     }
     console::emergency_line(format_args!(

@@ -74,11 +74,17 @@ use core::arch::{asm, global_asm};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::boot::MAX_CPUS;
-use crate::bootargs::FuzzOptions;
+use crate::bootargs::{FuzzOptions, Scenario};
+use crate::exceptions;
 use crate::exceptions::ExceptionFrame;
 use crate::fuzz_model::{
     self, ICC_SGI1R_EL1, ID_AA64PFR1_EL1, IMPLEMENTED, Layout, NOT_SUPPORTED, Region, Rng,
     SAFE_IMPLEMENTED, SysReg, UNKNOWN_POOL,
+};
+use crate::gic::{self, Bank, GicError};
+use crate::gic_regs::{
+    GICD_CTLR, GICD_CTLR_ARE, GICD_CTLR_ENABLE_GRP0, GICD_CTLR_ENABLE_GRP1, GICR_WAKER, ICACTIVER,
+    ICENABLER, ICPENDR, ISENABLER, PRIORITY,
 };
 use crate::platform::Platform;
 use crate::println;
@@ -114,7 +120,6 @@ const VM_IPA_BITS: u64 = 40;
 
 /// Exception vectors the hook handles.
 const VECTOR_SYNC_EL1: u64 = 4;
-const VECTOR_IRQ_EL1: u64 = 5;
 const VECTOR_FIQ_EL1: u64 = 6;
 const VECTOR_SYNC_EL0_64: u64 = 8;
 const VECTOR_SYNC_EL0_32: u64 = 12;
@@ -367,8 +372,8 @@ pub fn handle(vector: u64, esr: u64, far: u64, frame: &mut ExceptionFrame) -> bo
         return false;
     }
     match vector {
-        VECTOR_IRQ_EL1 | VECTOR_FIQ_EL1 => {
-            take_interrupt(cpu, vector == VECTOR_FIQ_EL1);
+        VECTOR_FIQ_EL1 => {
+            take_fiq(cpu);
             true
         }
         VECTOR_SYNC_EL1 => {
@@ -405,37 +410,43 @@ fn record(cpu: usize, esr: u64, far: u64) {
     }
 }
 
-/// Acknowledges, counts, silences the source of and completes one interrupt.
-fn take_interrupt(cpu: usize, fiq: bool) {
-    let intid = if fiq {
-        read_sysreg!("icc_iar0_el1")
-    } else {
-        read_sysreg!("icc_iar1_el1")
-    } & 0xff_ffff;
-    if intid >= 1020 {
+/// The fuzz scenario's IRQ handler (through [`gic::take_interrupts`], which
+/// acknowledges and completes): counts `intid` and silences its source.
+pub fn interrupt(intid: u32) {
+    let cpu = smp::current_cpu();
+    if cpu >= FUZZ_CPUS {
         return;
     }
-    let s = &SETTINGS;
+    count_and_silence(cpu, intid);
+}
+
+/// Counts `intid` on `cpu` and silences its source: the virtual timer is
+/// turned off, any other interrupt disabled (random GIC writes may have
+/// enabled and pended it).
+fn count_and_silence(cpu: usize, intid: u32) {
     if intid < 32 {
         IRQS[cpu][intid as usize].fetch_add(1, Ordering::Relaxed);
     } else {
         OTHER_IRQS.fetch_add(1, Ordering::Relaxed);
     }
-    if intid == u64::from(TIMER_INTID) {
+    if intid == TIMER_INTID {
         write_sysreg!("cntv_ctl_el0", 0);
-    } else if (16..32).contains(&intid) {
-        let sgi_base =
-            s.gicr.load(Ordering::Relaxed) + cpu as u64 * fuzz_model::GICR_STRIDE + 0x1_0000;
-        mmio_write32(sgi_base + 0x180, 1 << intid);
-    } else if intid >= 32 {
-        let gicd = s.gicd.load(Ordering::Relaxed);
-        mmio_write32(gicd + 0x180 + intid / 32 * 4, 1 << (intid % 32));
-    }
-    if fiq {
-        write_sysreg!("icc_eoir0_el1", intid);
+    } else if intid < 32 {
+        gic::write_bits(Bank::Redistributor(cpu), ICENABLER, intid, 1 << intid);
     } else {
-        write_sysreg!("icc_eoir1_el1", intid);
+        gic::write_bits(Bank::Distributor, ICENABLER, intid, 1 << (intid % 32));
     }
+}
+
+/// Acknowledges, counts, silences the source of and completes one group-0
+/// interrupt (FIQ; the shared GIC driver only takes group 1).
+fn take_fiq(cpu: usize) {
+    let intid = (read_sysreg!("icc_iar0_el1") & 0xff_ffff) as u32;
+    if !gic::is_interrupt(intid) {
+        return;
+    }
+    count_and_silence(cpu, intid);
+    write_sysreg!("icc_eoir0_el1", u64::from(intid));
 }
 
 /// A 32-bit store to a GIC register, always a plain `STR` (an access with
@@ -1446,26 +1457,24 @@ impl Ctx {
     fn raise_and_wait(&mut self, intid: u32) -> bool {
         let l = self.layout;
         let rd = l.gicr + self.cpu as u64 * fuzz_model::GICR_STRIDE;
-        let sgi_base = rd + 0x1_0000;
+        let own = Bank::Redistributor(self.cpu);
         let bit = 1u32 << intid;
-        mmio_write32(rd + 0x14, 0); // WAKER: awake
-        mmio_write32(sgi_base + 0x080, mmio_read32(sgi_base + 0x080) | bit); // IGROUPR0
+        mmio_write32(rd + GICR_WAKER, 0); // awake
+        gic::set_group1(own, intid);
         // ICACTIVER0: the INTID, or (see ALLOW_KEEP_ACTIVE) every private
         // interrupt, which pile up in the active state like SPIs.
         let keep = self.allows(FuzzOptions::ALLOW_KEEP_ACTIVE);
-        mmio_write32(sgi_base + 0x380, if keep { bit } else { u32::MAX });
-        let priority = sgi_base + 0x400 + u64::from(intid & !3);
-        let shift = 8 * (intid & 3);
-        mmio_write32(
-            priority,
-            (mmio_read32(priority) & !(0xff << shift)) | (0x80 << shift),
-        );
+        gic::write_bits(own, ICACTIVER, intid, if keep { bit } else { u32::MAX });
+        gic::set_priority(own, intid, PRIORITY);
         if intid == TIMER_INTID {
-            mmio_write32(sgi_base + 0x280, bit); // ICPENDR0: no stale edge state
+            gic::write_bits(own, ICPENDR, intid, bit); // no stale edge state
         }
-        mmio_write32(sgi_base + 0x100, bit); // ISENABLER0
-        mmio_write32(l.gicd, 0x13); // ARE, EnableGrp1, EnableGrp0
-        write_sysreg!("icc_pmr_el1", 0xff);
+        gic::write_bits(own, ISENABLER, intid, bit);
+        mmio_write32(
+            l.gicd + GICD_CTLR,
+            GICD_CTLR_ARE | GICD_CTLR_ENABLE_GRP1 | GICD_CTLR_ENABLE_GRP0,
+        );
+        gic::set_priority_mask(0xff);
         write_sysreg!("icc_bpr1_el1", 0);
         write_sysreg!("icc_ctlr_el1", 0);
         write_sysreg!("icc_igrpen1_el1", 1);
@@ -1473,8 +1482,8 @@ impl Ctx {
             // SPIs pile up in the active state over a long run (see
             // ALLOW_KEEP_ACTIVE): deactivate them all, as a guest may.
             let typer = SETTINGS.gicd_typer.load(Ordering::Relaxed);
-            for word in 1..=(typer & 0x1f) {
-                mmio_write32(l.gicd + 0x380 + 4 * word, u32::MAX); // ICACTIVER
+            for word in 1..=(typer & 0x1f) as u32 {
+                gic::write_bits(Bank::Distributor, ICACTIVER, 32 * word, u32::MAX);
             }
         }
         if !self.allows(FuzzOptions::ALLOW_GROUP0_OFF) {
@@ -1490,13 +1499,7 @@ impl Ctx {
             write_sysreg!("cntv_cval_el0", now + frequency / 1000);
             write_sysreg!("cntv_ctl_el0", 1);
         } else {
-            let mpidr = MPIDRS[self.cpu].load(Ordering::Relaxed);
-            let value = (u64::from(intid) << 24)
-                | (((mpidr >> 8) & 0xff) << 16)
-                | (((mpidr >> 16) & 0xff) << 32)
-                | (((mpidr >> 32) & 0xff) << 48)
-                | (1 << (mpidr & 0xf));
-            write_sysreg!("icc_sgi1r_el1", value);
+            gic::send_sgi_to_self(intid);
         }
         let deadline = Deadline::after_seconds(2);
         // SAFETY: unmasking IRQ and FIQ: the hook acknowledges and completes
@@ -1748,8 +1751,9 @@ fn map_el0_window(l1: &[AtomicU64; 512], cpus: usize) {
 }
 
 /// Per-vCPU setup: FP/SIMD enabled (random words may be SIMD loads and
-/// stores), the GIC CPU interface on.
-fn setup_cpu() {
+/// stores), the redistributor awake and the GIC CPU interface on (the shared
+/// driver's `init_cpu`).
+fn setup_cpu() -> Result<(), GicError> {
     // Stage-1 output up to the CPU's physical address size (48 bits at
     // most), so the window can name IPAs beyond the VM's.
     let parange = read_sysreg!("id_aa64mmfr0_el1") & 0xf;
@@ -1761,16 +1765,17 @@ fn setup_cpu() {
     unsafe { asm!("tlbi vmalle1", "dsb nsh", "isb", options(nostack)) };
     let cpacr = read_sysreg!("cpacr_el1");
     write_sysreg!("cpacr_el1", cpacr | (0b11 << 20));
-    write_sysreg!("icc_sre_el1", read_sysreg!("icc_sre_el1") | 1);
-    write_sysreg!("icc_pmr_el1", 0xff);
-    write_sysreg!("icc_igrpen1_el1", 1);
+    gic::init_cpu(&[])
 }
 
 /// Runs the scenario on the boot vCPU.
 pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
-    let Some((gicd, gicr)) = platform.gic else {
+    // GICv3 only: the fuzzer drives redistributors and the ICC registers.
+    let Some(frames) = platform.gic.filter(|frames| frames.cpu_interface.is_none()) else {
         return Err(Failure::NoGic);
     };
+    let (gicd, gicr) = (frames.distributor, frames.redistributors);
+    gic::init_distributor(frames).map_err(|error| Failure::Gic { cpu: 0, error })?;
     let workers = platform.cpus().len().min(FUZZ_CPUS);
     let s = &SETTINGS;
     let ram = platform.ram()[0];
@@ -1814,8 +1819,9 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
         if aarch32 { "yes" } else { "no" },
         options.allow
     );
+    exceptions::take_irqs_for(Scenario::Fuzz);
     ACTIVE.store(true, Ordering::Release);
-    smp::start_secondaries_up_to(platform, workers)?;
+    smp::start_cpus(platform, 1..workers.min(platform.cpus().len()))?;
     let finished = worker(0, true);
     let deadline = Deadline::step();
     let wanted = workers * options.seeds as usize;
@@ -1859,7 +1865,10 @@ pub fn secondary(cpu: usize) {
 /// Runs every seed on this vCPU, meeting the others after each; false when
 /// the boot vCPU gave up waiting for the others.
 fn worker(cpu: usize, boot: bool) -> bool {
-    setup_cpu();
+    if let Err(error) = setup_cpu() {
+        println!("FUZZ: vcpu{cpu}: GIC set-up failed: {error:?}");
+        VIOLATIONS[cpu].fetch_add(1, Ordering::Relaxed);
+    }
     let s = &SETTINGS;
     let workers = WORKERS.load(Ordering::Relaxed);
     let layout = Layout {

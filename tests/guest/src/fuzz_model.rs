@@ -5,7 +5,7 @@
 //! memory the guest lives in, and the system-register oracles.
 //!
 //! Everything here is plain computation, unit tested on the host; the
-//! target-only [`crate::fuzz`] module executes what it builds.
+//! target-only `fuzz` module executes what it builds.
 //!
 //! The generator is SplitMix64 seeded from `(seed, vcpu)`, so one seed gives
 //! every vCPU its own stream and the same boot options replay the same

@@ -12,8 +12,26 @@
 //!   writes a pattern over its share of free guest RAM in 4 KiB strides, then
 //!   verifies a neighbour's share; vCPU 0 reads an IPA outside RAM and must
 //!   catch the abort.
-//! * `bad-guest`: reads and writes an unmapped device address and issues an
-//!   unknown hypercall, expecting aborts and `NOT_SUPPORTED`.
+//! * `aarch32-el0`: runs small programs at AArch64 EL0 and AArch32 EL0 that
+//!   load from and branch to a hole (the hypervisor must inject the aborts)
+//!   and execute undefined instructions, and checks each exception taken to
+//!   EL1: vector, ESR, FAR, ELR, SPSR.
+//! * `timers`: every vCPU drives its GIC redistributor and CPU interface,
+//!   arms the EL1 physical timer alone and then together with the virtual
+//!   timer, takes each interrupt in `WFI`, and checks that `CNTPCT_EL0` and
+//!   `CNTVCT_EL0` agree and never go backwards.
+//! * `bad-guest`: reads and writes an unmapped device address, loads 8 bytes
+//!   at the last 4 bytes of two device windows and issues an unknown
+//!   hypercall, expecting aborts and `NOT_SUPPORTED`.
+//! * `cpu-on-race`: vCPUs race PSCI `CPU_ON` for one target, round after
+//!   round, expecting one `SUCCESS` and `ALREADY_ON` for the others.
+//! * `flood`: 200 000 distinct unknown hypercalls, 20 000 aborting loads and
+//!   5 000 refused device loads, all answered correctly.
+//! * `vgic-scarce` (boot vCPU only): makes more SPIs active through
+//!   `GICD_ISACTIVER` than the CPU interface has list registers, then must
+//!   still take its virtual timer and an SGI to itself, which are more
+//!   urgent; deactivates the SPIs and checks the GIC state; moves a pending
+//!   interrupt's priority above the priority mask and must take it.
 //! * `fuzz`: a hostile guest on every vCPU, reproducible from `seed=`
 //!   (`seeds=`, `ops=`, `fuzz-allow=`); it checks the answers a guest may
 //!   rely on and counts violations (see `fuzz`).
@@ -36,11 +54,17 @@ mod bootargs;
 #[cfg(target_os = "none")]
 mod console;
 #[cfg(target_os = "none")]
+mod el0;
+#[cfg(target_os = "none")]
 mod exceptions;
 #[cfg(target_os = "none")]
 mod fuzz;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod fuzz_model;
+#[cfg(target_os = "none")]
+mod gic;
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+mod gic_regs;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod memory_map;
 #[cfg(target_os = "none")]
@@ -53,6 +77,10 @@ mod psci;
 mod scenarios;
 #[cfg(target_os = "none")]
 mod smp;
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+mod timer_regs;
+#[cfg(target_os = "none")]
+mod timers;
 
 #[cfg(not(target_os = "none"))]
 fn main() {

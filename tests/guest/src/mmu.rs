@@ -10,6 +10,16 @@
 //! Once RAM is known, every still-invalid entry is filled: normal where it
 //! overlaps RAM, device elsewhere. Filling invalid entries needs no TLB
 //! invalidation (invalid entries are never cached), only a barrier.
+//!
+//! Scenarios that run code at EL0 replace a gigabyte's block with one EL0 may
+//! use ([`map_el0_block`]): normal memory, never executable at EL1, readable
+//! (or also writable) and executable at EL0. A valid entry is replaced
+//! break-before-make: invalidate it, flush the TLBs, write the new one.
+//! The last entry is no identity map: it aliases the first gigabyte (where
+//! the devices are) as normal non-cacheable memory at [`DEVICE_ALIAS_BASE`].
+//! Device memory faults an unaligned access in the guest itself; through the
+//! alias an 8-byte load at a device window's last 4 bytes reaches the
+//! hypervisor, which must refuse it.
 
 use core::arch::asm;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -25,13 +35,25 @@ const VA_BITS: u64 = 39;
 const DESC_VALID_BLOCK: u64 = 0b01;
 const DESC_ATTR_DEVICE: u64 = 0; // MAIR attribute 0 in AttrIndx [4:2]
 const DESC_ATTR_NORMAL: u64 = 1 << 2; // MAIR attribute 1
+const DESC_ATTR_NORMAL_NON_CACHEABLE: u64 = 2 << 2; // MAIR attribute 2
 const DESC_INNER_SHAREABLE: u64 = 0b11 << 8;
 const DESC_ACCESS_FLAG: u64 = 1 << 10;
+/// AP\[1\]: EL0 may access the block.
+const DESC_AP_EL0: u64 = 1 << 6;
+/// AP\[2\]: read-only (at EL1 and, with AP\[1\], at EL0).
+const DESC_AP_READ_ONLY: u64 = 1 << 7;
 const DESC_PXN: u64 = 1 << 53;
 const DESC_UXN: u64 = 1 << 54;
 
-/// MAIR_EL1: attribute 0 Device-nGnRnE, attribute 1 Normal write-back.
-const MAIR: u64 = 0xff << 8;
+/// MAIR_EL1: attribute 0 Device-nGnRnE, attribute 1 Normal write-back,
+/// attribute 2 Normal non-cacheable.
+const MAIR: u64 = (0xff << 8) | (0x44 << 16);
+
+/// Level-1 entry of the normal non-cacheable alias of the first gigabyte.
+const DEVICE_ALIAS_INDEX: usize = ENTRIES - 1;
+/// Virtual address of the alias: `DEVICE_ALIAS_BASE + pa` reaches physical
+/// address `pa` (below 1 GiB) as normal non-cacheable memory.
+pub const DEVICE_ALIAS_BASE: u64 = (DEVICE_ALIAS_INDEX as u64) << BLOCK_SHIFT;
 /// SCTLR_EL1: RES1 bits of Armv8.0 plus M, C, SA and I.
 const SCTLR: u64 = 0x30d0_0800 | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 12);
 
@@ -56,6 +78,12 @@ fn normal_block(index: usize) -> u64 {
         | DESC_INNER_SHAREABLE
         | DESC_ACCESS_FLAG
         | DESC_UXN
+}
+
+/// The alias entry: physical gigabyte 0, normal non-cacheable, never
+/// executable.
+fn device_alias_block() -> u64 {
+    DESC_VALID_BLOCK | DESC_ATTR_NORMAL_NON_CACHEABLE | DESC_ACCESS_FLAG | DESC_PXN | DESC_UXN
 }
 
 /// Physical address bits the table may use: the CPU's, capped at 40 (IPS 2),
@@ -152,8 +180,12 @@ pub fn map_device_tree(dtb: u64) {
 }
 
 /// Fills every invalid entry: normal memory where the gigabyte overlaps RAM,
-/// device memory elsewhere (up to the physical address size in use).
+/// device memory elsewhere (up to the physical address size in use), and the
+/// last entry with the device alias.
 pub fn map_everything(platform: &Platform) {
+    if LEVEL1.0[DEVICE_ALIAS_INDEX].load(Ordering::Relaxed) == 0 {
+        LEVEL1.0[DEVICE_ALIAS_INDEX].store(device_alias_block(), Ordering::Relaxed);
+    }
     let (_, pa_bits) = ips_field();
     let entries = (1usize << (pa_bits.min(VA_BITS) - u64::from(BLOCK_SHIFT))).min(ENTRIES);
     for index in 0..entries {
@@ -175,4 +207,90 @@ pub fn map_everything(platform: &Platform) {
     }
     // SAFETY: barriers only order the table stores before later accesses.
     unsafe { asm!("dsb ishst", "isb", options(nostack)) };
+}
+
+/// Set/way cache maintenance the way boot firmware does it, around turning
+/// the MMU and data cache off and on again: `DC CISW` with the caches on,
+/// `SCTLR_EL1` without M and C, `DC CISW` again, `SCTLR_EL1` restored.
+/// Under a hypervisor without FEAT_S2FWB each step traps (the set/way
+/// operations, and the `SCTLR_EL1` writes once set/way has been used) and the
+/// hypervisor flushes guest memory as KVM does; natively, or with FWB, they
+/// simply run. Returns `SCTLR_EL1` before and after, which must be equal.
+pub fn set_way_round_trip() -> (u64, u64) {
+    let (before, after): (u64, u64);
+    // SAFETY: code, stack and data are identity mapped, so execution goes on
+    // at the same addresses with the MMU off; nothing touches memory between
+    // the two SCTLR_EL1 writes, and interrupts are masked across them.
+    // Set/way operations by level 1, set 0, way 0 only move one line's data
+    // between cache and memory.
+    unsafe {
+        asm!(
+            "mrs {daif}, daif",
+            "msr daifset, #0xf",
+            "mrs {before}, sctlr_el1",
+            "dc cisw, xzr",
+            "bic {off}, {before}, #1",
+            "bic {off}, {off}, #4",
+            "msr sctlr_el1, {off}",
+            "isb",
+            "dc cisw, xzr",
+            "msr sctlr_el1, {before}",
+            "isb",
+            "mrs {after}, sctlr_el1",
+            "msr daif, {daif}",
+            daif = out(reg) _,
+            before = out(reg) before,
+            off = out(reg) _,
+            after = out(reg) after,
+            options(nostack),
+        );
+    }
+    (before, after)
+}
+
+/// What EL0 may do in a block mapped by [`map_el0_block`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum El0Access {
+    /// Read and execute (EL1 may only read).
+    ReadExecute,
+    /// Read, write and execute (EL1 may read and write).
+    ReadWriteExecute,
+}
+
+/// Makes virtual gigabyte `va_index` map physical gigabyte `pa_index` for EL0
+/// code: normal write-back memory that EL1 never executes (PXN). Replaces
+/// the entry break-before-make, so it may be called on a live table, but no
+/// other vCPU may be using that gigabyte.
+pub fn map_el0_block(va_index: usize, pa_index: usize, access: El0Access) {
+    let entry = ((pa_index as u64) << BLOCK_SHIFT)
+        | DESC_VALID_BLOCK
+        | DESC_ATTR_NORMAL
+        | DESC_INNER_SHAREABLE
+        | DESC_ACCESS_FLAG
+        | DESC_AP_EL0
+        | DESC_PXN
+        | match access {
+            El0Access::ReadExecute => DESC_AP_READ_ONLY,
+            El0Access::ReadWriteExecute => 0,
+        };
+    LEVEL1.0[va_index].store(0, Ordering::Relaxed);
+    // SAFETY: barriers and TLB invalidation change no memory; the old entry
+    // is gone from the table before its translations are flushed.
+    unsafe {
+        asm!(
+            "dsb ishst",
+            "tlbi vmalle1is",
+            "dsb ish",
+            "isb",
+            options(nostack)
+        )
+    };
+    LEVEL1.0[va_index].store(entry, Ordering::Relaxed);
+    // SAFETY: barriers only order the table store before later accesses.
+    unsafe { asm!("dsb ishst", "isb", options(nostack)) };
+}
+
+/// The gigabyte index of `address` in the level-1 table.
+pub const fn block_index(address: u64) -> usize {
+    (address >> BLOCK_SHIFT) as usize
 }

@@ -1,6 +1,7 @@
 //! What the guest learns from the device tree it is given in `x0`: RAM
-//! ranges, the CPUs' MPIDRs, the PL011 base, the initrd and the bootargs
-//! (read by [`crate::bootargs`]), plus the ranges that are not free
+//! ranges, the CPUs' MPIDRs, the PL011 base, the GICv3 frames and the
+//! architected timer's `interrupts` cells (when present), the initrd and the
+//! bootargs (read by [`crate::bootargs`]), plus the ranges that are not free
 //! RAM (image, device tree, initrd, `/memreserve/` entries).
 //!
 //! Everything is kept in fixed-size arrays: the guest has no heap.
@@ -12,6 +13,21 @@ use crate::memory_map::{self, MemRange};
 
 /// Most RAM ranges and reserved ranges the guest keeps track of.
 const MAX_RANGES: usize = 8;
+/// Most `interrupts` cells kept from the timer node (four 3-cell entries).
+const MAX_TIMER_CELLS: usize = 12;
+
+/// Where the GIC is: a GICv3 (`arm,gic-v3`: `reg` = distributor,
+/// redistributors) or a GICv2 (`arm,cortex-a15-gic`, `arm,gic-400`: `reg` =
+/// distributor, CPU interface).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GicFrames {
+    /// Distributor base.
+    pub distributor: u64,
+    /// The (first) redistributor region (empty on a GICv2).
+    pub redistributors: MemRange,
+    /// A GICv2's CPU interface base (`None`: a GICv3).
+    pub cpu_interface: Option<u64>,
+}
 
 /// Why the device tree could not be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,13 +70,15 @@ pub struct Platform {
     pub cpus_in_tree: usize,
     /// Base address of the PL011 used as console.
     pub uart_base: u64,
-    /// GICv3 distributor base and redistributor region (`arm,gic-v3`), when
-    /// the device tree has one.
-    pub gic: Option<(u64, MemRange)>,
     /// Where the device tree itself lies.
     pub dtb: MemRange,
     /// The bootargs (`/chosen/bootargs`), empty when absent.
     pub bootargs: &'static str,
+    /// The GICv3, when the tree has one with both regions.
+    pub gic: Option<GicFrames>,
+    timer_cells: [u32; MAX_TIMER_CELLS],
+    /// `None` without an `arm,armv8-timer` node with `interrupts`.
+    timer_cell_count: Option<usize>,
 }
 
 impl Platform {
@@ -82,12 +100,14 @@ impl Platform {
             cpu_count: 0,
             cpus_in_tree: 0,
             uart_base: 0,
-            gic: None,
             dtb: MemRange {
                 start: dtb,
                 end: dtb + fdt.total_size() as u64,
             },
             bootargs: fdt.chosen().bootargs().unwrap_or(""),
+            gic: None,
+            timer_cells: [0; MAX_TIMER_CELLS],
+            timer_cell_count: None,
         };
         for region in fdt.memory().regions() {
             let Some(size) = region.size.filter(|&s| s > 0) else {
@@ -131,19 +151,44 @@ impl Platform {
             .map(|reg| reg.starting_address as u64)
             .ok_or(PlatformError::NoUart)?;
 
-        platform.gic = fdt.find_compatible(&["arm,gic-v3"]).and_then(|gic| {
-            let mut regs = gic.reg()?;
-            let distributor = regs.next()?.starting_address as u64;
-            let redistributors = regs.next()?;
-            let start = redistributors.starting_address as u64;
-            Some((
-                distributor,
-                MemRange {
-                    start,
-                    end: start + redistributors.size? as u64,
-                },
-            ))
-        });
+        if let Some(gic) = fdt.find_compatible(&["arm,gic-v3"]) {
+            let mut regs = gic.reg().into_iter().flatten();
+            if let (Some(distributor), Some(redistributors)) = (regs.next(), regs.next()) {
+                let start = redistributors.starting_address as u64;
+                platform.gic = Some(GicFrames {
+                    distributor: distributor.starting_address as u64,
+                    redistributors: MemRange {
+                        start,
+                        end: start + redistributors.size.unwrap_or(0) as u64,
+                    },
+                    cpu_interface: None,
+                });
+            }
+        } else if let Some(gic) = fdt.find_compatible(&["arm,cortex-a15-gic", "arm,gic-400"]) {
+            let mut regs = gic.reg().into_iter().flatten();
+            if let (Some(distributor), Some(cpu)) = (regs.next(), regs.next()) {
+                platform.gic = Some(GicFrames {
+                    distributor: distributor.starting_address as u64,
+                    redistributors: MemRange { start: 0, end: 0 },
+                    cpu_interface: Some(cpu.starting_address as u64),
+                });
+            }
+        }
+        if let Some(interrupts) = fdt
+            .find_compatible(&["arm,armv8-timer"])
+            .and_then(|timer| timer.property("interrupts"))
+        {
+            let mut count = 0;
+            for (cell, bytes) in platform
+                .timer_cells
+                .iter_mut()
+                .zip(interrupts.value.chunks_exact(4))
+            {
+                *cell = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                count += 1;
+            }
+            platform.timer_cell_count = Some(count);
+        }
 
         let (image_start, image_end) = boot::image_range();
         platform.reserve(MemRange {
@@ -199,6 +244,13 @@ impl Platform {
     /// MPIDRs of the CPUs, in device-tree order (at most [`MAX_CPUS`]).
     pub fn cpus(&self) -> &[u64] {
         &self.cpus[..self.cpu_count]
+    }
+
+    /// The timer node's `interrupts` cells (at most four entries), `None`
+    /// without a timer node.
+    pub fn timer_cells(&self) -> Option<&[u32]> {
+        self.timer_cell_count
+            .map(|count| &self.timer_cells[..count])
     }
 
     /// Whether `address` lies in RAM.

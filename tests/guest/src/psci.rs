@@ -27,12 +27,19 @@ pub mod function {
     pub const TEST_REPORT: u32 = 0xc600_0001;
     /// A vendor hypervisor call nobody implements.
     pub const UNKNOWN: u32 = 0xc600_00ff;
+    /// First of the flood scenario's distinct unknown ids (vendor hypervisor
+    /// service range, none implemented).
+    pub const UNKNOWN_FLOOD_BASE: u32 = 0xc600_0100;
 }
 
 /// SMCCC `NOT_SUPPORTED`.
 pub const NOT_SUPPORTED: i64 = -1;
 /// AFFINITY_INFO answer for a CPU that is off.
 pub const AFFINITY_OFF: i64 = 1;
+/// PSCI `SUCCESS`.
+pub const SUCCESS: i64 = 0;
+/// PSCI `ALREADY_ON`.
+pub const ALREADY_ON: i64 = -4;
 
 static HYPERVISOR_SERVICES: AtomicBool = AtomicBool::new(true);
 

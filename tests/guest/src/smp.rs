@@ -61,23 +61,23 @@ impl Deadline {
 /// Starts every secondary in `platform` at the guest's secondary entry and
 /// waits until each has arrived in Rust.
 pub fn start_secondaries(platform: &Platform) -> Result<(), Failure> {
-    start_secondaries_up_to(platform, platform.cpus().len())
+    start_cpus(platform, 1..platform.cpus().len())
 }
 
-/// Starts the secondaries among the first `count` CPUs of `platform` and
-/// waits until each has arrived in Rust.
-pub fn start_secondaries_up_to(platform: &Platform, count: usize) -> Result<(), Failure> {
+/// Starts the secondaries `cpus` (indices into `platform.cpus()`, never 0) at
+/// the guest's secondary entry and waits until each has arrived in Rust.
+pub fn start_cpus(platform: &Platform, cpus: core::ops::Range<usize>) -> Result<(), Failure> {
     let entry = boot::secondary_entry_address();
-    let cpus = &platform.cpus()[..count.min(platform.cpus().len())];
-    for (cpu, &mpidr) in cpus.iter().enumerate().skip(1) {
+    let mpidrs = &platform.cpus()[cpus.clone()];
+    for (cpu, &mpidr) in cpus.clone().zip(mpidrs) {
         let status = psci::cpu_on(mpidr, entry, cpu as u64);
         if status != 0 {
             return Err(Failure::CpuOn { cpu, mpidr, status });
         }
     }
     let deadline = Deadline::step();
-    for (cpu, (&mpidr, arrived)) in cpus.iter().zip(&ARRIVED).enumerate().skip(1) {
-        while !arrived.load(Ordering::Acquire) {
+    for (cpu, &mpidr) in cpus.zip(mpidrs) {
+        while !ARRIVED[cpu].load(Ordering::Acquire) {
             if deadline.passed() {
                 return Err(Failure::CpuNeverArrived { cpu });
             }

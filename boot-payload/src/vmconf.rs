@@ -4,6 +4,11 @@
 //! MiB, default 128). Blank lines and lines starting with `#` are skipped;
 //! spaces around keys and values are ignored. An unknown key or a value that is
 //! not a positive decimal number is an error, so a typo never goes unnoticed.
+//! [`VmConf::to_text`] writes the keys that are set, one per line, and
+//! [`VmConf::parse`] reads them back.
+
+use alloc::format;
+use alloc::string::String;
 
 /// Guest RAM when `vm.conf` does not say.
 pub const DEFAULT_MEM_MIB: u64 = 128;
@@ -21,6 +26,8 @@ pub enum VmConfError {
     BadValue(usize),
 }
 
+impl core::error::Error for VmConfError {}
+
 impl core::fmt::Display for VmConfError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
@@ -37,7 +44,8 @@ impl core::fmt::Display for VmConfError {
     }
 }
 
-/// The settings of `vm.conf`; `None` where the file did not set a key.
+/// The settings of `vm.conf`; `None` where the file did not set a key (the
+/// hypervisor's default applies).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VmConf {
     /// Number of vCPUs.
@@ -75,6 +83,18 @@ impl VmConf {
         }
         Ok(conf)
     }
+
+    /// The file's contents: one `key=value` line per key that is set.
+    pub fn to_text(&self) -> String {
+        let mut text = String::new();
+        if let Some(vcpus) = self.vcpus {
+            text.push_str(&format!("vcpus={vcpus}\n"));
+        }
+        if let Some(mem_mib) = self.mem_mib {
+            text.push_str(&format!("mem_mib={mem_mib}\n"));
+        }
+        text
+    }
 }
 
 #[cfg(test)]
@@ -105,5 +125,16 @@ mod tests {
             Err(VmConfError::BadValue(1))
         );
         assert_eq!(VmConf::parse(&[0xff]), Err(VmConfError::NotText));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn written_settings_read_back(
+            vcpus in proptest::option::of(1u32..),
+            mem_mib in proptest::option::of(1u64..),
+        ) {
+            let conf = VmConf { vcpus, mem_mib };
+            proptest::prop_assert_eq!(VmConf::parse(conf.to_text().as_bytes()), Ok(conf));
+        }
     }
 }
