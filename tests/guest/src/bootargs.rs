@@ -5,7 +5,7 @@
 //! calls (`TEST_REPORT`, SMCCC `VERSION`) must not be made. The fuzz scenario
 //! reads `seed=N` (first seed, default 1), `seeds=K` (consecutive seeds run in
 //! one boot, default 1), `ops=M` (operations per seed and vCPU, default 500)
-//! and `fuzz-allow=a,b,...` (operation families left out of the default mix,
+//! and `fuzz-allow=a,b,...` (operation families added to the default mix,
 //! see [`FuzzOptions::ALLOW_NAMES`]). Numbers are decimal or `0x` hex. Other
 //! words are ignored, as a kernel ignores parameters it does not know. Pure
 //! code, tested on the host.
@@ -86,21 +86,22 @@ impl FuzzOptions {
     pub const ALLOW_GIC_ACTIVE: u32 = 1 << 2;
     /// Accesses to the EL1 physical timer (`CNTP_*_EL0`, PPI 30).
     pub const ALLOW_PTIMER: u32 = 1 << 3;
-    /// Unaligned MMIO accesses that straddle the end of a device window.
+    /// Unaligned MMIO accesses that straddle the end of a device window. Not
+    /// in the default mix: together with the rest of it, seed 219 on `max`
+    /// (`seed=219 seeds=1 ops=300 fuzz-allow=straddle`) hangs the guest; with
+    /// `el0-aarch32` taken out of the mix it passes.
     pub const ALLOW_STRADDLE: u32 = 1 << 4;
 
     /// Interrupt checks with the guest's group 0 left disabled
     /// (`ICC_IGRPEN0_EL1` = 0): the hypervisor fills the list registers by
     /// priority whatever the guest's group enables, so pending group-0
     /// interrupts of better priority could hold every list register and
-    /// starve group 1 (not seen in runs so far).
+    /// starve group 1 (not seen).
     pub const ALLOW_GROUP0_OFF: u32 = 1 << 5;
 
     /// Interrupt checks without first deactivating every SPI and private
-    /// interrupt: in long runs SPIs (seeds 251..274 on `cortex-a57`) or SGIs
-    /// and PPIs (seeds 1801..1827 on `max`) are found active in numbers (more
-    /// than the list registers hold), and SGIs and the timer then never
-    /// arrive.
+    /// interrupt, which pile up in the active state (more than the list
+    /// registers hold) in long runs; SGIs and the timer must still arrive.
     pub const ALLOW_KEEP_ACTIVE: u32 = 1 << 6;
 
     /// `fuzz-allow=` names and their bits.
@@ -114,12 +115,20 @@ impl FuzzOptions {
         ("keep-active", Self::ALLOW_KEEP_ACTIVE),
     ];
 
-    /// The defaults: seed 1, one seed, 500 operations, nothing extra.
+    /// The default mix: every family but [`Self::ALLOW_STRADDLE`].
+    pub const DEFAULT_MIX: u32 = Self::ALLOW_EL0_AARCH32
+        | Self::ALLOW_HVC_ANY
+        | Self::ALLOW_GIC_ACTIVE
+        | Self::ALLOW_PTIMER
+        | Self::ALLOW_GROUP0_OFF
+        | Self::ALLOW_KEEP_ACTIVE;
+
+    /// The defaults: seed 1, one seed, 500 operations, the default mix.
     pub const DEFAULT: FuzzOptions = FuzzOptions {
         seed: 1,
         seeds: 1,
         ops: 500,
-        allow: 0,
+        allow: Self::DEFAULT_MIX,
     };
 
     /// Whether `bit` was allowed.
@@ -232,8 +241,7 @@ mod tests {
     #[test]
     fn fuzz_options() {
         let options =
-            Options::parse("test=fuzz seed=0x10 seeds=7 ops=300 fuzz-allow=hvc-any,ptimer")
-                .unwrap();
+            Options::parse("test=fuzz seed=0x10 seeds=7 ops=300 fuzz-allow=straddle").unwrap();
         assert_eq!(options.scenario, Scenario::Fuzz);
         assert_eq!(
             options.fuzz,
@@ -241,11 +249,14 @@ mod tests {
                 seed: 16,
                 seeds: 7,
                 ops: 300,
-                allow: FuzzOptions::ALLOW_HVC_ANY | FuzzOptions::ALLOW_PTIMER,
+                allow: FuzzOptions::DEFAULT_MIX | FuzzOptions::ALLOW_STRADDLE,
             }
         );
         assert!(options.fuzz.allows(FuzzOptions::ALLOW_PTIMER));
-        assert!(!options.fuzz.allows(FuzzOptions::ALLOW_STRADDLE));
+        assert!(options.fuzz.allows(FuzzOptions::ALLOW_STRADDLE));
+        let default = Options::parse("test=fuzz").unwrap().fuzz;
+        assert!(default.allows(FuzzOptions::ALLOW_EL0_AARCH32));
+        assert!(!default.allows(FuzzOptions::ALLOW_STRADDLE));
         assert_eq!(Options::parse("test=fuzz seed=x1"), Err("seed=x1"));
         assert_eq!(Options::parse("test=fuzz fuzz-allow=fly"), Err("fly"));
         assert_eq!(

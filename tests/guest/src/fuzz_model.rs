@@ -74,8 +74,15 @@ pub const UART_SIZE: u64 = 0x1000;
 pub const GICD_SIZE: u64 = 0x1_0000;
 /// Size of one redistributor (`RD_base` + `SGI_base`).
 pub const GICR_STRIDE: u64 = 0x2_0000;
-/// Highest address (exclusive) the guest's identity map covers.
+/// Top (exclusive) of the 39-bit virtual address space the guest's level-1
+/// table translates.
 pub const VA_LIMIT: u64 = 1 << 39;
+/// Its last gigabyte is not identity mapped: the test guest maps the device
+/// gigabyte there again, as normal non-cacheable memory (`mmu`'s
+/// `DEVICE_ALIAS_BASE`).
+pub const DEVICE_ALIAS: u64 = VA_LIMIT - (1 << 30);
+/// Highest address (exclusive) the guest's identity map covers.
+pub const IDENTITY_LIMIT: u64 = DEVICE_ALIAS;
 
 /// What lies at a guest physical address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,7 +119,9 @@ impl Layout {
     /// Whether `[address, address + size)` lies in one hole.
     pub fn is_hole(&self, address: u64, size: u64) -> bool {
         size > 0
-            && address.checked_add(size).is_some_and(|end| end <= VA_LIMIT)
+            && address
+                .checked_add(size)
+                .is_some_and(|end| end <= IDENTITY_LIMIT)
             && self.region(address) == Region::Hole
             && self.region(address + size - 1) == Region::Hole
             && !(address..address + size).contains(&self.ram.0)
@@ -132,7 +141,7 @@ impl Layout {
                 2 => self.gicd + GICD_SIZE + rng.below(0x1_0000),
                 3 => self.gicr + self.vcpus * GICR_STRIDE + rng.below(0x10_0000),
                 4 => rng.below(1 << 32),
-                _ => rng.below(VA_LIMIT),
+                _ => rng.below(IDENTITY_LIMIT),
             };
             let address = near & !(size - 1);
             if self.is_hole(address, size) {
@@ -483,6 +492,8 @@ mod tests {
         assert!(l.is_hole(0x0900_1000, 8));
         assert!(!l.is_hole(0x08ff_fffc, 8), "straddles into the UART");
         assert!(!l.is_hole(VA_LIMIT - 4, 8));
+        assert!(!l.is_hole(DEVICE_ALIAS + 0x10_0000, 8), "device alias");
+        assert!(l.is_hole(DEVICE_ALIAS - 8, 8));
         assert!(!l.is_hole(0xc000_1000, 8), "EL0 window");
         assert!(!l.is_hole(0x2_0000_0000, 8), "a vCPU's window");
         assert!(!l.is_hole(0xbfff_fffc, 8), "straddles into the EL0 window");

@@ -21,8 +21,8 @@ usage: fuzz --seeds N [--first-seed S] [--ops M] [--per-boot K] [--cpu MODEL]...
   --per-boot K     seeds per boot (default 50)
   --cpu MODEL      QEMU -cpu; repeat to alternate boots between models
                    (default: max,pauth=off and cortex-a57)
-  --allow LIST     fuzz-allow list: el0-aarch32,hvc-any,gic-active,ptimer,
-                   straddle,group0-off,keep-active (default: none)
+  --allow LIST     fuzz-allow list added to the default mix: straddle
+                   (default: none)
   --smp N          emulated CPUs and vCPUs (default 4)";
 
 fn parse(args: &[String]) -> Result<Campaign, String> {
