@@ -785,6 +785,22 @@ mod tests {
         w.finish().expect("finish")
     }
 
+    /// Writes `/cpus` with one CPU (MPIDR 0) and a `/psci` node with the
+    /// `smc` method, which every test board tree needs.
+    fn one_cpu_and_smc_psci(w: &mut FdtWriter) {
+        let cpus = w.begin_node("cpus").expect("node");
+        w.property_u32("#address-cells", 1).expect("p");
+        w.property_u32("#size-cells", 0).expect("p");
+        let c = w.begin_node("cpu@0").expect("node");
+        w.property_string("device_type", "cpu").expect("p");
+        w.property_u32("reg", 0).expect("p");
+        w.end_node(c).expect("end");
+        w.end_node(cpus).expect("end");
+        let psci = w.begin_node("psci").expect("node");
+        w.property_string("method", "smc").expect("p");
+        w.end_node(psci).expect("end");
+    }
+
     /// A board tree whose GIC has `cells` interrupt cells, named as the
     /// interrupt parent by the root, and a timer node using them.
     fn timer_tree(cells: u32) -> Vec<u8> {
@@ -822,17 +838,7 @@ mod tests {
         w.property_string("compatible", "arm,pl011").expect("p");
         w.property_array_u64("reg", &[0x1000, 0x1000]).expect("p");
         w.end_node(serial).expect("end");
-        let cpus = w.begin_node("cpus").expect("node");
-        w.property_u32("#address-cells", 2).expect("p");
-        w.property_u32("#size-cells", 0).expect("p");
-        let c = w.begin_node("cpu@0").expect("node");
-        w.property_string("device_type", "cpu").expect("p");
-        w.property_u64("reg", 0).expect("p");
-        w.end_node(c).expect("end");
-        w.end_node(cpus).expect("end");
-        let psci = w.begin_node("psci").expect("node");
-        w.property_string("method", "smc").expect("p");
-        w.end_node(psci).expect("end");
+        one_cpu_and_smc_psci(&mut w);
         w.end_node(root).expect("end");
         w.finish().expect("finish")
     }
@@ -970,17 +976,7 @@ mod tests {
             }
             w.end_node(n).expect("end");
         }
-        let cpus = w.begin_node("cpus").expect("node");
-        w.property_u32("#address-cells", 1).expect("p");
-        w.property_u32("#size-cells", 0).expect("p");
-        let c = w.begin_node("cpu@0").expect("node");
-        w.property_string("device_type", "cpu").expect("p");
-        w.property_u32("reg", 0).expect("p");
-        w.end_node(c).expect("end");
-        w.end_node(cpus).expect("end");
-        let psci = w.begin_node("psci").expect("node");
-        w.property_string("method", "smc").expect("p");
-        w.end_node(psci).expect("end");
+        one_cpu_and_smc_psci(&mut w);
         w.end_node(root).expect("end");
         w.finish().expect("finish")
     }
@@ -1380,17 +1376,7 @@ mod tests {
             .expect("p");
         w.end_node(gic).expect("end");
         w.end_node(soc).expect("end");
-        let cpus = w.begin_node("cpus").expect("node");
-        w.property_u32("#address-cells", 1).expect("p");
-        w.property_u32("#size-cells", 0).expect("p");
-        let c = w.begin_node("cpu@0").expect("node");
-        w.property_string("device_type", "cpu").expect("p");
-        w.property_u32("reg", 0).expect("p");
-        w.end_node(c).expect("end");
-        w.end_node(cpus).expect("end");
-        let psci = w.begin_node("psci").expect("node");
-        w.property_string("method", "smc").expect("p");
-        w.end_node(psci).expect("end");
+        one_cpu_and_smc_psci(&mut w);
         w.end_node(root).expect("end");
         w.finish().expect("finish")
     }
