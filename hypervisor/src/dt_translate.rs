@@ -120,7 +120,7 @@ pub fn translate(mut address: u64, size: u64, buses: &[Bus<'_>]) -> Result<u64, 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use alloc::vec::Vec;
 
@@ -128,22 +128,25 @@ mod tests {
         values.iter().flat_map(|v| v.to_be_bytes()).collect()
     }
 
-    /// The Pi 4's `/soc` ranges (bcm2711.dtsi): child 1 cell, parent 2, size 1.
+    /// The Pi 4's `/soc` ranges (bcm2711.dtsi): child 1 cell, parent 2, size
+    /// 1 (also the platform tests' Pi 4 tree).
+    pub(crate) const PI4_SOC_RANGES: [u32; 12] = [
+        0x7e00_0000,
+        0x0,
+        0xfe00_0000,
+        0x0180_0000, //
+        0x7c00_0000,
+        0x0,
+        0xfc00_0000,
+        0x0200_0000, //
+        0x4000_0000,
+        0x0,
+        0xff80_0000,
+        0x0080_0000,
+    ];
+
     fn pi4_soc_ranges() -> Vec<u8> {
-        cells(&[
-            0x7e00_0000,
-            0x0,
-            0xfe00_0000,
-            0x0180_0000, //
-            0x7c00_0000,
-            0x0,
-            0xfc00_0000,
-            0x0200_0000, //
-            0x4000_0000,
-            0x0,
-            0xff80_0000,
-            0x0080_0000,
-        ])
+        cells(&PI4_SOC_RANGES)
     }
 
     fn soc(ranges: &[u8]) -> Bus<'_> {

@@ -1121,21 +1121,7 @@ mod tests {
         assert_eq!(Platform::from_dtb(&dtb), Err(PlatformError::NoUart));
     }
 
-    /// The Pi 4's `/soc` ranges (bcm2711.dtsi).
-    const PI4_SOC_RANGES: [u32; 12] = [
-        0x7e00_0000,
-        0x0,
-        0xfe00_0000,
-        0x0180_0000, //
-        0x7c00_0000,
-        0x0,
-        0xfc00_0000,
-        0x0200_0000, //
-        0x4000_0000,
-        0x0,
-        0xff80_0000,
-        0x0080_0000,
-    ];
+    use crate::dt_translate::tests::PI4_SOC_RANGES;
 
     /// A tree shaped like the Raspberry Pi 4's (values from bcm2711.dtsi and
     /// bcm2711-rpi-4-b.dts): root `#address-cells = <2>`, `#size-cells =
