@@ -41,6 +41,8 @@ pub enum MemslotError {
     IdInUse(SlotId),
     /// An operation on an id that names no slot.
     NoSuchSlot(SlotId),
+    /// A move of a slot to the guest frame it already starts at.
+    NotAMove(SlotId),
     /// The guest range of `id` would overlap the guest range of `other`.
     GuestOverlap {
         /// The slot being created or moved.
@@ -121,6 +123,7 @@ impl fmt::Display for MemslotError {
             }
             Self::IdInUse(id) => write!(f, "slot {id} already exists"),
             Self::NoSuchSlot(id) => write!(f, "slot {id} does not exist"),
+            Self::NotAMove(id) => write!(f, "slot {id} already starts at that guest frame"),
             Self::GuestOverlap { id, other } => {
                 write!(f, "slot {id} would overlap slot {other} in guest space")
             }

@@ -21,6 +21,27 @@
 //! than readers leave their epochs. Slots removed by the replay are freed then,
 //! after the epoch, so a reader's `&Memslot` never dangles. A reader sees the
 //! old set or the new one, each consistent, and generations only grow.
+//!
+//! # Grace period (delete and move)
+//!
+//! Publishing alone does not end the old set's life: a reader that pinned
+//! before the store may still be translating through a slot the change
+//! removed. [`Memslots::delete_synced`] and [`Memslots::move_synced`] (KVM's
+//! `synchronize_srcu` after the memslot swap) publish and then wait, still
+//! under the writer lock, until the deferred "retired" mark of the set they
+//! unpublished has run: the epoch collector runs it only once every guard
+//! pinned before the store has been dropped, and a guard pinned after the
+//! store loads the new index. When they return, no reader holds, or can
+//! obtain, a reference to the removed slot, so its backing may be unmapped
+//! from stage 2 and then freed or reused. [`Memslots::synchronize`] is the
+//! same wait on its own.
+//!
+//! The wait costs the fault path nothing: readers only pin and unpin, as
+//! before. It costs the writer one epoch advance (every CPU pinned at the
+//! store must unpin once), which it would otherwise pay at the next change.
+//! It covers only what readers do while pinned; a fault that drops its guard
+//! before installing a stage-2 leaf is covered by the MMU's invalidation
+//! sequence instead (see `pgtable`'s memslot synchronisation).
 
 use alloc::sync::Arc;
 use core::cell::UnsafeCell;
@@ -172,6 +193,54 @@ impl Memslots {
             drop(guard);
             core::hint::spin_loop();
         }
+    }
+
+    /// Waits until no reader can still see a set older than the published
+    /// one: every guard pinned before the last publication has been dropped.
+    /// `handle` must not be pinned.
+    pub fn synchronize(&self, handle: &LocalHandle) -> Result<(), MemslotError> {
+        self.check_handle(handle)?;
+        let writer = self.writer.lock();
+        self.wait_for_readers(handle, writer.generation);
+        Ok(())
+    }
+
+    /// Deletes slot `id`, then waits until no reader can still see it (see
+    /// the module's "Grace period"). Returns the removed slot's spec and the
+    /// generation without it.
+    pub fn delete_synced(
+        &self,
+        handle: &LocalHandle,
+        id: SlotId,
+    ) -> Result<(SlotSpec, u64), MemslotError> {
+        self.check_handle(handle)?;
+        let mut writer = self.writer.lock();
+        let old = self.live_spec(id)?;
+        let generation = self.delete_locked(handle, &mut writer, id)?;
+        self.wait_for_readers(handle, generation);
+        Ok((old, generation))
+    }
+
+    /// Moves slot `id` to `base_gfn` as [`Memslots::move_slot`] does, then
+    /// waits until no reader can still see it at its old place (see the
+    /// module's "Grace period"). Returns the spec the slot had before and the
+    /// generation that holds the move.
+    pub fn move_synced(
+        &self,
+        handle: &LocalHandle,
+        id: SlotId,
+        base_gfn: Gfn,
+    ) -> Result<(SlotSpec, u64), MemslotError> {
+        self.check_handle(handle)?;
+        let mut writer = self.writer.lock();
+        let old = self.live_spec(id)?;
+        if old.base_gfn == base_gfn {
+            return Err(MemslotError::NotAMove(id));
+        }
+        let (_, generation) =
+            self.update_locked(handle, &mut writer, SlotSpec { base_gfn, ..old })?;
+        self.wait_for_readers(handle, generation);
+        Ok((old, generation))
     }
 
     /// Validates and applies one change. Returns the new generation.

@@ -132,9 +132,11 @@ mod config;
 mod descriptor;
 mod fault;
 mod flush;
+pub mod invalidate;
 mod map;
 mod mm;
 mod mmu;
+pub mod slot_sync;
 mod split;
 mod sync;
 mod table;
@@ -153,9 +155,11 @@ pub use descriptor::{
     PAGE_SIZE, Perms, SOFTWARE_BITS, level_shift, level_size,
 };
 pub use fault::{FAULT_CACHE_PAGES, FaultMapping};
+pub use invalidate::{FaultTicket, InvalidationToken};
 pub use mm::{CacheOp, PageTableMemory};
 #[cfg(any(test, feature = "host"))]
 pub use mm::{HostMemory, POISON};
 pub use mmu::{MAX_MMU_CPUS, Mmu, MmuCpu, MmuReader, MmuWriter};
+pub use slot_sync::{SLOT_UNMAP_CACHE_PAGES, SlotSyncError, delete_slot, move_slot};
 pub use split::{SkipHints, SplitStats};
 pub use table::{Error, Mapping, Stage2PageTable};

@@ -18,10 +18,15 @@
 //! hold back, so faults cannot starve the write side. The same handle
 //! carries the CPU's epoch registration: shared walks pin it, and the tables
 //! they unlink are retired to the MMU's collector.
+//!
+//! The MMU also holds the VM's invalidation sequence ([`crate::invalidate`]):
+//! [`MmuReader::map_checked`] installs a fault's leaf only if no invalidation
+//! began or ended since the fault took its ticket.
 
 use crate::cache::PageCache;
 use crate::descriptor::Perms;
 use crate::fault::FaultMapping;
+use crate::invalidate::{FaultTicket, Invalidation};
 use crate::mm::PageTableMemory;
 use crate::table::{Error, Mapping, Stage2PageTable};
 use crate::walk::{Visitor, WalkFlags};
@@ -47,6 +52,7 @@ pub struct Mmu<M: PageTableMemory> {
     /// Writers waiting for the lock: new readers hold back while nonzero.
     writers_waiting: AtomicUsize,
     collector: Collector,
+    invalidation: Invalidation,
 }
 
 // SAFETY: the table is reached as `&` only through an `MmuReader`, which
@@ -83,6 +89,7 @@ impl<M: PageTableMemory + Clone + Send + 'static> Mmu<M> {
             registered: AtomicUsize::new(0),
             writers_waiting: AtomicUsize::new(0),
             collector: Collector::new(),
+            invalidation: Invalidation::default(),
         })
     }
 
@@ -116,6 +123,7 @@ impl<M: PageTableMemory + Clone + Send + 'static> Mmu<M> {
         Ok(MmuReader {
             table,
             cpu,
+            invalidation: &self.invalidation,
             _lock: lock,
         })
     }
@@ -146,10 +154,29 @@ impl<M: PageTableMemory + Clone + Send + 'static> Mmu<M> {
     }
 }
 
+impl<M: PageTableMemory> Mmu<M> {
+    pub(crate) fn invalidation(&self) -> &Invalidation {
+        &self.invalidation
+    }
+}
+
+impl<M: PageTableMemory> MmuReader<'_, M> {
+    pub(crate) fn invalidation(&self) -> &Invalidation {
+        self.invalidation
+    }
+}
+
+impl<M: PageTableMemory> MmuWriter<'_, M> {
+    pub(crate) fn invalidation(&self) -> &Invalidation {
+        &self.mmu.invalidation
+    }
+}
+
 /// The read side of an [`Mmu`] on one CPU: shared walks only.
 pub struct MmuReader<'a, M: PageTableMemory> {
     table: &'a Stage2PageTable<M>,
     cpu: &'a MmuCpu,
+    invalidation: &'a Invalidation,
     _lock: RwLockReadGuard<'a, ()>,
 }
 
@@ -166,6 +193,24 @@ impl<M: PageTableMemory + Clone + Send + 'static> MmuReader<'_, M> {
     ) -> Result<(), Error> {
         let guard = self.cpu.epoch.pin();
         self.table.map_shared(&guard, leaf, cache, tlb)
+    }
+
+    /// [`MmuReader::map`] for a leaf derived from a memslot lookup made after
+    /// `ticket` was taken ([`Mmu::fault_ticket`]): `Err(Again)` without
+    /// touching the table when an invalidation began or ended since, so a
+    /// translation through a deleted or moved slot is never installed (see
+    /// [`crate::invalidate`]).
+    pub fn map_checked(
+        &self,
+        ticket: FaultTicket,
+        leaf: FaultMapping,
+        cache: &mut PageCache,
+        tlb: &impl TlbInvalidate,
+    ) -> Result<(), Error> {
+        if self.invalidation.is_stale(ticket) {
+            return Err(Error::Again);
+        }
+        self.map(leaf, cache, tlb)
     }
 
     /// Fixes a permission fault: adds `perms` to the leaf mapping `ipa` and
