@@ -91,13 +91,20 @@ impl Invalidation {
         self.in_progress.fetch_sub(1, Ordering::Release);
     }
 
+    /// Ends a `begin` whose change was refused: nothing was removed, so
+    /// tickets stay valid.
+    pub(crate) fn cancel(&self) {
+        self.in_progress.fetch_sub(1, Ordering::Release);
+    }
+
     pub(crate) fn seq(&self) -> u64 {
         self.seq.load(Ordering::Acquire)
     }
 }
 
 /// An invalidation begun with [`Mmu::begin_invalidate`]; end it with
-/// [`MmuWriter::end_invalidate`] once its range is unmapped. Until then
+/// [`MmuWriter::end_invalidate`] once its range is unmapped, or with
+/// [`Mmu::cancel_invalidate`] if its change was refused. Until then
 /// every fault of the VM answers `Again`, so it must not be leaked.
 #[derive(Debug)]
 #[must_use = "an invalidation that never ends turns every fault away"]
@@ -118,6 +125,13 @@ impl<M: crate::PageTableMemory + Clone + Send + 'static> Mmu<M> {
     pub fn begin_invalidate(&self) -> InvalidationToken {
         self.invalidation().begin();
         InvalidationToken { _private: () }
+    }
+
+    /// Ends an invalidation whose change was refused before anything was
+    /// published: the sequence stays, so faults in flight stay valid.
+    pub fn cancel_invalidate(&self, token: InvalidationToken) {
+        let InvalidationToken { _private: () } = token;
+        self.invalidation().cancel();
     }
 
     /// Invalidations ended so far.

@@ -104,20 +104,19 @@ fn invalidate<M: PageTableMemory + Clone + Send + 'static>(
         return Err(SlotSyncError::CacheTooSmall { have: cache.len() });
     }
     let token = mmu.begin_invalidate();
-    let changed = change();
-    let mut writer = mmu.write();
-    let result = match changed {
-        Ok((old, _generation)) => {
-            let (start, end) = ipa_range(&old, writer.config().ipa_limit());
-            match writer.unmap(start, end - start, cache, tlb) {
-                Ok(()) => Ok(old),
-                Err(e) => Err(SlotSyncError::Unmap(e)),
-            }
+    let (old, _generation) = match change() {
+        Ok(changed) => changed,
+        Err(e) => {
+            // Refused: nothing was published, faults in flight stay valid.
+            mmu.cancel_invalidate(token);
+            return Err(SlotSyncError::Memslot(e));
         }
-        Err(e) => Err(SlotSyncError::Memslot(e)),
     };
+    let mut writer = mmu.write();
+    let (start, end) = ipa_range(&old, writer.config().ipa_limit());
+    let result = writer.unmap(start, end - start, cache, tlb);
     writer.end_invalidate(token);
-    result
+    result.map(|()| old).map_err(SlotSyncError::Unmap)
 }
 
 /// Deletes slot `id` at run time: publish, wait for readers, unmap its IPA

@@ -156,9 +156,7 @@ fn check_leaves(shared: &Shared, live: Option<(u64, u64)>, when: &str) -> u64 {
                     backing + (ipa - base),
                     "{when}: leaf at {ipa:#x} maps {out:#x}"
                 ),
-                _ => panic!(
-                    "{when}: leaf at {ipa:#x} -> {out:#x} outside the live slot {live:x?}"
-                ),
+                _ => panic!("{when}: leaf at {ipa:#x} -> {out:#x} outside the live slot {live:x?}"),
             }
             leaves += 1;
         }
@@ -260,9 +258,8 @@ fn delete_and_move_race_faults_without_stale_leaves() {
         let handle = collector.register();
         // Stop the vCPUs whatever happens, so a failed check fails the test
         // instead of leaving them running.
-        let control = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            control(&shared, &handle)
-        }));
+        let control =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| control(&shared, &handle)));
         shared.stop.store(true, Ordering::Relaxed);
         let results: Vec<_> = cpus.into_iter().map(|c| c.join().expect("vCPU")).collect();
         match control {
@@ -281,7 +278,10 @@ fn delete_and_move_race_faults_without_stale_leaves() {
         0,
         "a vCPU still used a slot's backing after its delete returned"
     );
-    assert!(installed > ROUNDS, "faults hardly ran: {installed} installed");
+    assert!(
+        installed > ROUNDS,
+        "faults hardly ran: {installed} installed"
+    );
     assert!(again > 0, "no fault ever raced a change");
 }
 
