@@ -287,3 +287,89 @@ fn writers_refuse_foreign_and_pinned_handles() {
     drop(guard);
     assert_eq!(vm.create(&handle, spec), Ok(1));
 }
+
+/// `delete_synced` and `move_synced` return only once no reader can still see
+/// the slot as it was: a reader pinned before the change holds them back.
+#[test]
+fn synced_delete_and_move_wait_for_readers_of_the_old_slot() {
+    let collector = Collector::new();
+    let vm = Arc::new(Memslots::new(&collector, DirtyLogMode::default()).unwrap());
+    let writer = collector.register();
+    let id = SlotId::new(3).unwrap();
+    let spec = SlotSpec {
+        id,
+        base_gfn: Gfn(64),
+        npages: 16,
+        backing: HostPhysAddr(0x2000_0000),
+        flags: SlotFlags::NONE,
+    };
+    vm.create(&writer, spec).unwrap();
+    vm.synchronize(&writer).unwrap();
+    type Change =
+        fn(&Memslots, &crossbeam_epoch::LocalHandle) -> Result<(SlotSpec, u64), MemslotError>;
+    let changes: [(Change, Option<u64>); 2] = [
+        (
+            |vm, h| vm.move_synced(h, SlotId::new(3).unwrap(), Gfn(256)),
+            Some(256),
+        ),
+        (|vm, h| vm.delete_synced(h, SlotId::new(3).unwrap()), None),
+    ];
+    for (change, new_base) in changes {
+        let reader = collector.register();
+        let guard = reader.pin();
+        let seen = vm.slots(&guard).unwrap();
+        let old = seen.get(id).expect("live").spec();
+        let (tx, rx) = mpsc::channel();
+        let worker = {
+            let (vm, collector) = (vm.clone(), collector.clone());
+            thread::spawn(move || {
+                let handle = collector.register();
+                tx.send(change(&vm, &handle)).unwrap();
+            })
+        };
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "the change returned while a reader could still see the old slot"
+        );
+        // The reader still translates through the old slot, unchanged.
+        assert_eq!(seen.get(id).map(|s| s.spec()), Some(old));
+        drop(guard);
+        let (returned, _) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the change finishes once the reader leaves")
+            .unwrap();
+        assert_eq!(returned, old);
+        worker.join().unwrap();
+        let guard = reader.pin();
+        let now = vm.slots(&guard).unwrap().get(id).map(|s| s.base_gfn().0);
+        assert_eq!(now, new_base);
+    }
+    assert_eq!(
+        vm.delete_synced(&writer, id),
+        Err(MemslotError::NoSuchSlot(id))
+    );
+}
+
+#[test]
+fn a_move_to_the_same_place_is_refused() {
+    let collector = Collector::new();
+    let vm = Memslots::new(&collector, DirtyLogMode::default()).unwrap();
+    let writer = collector.register();
+    let id = SlotId::new(0).unwrap();
+    let spec = SlotSpec {
+        id,
+        base_gfn: Gfn(8),
+        npages: 4,
+        backing: HostPhysAddr(0),
+        flags: SlotFlags::NONE,
+    };
+    assert_eq!(vm.create(&writer, spec), Ok(1));
+    assert_eq!(
+        vm.move_synced(&writer, id, Gfn(8)),
+        Err(MemslotError::NotAMove(id))
+    );
+    assert_eq!(
+        vm.move_synced(&writer, id, Gfn(12)).map(|(s, _)| s),
+        Ok(spec)
+    );
+}
