@@ -80,7 +80,9 @@ use crate::{mmio, read_sysreg, write_sysreg};
 use alloc::format;
 use crossbeam_epoch::LocalHandle;
 use memslot::VcpuSlotCache;
-use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, MmuCpu, PageCache, Perms, PhysAddr};
+use pgtable::{
+    Attributes, FAULT_CACHE_PAGES, FaultMapping, FaultTicket, MmuCpu, PageCache, Perms, PhysAddr,
+};
 
 /// `HCR_EL2` for a non-VHE hypervisor running AArch64 EL1 guests: stage 2
 /// (VM), set/way invalidation as clean+invalidate (SWIO), physical FIQ/IRQ/
@@ -664,8 +666,8 @@ impl Vcpu {
                 abort.status.level, self.regs.pc
             )),
         }
-        if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
-            return self.fault_in(slot, ipa, abort.status.kind, false);
+        if let Some((ticket, slot)) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
+            return self.fault_in(ticket, slot, ipa, abort.status.kind, false);
         }
         let cause = if abort.stage1_walk {
             AbortCause::NoMemoryOrDevice
@@ -705,8 +707,8 @@ impl Vcpu {
                 self.regs.pc
             )),
         }
-        if let Some(slot) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
-            return self.fault_in(slot, ipa, abort.status.kind, true);
+        if let Some((ticket, slot)) = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache) {
+            return self.fault_in(ticket, slot, ipa, abort.status.kind, true);
         }
         self.inject_abort(
             InjectKind::InstructionAbort,
@@ -723,7 +725,16 @@ impl Vcpu {
     /// instruction abort): a data fault maps it read-write, and a later
     /// instruction fetch adds execute permission (`pgtable` invalidates the
     /// instruction cache first where the CPU needs it).
-    fn fault_in(&mut self, slot: SlotView, ipa: u64, kind: FaultKind, exec: bool) -> Flow {
+    /// The leaf is installed only if the slot was not deleted or moved since
+    /// `ticket` was taken (before the lookup); otherwise the guest retries.
+    fn fault_in(
+        &mut self,
+        ticket: FaultTicket,
+        slot: SlotView,
+        ipa: u64,
+        kind: FaultKind,
+        exec: bool,
+    ) -> Flow {
         self.bump(Counter::Stage2Faults);
         if kind == FaultKind::AccessFlag {
             let result = self
@@ -770,7 +781,8 @@ impl Vcpu {
             };
         }
         let perms = if exec { Perms::RWX } else { Perms::RW };
-        let result = mmu.map(
+        let result = mmu.map_checked(
+            ticket,
             FaultMapping {
                 ipa: leaf.ipa,
                 size: leaf.size,
@@ -790,7 +802,8 @@ impl Vcpu {
                 });
                 Flow::Resume
             }
-            // Another vCPU is changing this entry: the guest faults again.
+            // Another vCPU is changing this entry, or the slot was deleted
+            // or moved since the lookup: the guest faults again.
             Err(pgtable::Error::Again) => Flow::Resume,
             Err(e) => self.stop(&format!(
                 "stage-2 map of IPA {:#x}+{:#x} failed: {e}",

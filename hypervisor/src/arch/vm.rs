@@ -54,7 +54,8 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use crossbeam_epoch::Collector;
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, SlotSpec};
 use pgtable::{
-    Attributes, MemType, Mmu, PageCache, Perms, PhysAddr, Stage2Config, Stage2PageTable,
+    Attributes, FaultTicket, MemType, Mmu, PageCache, Perms, PhysAddr, Stage2Config,
+    Stage2PageTable,
 };
 use spin::{Mutex, Once};
 use tlb::Aarch64Tlb;
@@ -174,21 +175,28 @@ impl core::fmt::Display for VmError {
 }
 
 impl Vm {
-    /// The VM's RAM slot as the fault path needs it, if `ipa` is in one.
+    /// The VM's RAM slot as the fault path needs it, if `ipa` is in one,
+    /// with the stage-2 fault ticket taken before the lookup: pass it to
+    /// `MmuReader::map_checked`, which answers `Again` if the slot was
+    /// deleted or moved since (see `pgtable::invalidate`).
     pub fn slot_for(
         &self,
         handle: &crossbeam_epoch::LocalHandle,
         ipa: u64,
         cache: &mut memslot::VcpuSlotCache,
-    ) -> Option<SlotView> {
+    ) -> Option<(FaultTicket, SlotView)> {
+        let ticket = self.stage2.fault_ticket();
         let guard = handle.pin();
         let slots = self.memslots.slots(&guard).ok()?;
         let slot = slots.find_cached(Gfn::from_ipa(ipa), cache)?;
-        Some(SlotView {
-            ipa: slot.base_gfn().0 << memslot::PAGE_SHIFT,
-            size: slot.npages() << memslot::PAGE_SHIFT,
-            backing: slot.backing().0,
-        })
+        Some((
+            ticket,
+            SlotView {
+                ipa: slot.base_gfn().0 << memslot::PAGE_SHIFT,
+                size: slot.npages() << memslot::PAGE_SHIFT,
+                backing: slot.backing().0,
+            },
+        ))
     }
 
     /// Logs `args` at `level` as a line of vCPU `vcpu` about the
