@@ -11,6 +11,9 @@
 //!   set in O(log n), publish it with one atomic store, and replay the change
 //!   on the other set once the epoch shows no reader can see it any more (see
 //!   [`memslots`] for the algorithm and its cost);
+//! - a run-time delete or move ([`Memslots::delete_synced`],
+//!   [`Memslots::move_synced`]) also waits for that grace period before it
+//!   returns, so that the caller may unmap and then free the old backing;
 //! - a logging slot has a [`DirtyBitmap`] that the fault path marks lock-free
 //!   and the management path harvests ([`dirty`]).
 //!

@@ -12,7 +12,7 @@
 //!
 //! # Algorithm
 //!
-//! [`Invalidation`] holds two counters:
+//! The MMU holds two counters:
 //! - `in_progress`: invalidations begun and not yet ended;
 //! - `seq`: invalidations ended, ever.
 //!
@@ -24,7 +24,7 @@
 //! The fault path takes a [`FaultTicket`] ([`Mmu::fault_ticket`]: `seq`)
 //! *before* its memslot lookup, and [`MmuReader::map_checked`] compares it
 //! under the read lock, before walking: if an invalidation is in progress or
-//! `seq` moved, the fault returns [`Error::Again`] and the vCPU re-enters the
+//! `seq` moved, the fault returns [`Error::Again`](crate::Error::Again) and the vCPU re-enters the
 //! guest, which faults again and looks the slot up afresh.
 //!
 //! # Why it is enough

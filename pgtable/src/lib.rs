@@ -26,6 +26,13 @@
 //!   the slot; a lost race answers [`Error::Again`] ("re-enter the guest").
 //!   Tables such a walk unlinks are retired to a `crossbeam-epoch` collector
 //!   and freed when no CPU that could still see them is pinned.
+//! - Memslot changes at run time ([`slot_sync`]): a fault takes a
+//!   [`FaultTicket`] before its memslot lookup and installs with
+//!   [`MmuReader::map_checked`], which answers `Again` if an invalidation
+//!   began or ended since ([`invalidate`]); [`delete_slot`] and [`move_slot`]
+//!   publish the change, wait for the memslots' readers, and unmap the old
+//!   range with one range flush, so that no leaf of a removed slot survives
+//!   or is installed later.
 //!
 //! Table pages come from the caller through [`PageTableMemory`] (allocate a
 //! zeroed page, free it, physical address to pointer); walks take them from a
@@ -118,6 +125,9 @@
 //! - `cargo test -p pgtable`: unit tests, the model-based property test and
 //!   the stress test (also optimised: `cargo test --release -p pgtable --test
 //!   stress`, as CI runs it).
+//! - Run-time slot delete and move against faults in flight (stress) and
+//!   interleaved with faults (model): `cargo test --release -p pgtable --test
+//!   slot_sync --test slot_sync_model`.
 //! - Loom models of the shared-walk protocol, bounded to seconds:
 //!   `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test --release -p pgtable --test loom_bbm`.
 #![no_std]

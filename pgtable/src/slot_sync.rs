@@ -14,7 +14,7 @@
 //!    epoch grace period, KVM's `synchronize_srcu`);
 //! 3. under the MMU write lock, unmap the old slot's IPA range from stage 2
 //!    (one deferred range flush: a `FlushBatch`, flushed once, and tables
-//!    left empty freed after it), then [`MmuWriter::end_invalidate`]
+//!    left empty freed after it), then [`MmuWriter::end_invalidate`](crate::MmuWriter::end_invalidate)
 //!    (sequence raised) before releasing the lock.
 //!
 //! Step 3's sequence raise makes every fault that looked the old slot up
