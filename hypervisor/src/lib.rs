@@ -16,29 +16,13 @@
 
 extern crate alloc;
 
-pub mod aarch32;
-pub mod cache_maint;
-pub mod counters;
-pub mod cpu_features;
-pub mod dt_translate;
-pub mod esr;
-pub mod event_log;
-pub mod fault;
-pub mod guest_dtb;
-pub mod guest_layout;
-pub mod host_gic;
-pub mod host_uart;
-pub mod hypercall;
-pub mod inject;
-pub mod mmio;
-pub mod pl011;
+pub mod control;
+pub mod devices;
+pub mod drivers;
+pub mod exit;
 pub mod platform;
-pub mod psci;
-pub mod ranges;
-pub mod sysreg_trap;
-pub mod timer;
-pub mod tlb_count;
-pub mod vgic;
+pub mod stage2;
+pub mod vm;
 
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub mod arch;

@@ -23,27 +23,31 @@
 //! the VM's `event_log::EventLog` (fixed size, rate-limited per kind, timed by
 //! the system counter) whether to print it.
 
-use super::boot::boot_info;
-use super::stage2::FrameMemory;
-use super::vcpu::Vcpu;
-use super::{console, firmware, gic, memory, sysreg};
-use crate::cache_maint::{CacheCaps, IcacheInval};
-use crate::counters::{Counter, VmCounters};
-use crate::event_log::{Event, EventKind, EventLog, LogDecision, RatePolicy};
-use crate::fault::SlotView;
-use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestGicFrames, GuestTimer};
-use crate::guest_layout::{
+use crate::arch::boot::boot_info;
+use crate::arch::boot::firmware;
+use crate::arch::boot::memory;
+use crate::arch::cpu::sysreg;
+use crate::arch::drivers::console;
+use crate::arch::drivers::gic;
+use crate::arch::stage2::FrameMemory;
+use crate::arch::vcpu::Vcpu;
+use crate::devices::pl011::{ConsoleLine, Pl011, RxBacklog};
+use crate::devices::vgic::{self, Vgic, VgicConfig};
+use crate::exit::mmio::{DeviceId, MmioBus, MmioRegion};
+use crate::exit::psci::{BootRequest, PowerStates};
+use crate::platform::ranges::PhysRange;
+use crate::read_sysreg;
+use crate::stage2::cache_maint::{CacheCaps, IcacheInval};
+use crate::stage2::fault::SlotView;
+use crate::stage2::tlb_count::CountingTlb;
+use crate::vm::counters::{Counter, VmCounters};
+use crate::vm::device_tree::{self, GuestDtbConfig, GuestGic, GuestGicFrames, GuestTimer};
+use crate::vm::event_log::{Event, EventKind, EventLog, LogDecision, RatePolicy};
+use crate::vm::layout::{
     self, GUEST_GICC_BASE, GUEST_GICC_SIZE, GUEST_GICD_BASE, GUEST_GICR_BASE,
     GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE, GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE,
     GUEST_UART_SIZE, GUEST_UART_SPI, vcpu_mpidr,
 };
-use crate::mmio::{DeviceId, MmioBus, MmioRegion};
-use crate::pl011::{ConsoleLine, Pl011, RxBacklog};
-use crate::psci::{BootRequest, PowerStates};
-use crate::ranges::PhysRange;
-use crate::read_sysreg;
-use crate::tlb_count::CountingTlb;
-use crate::vgic::{self, Vgic, VgicConfig};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
@@ -137,9 +141,9 @@ pub enum VmError {
     /// Not enough host memory for guest RAM.
     NoHostMemory(u64),
     /// The guest device tree could not be written.
-    Dtb(guest_dtb::GuestDtbError),
+    Dtb(device_tree::GuestDtbError),
     /// Two emulated devices claim the same addresses.
-    Devices(crate::mmio::RegionConflict),
+    Devices(crate::exit::mmio::RegionConflict),
     /// The stage-2 table could not be created.
     Stage2(pgtable::Error),
     /// The memslot could not be created.
@@ -340,7 +344,7 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         .filter(|_| gic::is_v2())
         .and_then(|g| g.virtual_cpu);
 
-    let placement = guest_layout::place(
+    let placement = layout::place(
         ram,
         header.text_offset,
         header.image_size,
@@ -361,7 +365,7 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     if let (Some(range), Some(initrd)) = (placement.initrd, initrd) {
         guest_ram[at(range.start)..][..initrd.len()].copy_from_slice(initrd);
     }
-    let dtb = guest_dtb::build(&GuestDtbConfig {
+    let dtb = device_tree::build(&GuestDtbConfig {
         ram,
         vcpus,
         uart: PhysRange::from_start_size(GUEST_UART_BASE, GUEST_UART_SIZE),

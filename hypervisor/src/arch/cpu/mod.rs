@@ -1,0 +1,4 @@
+//! The CPU itself: system register access and per-CPU data.
+
+pub mod percpu;
+pub mod sysreg;
