@@ -1,4 +1,4 @@
-//! The VM layer: boot payload, the VM, and what each CPU does after boot.
+//! The VM layer: the boot payload and the VM it describes (`run` starts it).
 //!
 //! The boot CPU reads the payload (a cpio newc archive the boot loader passed
 //! as an initrd: `kernel`, optional `initrd`, `cmdline`, `vm.conf`), creates the
@@ -23,14 +23,13 @@
 //! the VM's `event_log::EventLog` (fixed size, rate-limited per kind, timed by
 //! the system counter) whether to print it.
 
-use crate::arch::boot::boot_info;
 use crate::arch::boot::firmware;
+use crate::arch::boot::info::BootInfo;
 use crate::arch::boot::memory;
 use crate::arch::cpu::sysreg;
 use crate::arch::drivers::console;
 use crate::arch::drivers::gic;
 use crate::arch::stage2::FrameMemory;
-use crate::arch::vcpu::Vcpu;
 use crate::devices::pl011::{ConsoleLine, Pl011, RxBacklog};
 use crate::devices::vgic::{self, Vgic, VgicConfig};
 use crate::exit::mmio::{DeviceId, MmioBus, MmioRegion};
@@ -60,7 +59,7 @@ use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, Slot
 use pgtable::{
     Attributes, MemType, Mmu, PageCache, Perms, PhysAddr, Stage2Config, Stage2PageTable,
 };
-use spin::{Mutex, Once};
+use spin::Mutex;
 use tlb::Aarch64Tlb;
 
 /// Guest RAM backing is aligned to this, so 2 MiB blocks line up.
@@ -113,13 +112,15 @@ pub struct Vm {
     pub power: PowerStates,
     /// Event counters.
     pub counters: &'static VmCounters,
+    /// The CPUs have the GICv3 system-register CPU interface (system-wide).
+    pub gic_sysregs: bool,
+    /// The host console UART's interrupt, if it has one.
+    pub host_uart_intid: Option<u32>,
     /// What the guest made the hypervisor log: per-kind rate limits and the
     /// unknown ids already logged, all of fixed size.
     event_log: Mutex<EventLog>,
     stopping: AtomicBool,
 }
-
-static VM: Once<&'static Vm> = Once::new();
 
 /// Why a VM could not be created from the payload.
 #[derive(Debug)]
@@ -314,8 +315,10 @@ impl Vm {
     }
 }
 
-fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
-    let info = boot_info();
+/// Creates the VM that `payload` describes on the machine `info` describes;
+/// returns it with the boot request of its vCPU 0. The VM keeps what its
+/// vCPUs need of `info`.
+pub fn create_vm(info: &BootInfo, payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let PayloadRef {
         kernel,
         initrd,
@@ -528,6 +531,8 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         vgic,
         power: PowerStates::new(vcpus),
         counters,
+        gic_sysregs: features.gic_sysregs,
+        host_uart_intid: info.platform.uart_intid,
         event_log: Mutex::new(EventLog::new(RatePolicy::for_counter_frequency(
             read_sysreg!(cntfrq_el0),
         ))),
@@ -577,71 +582,4 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         context_id: placement.dtb.start,
     };
     Ok((vm, boot))
-}
-
-/// After boot, on the boot CPU: creates the VM and runs its vCPU 0.
-pub fn run_boot_cpu() -> ! {
-    let info = boot_info();
-    let Some(payload) = info.payload else {
-        log::info!("no guest payload found (pass a cpio archive with -initrd); nothing to run");
-        log::info!("system off");
-        firmware::system_off();
-    };
-    // SAFETY: the boot loader placed the payload there; it was excluded from
-    // the frame allocator and is covered by the identity map.
-    let bytes =
-        unsafe { core::slice::from_raw_parts(payload.start as *const u8, payload.size() as usize) };
-    let (vm, boot) = match create_vm(bytes) {
-        Ok(v) => v,
-        Err(e) => {
-            log::error!("cannot start a guest: {e}");
-            log::info!("system off");
-            firmware::system_off();
-        }
-    };
-    VM.call_once(|| vm);
-    sysreg::send_event();
-    for cpu in 1..info.cpus_online {
-        gic::kick(cpu);
-    }
-    vm.power.mark_on(0);
-    run_cpu(vm, 0, Some(boot))
-}
-
-/// After boot, on a secondary CPU: waits for its vCPU to be started.
-pub fn run_secondary_cpu(index: usize) -> ! {
-    let vm = loop {
-        if let Some(vm) = VM.get() {
-            break *vm;
-        }
-        gic::discard_pending();
-        if VM.get().is_none() {
-            gic::wait_for_wakeup();
-        }
-    };
-    if index >= vm.vcpus {
-        firmware::halt();
-    }
-    run_cpu(vm, index, None)
-}
-
-/// Runs vCPU `index` on this CPU: from `first` if given, then whenever the
-/// guest starts it with CPU_ON, forever.
-fn run_cpu(vm: &'static Vm, index: usize, first: Option<BootRequest>) -> ! {
-    let mut vcpu = Vcpu::new(vm, index);
-    if let Some(request) = first {
-        vcpu.run(request);
-    }
-    loop {
-        if vm.is_stopping() {
-            firmware::halt();
-        }
-        // Handle first, then look for a request, then wait: a CPU_ON that
-        // lands after the look leaves its kick pending, which ends the wait.
-        vcpu.handle_interrupts_while_off();
-        match vm.power.take_pending(index) {
-            Some(request) => vcpu.run(request),
-            None => gic::wait_for_wakeup(),
-        }
-    }
 }

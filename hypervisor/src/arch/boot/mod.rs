@@ -19,45 +19,26 @@
 mod entry;
 pub mod exceptions;
 pub mod firmware;
+pub mod info;
 pub mod memory;
 
+use crate::arch::cpu::features::local_features;
 use crate::arch::cpu::percpu::{self, MAX_CPUS};
 use crate::arch::cpu::sysreg;
 use crate::arch::drivers::console;
 use crate::arch::drivers::gic;
+use crate::arch::run;
 use crate::devices::vgic::ListRegisters;
 use crate::platform::cpu_features::{CpuFeatures, SystemFeatures};
 use crate::platform::ranges::PhysRange;
 use crate::platform::{Platform, PsciConduit};
 use core::sync::atomic::Ordering;
+use info::BootInfo;
 use spin::Once;
-
-/// What the boot CPU learned, shared with every CPU.
-pub struct BootInfo {
-    /// The host platform.
-    pub platform: Platform,
-    /// CPU features: the system-wide minimum over the online CPUs.
-    pub features: CpuFeatures,
-    /// Number of CPUs that came online (including the boot CPU).
-    pub cpus_online: usize,
-    /// The boot payload, if the boot loader passed one.
-    pub payload: Option<PhysRange>,
-    /// TLB invalidation capabilities (from the system-wide features).
-    pub tlb_caps: tlb::TlbCaps,
-}
-
-static BOOT_INFO: Once<BootInfo> = Once::new();
 
 /// What a secondary CPU must have, published by the boot CPU before it starts
 /// any.
 static REQUIRED: Once<CpuFeatures> = Once::new();
-
-/// The boot information (after the boot CPU published it).
-pub fn boot_info() -> &'static BootInfo {
-    BOOT_INFO
-        .get()
-        .expect("boot info is published before any CPU uses it")
-}
 
 /// Size of the device tree blob at `dtb`, from its header (big-endian `totalsize`).
 ///
@@ -68,18 +49,6 @@ unsafe fn dtb_total_size(dtb: usize) -> usize {
     // second 32-bit word and the header is 8-byte aligned by the boot protocol.
     let raw = unsafe { core::ptr::read_volatile((dtb + 4) as *const u32) };
     u32::from_be(raw) as usize
-}
-
-/// The running CPU's own features, from its ID registers.
-pub fn local_features() -> CpuFeatures {
-    CpuFeatures::from_id_registers(
-        crate::read_sysreg!(id_aa64isar0_el1),
-        crate::read_sysreg!(id_aa64mmfr0_el1),
-        crate::read_sysreg!(id_aa64mmfr1_el1),
-        crate::read_sysreg!(id_aa64mmfr2_el1),
-        crate::read_sysreg!(id_aa64pfr0_el1),
-        crate::read_sysreg!(id_aa64pfr1_el1),
-    )
 }
 
 /// The GIC list registers (`ICH_VTR_EL2.ListRegs + 1`), when the CPU has the
@@ -247,14 +216,14 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
             "per-IPA, whole-VMID invalidation for ranges"
         }
     );
-    BOOT_INFO.call_once(|| BootInfo {
+    let info = info::publish(BootInfo {
         platform,
         features,
         cpus_online,
         payload,
         tlb_caps,
     });
-    crate::arch::vm::run_boot_cpu()
+    run::run_boot_cpu(info)
 }
 
 fn yes_no(b: bool) -> &'static str {
@@ -358,7 +327,7 @@ extern "C" fn secondary_main() -> ! {
         log::warn!("CPU {}: GICv2 CPU interface: {e:?}", cpu.index());
     }
     cpu.online.store(true, Ordering::Release);
-    crate::arch::vm::run_secondary_cpu(cpu.index())
+    run::run_secondary_cpu(cpu.index())
 }
 
 /// Parks a secondary CPU that the system cannot use: masks its interrupts,

@@ -54,6 +54,7 @@
 //! guest turning its caches off or on flushes again (`cache_maint`).
 
 use crate::arch::boot::exceptions::{ExitKind, GuestRegs, enter_guest};
+use crate::arch::cpu::features::local_features;
 use crate::arch::cpu::sysreg;
 use crate::arch::drivers::console;
 use crate::arch::drivers::gic;
@@ -239,7 +240,7 @@ impl Vcpu {
             slot_cache: VcpuSlotCache::new(),
             page_cache: PageCache::with_capacity(FAULT_CACHE_PAGES),
             // This vCPU lives on the calling CPU, whose list registers these are.
-            lrs: gic::list_registers(crate::arch::boot::boot_info().features.gic_sysregs),
+            lrs: gic::list_registers(vm.gic_sysregs),
             timers: [TimerForward::new(); 2],
             kicks: VcpuSet::EMPTY,
             needs_fill: true,
@@ -400,7 +401,7 @@ impl Vcpu {
         let midr = read_sysreg!(midr_el1);
         // Which EL2 registers exist is this CPU's own business (a big.LITTLE
         // machine may differ), not the system-wide minimum.
-        let features = crate::arch::boot::local_features();
+        let features = local_features();
         let cptr = if features.sme {
             CPTR_EL2_NO_TRAPS & !CPTR_EL2_TSM
         } else {
@@ -546,7 +547,7 @@ impl Vcpu {
     fn host_interrupts(&mut self) {
         let maintenance = gic::maintenance_intid();
         let timers = gic::timer_intids();
-        let uart = crate::arch::boot::boot_info().platform.uart_intid;
+        let uart = self.vm.host_uart_intid;
         loop {
             let ack = gic::acknowledge();
             match HostIrq::classify(ack.intid, maintenance, timers, uart) {
