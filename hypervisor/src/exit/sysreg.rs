@@ -13,11 +13,15 @@
 //! guest's allocation-tag accesses are disabled, `HCR_EL2.ATA` clear, and its
 //! memory is not mapped as tagged). Writes to them are ignored.
 //!
-//! The virtual GIC's trapped SGI registers (`ICC_SGI1R_EL1` and the group 0
-//! ones) never get here: the run loop recognises them first
-//! (`vgic::SgiGroup::from_sysreg`).
+//! Before any of that, [`classify`] sorts a trapped access by who answers
+//! it, in this order: a set/way cache maintenance instruction or a write to a
+//! virtual-memory control register (both trapped only without FEAT_S2FWB, see
+//! `crate::stage2::cache_maint`), the virtual GIC's SGI generation registers
+//! (`ICC_SGI1R_EL1` and the group 0 ones), the ID registers, then [`policy`].
 
-use crate::exit::esr::SysRegEncoding;
+use crate::devices::vgic::SgiGroup;
+use crate::exit::esr::{SysRegAccess, SysRegEncoding};
+use crate::stage2::cache_maint::{self, VmReg};
 
 /// How to emulate a trapped register.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +75,41 @@ pub const fn guest_id_value(reg: SysRegEncoding, host: u64) -> u64 {
     }
 }
 
+/// Who answers a trapped system register access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SysRegTrap {
+    /// A set/way cache maintenance instruction (`DC ISW`/`CSW`/`CISW`).
+    SetWay,
+    /// A write to a virtual-memory control register.
+    VmRegWrite(VmReg),
+    /// An access to an SGI generation register of this group.
+    Sgi(SgiGroup),
+    /// An ID register.
+    IdRegister,
+    /// Any other register, emulated as the policy says.
+    Other(SysRegPolicy),
+}
+
+/// Sorts `access` by who answers it (see the module docs).
+pub fn classify(access: &SysRegAccess) -> SysRegTrap {
+    let r = access.reg;
+    if cache_maint::set_way_op(r).is_some() {
+        return SysRegTrap::SetWay;
+    }
+    if !access.read
+        && let Some(reg) = cache_maint::vm_reg(r)
+    {
+        return SysRegTrap::VmRegWrite(reg);
+    }
+    if let Some(group) = SgiGroup::from_sysreg(r.op0, r.op1, r.crn, r.crm, r.op2) {
+        return SysRegTrap::Sgi(group);
+    }
+    if is_id_register(r) {
+        return SysRegTrap::IdRegister;
+    }
+    SysRegTrap::Other(policy(r))
+}
+
 /// The emulation policy for `reg`.
 pub fn policy(reg: SysRegEncoding) -> SysRegPolicy {
     KNOWN
@@ -92,6 +131,41 @@ mod tests {
             SysRegPolicy::ReadAsZeroWriteIgnored("OSLAR_EL1")
         );
         assert_eq!(policy(enc(3, 0, 12, 11, 5)), SysRegPolicy::Unknown);
+    }
+
+    fn access(reg: SysRegEncoding, read: bool) -> SysRegAccess {
+        SysRegAccess { reg, rt: 0, read }
+    }
+
+    #[test]
+    fn classify_in_order() {
+        // DC CISW: op0 1, op1 0, CRn 7, CRm 14, op2 2.
+        assert_eq!(
+            classify(&access(enc(1, 0, 7, 14, 2), false)),
+            SysRegTrap::SetWay
+        );
+        let sctlr = enc(3, 0, 1, 0, 0);
+        assert_eq!(
+            classify(&access(sctlr, false)),
+            SysRegTrap::VmRegWrite(VmReg::Sctlr)
+        );
+        // A read of a trapped VM register is not the write the trap is for.
+        assert_eq!(
+            classify(&access(sctlr, true)),
+            SysRegTrap::Other(SysRegPolicy::Unknown)
+        );
+        assert_eq!(
+            classify(&access(enc(3, 0, 12, 11, 5), false)),
+            SysRegTrap::Sgi(SgiGroup::Group1)
+        );
+        assert_eq!(
+            classify(&access(ID_AA64PFR1_EL1, true)),
+            SysRegTrap::IdRegister
+        );
+        assert_eq!(
+            classify(&access(enc(2, 0, 1, 0, 4), false)),
+            SysRegTrap::Other(SysRegPolicy::ReadAsZeroWriteIgnored("OSLAR_EL1"))
+        );
     }
 
     #[test]

@@ -181,6 +181,41 @@ pub enum VgicError {
     Layout,
 }
 
+impl core::fmt::Display for VgicError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Self::UnknownRegister { frame, offset } => {
+                write!(f, "no register at offset {offset:#x} of {frame:?}")
+            }
+            Self::BadAccess {
+                frame,
+                offset,
+                size,
+            } => write!(
+                f,
+                "an access of {size} bytes at offset {offset:#x} of {frame:?} fits no register"
+            ),
+            Self::NotInGic { ipa } => write!(f, "IPA {ipa:#x} is in no frame of the virtual GIC"),
+            Self::NoSuchVcpu(vcpu) => write!(f, "no vCPU {vcpu}"),
+            Self::NoSuchInterrupt(intid) => {
+                write!(f, "INTID {intid} is not implemented or of the wrong class")
+            }
+            Self::VcpuCount(n) => write!(f, "{n} vCPUs (1 to {MAX_VCPUS} supported)"),
+            Self::SpiCount(n) => write!(f, "{n} SPIs (at most {MAX_SPIS} supported)"),
+            Self::DuplicateAffinity(mpidr) => {
+                write!(f, "two vCPUs with the MPIDR affinity {mpidr:#x}")
+            }
+            Self::UnsupportedAffinity(mpidr) => write!(
+                f,
+                "vCPU MPIDR {mpidr:#x} has Aff0 of 16 or more, which an SGI cannot target"
+            ),
+            Self::Layout => f.write_str("the frames overlap or are not 64 KiB aligned"),
+        }
+    }
+}
+
+impl core::error::Error for VgicError {}
+
 impl VgicError {
     /// Whether the guest's access should complete as RAZ/WI (after logging).
     pub const fn is_raz_wi(&self) -> bool {
