@@ -9,9 +9,10 @@
 //! # Output
 //!
 //! With one VM its bytes go to the terminal as they come, unchanged and
-//! unprefixed (an interactive shell's prompt and echo show at once).
+//! unprefixed (an interactive shell's prompt and echo show at once), except
+//! while the monitor's prompt shows: then they are buffered like below.
 //!
-//! With more than one VM each VM has a line buffer of [`LINE_CAPACITY`]
+//! With more than one VM (or the monitor open) each VM has a line buffer of [`LINE_CAPACITY`]
 //! bytes. A guest byte is appended to its VM's buffer (`\r` is dropped,
 //! `\n` ends the line). The buffer is written, as `[<name>] ` and the bytes,
 //! when the line ends, when the buffer fills, or when [`ConsoleMux::poll`]
@@ -271,8 +272,11 @@ impl ConsoleMux {
         out: &mut impl ConsoleOutput,
     ) -> Result<bool, ConsoleError> {
         self.vm(vm)?;
-        if self.vms.len() == 1 {
+        if self.vms.len() == 1 && self.cursor != Cursor::Monitor {
             let interrupted = self.claim_line(vm, out);
+            let console = &mut self.vms[vm.0];
+            out.write_bytes(&console.line);
+            console.line.clear();
             out.write_bytes(&[byte]);
             self.cursor = if byte == b'\n' {
                 Cursor::LineStart

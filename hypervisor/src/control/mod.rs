@@ -14,3 +14,6 @@ pub mod command;
 pub mod console;
 pub mod console_mux;
 pub mod monitor;
+
+#[cfg(test)]
+mod tests;

@@ -7,7 +7,8 @@
 //! backspace (0x08) and DEL (0x7f) erase the last byte (`\x08 \x08`); Enter
 //! (`\r` or `\n`, `\r\n` counts once) runs the line; Ctrl-C (0x03) or
 //! Ctrl-] (0x1d) leaves the monitor. An ANSI escape sequence (ESC `[` ...
-//! final byte, e.g. an arrow key) is skipped. Any other byte, and a byte
+//! final byte, ESC `O` and one byte, ESC and one byte: arrow and function
+//! keys) is skipped. Any other byte, and a byte
 //! past the capacity, answers BEL (0x07) and is not stored.
 //!
 //! # Output
@@ -173,6 +174,8 @@ enum AnsiState {
     Escape,
     /// After ESC `[`, until a final byte.
     Csi,
+    /// After ESC `O`: one more byte.
+    Ss3,
 }
 
 /// The monitor's line editor and command runner.
@@ -294,11 +297,15 @@ impl Monitor {
         let after_cr = core::mem::replace(&mut self.after_cr, byte == b'\r');
         match self.ansi {
             AnsiState::Escape => {
-                self.ansi = if byte == b'[' {
-                    AnsiState::Csi
-                } else {
-                    AnsiState::None
+                self.ansi = match byte {
+                    b'[' => AnsiState::Csi,
+                    b'O' => AnsiState::Ss3,
+                    _ => AnsiState::None,
                 };
+                return MonitorStep::Stay;
+            }
+            AnsiState::Ss3 => {
+                self.ansi = AnsiState::None;
                 return MonitorStep::Stay;
             }
             AnsiState::Csi => {
