@@ -370,6 +370,14 @@ fn quiet_partial_lines_are_written_at_the_poll_and_continued() {
 #[test]
 fn a_full_buffer_is_written_and_memory_stays_bounded() {
     let mut rig = Rig::new(&["a", "b"]);
+    rig.guest(0, &[b'x'; LINE_CAPACITY - 1]);
+    assert_eq!(rig.term.text(), "");
+    assert_eq!(rig.console.mux().buffered(VmId(0)).unwrap(), LINE_CAPACITY - 1);
+    rig.guest(0, b"x");
+    assert_eq!(rig.term.take().len(), "[a] ".len() + LINE_CAPACITY);
+    assert_eq!(rig.console.mux().buffered(VmId(0)).unwrap(), 0);
+    rig.guest(0, b"\n");
+    rig.term.take();
     let long = vec![b'x'; LINE_CAPACITY * 40 + 7];
     rig.guest(0, &long);
     let text = rig.term.take();
@@ -721,6 +729,7 @@ fn one_vm_output_ends_the_prompt_line() {
 enum Event {
     Typed(u8),
     Guest(usize, u8),
+    Burst(usize, usize),
     Poll,
     Flush(usize),
 }
@@ -735,6 +744,7 @@ fn event() -> impl Strategy<Value = Event> {
             prop::sample::select(b"vms focus b counters pause resume stop restart slots slot add delete move flags 0x1 2M exit help poweroff list ".to_vec()),
         ].prop_map(Event::Typed),
         4 => (0usize..3, prop_oneof![any::<u8>(), Just(b'\n'), Just(b'a')]).prop_map(|(v, b)| Event::Guest(v, b)),
+        1 => (0usize..3, 1usize..600).prop_map(|(v, n)| Event::Burst(v, n)),
         1 => Just(Event::Poll),
         1 => (0usize..3).prop_map(Event::Flush),
     ]
@@ -752,6 +762,7 @@ proptest! {
             match event {
                 Event::Typed(b) => rig.type_bytes(&[b]),
                 Event::Guest(vm, b) => rig.guest(vm, &[b]),
+                Event::Burst(vm, n) => rig.guest(vm, &vec![b'x'; n]),
                 Event::Poll => rig.poll(),
                 Event::Flush(vm) => rig.console.flush_vm(VmId(vm), &mut rig.term).unwrap(),
             }
