@@ -510,7 +510,7 @@ fn execute<'a, T: MonitorTarget, O: ConsoleOutput>(
             );
         }
         Command::PowerOff => {
-            let _ = writeln!(w, "ok: powering off");
+            let _ = writeln!(w, "powering off");
             target.power_off().map_err(Failure::Target)?;
         }
         Command::Exit => return Ok(MonitorStep::Leave),
