@@ -13,6 +13,13 @@
 //! It provides a [`ConsoleOutput`] (the host UART), a [`GuestInput`] (the
 //! VMs' PL011 receive paths) and a [`MonitorTarget`] (VM and memslot control).
 //!
+//! The monitor calls the [`MonitorTarget`] and the [`GuestInput`] while the
+//! caller holds the console's lock, so neither may take that lock (a
+//! `restart` that wants the VM's partial line written asks for
+//! [`Console::flush_vm`] later, from its own context). Every call returns
+//! after a bounded amount of work: a pause, stop or restart is requested,
+//! not waited for.
+//!
 //! # Modes
 //!
 //! In console mode typed bytes go through [`ConsoleMux::route_input`]: to
@@ -130,9 +137,9 @@ impl Console {
     /// The periodic tick: writes quiet VMs' partial lines (not while the
     /// monitor is open) and opens the monitor after a lone escape key.
     pub fn poll(&mut self, out: &mut impl ConsoleOutput) {
-        let (open_monitor, interrupted) = self.mux.poll(self.mode == Mode::Monitor, out);
-        self.redraw_if(interrupted, out);
-        if open_monitor && self.mode == Mode::Console {
+        let outcome = self.mux.poll(self.mode == Mode::Monitor, out);
+        self.redraw_if(outcome.monitor_line_ended, out);
+        if outcome.open_monitor && self.mode == Mode::Console {
             self.open_monitor(out);
         }
     }

@@ -135,6 +135,15 @@ pub enum RxRoute {
     },
 }
 
+/// What a [`ConsoleMux::poll`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PollOutcome {
+    /// An escape key waited alone since the previous poll: open the monitor.
+    pub open_monitor: bool,
+    /// A guest line ended the monitor's line: redraw the prompt.
+    pub monitor_line_ended: bool,
+}
+
 /// Who owns the terminal's current line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Cursor {
@@ -317,23 +326,23 @@ impl ConsoleMux {
 
     /// The periodic tick. Writes (without ending them) the lines of VMs that
     /// wrote nothing since the previous poll, unless `hold_partial_lines`
-    /// (the monitor is open). Returns whether a pending escape timed out: the
-    /// monitor must open. The second value says whether the monitor's line
-    /// was ended.
-    pub fn poll(&mut self, hold_partial_lines: bool, out: &mut impl ConsoleOutput) -> (bool, bool) {
-        let mut interrupted = false;
+    /// (the monitor is open), and ends a pending escape.
+    pub fn poll(&mut self, hold_partial_lines: bool, out: &mut impl ConsoleOutput) -> PollOutcome {
+        let mut monitor_line_ended = false;
         if !hold_partial_lines {
             for index in 0..self.vms.len() {
                 let console = &mut self.vms[index];
                 let stale = !console.fresh && !console.line.is_empty();
                 console.fresh = false;
                 if stale {
-                    interrupted |= self.write_line(VmId(index), false, out);
+                    monitor_line_ended |= self.write_line(VmId(index), false, out);
                 }
             }
         }
-        let open_monitor = core::mem::replace(&mut self.escape_pending, false);
-        (open_monitor, interrupted)
+        PollOutcome {
+            open_monitor: core::mem::replace(&mut self.escape_pending, false),
+            monitor_line_ended,
+        }
     }
 
     /// Routes one typed byte while the console (not the monitor) has the keyboard.

@@ -372,7 +372,10 @@ fn a_full_buffer_is_written_and_memory_stays_bounded() {
     let mut rig = Rig::new(&["a", "b"]);
     rig.guest(0, &[b'x'; LINE_CAPACITY - 1]);
     assert_eq!(rig.term.text(), "");
-    assert_eq!(rig.console.mux().buffered(VmId(0)).unwrap(), LINE_CAPACITY - 1);
+    assert_eq!(
+        rig.console.mux().buffered(VmId(0)).unwrap(),
+        LINE_CAPACITY - 1
+    );
     rig.guest(0, b"x");
     assert_eq!(rig.term.take().len(), "[a] ".len() + LINE_CAPACITY);
     assert_eq!(rig.console.mux().buffered(VmId(0)).unwrap(), 0);
