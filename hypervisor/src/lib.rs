@@ -5,8 +5,8 @@
 //! hypervisor-call interface, the PL011 register model, the host console UART
 //! drivers (PL011, 16550), the host platform read from the device tree, the
 //! guest device tree, memory-range arithmetic, guest cache maintenance without
-//! FEAT_S2FWB, per-VM counters and the forwarding of the guest timers'
-//! interrupts. It builds and is unit-tested on the host. The machine layer
+//! FEAT_S2FWB, per-VM counters, the forwarding of the guest timers'
+//! interrupts and the host console's VM multiplexing and monitor (`control`). It builds and is unit-tested on the host. The machine layer
 //! (`arch`, only on `aarch64` bare metal) touches system registers and runs the boot path, exception
 //! vectors, CPUs, memory management and the vCPU run loop, and calls into the
 //! pure layer for every decision. The boot payload's formats (cpio newc
