@@ -44,6 +44,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
+/// The payload format the runner writes, for tests that read it back.
+pub use boot_payload;
+
 use artifacts::{BuildError, HYPERVISOR, TEST_GUEST};
 use boot_payload::vmconf::VmConf;
 use boot_payload::{MAX_VMS, NamedPayload, Payload};
@@ -1314,6 +1317,171 @@ mod tests {
 
     fn exited(code: i32) -> ExitStatus {
         ExitStatus::from_raw(code << 8)
+    }
+
+    fn vm(spec: &str, index: usize) -> VmSpec {
+        VmSpec::parse(spec, index).unwrap()
+    }
+
+    #[test]
+    fn a_lone_vm_expected_to_be_stopped_passes_only_when_it_was() {
+        let limit = Duration::from_secs(9);
+        let expect = Expectation::StoppedThenExit;
+        let stopped = transcript(&[
+            "[hv] ERROR: vm0 vcpu0: stopping the VM: unhandled abort",
+            "[hv] system off",
+        ]);
+        assert_eq!(
+            judge(&stopped, &Ending::Exited, &exited(0), limit, expect),
+            Verdict::Pass
+        );
+        assert!(matches!(
+            judge(&stopped, &Ending::Exited, &exited(1), limit, expect),
+            Verdict::NoCleanExit(_)
+        ));
+        let ran = transcript(&["RESULT: PASS", "[hv] system off"]);
+        assert_eq!(
+            judge(&ran, &Ending::Exited, &exited(0), limit, expect),
+            Verdict::VmNotStopped
+        );
+        let panic = transcript(&["[hv] PANIC: boom"]);
+        assert_eq!(
+            judge(&panic, &Ending::Exited, &exited(0), limit, expect),
+            Verdict::HypervisorPanic("boom".into())
+        );
+    }
+
+    #[test]
+    fn several_vms_are_judged_each_by_name_after_the_hypervisor() {
+        let vms = [("a", VmExpect::Pass), ("b", VmExpect::Stopped)];
+        let judge = |lines: &[&str]| {
+            judge_several(
+                &transcript(lines),
+                &Ending::Exited,
+                &exited(0),
+                Firmware::None,
+                &vms,
+            )
+        };
+        assert_eq!(
+            judge(&[
+                "[hv] ERROR: vm1 vcpu0: stopping the VM: bad access",
+                "[a] RESULT: PASS",
+                "[hv] system off"
+            ]),
+            Verdict::Pass
+        );
+        assert_eq!(
+            judge(&["[a] RESULT: PASS", "[hv] PANIC: boom"]),
+            Verdict::HypervisorPanic("boom".into())
+        );
+        assert_eq!(
+            judge(&["[hv] ERROR: cannot start a guest: no memory"]),
+            Verdict::GuestNotStarted("no memory".into())
+        );
+        let failed = judge(&["[a] RESULT: FAIL lost a write", "[hv] system off"]);
+        assert_eq!(
+            failed.to_string(),
+            "FAIL: VM `a`: it reported: lost a write; VM `b`: expected to be stopped by the \
+             hypervisor, it was not"
+        );
+    }
+
+    #[test]
+    fn vms_payload_holds_each_vm_with_its_settings() {
+        let vms = [
+            vm("memory,cpus=0-1", 0),
+            vm("linux,cpus=2,3,name=web,control=1,mem=256", 1),
+        ];
+        let files = |kernel: u8, cmdline: &str| VmFiles {
+            kernel: vec![kernel],
+            initrd: (kernel == 2).then(|| vec![9; 3]),
+            cmdline: cmdline.into(),
+        };
+        let archive = vms_payload(
+            &vms,
+            vec![files(1, "test=memory"), files(2, "console=ttyAMA0")],
+        )
+        .unwrap();
+        let read = boot_payload::VmsRef::parse(&archive).unwrap();
+        let [memory, web] = read.as_slice() else {
+            panic!("two VMs")
+        };
+        assert_eq!(
+            (
+                memory.name.as_str(),
+                memory.payload.kernel,
+                memory.payload.cmdline
+            ),
+            ("vm0", &[1u8][..], Some("test=memory"))
+        );
+        assert_eq!(
+            memory.payload.conf,
+            VmConf {
+                vcpus: Some(2),
+                mem_mib: Some(128),
+                cpus: vms[0].cpus,
+                control: None,
+            }
+        );
+        assert_eq!(web.name.as_str(), "web");
+        assert_eq!(web.payload.initrd, Some(&[9u8; 3][..]));
+        assert_eq!(web.payload.conf.mem_mib, Some(256));
+        assert_eq!(web.payload.conf.control, Some(true));
+        assert_eq!(read.check_cpus(4), Ok(()));
+        assert!(vms_payload(&vms, vec![files(1, "x")]).is_err());
+    }
+
+    #[test]
+    fn vm_settings_are_validated_before_anything_is_built() {
+        let config = |vms: Vec<VmSpec>| RunConfig {
+            vms,
+            ..RunConfig::default()
+        };
+        assert!(
+            config(vec![vm("memory,cpus=0-1", 0), vm("timers,cpus=2-3", 1)])
+                .validate()
+                .is_ok()
+        );
+        assert!(config(vec![vm("memory", 0)]).validate().is_ok());
+        for (vms, says) in [
+            (vec![vm("memory,cpus=0", 0), vm("timers", 1)], "needs cpus="),
+            (vec![vm("memory,cpus=4", 0)], "names CPU 4, but --smp 4"),
+            (
+                vec![vm("memory,cpus=0-2", 0), vm("timers,cpus=2", 1)],
+                "both name CPU 2",
+            ),
+            (
+                vec![vm("memory,cpus=0,name=a", 0), vm("timers,cpus=1,name=a", 1)],
+                "called `a`",
+            ),
+            (vec![vm("memory,mem=1024", 0)], "adds up to 1024 MiB"),
+        ] {
+            let why = config(vms).validate().unwrap_err().to_string();
+            assert!(why.contains(says), "{why}");
+        }
+        let mixed = RunConfig {
+            vcpus: Some(1),
+            ..config(vec![vm("memory", 0)])
+        };
+        assert!(
+            mixed
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--vcpus")
+        );
+        let direct = RunConfig {
+            boot: Boot::Direct,
+            ..config(vec![vm("memory", 0)])
+        };
+        assert!(
+            direct
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--direct")
+        );
     }
 
     #[test]
