@@ -17,6 +17,11 @@
 //! initrd ([`RunConfig::linux`], [`linux`]): Debian's arm64 kernel and a
 //! busybox initramfs ([`debian`], [`initramfs`]), or any files.
 //!
+//! A run may hold several VMs in one payload ([`RunConfig::vms`], `--vm`,
+//! [`vmspec`]): each VM's console lines carry its `[<name>] ` prefix and the
+//! run is judged VM by VM ([`vm_verdict`]). Console input can be a script
+//! of "wait for this text, send these bytes" steps ([`console_script`]).
+//!
 //! [`Boot::Direct`] boots the guest kernel by itself at EL1 (no
 //! `virtualization=on`, no hypervisor), which shakes out a guest and gives the
 //! baseline for hypervisor-overhead figures.
