@@ -142,12 +142,9 @@ impl Payload {
 pub fn write_several(vms: &[NamedPayload]) -> Result<Vec<u8>, PayloadError> {
     let mut entries = Vec::new();
     for vm in vms {
-        VmName::new(&vm.name).map_err(PayloadError::BadVmName)?;
+        let name = VmName::new(&vm.name).map_err(PayloadError::BadVmName)?;
         if vms.iter().filter(|other| other.name == vm.name).count() > 1 {
-            return Err(PayloadError::Vm {
-                vm: VmName::new(&vm.name).map_err(PayloadError::BadVmName)?,
-                error: VmEntryError::RepeatedEntry,
-            });
+            return Err(PayloadError::DuplicateName(name));
         }
         for entry in vm.payload.entries() {
             entries.push(FileEntry {
@@ -236,6 +233,8 @@ pub enum PayloadError {
     MixedLayouts,
     /// The archive describes more than [`MAX_VMS`] VMs.
     TooManyVms,
+    /// Two VMs to write have this name ([`write_several`]).
+    DuplicateName(VmName),
     /// Two VMs name the same CPU.
     CpusOverlap {
         /// The earlier VM.
@@ -283,6 +282,7 @@ impl core::fmt::Display for PayloadError {
                  and `{VM_DIR}/` entries; use one layout"
             ),
             Self::TooManyVms => write!(f, "the payload describes more than {MAX_VMS} VMs"),
+            Self::DuplicateName(vm) => write!(f, "two VMs are called `{vm}`"),
             Self::CpusOverlap { first, second, cpu } => write!(
                 f,
                 "VMs `{first}` and `{second}` both name CPU {cpu}; a CPU runs one VM"
@@ -824,10 +824,7 @@ mod tests {
         assert_eq!(refused(&nine), Err(PayloadError::TooManyVms));
         assert_eq!(
             write_several(&[vm("a", "0", 1), vm("a", "1", 1)]),
-            Err(PayloadError::Vm {
-                vm: name("a"),
-                error: VmEntryError::RepeatedEntry
-            })
+            Err(PayloadError::DuplicateName(name("a")))
         );
         assert_eq!(
             write_several(&[vm("hv", "0", 1)]),
