@@ -179,6 +179,19 @@ impl core::fmt::Display for VmError {
     }
 }
 
+impl core::error::Error for VmError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Stage2(e) => Some(e),
+            Self::Memslot(e) => Some(e),
+            Self::Vgic(e) => Some(e),
+            Self::Dtb(e) => Some(e),
+            Self::Devices(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 impl Vm {
     /// The VM's RAM slot as the fault path needs it, if `ipa` is in one.
     pub fn slot_for(
