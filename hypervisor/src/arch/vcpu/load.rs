@@ -17,7 +17,7 @@ use crate::{read_sysreg, write_sysreg};
 /// `HCR_EL2` for a non-VHE hypervisor running AArch64 EL1 guests: stage 2
 /// (VM), set/way invalidation as clean+invalidate (SWIO), physical FIQ/IRQ/
 /// SError to EL2 (FMO/IMO/AMO), trap the ID registers (TID3: the guest sees
-/// them through `sysreg_trap::guest_id_value`), trap SMC (TSC), EL1 is
+/// them through `crate::exit::sysreg::guest_id_value`), trap SMC (TSC), EL1 is
 /// AArch64 (RW), do not
 /// trap pointer authentication (APK/API). WFI/WFE run natively (see the
 /// module docs). The guest's local TLB and cache maintenance and barriers
