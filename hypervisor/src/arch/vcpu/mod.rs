@@ -142,20 +142,24 @@ impl Vcpu {
         })
     }
 
+    /// Adds one to the VM's `counter`.
     fn bump(&self, counter: Counter) {
         self.vm.counters.bump(counter);
     }
 
+    /// The guest's general-purpose register `r` (31: the zero register).
     fn reg(&self, r: u8) -> u64 {
         if r == 31 { 0 } else { self.regs.x[r as usize] }
     }
 
+    /// Sets the guest's general-purpose register `r` (31: discarded).
     fn set_reg(&mut self, r: u8, value: u64) {
         if r != 31 {
             self.regs.x[r as usize] = value;
         }
     }
 
+    /// The IPA of the abort being handled (`HPFAR_EL2` and `FAR_EL2`).
     fn ipa(&self) -> u64 {
         fault_ipa(self.regs.hpfar, self.regs.far)
     }
