@@ -1,17 +1,30 @@
 //! A standalone type-1 hypervisor for arm64 that runs at EL2.
 //!
-//! The crate is split in two layers. The pure layer (every module at the top
-//! level) holds the decisions: decoding exception syndromes, PSCI and the
-//! hypervisor-call interface, the PL011 register model, the host console UART
-//! drivers (PL011, 16550), the host platform read from the device tree, the
-//! guest device tree, memory-range arithmetic, guest cache maintenance without
-//! FEAT_S2FWB, per-VM counters, the forwarding of the guest timers'
-//! interrupts and the host console's VM multiplexing and monitor (`control`). It builds and is unit-tested on the host. The machine layer
-//! (`arch`, only on `aarch64` bare metal) touches system registers and runs the boot path, exception
-//! vectors, CPUs, memory management and the vCPU run loop, and calls into the
-//! pure layer for every decision. The boot payload's formats (cpio newc
-//! archive, arm64 `Image` header, `vm.conf`) come from the `boot-payload`
-//! crate, which `qemu-runner` writes them with.
+//! The crate is split in two layers. The pure layer holds the decisions and
+//! builds and is unit-tested on the host; the machine layer (`arch`, only on
+//! `aarch64` bare metal) touches system registers and devices, runs the boot
+//! path, exception vectors, CPUs, memory management and the vCPU run loop,
+//! and calls into the pure layer for every decision. The pure layer's folders:
+//!
+//! - `platform`: the host platform read from the device tree, bus address
+//!   translation, memory-range arithmetic, CPU feature decoding.
+//! - `drivers`: the register logic of the host console UARTs (PL011, 16550)
+//!   and the host GIC.
+//! - `vm`: the guest's memory layout and device tree, per-VM counters and the
+//!   rate-limited event log.
+//! - `exit`: exit handling decisions, one file per exit kind (syndromes,
+//!   aborts and MMIO, hypercalls and PSCI, system register traps, exception
+//!   injection), and what a handler returns (`exit::flow`).
+//! - `devices`: the emulated PL011, the virtual GIC and the forwarding of the
+//!   guest timers' interrupts.
+//! - `stage2`: stage-2 fault leaves, TLB counting and guest cache maintenance
+//!   without FEAT_S2FWB.
+//! - `control`: the control plane: the host console's VM multiplexing and
+//!   monitor.
+//!
+//! The boot payload's formats (cpio newc archive, arm64 `Image` header,
+//! `vm.conf`) come from the `boot-payload` crate, which `qemu-runner` writes
+//! them with.
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;

@@ -11,6 +11,7 @@ use crate::arch::cpu::sysreg;
 use crate::arch::drivers::gic;
 use crate::arch::vcpu::Vcpu;
 use crate::arch::vm::{Vm, create_vm};
+use crate::exit::flow::{Flow, StopReason};
 use crate::exit::psci::BootRequest;
 use spin::Once;
 
@@ -63,11 +64,16 @@ pub fn run_secondary_cpu(index: usize) -> ! {
 }
 
 /// Runs vCPU `index` on this CPU: from `first` if given, then whenever the
-/// guest starts it with CPU_ON, forever.
+/// guest starts it with CPU_ON, forever. The one place that acts on how a
+/// vCPU's run ended: it stops the VM with the vCPU's [`StopReason`], or
+/// powers the machine off or resets it when the guest asked.
 fn run_cpu(vm: &'static Vm, index: usize, first: Option<BootRequest>) -> ! {
-    let mut vcpu = Vcpu::new(vm, index);
+    let mut vcpu = match Vcpu::new(vm, index) {
+        Ok(vcpu) => vcpu,
+        Err(reason) => vm.stop(index, &reason),
+    };
     if let Some(request) = first {
-        vcpu.run(request);
+        after_run(vm, index, vcpu.run(request));
     }
     loop {
         if vm.is_stopping() {
@@ -75,10 +81,23 @@ fn run_cpu(vm: &'static Vm, index: usize, first: Option<BootRequest>) -> ! {
         }
         // Handle first, then look for a request, then wait: a CPU_ON that
         // lands after the look leaves its kick pending, which ends the wait.
-        vcpu.handle_interrupts_while_off();
+        if let Err(reason) = vcpu.handle_interrupts_while_off() {
+            vm.stop(index, &reason);
+        }
         match vm.power.take_pending(index) {
-            Some(request) => vcpu.run(request),
+            Some(request) => after_run(vm, index, vcpu.run(request)),
             None => gic::wait_for_wakeup(),
         }
+    }
+}
+
+/// Acts on how a run of vCPU `index` ended: a vCPU that turned off waits for
+/// the next `CPU_ON`; the rest ends the VM.
+fn after_run(vm: &'static Vm, index: usize, end: Result<Flow, StopReason>) {
+    match end {
+        Ok(Flow::Resume | Flow::Off) => {}
+        Ok(Flow::SystemOff) => vm.system_off(index),
+        Ok(Flow::SystemReset) => vm.system_reset(index),
+        Err(reason) => vm.stop(index, &reason),
     }
 }

@@ -32,6 +32,7 @@ use crate::arch::drivers::gic;
 use crate::arch::stage2::FrameMemory;
 use crate::devices::pl011::{ConsoleLine, Pl011, RxBacklog};
 use crate::devices::vgic::{self, Vgic, VgicConfig};
+use crate::exit::flow::StopReason;
 use crate::exit::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::exit::psci::{BootRequest, PowerStates};
 use crate::platform::ranges::PhysRange;
@@ -178,6 +179,19 @@ impl core::fmt::Display for VmError {
     }
 }
 
+impl core::error::Error for VmError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Stage2(e) => Some(e),
+            Self::Memslot(e) => Some(e),
+            Self::Vgic(e) => Some(e),
+            Self::Dtb(e) => Some(e),
+            Self::Devices(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 impl Vm {
     /// The VM's RAM slot as the fault path needs it, if `ipa` is in one.
     pub fn slot_for(
@@ -304,7 +318,7 @@ impl Vm {
     /// Stops the VM because of `reason` (an exit that cannot be handled). The
     /// hypervisor stays in control: it reports, and with no VM left to run it
     /// powers the machine off in order.
-    pub fn stop(&self, vcpu: usize, reason: &str) -> ! {
+    pub fn stop(&self, vcpu: usize, reason: &StopReason) -> ! {
         self.begin_stop();
         self.flush_console();
         log::error!("vm{} vcpu{vcpu}: stopping the VM: {reason}", self.index);

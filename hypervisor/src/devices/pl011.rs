@@ -53,6 +53,16 @@ pub enum Pl011Error {
     NoRegister(u64),
 }
 
+impl core::fmt::Display for Pl011Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NoRegister(offset) => write!(f, "no PL011 register at offset {offset:#x}"),
+        }
+    }
+}
+
+impl core::error::Error for Pl011Error {}
+
 /// The state of one emulated PL011.
 #[derive(Clone, Debug)]
 pub struct Pl011 {

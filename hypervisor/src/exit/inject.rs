@@ -180,6 +180,18 @@ pub struct InjectedException {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnsupportedGuestMode(pub u64);
 
+impl core::fmt::Display for UnsupportedGuestMode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "PSTATE {:#x} is no EL0/EL1 state an AArch64 EL1 guest runs in",
+            self.0
+        )
+    }
+}
+
+impl core::error::Error for UnsupportedGuestMode {}
+
 impl GuestMode {
     /// Decodes `M[4:0]` of `pstate`.
     pub fn from_pstate(pstate: u64) -> Result<Self, UnsupportedGuestMode> {

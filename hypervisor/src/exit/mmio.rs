@@ -42,6 +42,18 @@ pub struct MmioRegion {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegionConflict(pub MmioRegion);
 
+impl core::fmt::Display for RegionConflict {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "device window {:#x}+{:#x} is empty, wraps or overlaps another",
+            self.0.base, self.0.size
+        )
+    }
+}
+
+impl core::error::Error for RegionConflict {}
+
 /// Why an access is not a device access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MmioMiss {
@@ -51,6 +63,21 @@ pub enum MmioMiss {
     /// bytes).
     Straddles(MmioRegion),
 }
+
+impl core::fmt::Display for MmioMiss {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Outside => f.write_str("outside every device window"),
+            Self::Straddles(region) => write!(
+                f,
+                "runs past the end of the device window {:#x}+{:#x}",
+                region.base, region.size
+            ),
+        }
+    }
+}
+
+impl core::error::Error for MmioMiss {}
 
 /// The emulated devices of one VM.
 #[derive(Clone, Debug, Default)]

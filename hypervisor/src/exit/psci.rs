@@ -57,6 +57,19 @@ pub enum PsciError {
     InvalidAddress = -9,
 }
 
+impl core::fmt::Display for PsciError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::NotSupported => "NOT_SUPPORTED",
+            Self::InvalidParameters => "INVALID_PARAMETERS",
+            Self::AlreadyOn => "ALREADY_ON",
+            Self::InvalidAddress => "INVALID_ADDRESS",
+        })
+    }
+}
+
+impl core::error::Error for PsciError {}
+
 impl PsciError {
     /// The value as written to a 64-bit register (sign-extended).
     pub fn to_register(self) -> u64 {

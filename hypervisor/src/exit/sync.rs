@@ -108,8 +108,8 @@ mod tests {
 
     #[test]
     fn a_failed_aarch32_condition_does_nothing() {
-        // MCR (EC 0x03) with a valid condition EQ, from AArch32 User.
-        let mcr_eq = esr(0x03, (1 << 24) | (0x0 << 20));
+        // MCR (EC 0x03) with a valid condition (CV) EQ (0), from AArch32 User.
+        let mcr_eq = esr(0x03, 1 << 24);
         let usr = 0x10;
         let z = 1 << 30;
         assert_eq!(classify(mcr_eq, usr, 0, 0), Ok(SyncExit::ConditionFailed));

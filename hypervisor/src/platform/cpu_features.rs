@@ -177,6 +177,8 @@ impl core::fmt::Display for Rejection {
     }
 }
 
+impl core::error::Error for Rejection {}
+
 impl CpuFeatures {
     /// The least a CPU can have: 32-bit PA, 8-bit VMIDs, no optional feature.
     /// Every CPU covers it; it is the starting point of a requirement.

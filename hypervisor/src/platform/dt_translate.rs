@@ -64,6 +64,8 @@ impl core::fmt::Display for TranslateError {
     }
 }
 
+impl core::error::Error for TranslateError {}
+
 /// Reads a big-endian number of `cells` (0 to 2) cells from the front of
 /// `bytes`.
 fn cells_at(bytes: &[u8], cells: usize) -> Option<u64> {

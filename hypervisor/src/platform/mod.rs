@@ -171,6 +171,8 @@ impl core::fmt::Display for PlatformError {
     }
 }
 
+impl core::error::Error for PlatformError {}
+
 /// Reads big-endian cells: 1 or 2 cells per number.
 fn read_cells(bytes: &[u8], cells: usize) -> Option<u64> {
     match cells {

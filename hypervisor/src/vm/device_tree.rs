@@ -90,6 +90,14 @@ pub struct GuestDtbConfig<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GuestDtbError(pub alloc::string::String);
 
+impl core::fmt::Display for GuestDtbError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl core::error::Error for GuestDtbError {}
+
 impl From<vm_fdt::Error> for GuestDtbError {
     fn from(e: vm_fdt::Error) -> Self {
         Self(e.to_string())

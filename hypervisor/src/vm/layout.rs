@@ -64,6 +64,14 @@ pub struct GuestPlacement {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DoesNotFit(pub u64);
 
+impl core::fmt::Display for DoesNotFit {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "the payload needs {:#x} bytes of guest RAM", self.0)
+    }
+}
+
+impl core::error::Error for DoesNotFit {}
+
 /// Places a kernel (`text_offset`, `image_size`) and an initrd of
 /// `initrd_len` bytes in `ram`.
 pub fn place(

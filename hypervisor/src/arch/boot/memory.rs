@@ -78,6 +78,8 @@ impl core::fmt::Display for MemoryError {
     }
 }
 
+impl core::error::Error for MemoryError {}
+
 /// Free RAM after boot-time carving, for the banner.
 pub struct MemorySummary {
     /// Bytes handed to the frame allocator.

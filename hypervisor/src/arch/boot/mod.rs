@@ -3,8 +3,8 @@
 //! `primary_main` runs with the early identity map: it starts the heap, reads
 //! the platform from the device tree, starts the console, carves host memory
 //! and switches to the final EL2 tables, installs the vectors and per-CPU data,
-//! prints the banner, starts every other CPU with PSCI `CPU_ON`, and hands over
-//! to the VM layer. `secondary_main` is where the other CPUs arrive.
+//! prints the banner, starts every other CPU with PSCI `CPU_ON`, publishes the
+//! boot information (`info`) and hands over to `arch::run`. `secondary_main` is where the other CPUs arrive.
 //! `wrong_el_main` reports that the image was entered outside EL2.
 //!
 //! CPU features: every CPU reads its own ID registers as it comes up. The boot

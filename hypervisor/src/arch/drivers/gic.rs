@@ -65,6 +65,19 @@ pub enum GicError {
     NoRedistributor(u64),
 }
 
+impl core::fmt::Display for GicError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NotInitialised => f.write_str("CPU interface set up before the distributor"),
+            Self::NoRedistributor(mpidr) => {
+                write!(f, "no redistributor has the affinity of MPIDR {mpidr:#x}")
+            }
+        }
+    }
+}
+
+impl core::error::Error for GicError {}
+
 fn read32(addr: usize) -> u32 {
     // SAFETY: callers pass addresses inside the GIC frames the device tree
     // named, which the EL2 stage-1 maps as device memory.
