@@ -18,9 +18,10 @@
 
 use crate::{IpaOperand, RangeOperand, TlbCaps, TlbiOp};
 
-/// Page shift of the 4 KiB granule.
+/// Page shift of the 4 KiB granule. The one definition in the workspace:
+/// `pgtable` and `memslot` re-export it.
 pub const PAGE_SHIFT: u32 = 12;
-/// Bytes in a 4 KiB page.
+/// Bytes in a 4 KiB page (re-exported by `pgtable` and `memslot`).
 pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
 /// Most pages one range operation covers: NUM 31, SCALE 3 = 32 * 2^16 pages (8 GiB).
 pub const MAX_TLBI_RANGE_PAGES: u64 = 32 << 16;
