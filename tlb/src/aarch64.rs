@@ -21,7 +21,8 @@ pub struct Aarch64Tlb {
 }
 
 impl Aarch64Tlb {
-    /// A backend for a CPU with `caps` (read them with [`TlbCaps::read`]).
+    /// A backend for a CPU with `caps` (decode them with [`TlbCaps::from_id_registers`]
+    /// and keep what every CPU has).
     pub const fn new(caps: TlbCaps) -> Self {
         Self { caps }
     }

@@ -234,16 +234,8 @@ mod tests {
     use proptest::prelude::*;
     use std::vec::Vec;
 
-    const RANGE: TlbCaps = TlbCaps {
-        range: true,
-        ttl: true,
-        vmid_bits: 16,
-    };
-    const NO_RANGE: TlbCaps = TlbCaps {
-        range: false,
-        ttl: false,
-        vmid_bits: 8,
-    };
+    const RANGE: TlbCaps = TlbCaps::ALL;
+    const NO_RANGE: TlbCaps = TlbCaps::BASELINE;
 
     /// Decodes every operation's operand from its raw register value and
     /// returns the covered page intervals, sorted.
@@ -406,10 +398,7 @@ mod tests {
     fn level_hints_follow_the_capabilities() {
         let with_ttl: Vec<_> = plan_flush(0, 1, Some(3), RANGE).collect();
         assert_eq!(with_ttl[0].level(), Some(3));
-        let no_ttl = TlbCaps {
-            ttl: false,
-            ..RANGE
-        };
+        let no_ttl = RANGE.without_ttl();
         let without: Vec<_> = plan_flush(0, 1, Some(3), no_ttl).collect();
         assert_eq!(without[0].level(), None);
         let ranged: Vec<_> = plan_flush(0, 512, Some(2), no_ttl).collect();

@@ -117,11 +117,7 @@ mod tests {
     use super::*;
     use crate::{FlushBatch, PAGE_SIZE};
 
-    const RANGE: TlbCaps = TlbCaps {
-        range: true,
-        ttl: true,
-        vmid_bits: 16,
-    };
+    const RANGE: TlbCaps = TlbCaps::ALL;
     const T: TlbTarget = TlbTarget {
         vmid: 1,
         vttbr: 1 << 48,
