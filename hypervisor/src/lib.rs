@@ -37,7 +37,6 @@ pub mod psci;
 pub mod ranges;
 pub mod sysreg_trap;
 pub mod timer;
-pub mod tlb_count;
 pub mod vgic;
 
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]

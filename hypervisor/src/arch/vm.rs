@@ -42,7 +42,6 @@ use crate::pl011::{ConsoleLine, Pl011, RxBacklog};
 use crate::psci::{BootRequest, PowerStates};
 use crate::ranges::PhysRange;
 use crate::read_sysreg;
-use crate::tlb_count::CountingTlb;
 use crate::vgic::{self, Vgic, VgicConfig};
 use alloc::boxed::Box;
 use alloc::format;
@@ -57,7 +56,7 @@ use pgtable::{
     Attributes, MemType, Mmu, PageCache, Perms, PhysAddr, Stage2Config, Stage2PageTable,
 };
 use spin::{Mutex, Once};
-use tlb::Aarch64Tlb;
+use tlb::{Aarch64Tlb, CountingTlb};
 
 /// Guest RAM backing is aligned to this, so 2 MiB blocks line up.
 const BACKING_ALIGN: u64 = 2 << 20;
@@ -91,8 +90,8 @@ pub struct Vm {
     pub vttbr: u64,
     /// Stage 2 uses FEAT_S2FWB: no guest cache maintenance, no set/way traps.
     pub fwb: bool,
-    /// TLB backend, counting into `counters`.
-    pub tlb: CountingTlb<'static, Aarch64Tlb>,
+    /// TLB backend, counting what it issues for the power-off report.
+    pub tlb: CountingTlb<Aarch64Tlb>,
     /// Epoch collector for the memslot sets.
     pub collector: &'static Collector,
     /// Guest memory slots.
@@ -271,7 +270,7 @@ impl Vm {
 
     fn print_counters(&self) {
         self.report_suppressed_lines();
-        for (name, value) in self.counters.snapshot() {
+        for (name, value) in self.counters.snapshot(&self.tlb.counts()) {
             console::write_line(format_args!("STAT vm{} {name} {value}", self.index));
         }
     }
@@ -510,7 +509,7 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         vtcr,
         vttbr,
         fwb: features.fwb,
-        tlb: CountingTlb::new(Aarch64Tlb::new(info.tlb_caps), counters),
+        tlb: CountingTlb::new(Aarch64Tlb::new(info.tlb_caps)),
         collector,
         memslots,
         ram,
