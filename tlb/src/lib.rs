@@ -17,7 +17,7 @@
 //!   and flushes once at the end.
 //! - [`TlbInvalidate`] is the one backend interface: the real instructions with
 //!   their barrier sequences (`Aarch64Tlb`, on aarch64), and with the `model`
-//!   feature a [`RecordingTlb`] that counts operations and a [`ModelTlb`] that
+//!   feature a `RecordingTlb` that counts operations and a `ModelTlb` that
 //!   caches translations and drops exactly what each operation would drop.
 //! - [`CountingTlb`] wraps any backend and counts what it issues, by kind;
 //!   [`SequenceShape`] holds the one rule for the trailing `TLBI VMALLE1(IS)`.
