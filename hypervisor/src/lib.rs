@@ -17,8 +17,8 @@
 //!   injection), and what a handler returns (`exit::flow`).
 //! - `devices`: the emulated PL011, the virtual GIC and the forwarding of the
 //!   guest timers' interrupts.
-//! - `stage2`: stage-2 fault leaves, TLB counting and guest cache maintenance
-//!   without FEAT_S2FWB.
+//! - `stage2`: stage-2 fault leaves and guest cache maintenance without
+//!   FEAT_S2FWB (the TLBI counts come from `tlb::CountingTlb`).
 //! - `control`: the control plane: the host console's VM multiplexing and
 //!   monitor.
 //!

@@ -39,7 +39,6 @@ use crate::platform::ranges::PhysRange;
 use crate::read_sysreg;
 use crate::stage2::cache_maint::{CacheCaps, IcacheInval};
 use crate::stage2::fault::SlotView;
-use crate::stage2::tlb_count::CountingTlb;
 use crate::vm::counters::{Counter, VmCounters};
 use crate::vm::device_tree::{self, GuestDtbConfig, GuestGic, GuestGicFrames, GuestTimer};
 use crate::vm::event_log::{Event, EventKind, EventLog, LogDecision, RatePolicy};
@@ -61,7 +60,7 @@ use pgtable::{
     Attributes, MemType, Mmu, PageCache, Perms, PhysAddr, Stage2Config, Stage2PageTable,
 };
 use spin::Mutex;
-use tlb::Aarch64Tlb;
+use tlb::{Aarch64Tlb, CountingTlb};
 
 /// Guest RAM backing is aligned to this, so 2 MiB blocks line up.
 const BACKING_ALIGN: u64 = 2 << 20;
@@ -95,8 +94,8 @@ pub struct Vm {
     pub vttbr: u64,
     /// Stage 2 uses FEAT_S2FWB: no guest cache maintenance, no set/way traps.
     pub fwb: bool,
-    /// TLB backend, counting into `counters`.
-    pub tlb: CountingTlb<'static, Aarch64Tlb>,
+    /// TLB backend, counting what it issues for the power-off report.
+    pub tlb: CountingTlb<Aarch64Tlb>,
     /// Epoch collector for the memslot sets.
     pub collector: &'static Collector,
     /// Guest memory slots.
@@ -290,7 +289,7 @@ impl Vm {
 
     fn print_counters(&self) {
         self.report_suppressed_lines();
-        for (name, value) in self.counters.snapshot() {
+        for (name, value) in self.counters.snapshot(&self.tlb.counts()) {
             console::write_line(format_args!("STAT vm{} {name} {value}", self.index));
         }
     }
@@ -531,7 +530,7 @@ pub fn create_vm(info: &BootInfo, payload: &[u8]) -> Result<(&'static Vm, BootRe
         vtcr,
         vttbr,
         fwb: features.fwb,
-        tlb: CountingTlb::new(Aarch64Tlb::new(info.tlb_caps), counters),
+        tlb: CountingTlb::new(Aarch64Tlb::new(info.tlb_caps)),
         collector,
         memslots,
         ram,

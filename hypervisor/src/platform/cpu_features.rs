@@ -3,10 +3,11 @@
 //!
 //! Decoding: the raw `ID_AA64*_EL1` values are read on each CPU as it comes up
 //! (by `arch::boot`); [`CpuFeatures::from_id_registers`] reads the named
-//! fields (`tock-registers` bitfields below) into one value per CPU. The
+//! fields (`tock-registers` bitfields below) into one value per CPU, and the
+//! TLB maintenance fields (range TLBI, TTL, VMID width) through
+//! [`tlb::TlbCaps::from_id_registers`], so they are decoded in one place. The
 //! `aarch64-cpu` crate's register definitions are not used for this: they
-//! lack fields the hypervisor needs (`ID_AA64ISAR0_EL1.TLB`,
-//! `ID_AA64PFR0_EL1.GIC`, `ID_AA64PFR1_EL1.SME`, `ID_AA64MMFR0_EL1.FGT`,
+//! lack fields the hypervisor needs (`ID_AA64PFR0_EL1.GIC`, `ID_AA64PFR1_EL1.SME`, `ID_AA64MMFR0_EL1.FGT`,
 //! `ID_AA64MMFR1_EL1.HCX`), and decoding must also run on the host in tests.
 //!
 //! Merging: on a heterogeneous (big.LITTLE) machine the CPUs may differ, so
@@ -33,11 +34,6 @@ use tock_registers::LocalRegisterCopy;
 use tock_registers::register_bitfields;
 
 register_bitfields! {u64,
-    /// `ID_AA64ISAR0_EL1`.
-    ISAR0 [
-        /// TLB maintenance: 1 outer-shareable, 2 also range instructions.
-        TLB OFFSET(56) NUMBITS(4) []
-    ],
     /// `ID_AA64MMFR0_EL1`.
     MMFR0 [
         /// FEAT_FGT.
@@ -54,14 +50,10 @@ register_bitfields! {u64,
         /// FEAT_HCX.
         HCX OFFSET(40) NUMBITS(4) [],
         /// FEAT_VHE.
-        VH OFFSET(8) NUMBITS(4) [],
-        /// VMID width: 0 8 bits, 2 16 bits.
-        VMIDBits OFFSET(4) NUMBITS(4) []
+        VH OFFSET(8) NUMBITS(4) []
     ],
     /// `ID_AA64MMFR2_EL1`.
     MMFR2 [
-        /// FEAT_TTL.
-        TTL OFFSET(48) NUMBITS(4) [],
         /// FEAT_S2FWB.
         FWB OFFSET(40) NUMBITS(4) []
     ],
@@ -207,7 +199,8 @@ impl CpuFeatures {
         pfr0: u64,
         pfr1: u64,
     ) -> Self {
-        let isar0 = LocalRegisterCopy::<u64, ISAR0::Register>::new(isar0);
+        // The TLB fields (range, TTL, VMID width) are decoded by the `tlb` crate.
+        let tlb = tlb::TlbCaps::from_id_registers(isar0, mmfr1, mmfr2);
         let mmfr0 = LocalRegisterCopy::<u64, MMFR0::Register>::new(mmfr0);
         let mmfr1 = LocalRegisterCopy::<u64, MMFR1::Register>::new(mmfr1);
         let mmfr2 = LocalRegisterCopy::<u64, MMFR2::Register>::new(mmfr2);
@@ -222,14 +215,10 @@ impl CpuFeatures {
         Self {
             pa_bits: pa_bits(pa_range),
             pa_range,
-            vmid_bits: if mmfr1.read(MMFR1::VMIDBits) == 2 {
-                16
-            } else {
-                8
-            },
-            tlbi_range: isar0.read(ISAR0::TLB) >= 2,
+            vmid_bits: tlb.vmid_bits,
+            tlbi_range: tlb.range,
             vhe: mmfr1.read(MMFR1::VH) != 0,
-            ttl: mmfr2.read(MMFR2::TTL) != 0,
+            ttl: tlb.ttl,
             fwb: mmfr2.read(MMFR2::FWB) != 0,
             gic_sysregs: pfr0.read(PFR0::GIC) != 0,
             granule_4k: tgran4 <= 1 && (tgran4_2 >= 2 || tgran4_2 == 0),

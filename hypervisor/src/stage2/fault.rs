@@ -8,8 +8,7 @@
 //! and fewer TLB entries; guest RAM is backed 2 MiB aligned so that 2 MiB
 //! blocks are always possible away from the slot's edges.
 
-/// The leaf sizes, largest first.
-pub const LEAF_SIZES: [u64; 3] = [1 << 30, 2 << 20, 4 << 10];
+use pgtable::LEAF_SIZES;
 
 /// A memslot as the fault path sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,7 +35,7 @@ pub struct FaultLeaf {
     pub ipa: u64,
     /// Host physical address it maps to.
     pub pa: u64,
-    /// Size of the leaf: one of [`LEAF_SIZES`].
+    /// Size of the leaf: one of [`pgtable::LEAF_SIZES`].
     pub size: u64,
 }
 
@@ -46,8 +45,10 @@ pub fn fault_leaf(slot: SlotView, ipa: u64, max_leaf: u64) -> Option<FaultLeaf> 
     if !slot.contains(ipa) {
         return None;
     }
+    // Largest first: `LEAF_SIZES` lists them smallest first.
     LEAF_SIZES
         .iter()
+        .rev()
         .copied()
         .filter(|&size| size <= max_leaf)
         .find_map(|size| {

@@ -1,6 +1,4 @@
-//! Stage-2 translation decisions: classifying stage-2 faults, counting TLB
-//! maintenance and guest cache maintenance without FEAT_S2FWB.
+//! Stage-2 translation decisions: classifying stage-2 faults and guest cache maintenance without FEAT_S2FWB.
 
 pub mod cache_maint;
 pub mod fault;
-pub mod tlb_count;

@@ -3,8 +3,12 @@
 //! Every counter is an `AtomicU64` bumped with relaxed ordering from whichever
 //! physical CPU handles the event; [`VmCounters::snapshot`] lists them by name
 //! in the fixed order the console report uses (`STAT vm<V> <name> <value>`).
+//! The `TLBI` counts are not kept here: the VM's TLB backend is a
+//! [`tlb::CountingTlb`], which counts what it issues, and the snapshot places
+//! its [`TlbiCounts`] after the mapping counters.
 
 use core::sync::atomic::{AtomicU64, Ordering};
+use tlb::TlbiCounts;
 
 /// One countable event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,14 +22,6 @@ pub enum Counter {
     MappedBlocks2m,
     /// 1 GiB blocks mapped at stage 2.
     MappedBlocks1g,
-    /// `TLBI IPAS2E1IS` operations.
-    TlbiIpa,
-    /// `TLBI RIPAS2E1IS` operations.
-    TlbiRange,
-    /// `TLBI VMALLE1IS` operations.
-    TlbiVmalle1,
-    /// `TLBI VMALLS12E1IS` operations.
-    TlbiVmalls12,
     /// Data-abort exits.
     ExitsDabt,
     /// Instruction-abort exits.
@@ -69,15 +65,11 @@ pub enum Counter {
 
 impl Counter {
     /// Every counter, in report order.
-    pub const ALL: [Counter; 25] = [
+    pub const ALL: [Counter; 21] = [
         Counter::Stage2Faults,
         Counter::MappedPages4k,
         Counter::MappedBlocks2m,
         Counter::MappedBlocks1g,
-        Counter::TlbiIpa,
-        Counter::TlbiRange,
-        Counter::TlbiVmalle1,
-        Counter::TlbiVmalls12,
         Counter::ExitsDabt,
         Counter::ExitsIabt,
         Counter::ExitsHvc,
@@ -104,10 +96,6 @@ impl Counter {
             Counter::MappedPages4k => "mapped_pages_4k",
             Counter::MappedBlocks2m => "mapped_blocks_2m",
             Counter::MappedBlocks1g => "mapped_blocks_1g",
-            Counter::TlbiIpa => "tlbi_ipa",
-            Counter::TlbiRange => "tlbi_range",
-            Counter::TlbiVmalle1 => "tlbi_vmalle1",
-            Counter::TlbiVmalls12 => "tlbi_vmalls12",
             Counter::ExitsDabt => "exits_dabt",
             Counter::ExitsIabt => "exits_iabt",
             Counter::ExitsHvc => "exits_hvc",
@@ -128,6 +116,9 @@ impl Counter {
         }
     }
 }
+
+/// Lines in the report: every [`Counter`] and the four `TLBI` counts.
+pub const REPORT_LEN: usize = Counter::ALL.len() + 4;
 
 /// The counters of one VM.
 pub struct VmCounters {
@@ -163,9 +154,28 @@ impl VmCounters {
         self.values[counter as usize].load(Ordering::Relaxed)
     }
 
-    /// Every counter with its name, in report order.
-    pub fn snapshot(&self) -> [(&'static str, u64); Counter::ALL.len()] {
-        Counter::ALL.map(|c| (c.name(), self.get(c)))
+    /// Every counter with its name, in report order, with the `TLBI` counts
+    /// `tlb` of the VM's TLB backend after the mapping counters.
+    pub fn snapshot(&self, tlb: &TlbiCounts) -> [(&'static str, u64); REPORT_LEN] {
+        let tlbi = [
+            ("tlbi_ipa", tlb.ipa),
+            ("tlbi_range", tlb.range),
+            ("tlbi_vmalle1", tlb.vmalle1),
+            ("tlbi_vmalls12", tlb.vmalls12),
+        ];
+        let (mapping, rest) = Counter::ALL.split_at(Counter::MappedBlocks1g as usize + 1);
+        let named = |c: &Counter| (c.name(), self.get(*c));
+        let mut report = [("", 0); REPORT_LEN];
+        for (line, value) in report.iter_mut().zip(
+            mapping
+                .iter()
+                .map(named)
+                .chain(tlbi)
+                .chain(rest.iter().map(named)),
+        ) {
+            *line = value;
+        }
+        report
     }
 }
 
@@ -179,7 +189,12 @@ mod tests {
         counters.bump(Counter::Stage2Faults);
         counters.add(Counter::MappedBlocks2m, 5);
         counters.bump(Counter::TestReports);
-        let snap = counters.snapshot();
+        let tlb = TlbiCounts {
+            range: 3,
+            vmalle1: 4,
+            ..Default::default()
+        };
+        let snap = counters.snapshot(&tlb);
         let names: Vec<&str> = snap.iter().map(|(n, _)| *n).collect();
         assert_eq!(
             names,
@@ -213,8 +228,10 @@ mod tests {
         );
         assert_eq!(snap[0], ("stage2_faults", 1));
         assert_eq!(snap[2], ("mapped_blocks_2m", 5));
+        assert_eq!(snap[5], ("tlbi_range", 3));
+        assert_eq!(snap[6], ("tlbi_vmalle1", 4));
         assert_eq!(snap[18], ("test_reports", 1));
-        assert_eq!(snap.iter().map(|(_, v)| v).sum::<u64>(), 7);
+        assert_eq!(snap.iter().map(|(_, v)| v).sum::<u64>(), 14);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Host memory: the heap, the frame allocator and the EL2 stage-1 tables.
 //!
-//! The heap (`buddy_system_allocator::LockedHeap`) starts on a 4 MiB buffer in
+//! The heap (a `buddy_system_allocator::Heap` behind the workspace's `spin`
+//! mutex, [`LockedHeap`]) starts on a 4 MiB buffer in
 //! `.bss`, enough to parse the device tree and build the frame allocator; it then
 //! grows by a chunk of free RAM. The frame allocator hands out 4 KiB frames
 //! (power-of-two runs, naturally aligned, so a 2 MiB request is 2 MiB aligned)
@@ -16,10 +17,11 @@ use aarch64_paging::descriptor::El23Attributes;
 use aarch64_paging::idmap::IdMap;
 use aarch64_paging::paging::{El2, MemoryRegion};
 use alloc::vec::Vec;
-use buddy_system_allocator::{FrameAllocator, LockedHeap};
-use core::alloc::Layout;
+use buddy_system_allocator::{FrameAllocator, Heap};
+use core::alloc::{GlobalAlloc, Layout};
 use core::cell::UnsafeCell;
-use spin::{Mutex, Once};
+use core::ptr::NonNull;
+use spin::{Mutex, MutexGuard, Once};
 
 /// The size of a frame.
 pub const FRAME_SIZE: u64 = 4096;
@@ -27,7 +29,39 @@ const BOOT_HEAP_SIZE: usize = 4 << 20;
 const HEAP_GROWTH: u64 = 32 << 20;
 
 #[global_allocator]
-static HEAP: LockedHeap<32> = LockedHeap::new();
+static HEAP: LockedHeap = LockedHeap::new();
+
+/// The global allocator: the buddy heap behind a spin lock. The allocator
+/// crate's own locked heap would bring a second version of `spin`.
+pub struct LockedHeap(Mutex<Heap<32>>);
+
+impl LockedHeap {
+    const fn new() -> Self {
+        Self(Mutex::new(Heap::new()))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Heap<32>> {
+        self.0.lock()
+    }
+}
+
+// SAFETY: every block comes from the buddy heap under its lock, which hands
+// out blocks of at least `layout.size()` bytes aligned to `layout.align()` and
+// never hands out a block twice; failure is reported as null.
+unsafe impl GlobalAlloc for LockedHeap {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.lock()
+            .alloc(layout)
+            .map_or(core::ptr::null_mut(), NonNull::as_ptr)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller passes a pointer `alloc` returned for `layout`
+        // (never null) and no longer uses the block, so the heap may take it
+        // back.
+        unsafe { self.lock().dealloc(NonNull::new_unchecked(ptr), layout) };
+    }
+}
 
 #[repr(C, align(4096))]
 struct BootHeap(UnsafeCell<[u8; BOOT_HEAP_SIZE]>);
