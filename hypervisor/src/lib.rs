@@ -18,6 +18,7 @@ extern crate alloc;
 
 pub mod aarch32;
 pub mod cache_maint;
+pub mod control;
 pub mod counters;
 pub mod cpu_features;
 pub mod dt_translate;
