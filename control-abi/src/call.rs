@@ -292,7 +292,7 @@ fn slot_id(x: u64) -> Result<u32, Error> {
 }
 
 fn page_base(x: u64) -> Result<u64, Error> {
-    if x % PAGE_SIZE == 0 && x < IPA_LIMIT {
+    if x.is_multiple_of(PAGE_SIZE) && x < IPA_LIMIT {
         Ok(x)
     } else {
         Err(Error::InvalidParameters)

@@ -4,7 +4,7 @@
 //! decodes the result registers into a typed reply or a [`CallError`]. It
 //! checks nothing itself (the hypervisor validates every argument); buffer
 //! addresses are guest physical addresses of the caller's own memory.
-//! [`Hvc`] is the conduit of a guest: `hvc #0`. Tests use their own conduit.
+//! `Hvc` is the conduit of a guest: `hvc #0`. Tests use their own conduit.
 
 use crate::call::{Call, MemoryTransfer, SlotFlags, SlotRequest, VcpuRegister};
 use crate::error::{CallError, status};

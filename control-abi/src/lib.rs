@@ -17,7 +17,7 @@
 //! - [`reply`]: the typed results in `x0..x3`;
 //! - [`vm_info`]: the fixed little-endian record that `LIST_VMS` writes;
 //! - [`client`]: [`Client`], one method per call over a [`Conduit`], and the
-//!   [`Hvc`] conduit (`hvc #0`, on `aarch64` only).
+//!   `Hvc` conduit (`hvc #0`, on `aarch64` only).
 //!
 //! # Conventions
 //!
