@@ -4,7 +4,8 @@
 //! level) holds the decisions: decoding exception syndromes, PSCI and the
 //! hypervisor-call interface, the PL011 register model, the host console UART
 //! drivers (PL011, 16550), the host platform read from the device tree, the
-//! guest device tree, memory-range arithmetic, guest cache maintenance without
+//! guest device tree, the control interface for control VMs
+//! ([`control`]), memory-range arithmetic, guest cache maintenance without
 //! FEAT_S2FWB, per-VM counters and the forwarding of the guest timers'
 //! interrupts. It builds and is unit-tested on the host. The machine layer
 //! (`arch`, only on `aarch64` bare metal) touches system registers and runs the boot path, exception
