@@ -1039,3 +1039,56 @@ proptest! {
         }
     }
 }
+
+/// Caller memory that changes under the call: every page answers its first
+/// lookup only, as if another control VM deleted the slot right after. A
+/// dispatcher that looked a page up twice (check, then copy) would see the
+/// change in the middle of one call.
+struct VanishingMemory<'a> {
+    inner: &'a MemslotSet,
+    seen: std::cell::RefCell<Vec<Gfn>>,
+}
+
+impl CallerMemory for VanishingMemory<'_> {
+    fn page(&self, gfn: Gfn) -> Option<super::CallerPage> {
+        let mut seen = self.seen.borrow_mut();
+        if seen.contains(&gfn) {
+            return None;
+        }
+        seen.push(gfn);
+        self.inner.page(gfn)
+    }
+
+    fn mark_written(&self, gfn: Gfn) {
+        self.inner.mark_written(gfn);
+    }
+}
+
+#[test]
+fn a_call_translates_each_caller_page_once() {
+    let caller = CallerVm::new();
+    let mut fake = Fake::new();
+    for c in [
+        read(1, 0xff0, CALLER_SLOT1 - 0x1020, 0x2020),
+        write(1, 0x20_0000, CALLER_SLOT1 - 8, 16),
+        Call::ListVms {
+            buffer: CALLER_SLOT1 - 16,
+            len: 96,
+            first: 0,
+        },
+    ] {
+        let out = caller.with(|set| {
+            let memory = VanishingMemory {
+                inner: set,
+                seen: std::cell::RefCell::new(Vec::new()),
+            };
+            let who = Caller {
+                vm: 0,
+                control: true,
+                memory: &memory,
+            };
+            dispatch(&who, &c.encode(), &mut fake)
+        });
+        assert_eq!(out[0], 0, "{c:?}");
+    }
+}
