@@ -25,6 +25,32 @@
 //! status: zero or positive is success, negative is an [`Error`]. Every
 //! argument register a function does not define must be zero, so that later
 //! minor versions can give it a meaning without changing old callers.
+//!
+//! # Example
+//!
+//! A guest uses `Client::new(Hvc)`; here a conduit stands in for the
+//! hypervisor and answers `VERSION` and `VM_PAUSE`.
+//!
+//! ```
+//! use control_abi::{CallError, Client, Conduit, Error, function};
+//!
+//! struct Hypervisor;
+//! impl Conduit for Hypervisor {
+//!     fn call(&self, regs: [u64; 8]) -> [u64; 4] {
+//!         match (regs[0] as u32, regs[1]) {
+//!             (function::VERSION, _) => [0x1_0000, 0, 0, 0],
+//!             (function::VM_PAUSE, 1) => [0, 0, 0, 0],
+//!             _ => [Error::NoSuchVm.x0(), 0, 0, 0],
+//!         }
+//!     }
+//! }
+//!
+//! let client = Client::new(Hypervisor);
+//! assert_eq!(client.version()?.major, control_abi::VERSION_MAJOR);
+//! client.pause(1)?;
+//! assert_eq!(client.pause(7), Err(CallError::Refused(Error::NoSuchVm)));
+//! # Ok::<(), CallError>(())
+//! ```
 #![cfg_attr(not(test), no_std)]
 
 pub mod call;
@@ -38,7 +64,7 @@ pub use call::{Call, MemoryTransfer, RegisterId, SlotFlags, SlotRequest, VcpuReg
 #[cfg(target_arch = "aarch64")]
 pub use client::Hvc;
 pub use client::{Client, Conduit};
-pub use error::Error;
+pub use error::{CallError, Error};
 pub use function::Function;
 pub use reply::{Capabilities, ListVmsReply, Version};
 pub use vm_info::{VmInfo, VmState};
