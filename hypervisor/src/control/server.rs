@@ -190,7 +190,9 @@ impl<'a> SpanCursor<'a> {
         while !bytes.is_empty() {
             let span = self.buffer.spans().get(self.span).ok_or(Error::Internal)?;
             let room = span.len - self.offset;
-            let piece = bytes.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+            let piece = bytes
+                .len()
+                .min(usize::try_from(room).map_err(|_| Error::Internal)?);
             let (now, rest) = bytes.split_at(piece);
             target.write_host(HostPhysAddr(span.host.0 + self.offset), now);
             bytes = rest;
