@@ -11,7 +11,7 @@
 use control_abi::{Error, RegisterId, VmInfo};
 use memslot::{Gfn, HostPhysAddr, MemslotError, SlotFlags, SlotId};
 
-use crate::control::buffer::HostSpan;
+use crate::control::abi::buffer::HostSpan;
 
 /// A VM's id as the interface names it.
 pub type VmId = u32;

@@ -12,7 +12,7 @@
 //!    its own registers while they are live; its own memory it reads directly.
 //! 4. Arguments become the hypervisor's types (`SlotId`, `Gfn`, memslot
 //!    flags); buffers are translated through the caller's memslots
-//!    ([`crate::control::buffer`]) before anything is copied.
+//!    ([`crate::control::abi::buffer`]) before anything is copied.
 //! 5. The [`ControlTarget`] does the work; its error, if any, is the result.
 //!    Pages of the caller written by the hypervisor are then marked dirty.
 
@@ -21,8 +21,8 @@ use control_abi::vm_info::RECORD_SIZE;
 use control_abi::{Call, Error, MAX_TRANSFER, MemoryTransfer, SlotRequest, function};
 use memslot::{Gfn, HostPhysAddr, SlotFlags, SlotId};
 
-use crate::control::buffer::{Access, Buffer, CallerMemory};
-use crate::control::target::{ControlTarget, NewSlot, VmId};
+use crate::control::abi::buffer::{Access, Buffer, CallerMemory};
+use crate::control::abi::target::{ControlTarget, NewSlot, VmId};
 
 /// The VM that issued the call.
 #[derive(Clone, Copy, Debug)]
