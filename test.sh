@@ -38,16 +38,16 @@ step "clippy (host)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "clippy (aarch64-unknown-none-softfloat: the EL2 and EL1 code the host build leaves out)"
-cargo clippy -p hypervisor -p test-guest -p tlb -p pgtable -p memslot -p boot-payload \
+cargo clippy -p hypervisor -p test-guest -p tlb -p pgtable -p memslot -p boot-payload -p control-abi \
     --target aarch64-unknown-none-softfloat -- -D warnings
 
 step "documentation (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p hypervisor -p test-guest \
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p hypervisor -p test-guest -p control-abi \
     --target aarch64-unknown-none-softfloat
 
 step "libraries build for aarch64-unknown-none-softfloat"
-cargo build --release -p tlb -p pgtable -p memslot -p boot-payload \
+cargo build --release -p tlb -p pgtable -p memslot -p boot-payload -p control-abi \
     --target aarch64-unknown-none-softfloat
 
 step "tests"

@@ -20,7 +20,7 @@
 //! - `stage2`: stage-2 fault leaves and guest cache maintenance without
 //!   FEAT_S2FWB (the TLBI counts come from `tlb::CountingTlb`).
 //! - `control`: the control plane: the host console's VM multiplexing and
-//!   monitor.
+//!   monitor, and the hypercall interface of control VMs (`control::abi`).
 //!
 //! The boot payload's formats (cpio newc archive, arm64 `Image` header,
 //! `vm.conf`) come from the `boot-payload` crate, which `qemu-runner` writes

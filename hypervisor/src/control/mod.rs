@@ -9,7 +9,12 @@
 //! pure and reaches the machine only through the traits
 //! [`console_mux::ConsoleOutput`], [`console::GuestInput`] and
 //! [`monitor::MonitorTarget`].
+//!
+//! [`abi`] is the other way in: the hypercalls (crate `control-abi`) through
+//! which a control VM manages the other VMs, behind the trait
+//! [`abi::ControlTarget`].
 
+pub mod abi;
 pub mod command;
 pub mod console;
 pub mod console_mux;
