@@ -12,7 +12,7 @@ use crate::arch::drivers::gic;
 use crate::arch::vcpu::Vcpu;
 use crate::arch::vm::{Vm, create_vm};
 use crate::exit::flow::{Flow, StopReason};
-use crate::exit::psci::BootRequest;
+use crate::vm::power::BootRequest;
 use spin::Once;
 
 /// The VM, once the boot CPU created it.
