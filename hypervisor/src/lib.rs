@@ -10,8 +10,8 @@
 //!   translation, memory-range arithmetic, CPU feature decoding.
 //! - `drivers`: the register logic of the host console UARTs (PL011, 16550)
 //!   and the host GIC.
-//! - `vm`: the guest's memory layout and device tree, per-VM counters and the
-//!   rate-limited event log.
+//! - `vm`: the guest's memory layout and device tree, the vCPUs' power states,
+//!   per-VM counters and the rate-limited event log.
 //! - `exit`: exit handling decisions, one file per exit kind (syndromes,
 //!   aborts and MMIO, hypercalls and PSCI, system register traps, exception
 //!   injection), and what a handler returns (`exit::flow`).

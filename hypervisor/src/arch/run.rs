@@ -3,7 +3,10 @@
 //! vCPU whenever the guest starts it with PSCI `CPU_ON`, and waits again
 //! after `CPU_OFF`. CPUs beyond the VM's vCPUs halt.
 //!
-//! The one place where the boot sequence reaches the VM and vCPU layers.
+//! The one place where the boot sequence reaches the VM and vCPU layers, and
+//! the one place that ends a VM: a vCPU's run returns a `Flow` or a
+//! `StopReason` (`crate::exit::flow`), and `run_cpu` stops the VM, powers the
+//! machine off or resets it accordingly.
 
 use crate::arch::boot::firmware;
 use crate::arch::boot::info::BootInfo;
@@ -12,7 +15,7 @@ use crate::arch::drivers::gic;
 use crate::arch::vcpu::Vcpu;
 use crate::arch::vm::{Vm, create_vm};
 use crate::exit::flow::{Flow, StopReason};
-use crate::exit::psci::BootRequest;
+use crate::vm::power::BootRequest;
 use spin::Once;
 
 /// The VM, once the boot CPU created it.

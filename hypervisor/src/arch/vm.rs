@@ -34,7 +34,6 @@ use crate::devices::pl011::{ConsoleLine, Pl011, RxBacklog};
 use crate::devices::vgic::{self, Vgic, VgicConfig};
 use crate::exit::flow::StopReason;
 use crate::exit::mmio::{DeviceId, MmioBus, MmioRegion};
-use crate::exit::psci::{BootRequest, PowerStates};
 use crate::platform::ranges::PhysRange;
 use crate::read_sysreg;
 use crate::stage2::cache_maint::{CacheCaps, IcacheInval};
@@ -47,6 +46,7 @@ use crate::vm::layout::{
     GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE, GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE,
     GUEST_UART_SIZE, GUEST_UART_SPI, vcpu_mpidr,
 };
+use crate::vm::power::{BootRequest, PowerStates};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;

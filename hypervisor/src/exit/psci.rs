@@ -1,12 +1,9 @@
-//! PSCI as the hypervisor offers it to guests, and the vCPU power states behind it.
+//! PSCI as the hypervisor offers it to guests.
 //!
 //! [`PsciCall::decode`] turns the function id in `x0` and the arguments in
-//! `x1..x3` into a call; [`dispatch`] decides its outcome for a VM.
-//! [`PowerStates`] is the per-VM table of vCPU power
-//! states that `CPU_ON`, `CPU_OFF` and `AFFINITY_INFO` act on: every state change
-//! is a compare-and-swap, so two vCPUs racing to start the same target see
-//! exactly one `SUCCESS`, and the target's physical CPU picks up the entry point
-//! and context id published with the on-pending state.
+//! `x1..x3` into a call; [`dispatch`] decides its outcome for a VM, on the
+//! VM's table of vCPU power states (`crate::vm::power::PowerStates`) that
+//! `CPU_ON`, `CPU_OFF` and `AFFINITY_INFO` act on.
 //!
 //! `CPU_ON` answers as KVM does: `SUCCESS` to the one call that moved the
 //! target from off to on-pending, `ALREADY_ON` to every other call for a
@@ -17,8 +14,7 @@
 
 use crate::platform::ranges::PhysRange;
 use crate::vm::layout::vcpu_index;
-use core::sync::atomic::{AtomicU8, Ordering};
-use spin::Mutex;
+use crate::vm::power::{BootRequest, NotOff, PowerStates};
 
 /// PSCI_VERSION.
 pub const PSCI_VERSION: u32 = 0x8400_0000;
@@ -152,121 +148,6 @@ impl PsciCall {
     }
 }
 
-/// The power state of one vCPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum PowerState {
-    /// Not running; CPU_ON may start it.
-    Off = 0,
-    /// CPU_ON succeeded; its physical CPU has not entered it yet.
-    OnPending = 1,
-    /// Running guest code.
-    On = 2,
-}
-
-impl PowerState {
-    fn from_raw(raw: u8) -> Self {
-        match raw {
-            0 => Self::Off,
-            1 => Self::OnPending,
-            _ => Self::On,
-        }
-    }
-
-    /// The AFFINITY_INFO answer for this state (0 on, 1 off, 2 on pending).
-    pub fn affinity_info(self) -> u64 {
-        match self {
-            Self::On => 0,
-            Self::Off => 1,
-            Self::OnPending => 2,
-        }
-    }
-}
-
-/// Where a vCPU starts: entry IPA and the value for `x0`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BootRequest {
-    /// Entry IPA.
-    pub entry: u64,
-    /// Delivered in `x0`.
-    pub context_id: u64,
-}
-
-/// The power states of a VM's vCPUs, indexed by vCPU number.
-pub struct PowerStates {
-    states: alloc::vec::Vec<AtomicU8>,
-    requests: alloc::vec::Vec<Mutex<Option<BootRequest>>>,
-}
-
-impl PowerStates {
-    /// A table for `vcpus` vCPUs, all off.
-    pub fn new(vcpus: usize) -> Self {
-        Self {
-            states: (0..vcpus)
-                .map(|_| AtomicU8::new(PowerState::Off as u8))
-                .collect(),
-            requests: (0..vcpus).map(|_| Mutex::new(None)).collect(),
-        }
-    }
-
-    /// Number of vCPUs.
-    pub fn len(&self) -> usize {
-        self.states.len()
-    }
-
-    /// True when the table has no vCPUs.
-    pub fn is_empty(&self) -> bool {
-        self.states.is_empty()
-    }
-
-    /// The current state of `vcpu`.
-    pub fn state(&self, vcpu: usize) -> PowerState {
-        PowerState::from_raw(self.states[vcpu].load(Ordering::Acquire))
-    }
-
-    /// CPU_ON: moves `vcpu` from off to on-pending with `request`; any other
-    /// state (on, or on-pending for an earlier caller) is `ALREADY_ON`.
-    pub fn request_on(&self, vcpu: usize, request: BootRequest) -> Result<(), PsciError> {
-        // Publish the request before the state so the target never sees
-        // ON_PENDING without it; the lock also orders racing callers.
-        let mut slot = self.requests[vcpu].lock();
-        match self.states[vcpu].compare_exchange(
-            PowerState::Off as u8,
-            PowerState::OnPending as u8,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => {
-                *slot = Some(request);
-                Ok(())
-            }
-            Err(_) => Err(PsciError::AlreadyOn),
-        }
-    }
-
-    /// Called by the target's physical CPU: takes the pending request and marks
-    /// the vCPU on. `None` while nothing is pending.
-    pub fn take_pending(&self, vcpu: usize) -> Option<BootRequest> {
-        if self.state(vcpu) != PowerState::OnPending {
-            return None;
-        }
-        let mut slot = self.requests[vcpu].lock();
-        let request = slot.take()?;
-        self.states[vcpu].store(PowerState::On as u8, Ordering::Release);
-        Some(request)
-    }
-
-    /// Marks `vcpu` on without a request (the boot vCPU).
-    pub fn mark_on(&self, vcpu: usize) {
-        self.states[vcpu].store(PowerState::On as u8, Ordering::Release);
-    }
-
-    /// CPU_OFF: marks `vcpu` off.
-    pub fn mark_off(&self, vcpu: usize) {
-        self.states[vcpu].store(PowerState::Off as u8, Ordering::Release);
-    }
-}
-
 /// What a PSCI call does, as decided by [`dispatch`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PsciOutcome {
@@ -304,7 +185,8 @@ pub fn dispatch(call: PsciCall, caller: usize, power: &PowerStates, ram: PhysRan
             Some(_) if !ram.contains(entry) => PsciError::InvalidAddress.to_register(),
             Some(target) => match power.request_on(target, BootRequest { entry, context_id }) {
                 Ok(()) => return PsciOutcome::Started(target),
-                Err(e) => e.to_register(),
+                // As KVM answers: on, or an earlier CPU_ON still in flight.
+                Err(NotOff) => PsciError::AlreadyOn.to_register(),
             },
         },
         PsciCall::CpuOff => {
@@ -329,6 +211,7 @@ pub fn dispatch(call: PsciCall, caller: usize, power: &PowerStates, ram: PhysRan
 mod tests {
     use super::*;
     use crate::vm::layout::vcpu_mpidr;
+    use crate::vm::power::PowerState;
     use std::sync::Arc;
 
     fn err(e: PsciError) -> PsciOutcome {
@@ -475,54 +358,6 @@ mod tests {
     fn error_codes_are_sign_extended() {
         assert_eq!(PsciError::NotSupported.to_register(), u64::MAX);
         assert_eq!(PsciError::InvalidAddress.to_register() as i64, -9);
-    }
-
-    #[test]
-    fn cpu_on_life_cycle() {
-        let states = PowerStates::new(2);
-        let request = BootRequest {
-            entry: 0x1000,
-            context_id: 9,
-        };
-        assert_eq!(states.take_pending(1), None);
-        assert_eq!(states.request_on(1, request), Ok(()));
-        assert_eq!(states.state(1).affinity_info(), 2);
-        assert_eq!(states.request_on(1, request), Err(PsciError::AlreadyOn));
-        assert_eq!(states.take_pending(1), Some(request));
-        assert_eq!(states.state(1), PowerState::On);
-        assert_eq!(states.request_on(1, request), Err(PsciError::AlreadyOn));
-        states.mark_off(1);
-        assert_eq!(states.state(1).affinity_info(), 1);
-        assert_eq!(states.request_on(1, request), Ok(()));
-    }
-
-    #[test]
-    fn racing_cpu_on_has_one_winner() {
-        for _ in 0..50 {
-            let states = Arc::new(PowerStates::new(1));
-            let winners: usize = (0..4)
-                .map(|i| {
-                    let states = Arc::clone(&states);
-                    std::thread::spawn(move || {
-                        states
-                            .request_on(
-                                0,
-                                BootRequest {
-                                    entry: i,
-                                    context_id: i,
-                                },
-                            )
-                            .is_ok()
-                    })
-                })
-                .collect::<Vec<_>>()
-                .into_iter()
-                .map(|t| t.join().expect("thread") as usize)
-                .sum();
-            assert_eq!(winners, 1);
-            let taken = states.take_pending(0).expect("one request pending");
-            assert_eq!(taken.entry, taken.context_id);
-        }
     }
 
     /// Several vCPUs call `CPU_ON` for the same off target at once, round

@@ -1,7 +1,9 @@
 //! The guest-facing description of a VM: its physical address layout, the
-//! device tree it boots with, its counters and its event log.
+//! device tree it boots with, its vCPUs' power states, its counters and its
+//! event log.
 
 pub mod counters;
 pub mod device_tree;
 pub mod event_log;
 pub mod layout;
+pub mod power;

@@ -9,9 +9,9 @@ use crate::arch::drivers::gic;
 use crate::devices::timer::{TimerForward, TimerId};
 use crate::exit::flow::{ListRegisterOp, StopReason};
 use crate::exit::inject;
-use crate::exit::psci::BootRequest;
 use crate::stage2::cache_maint::{self, SetWayTracker};
 use crate::vm::layout::vcpu_mpidr;
+use crate::vm::power::BootRequest;
 use crate::{read_sysreg, write_sysreg};
 
 /// `HCR_EL2` for a non-VHE hypervisor running AArch64 EL1 guests: stage 2

@@ -6,9 +6,9 @@ use super::Vcpu;
 use crate::arch::boot::exceptions::{ExitKind, enter_guest};
 use crate::arch::boot::firmware;
 use crate::exit::flow::{Flow, StopReason, UnexpectedExit};
-use crate::exit::psci::BootRequest;
 use crate::exit::sync::{self, SyncExit};
 use crate::vm::counters::Counter;
+use crate::vm::power::BootRequest;
 
 impl Vcpu {
     /// Runs the vCPU from `boot` until it turns itself off or the guest
