@@ -119,7 +119,8 @@ pub fn memslot_error(e: MemslotError) -> Error {
         | MemslotError::InitiallySetNeedsManualProtect
         | MemslotError::DirtyBufferTooSmall { .. }
         | MemslotError::DirtyClearUnaligned(_)
-        | MemslotError::DirtyClearOutOfRange { .. } => Error::InvalidParameters,
+        | MemslotError::DirtyClearOutOfRange { .. }
+        | MemslotError::NotAMove(_) => Error::InvalidParameters,
         // The machine layer's own mistakes, not the caller's.
         MemslotError::ForeignCollector | MemslotError::WriterPinned => Error::Internal,
     }
