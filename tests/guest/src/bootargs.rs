@@ -5,8 +5,9 @@
 //! calls (`TEST_REPORT`, SMCCC `VERSION`) must not be made. The fuzz scenario
 //! reads `seed=N` (first seed, default 1), `seeds=K` (consecutive seeds run in
 //! one boot, default 1), `ops=M` (operations per seed and vCPU, default 500)
-//! and `fuzz-allow=a,b,...` (operation families added to the default mix,
-//! see [`FuzzOptions::ALLOW_NAMES`]). Numbers are decimal or `0x` hex. Other
+//! `fuzz-allow=a,b,...` (operation families added to the default mix,
+//! see [`FuzzOptions::ALLOW_NAMES`]) and `fuzz-verbose=1` (a progress line
+//! before every operation, to find the one a hang is in). Numbers are decimal or `0x` hex. Other
 //! words are ignored, as a kernel ignores parameters it does not know. Pure
 //! code, tested on the host.
 
@@ -73,6 +74,9 @@ pub struct FuzzOptions {
     pub ops: u64,
     /// Operation families added to the default mix (`ALLOW_*` bits).
     pub allow: u32,
+    /// Print one progress line (seed, vCPU, operation index and family)
+    /// before every operation: finds the operation a hang is in.
+    pub verbose: bool,
 }
 
 impl FuzzOptions {
@@ -129,6 +133,7 @@ impl FuzzOptions {
         seeds: 1,
         ops: 500,
         allow: Self::DEFAULT_MIX,
+        verbose: false,
     };
 
     /// Whether `bit` was allowed.
@@ -176,6 +181,7 @@ impl Options {
                 "seed" => fuzz.seed = number(value).ok_or(word)?,
                 "seeds" => fuzz.seeds = number(value).ok_or(word)?,
                 "ops" => fuzz.ops = number(value).ok_or(word)?,
+                "fuzz-verbose" => fuzz.verbose = number(value).ok_or(word)? != 0,
                 "fuzz-allow" => {
                     for name in value.split(',').filter(|n| !n.is_empty()) {
                         let (_, bit) = FuzzOptions::ALLOW_NAMES
@@ -250,6 +256,7 @@ mod tests {
                 seeds: 7,
                 ops: 300,
                 allow: FuzzOptions::DEFAULT_MIX | FuzzOptions::ALLOW_STRADDLE,
+                verbose: false,
             }
         );
         assert!(options.fuzz.allows(FuzzOptions::ALLOW_PTIMER));
@@ -258,6 +265,9 @@ mod tests {
         assert!(default.allows(FuzzOptions::ALLOW_EL0_AARCH32));
         assert!(!default.allows(FuzzOptions::ALLOW_STRADDLE));
         assert_eq!(Options::parse("test=fuzz seed=x1"), Err("seed=x1"));
+        assert!(Options::parse("fuzz-verbose=1").unwrap().fuzz.verbose);
+        assert!(!Options::parse("fuzz-verbose=0").unwrap().fuzz.verbose);
+        assert_eq!(Options::parse("fuzz-verbose=on"), Err("fuzz-verbose=on"));
         assert_eq!(Options::parse("test=fuzz fuzz-allow=fly"), Err("fly"));
         assert_eq!(
             Options::parse("test=fuzz").unwrap().fuzz,
