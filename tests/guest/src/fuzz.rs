@@ -34,6 +34,12 @@
 //!   `ITARGETSR`, `IGRPMODR`, `NSACR`, `SGIR`, `C/SPENDSGIR`, reserved
 //!   offsets, registers of SPIs beyond `ITLinesNumber`, the redistributor's
 //!   `IGRPMODR0`/`NSACR`) must answer as the specification says.
+//! * Straddles: 4-, 8- and 16-byte accesses at the last 2 bytes of the
+//!   PL011, the distributor or a redistributor frame, through the device
+//!   alias (Normal memory, so the unaligned access reaches the hypervisor):
+//!   an external abort with FAR in the access and, for plain loads and
+//!   stores, the right WnR (kinds that need alignment may take an alignment
+//!   fault first).
 //! * DC (CIVAC, CVAC, CVAU, IVAC, ZVA), IC IVAU and AT S1E1R/W, S1E0R/W on
 //!   every kind of address: `DC ZVA` must zero its block in RAM, `AT` must
 //!   agree with the identity map.
@@ -1443,7 +1449,10 @@ impl Ctx {
         }
         block.sp_el0 = self.el0_data_va + 0x800;
         if self.verbose {
-            println!("FUZZ: EL0 words {:#010x} {:#010x}, SPSR {spsr:#x}", words[0], words[1]);
+            println!(
+                "FUZZ: EL0 words {:#010x} {:#010x}, SPSR {spsr:#x}",
+                words[0], words[1]
+            );
         }
         write_code(self.el0_code, &words);
         let outcome = self.enter(self.el0_code_va, spsr, &block);
