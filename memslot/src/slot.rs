@@ -12,10 +12,9 @@ use core::fmt;
 use crate::dirty::DirtyBitmap;
 use crate::error::MemslotError;
 
-/// log2 of the page size: everything here counts 4 KiB pages.
-pub const PAGE_SHIFT: u32 = 12;
-/// The page size in bytes.
-pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
+/// Everything here counts 4 KiB pages: the granule is defined once by the
+/// `tlb` crate (the root of the library dependency graph) and re-exported here.
+pub use tlb::{PAGE_SHIFT, PAGE_SIZE};
 /// Slot ids run from 0 to `MAX_SLOTS - 1` (KVM's 32,767 user slots).
 pub const MAX_SLOTS: u32 = 32767;
 /// A slot holds fewer than 2^31 pages.

@@ -12,16 +12,16 @@
 
 use crate::addr::PhysAddr;
 
-/// Page size of the 4 KiB granule.
-pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
-/// Shift of the 4 KiB granule.
-pub const PAGE_SHIFT: u32 = 12;
+/// The 4 KiB granule, defined once by the `tlb` crate (the root of the
+/// library dependency graph) and re-exported here.
+pub use tlb::{PAGE_SHIFT, PAGE_SIZE};
 /// Entries in one table page.
 pub const ENTRIES_PER_TABLE: usize = 512;
 /// The deepest level (pages).
 pub const LAST_LEVEL: u8 = 3;
 
-/// Sizes a leaf can have: a page, a 2 MiB block, a 1 GiB block.
+/// Sizes a leaf can have, smallest first: a page, a 2 MiB block, a 1 GiB
+/// block. Callers that want the largest first iterate it in reverse.
 pub const LEAF_SIZES: [u64; 3] = [PAGE_SIZE, 2 << 20, 1 << 30];
 
 /// Bytes covered by one entry at `level` (0..=3).

@@ -56,10 +56,10 @@
 //!
 //! # fn main() -> Result<(), Box<dyn core::error::Error>> {
 //! // At EL2: a `PageTableMemory` over the frame allocator, and
-//! // `tlb::Aarch64Tlb::new(TlbCaps::read())`. On the host: checked memory
-//! // and a backend that counts TLBI instructions.
+//! // `tlb::Aarch64Tlb::new(caps)` with the capabilities every CPU has. On
+//! // the host: checked memory and a backend that counts TLBI instructions.
 //! let memory = Arc::new(HostMemory::new());
-//! let tlb = RecordingTlb::new(TlbCaps { range: true, ttl: true, vmid_bits: 16 });
+//! let tlb = RecordingTlb::new(TlbCaps::ALL);
 //!
 //! // A 40-bit IPA space for VMID 1: program VTCR_EL2 and VTTBR_EL2 from it.
 //! let config = Stage2Config::new(40)?;

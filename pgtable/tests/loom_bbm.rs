@@ -22,11 +22,7 @@ use tlb::{RecordingTlb, TlbCaps};
 
 const PAGE: u64 = 4096;
 const MIB2: u64 = 2 << 20;
-const CAPS: TlbCaps = TlbCaps {
-    range: true,
-    ttl: true,
-    vmid_bits: 16,
-};
+const CAPS: TlbCaps = TlbCaps::ALL;
 const RW: Attributes = Attributes::normal(Perms::RW);
 /// Output of IPA 0 in every model: mappings are linear from here.
 const OUT: u64 = 0x4000_0000;

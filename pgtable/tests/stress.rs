@@ -39,11 +39,7 @@ const BACKING: u64 = 0x40_0000_0000;
 const OPS: u64 = 120_000;
 /// The write side runs one operation per this many faults.
 const FAULTS_PER_WRITE: u64 = 100;
-const CAPS: TlbCaps = TlbCaps {
-    range: true,
-    ttl: true,
-    vmid_bits: 16,
-};
+const CAPS: TlbCaps = TlbCaps::ALL;
 
 type Memory = Arc<HostMemory>;
 

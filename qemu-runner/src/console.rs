@@ -16,6 +16,9 @@
 //! line before U-Boot's `Starting kernel ...` for a kernel failure report
 //! (U-Boot prints its own `WARNING: ...` lines).
 //! Carriage returns are dropped, so `\r\n` and `\n` consoles read the same.
+//! With several VMs each VM's lines start with `[<name>] `
+//! (`boot_payload::vmname`); this module leaves them as they are (such a
+//! line is [`Line::Other`]) and [`crate::vm_verdict`] reads them by VM.
 //!
 //! A guest kernel's own failure reports are recognised too: after the printk
 //! timestamp (`[    1.234567] `) is stripped, a line that starts with one of

@@ -17,6 +17,11 @@
 //! initrd ([`RunConfig::linux`], [`linux`]): Debian's arm64 kernel and a
 //! busybox initramfs ([`debian`], [`initramfs`]), or any files.
 //!
+//! A run may hold several VMs in one payload ([`RunConfig::vms`], `--vm`,
+//! [`vmspec`]): each VM's console lines carry its `[<name>] ` prefix and the
+//! run is judged VM by VM ([`vm_verdict`]). Console input can be a script
+//! of "wait for this text, send these bytes" steps ([`console_script`]).
+//!
 //! [`Boot::Direct`] boots the guest kernel by itself at EL1 (no
 //! `virtualization=on`, no hypervisor), which shakes out a guest and gives the
 //! baseline for hypervisor-overhead figures.
@@ -27,6 +32,7 @@
 
 pub mod artifacts;
 pub mod console;
+pub mod console_script;
 pub mod debian;
 pub mod image;
 pub mod initramfs;
@@ -35,20 +41,28 @@ pub mod prereq;
 pub mod qemu;
 pub mod scratch;
 pub mod uboot;
+pub mod vm_verdict;
+pub mod vmspec;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
+/// The payload format the runner writes, for tests that read it back.
+pub use boot_payload;
+
 use artifacts::{BuildError, HYPERVISOR, TEST_GUEST};
-use boot_payload::Payload;
 use boot_payload::vmconf::VmConf;
+use boot_payload::{MAX_VMS, NamedPayload, Payload};
 use console::{Counters, GuestResult, Transcript};
+use console_script::ConsoleScript;
 use image::ImageError;
 use linux::{LinuxBoot, LinuxError};
 use prereq::PrereqError;
 use qemu::{Ending, Machine, QemuSetup, Watch};
+use vm_verdict::VmsVerdict;
+use vmspec::{VmExpect, VmGuest, VmSpec};
 
 /// What runs on the emulated machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,6 +217,10 @@ pub struct RunConfig {
     pub extra_qemu_args: Vec<String>,
     /// Copy the console to stdout while it runs.
     pub echo: bool,
+    /// The VMs of the payload (`--vm`); empty: the one VM that `scenario`,
+    /// `guest_args`, `linux`, `vcpus` and `guest_mem_mib` describe.
+    /// Hypervisor boot only.
+    pub vms: Vec<VmSpec>,
 }
 
 /// The default `-cpu`: every feature but pointer authentication, whose
@@ -230,18 +248,23 @@ impl Default for RunConfig {
             gdb: false,
             extra_qemu_args: Vec::new(),
             echo: true,
+            vms: Vec::new(),
         }
     }
 }
 
 /// Where the guest's console input comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConsoleInput {
     /// Nothing: QEMU's stdin is closed (scripts, tests, CI).
     Closed,
     /// The terminal the runner was started from: an interactive guest (a
     /// shell) reads what is typed there.
     Terminal,
+    /// Bytes sent when text appears on the console ([`console_script`]);
+    /// the run fails with [`Verdict::ScriptUnfinished`] when a step's text
+    /// never appeared.
+    Script(ConsoleScript),
 }
 
 /// Most CPUs the hypervisor drives (its per-CPU arrays).
@@ -285,9 +308,14 @@ impl RunConfig {
     /// kernel and initrd given as files): the run passes when QEMU exits 0
     /// with no failure report, rather than on `RESULT: PASS`.
     pub fn guest_is_free_running(&self) -> bool {
-        self.linux
-            .as_ref()
-            .is_some_and(|linux| !linux.reports_result())
+        match self.vms.as_slice() {
+            [] => self
+                .linux
+                .as_ref()
+                .is_some_and(|linux| !linux.reports_result()),
+            [only] => only.expect == VmExpect::Running,
+            _ => false,
+        }
     }
 
     /// Whether a person drives the run: a guest without a verdict of its own
@@ -302,7 +330,8 @@ impl RunConfig {
     /// Checks the settings before anything is built or started, so a bad
     /// option costs nothing: CPU and memory counts in range, VM settings only
     /// for a hypervisor boot, vCPUs no more than CPUs, guest RAM smaller than
-    /// the machine's, a time limit of at least a second.
+    /// the machine's, a time limit of at least a second; and for `--vm`s
+    /// ([`RunConfig::validate_vms`]).
     pub fn validate(&self) -> Result<(), RunnerError> {
         let fail = |why: String| Err(RunnerError::Config(why));
         let max_cpus = match self.boot {
@@ -368,6 +397,80 @@ impl RunConfig {
         if self.timeout.is_zero() || self.session_timeout.is_some_and(|t| t.is_zero()) {
             return fail("--timeout: at least 1 second".into());
         }
+        self.validate_vms()
+    }
+
+    /// Checks the `--vm`s: a hypervisor boot, at most [`MAX_VMS`], no
+    /// one-VM options beside them, distinct names, beside other VMs each
+    /// names its CPUs, no CPU twice, every CPU within `--smp`, and their RAM
+    /// together less than the machine's.
+    pub fn validate_vms(&self) -> Result<(), RunnerError> {
+        let fail = |why: String| Err(RunnerError::Config(why));
+        if self.vms.is_empty() {
+            return Ok(());
+        }
+        if self.boot == Boot::Direct {
+            return fail("--vm configures the hypervisor's VMs; --direct boots one guest".into());
+        }
+        if self.linux.is_some()
+            || self.vcpus.is_some()
+            || self.guest_mem_mib.is_some()
+            || !self.guest_args.is_empty()
+        {
+            return fail(
+                "--vm describes every VM; --guest, --guest-args, --vcpus, --guest-mem and the                  Linux options describe the one VM of a run without --vm"
+                    .into(),
+            );
+        }
+        if self.vms.len() > MAX_VMS {
+            return fail(format!(
+                "--vm given {} times: a payload holds at most {MAX_VMS} VMs",
+                self.vms.len()
+            ));
+        }
+        let several = self.vms.len() > 1;
+        for (i, vm) in self.vms.iter().enumerate() {
+            if self.vms[..i].iter().any(|other| other.name == vm.name) {
+                return fail(format!("--vm: two VMs are called `{}`", vm.name));
+            }
+            let Some(cpus) = vm.cpus else {
+                if several {
+                    return fail(format!(
+                        "--vm: VM `{}` needs cpus= beside other VMs (each VM runs on its own                          CPUs)",
+                        vm.name
+                    ));
+                }
+                continue;
+            };
+            if cpus.highest() >= self.smp {
+                return fail(format!(
+                    "--vm: VM `{}` names CPU {}, but --smp {} gives CPUs 0-{}",
+                    vm.name,
+                    cpus.highest(),
+                    self.smp,
+                    self.smp - 1
+                ));
+            }
+            for other in &self.vms[..i] {
+                if let Some(cpu) = other.cpus.and_then(|o| o.first_shared(cpus)) {
+                    return fail(format!(
+                        "--vm: VMs `{}` and `{}` both name CPU {cpu}; a CPU runs one VM",
+                        other.name, vm.name
+                    ));
+                }
+            }
+        }
+        let total: u64 = self
+            .vms
+            .iter()
+            .map(|vm| u64::from(vm.mem_mib_or_default()))
+            .sum();
+        if total >= u64::from(self.mem_mib) {
+            return fail(format!(
+                "--vm: the VMs' RAM adds up to {total} MiB, not less than --mem ({} MiB; the                  hypervisor keeps the rest)",
+                self.mem_mib
+            ));
+        }
         Ok(())
     }
 
@@ -388,6 +491,14 @@ impl RunConfig {
         match self.boot {
             Boot::Hypervisor => self.vcpus.unwrap_or(self.smp),
             Boot::Direct => self.smp,
+        }
+    }
+
+    /// The console script of the run, if its input is one.
+    pub fn script(&self) -> Option<&ConsoleScript> {
+        match &self.input {
+            ConsoleInput::Script(script) => Some(script),
+            ConsoleInput::Closed | ConsoleInput::Terminal => None,
         }
     }
 }
@@ -455,6 +566,9 @@ pub enum Expectation {
     ResultThenExit,
     /// QEMU exiting 0 by itself (an interactive session powered off).
     CleanExit,
+    /// The hypervisor stopping the VM, then QEMU exiting 0 by itself (a
+    /// lone `--vm` with `expect=stopped`).
+    StoppedThenExit,
 }
 
 /// The judgement of a run.
@@ -485,6 +599,15 @@ pub enum Verdict {
     FirmwareFailed(String),
     /// QEMU ended without a result line.
     NoResult,
+    /// These VMs of a run of several (name, why) did not do what was
+    /// expected of them ([`vm_verdict`]).
+    VmsFailed(Vec<(String, String)>),
+    /// The VM was expected to be stopped by the hypervisor (`expect=stopped`),
+    /// and was not.
+    VmNotStopped,
+    /// The console never showed the text a step of the console script waited
+    /// for (that text).
+    ScriptUnfinished(String),
 }
 
 impl fmt::Display for Verdict {
@@ -521,6 +644,22 @@ impl fmt::Display for Verdict {
             Verdict::FirmwareFailed(why) => {
                 write!(f, "FAIL: U-Boot did not boot the hypervisor: {why}")
             }
+            Verdict::VmsFailed(failed) => {
+                write!(f, "FAIL: ")?;
+                for (i, (vm, why)) in failed.iter().enumerate() {
+                    let separator = if i == 0 { "" } else { "; " };
+                    write!(f, "{separator}VM `{vm}`: {why}")?;
+                }
+                Ok(())
+            }
+            Verdict::VmNotStopped => write!(
+                f,
+                "FAIL: the VM was expected to be stopped by the hypervisor, and was not"
+            ),
+            Verdict::ScriptUnfinished(text) => write!(
+                f,
+                "FAIL: the console never showed {text:?}, which the console script waited for"
+            ),
         }
     }
 }
@@ -610,6 +749,33 @@ fn judge_run(
         .unwrap_or_else(|| judge(transcript, ending, status, timeout, expectation))
 }
 
+/// The verdict of a run of several VMs: U-Boot's failure, a hypervisor
+/// panic, a payload the hypervisor refused, then each VM against its
+/// expectation and QEMU's end ([`vm_verdict::judge_vms`]).
+fn judge_several(
+    transcript: &Transcript,
+    ending: &Ending,
+    status: &ExitStatus,
+    firmware: Firmware,
+    vms: &[(&str, VmExpect)],
+) -> Verdict {
+    if let Some(verdict) = judge_firmware(transcript, ending, firmware) {
+        return verdict;
+    }
+    if let Some(message) = &transcript.panic {
+        return Verdict::HypervisorPanic(message.clone());
+    }
+    if let Some(why) = &transcript.guest_not_started {
+        return Verdict::GuestNotStarted(why.clone());
+    }
+    let exit = clean_exit(ending, status.success(), &status.to_string());
+    match vm_verdict::judge_vms(transcript, ending, exit, vms) {
+        Ok(()) => Verdict::Pass,
+        Err(VmsVerdict::VmsFailed(failed)) => Verdict::VmsFailed(failed),
+        Err(VmsVerdict::NoCleanExit(how)) => Verdict::NoCleanExit(how),
+    }
+}
+
 /// With U-Boot: a failure when it reported that the boot command failed, or
 /// started (printed its banner) but never printed the command's first line
 /// (it did not load the runner's environment, or stopped before it got to
@@ -658,13 +824,18 @@ fn judge(
     if let Some(why) = &transcript.guest_not_started {
         return Verdict::GuestNotStarted(why.clone());
     }
-    if let Some(line) = transcript.vm_stops.first() {
-        return Verdict::VmStopped(line.clone());
+    let exit = clean_exit(ending, status.success(), &status.to_string());
+    match (transcript.vm_stops.first(), expectation) {
+        (Some(_), Expectation::StoppedThenExit) => {
+            return exit.map_or_else(Verdict::NoCleanExit, |()| Verdict::Pass);
+        }
+        (Some(line), _) => return Verdict::VmStopped(line.clone()),
+        (None, Expectation::StoppedThenExit) => return Verdict::VmNotStopped,
+        (None, _) => {}
     }
     if let Some(line) = &transcript.kernel_fault {
         return Verdict::KernelFault(line.clone());
     }
-    let exit = clean_exit(ending, status.success(), &status.to_string());
     match (&transcript.result, expectation) {
         (Some(GuestResult::Pass), _) => exit.map_or_else(Verdict::NoCleanExit, |()| Verdict::Pass),
         (Some(GuestResult::Fail(why)), _) => Verdict::GuestFailed(why.clone()),
@@ -675,6 +846,7 @@ fn judge(
             exit.map_or_else(Verdict::NoCleanExit, |()| Verdict::Pass)
         }
         (None, Expectation::ResultThenExit) => Verdict::NoResult,
+        (None, Expectation::StoppedThenExit) => Verdict::VmNotStopped,
     }
 }
 
@@ -801,10 +973,114 @@ struct Guest {
     hypervisor_image: Option<Vec<u8>>,
     /// gdb symbols.
     symbols: Vec<qemu::Symbols>,
+    /// The files of each `--vm` (empty without them; then `kernel`,
+    /// `initrd` and `cmdline` are the one VM's).
+    vm_files: Vec<VmFiles>,
+}
+
+/// One VM's files for the payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmFiles {
+    /// Its kernel, an arm64 Image.
+    pub kernel: Vec<u8>,
+    /// Its initrd.
+    pub initrd: Option<Vec<u8>>,
+    /// Its command line.
+    pub cmdline: String,
+}
+
+/// The boot payload of the `--vm`s `vms` with their `files` (in the same
+/// order), in the several-VM layout: each VM's name, its CPUs (and as many
+/// vCPUs), its RAM and whether it may use the control interface. A VM
+/// without `mem=` gets its guest's default RAM written out.
+pub fn vms_payload(vms: &[VmSpec], files: Vec<VmFiles>) -> Result<Vec<u8>, RunnerError> {
+    if vms.len() != files.len() {
+        return Err(RunnerError::Config(format!(
+            "{} VMs but files for {}",
+            vms.len(),
+            files.len()
+        )));
+    }
+    let named: Vec<NamedPayload> = vms
+        .iter()
+        .zip(files)
+        .map(|(vm, files)| NamedPayload {
+            name: vm.name.clone(),
+            payload: Payload {
+                kernel: files.kernel,
+                initrd: files.initrd,
+                cmdline: Some(files.cmdline),
+                conf: VmConf {
+                    vcpus: vm.cpus.map(|cpus| cpus.len()),
+                    mem_mib: Some(u64::from(vm.mem_mib_or_default())),
+                    cpus: vm.cpus,
+                    control: vm.control.then_some(true),
+                },
+            },
+        })
+        .collect();
+    boot_payload::write_several(&named)
+        .map_err(|error| RunnerError::Config(format!("the boot payload: {error}")))
+}
+
+/// Builds the hypervisor and what each `--vm` boots.
+fn prepare_vms(config: &RunConfig) -> Result<Guest, RunnerError> {
+    let quiet = !config.echo;
+    let wants_test_guest = config
+        .vms
+        .iter()
+        .any(|vm| matches!(vm.guest, VmGuest::Test { .. }));
+    let (hypervisor_image, test_guest, symbols) = if wants_test_guest {
+        let files = build_boot_files(Boot::Hypervisor, quiet)?;
+        (
+            files.hypervisor_image,
+            Some(files.guest_image),
+            files.symbols,
+        )
+    } else {
+        let (image, symbols) = build_hypervisor(quiet)?;
+        (Some(image), None, vec![symbols])
+    };
+    let mut vm_files = Vec::new();
+    for vm in &config.vms {
+        vm_files.push(match (&vm.guest, &test_guest) {
+            (VmGuest::Test { .. }, Some(image)) => VmFiles {
+                kernel: image.clone(),
+                initrd: None,
+                cmdline: vm.test_cmdline().unwrap_or_default(),
+            },
+            (VmGuest::Test { .. }, None) => {
+                return Err(RunnerError::Config(format!(
+                    "VM `{}`: the test guest was not built",
+                    vm.name
+                )));
+            }
+            (VmGuest::Linux(linux), _) => {
+                let cpus = vm.cpus.map_or(config.smp, |cpus| cpus.len());
+                let files = linux::resolve(linux, cpus).map_err(RunnerError::Linux)?;
+                VmFiles {
+                    kernel: files.kernel,
+                    initrd: files.initrd,
+                    cmdline: files.cmdline,
+                }
+            }
+        });
+    }
+    Ok(Guest {
+        kernel: Vec::new(),
+        initrd: None,
+        cmdline: String::new(),
+        hypervisor_image,
+        symbols,
+        vm_files,
+    })
 }
 
 fn prepare_guest(config: &RunConfig) -> Result<Guest, RunnerError> {
     let quiet = !config.echo;
+    if !config.vms.is_empty() {
+        return prepare_vms(config);
+    }
     let Some(linux) = &config.linux else {
         let files = build_boot_files(config.boot, quiet)?;
         return Ok(Guest {
@@ -816,6 +1092,7 @@ fn prepare_guest(config: &RunConfig) -> Result<Guest, RunnerError> {
             },
             hypervisor_image: files.hypervisor_image,
             symbols: files.symbols,
+            vm_files: Vec::new(),
         });
     };
     let (hypervisor_image, symbols) = match config.boot {
@@ -832,6 +1109,7 @@ fn prepare_guest(config: &RunConfig) -> Result<Guest, RunnerError> {
         cmdline: files.cmdline,
         hypervisor_image,
         symbols,
+        vm_files: Vec::new(),
     })
 }
 
@@ -840,17 +1118,23 @@ pub const HYPERVISOR_IMAGE_FILE: &str = "hypervisor.img";
 /// File name of the boot payload.
 pub const PAYLOAD_FILE: &str = "payload.cpio";
 
-/// The boot payload of `guest` with `config`'s VM settings.
-fn payload(config: &RunConfig, guest: Guest) -> Payload {
-    Payload {
+/// The boot payload of `guest` with `config`'s VM settings: the one-VM
+/// layout of before without `--vm`, else [`vms_payload`].
+fn payload(config: &RunConfig, guest: Guest) -> Result<Vec<u8>, RunnerError> {
+    if !config.vms.is_empty() {
+        return vms_payload(&config.vms, guest.vm_files);
+    }
+    Ok(Payload {
         kernel: guest.kernel,
         initrd: guest.initrd,
         cmdline: Some(guest.cmdline),
         conf: VmConf {
             vcpus: config.vcpus,
             mem_mib: config.guest_mem_mib.map(u64::from),
+            ..VmConf::default()
         },
     }
+    .to_cpio())
 }
 
 /// Builds what a hypervisor run of `config` boots and writes it into `dir`
@@ -877,7 +1161,7 @@ pub fn emit_boot_files(config: &RunConfig, dir: &Path) -> Result<[PathBuf; 2], R
     let image = dir.join(HYPERVISOR_IMAGE_FILE);
     std::fs::write(&image, hypervisor_image).map_err(io(&image))?;
     let cpio = dir.join(PAYLOAD_FILE);
-    std::fs::write(&cpio, payload(config, guest).to_cpio()).map_err(io(&cpio))?;
+    std::fs::write(&cpio, payload(config, guest)?).map_err(io(&cpio))?;
     Ok([image, cpio])
 }
 
@@ -940,7 +1224,7 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
     let (machine, kernel, initrd, append) = match (config.boot, &hypervisor_image) {
         (Boot::Hypervisor, Some(hypervisor_image)) => {
             let kernel = dir.write(HYPERVISOR_IMAGE_FILE, hypervisor_image)?;
-            let initrd = dir.write(PAYLOAD_FILE, &payload(config, guest).to_cpio())?;
+            let initrd = dir.write(PAYLOAD_FILE, &payload(config, guest)?)?;
             (Machine::WithEl2, kernel, Some(initrd), None)
         }
         _ => {
@@ -987,25 +1271,50 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
         interactive: config.gdb || interactive,
         follow_to_exit: interactive,
     };
-    let expectation = if config.guest_is_free_running() {
-        Expectation::CleanExit
-    } else {
-        Expectation::ResultThenExit
+    let expectation = match config.vms.as_slice() {
+        [only] if only.expect == VmExpect::Stopped => Expectation::StoppedThenExit,
+        _ if config.guest_is_free_running() => Expectation::CleanExit,
+        _ => Expectation::ResultThenExit,
+    };
+    let several = config.vms.len() > 1;
+    let names: Vec<&str> = config.vms.iter().map(|vm| vm.name.as_str()).collect();
+    let expects: Vec<VmExpect> = config.vms.iter().map(|vm| vm.expect).collect();
+    let settled = |transcript: &Transcript| vm_verdict::settles(transcript, &names, &expects);
+    let follow = qemu::Follow {
+        script: config.script(),
+        several_vms: several,
+        finished: if several { Some(&settled) } else { None },
     };
     let command_line = setup.command_line();
-    let outcome = qemu::run(&setup, watch).map_err(|error| RunnerError::Io {
+    let outcome = qemu::run_with(&setup, watch, follow).map_err(|error| RunnerError::Io {
         what: format!("running {command_line}"),
         error,
     })?;
-    Ok(RunReport {
-        verdict: judge_run(
+    let verdict = if several {
+        let vms: Vec<(&str, VmExpect)> = names.iter().copied().zip(expects).collect();
+        judge_several(
+            &outcome.transcript,
+            &outcome.ending,
+            &outcome.status,
+            config.firmware,
+            &vms,
+        )
+    } else {
+        judge_run(
             &outcome.transcript,
             &outcome.ending,
             &outcome.status,
             watch.timeout.unwrap_or_default(),
             expectation,
             config.firmware,
-        ),
+        )
+    };
+    let verdict = match (verdict, &outcome.script_waiting_at) {
+        (Verdict::Pass, Some(step)) => Verdict::ScriptUnfinished(step.wait_for.clone()),
+        (verdict, _) => verdict,
+    };
+    Ok(RunReport {
+        verdict,
         transcript: outcome.transcript,
         qemu_status: outcome.status,
         qemu_stderr: outcome.stderr,
@@ -1030,6 +1339,171 @@ mod tests {
 
     fn exited(code: i32) -> ExitStatus {
         ExitStatus::from_raw(code << 8)
+    }
+
+    fn vm(spec: &str, index: usize) -> VmSpec {
+        VmSpec::parse(spec, index).unwrap()
+    }
+
+    #[test]
+    fn a_lone_vm_expected_to_be_stopped_passes_only_when_it_was() {
+        let limit = Duration::from_secs(9);
+        let expect = Expectation::StoppedThenExit;
+        let stopped = transcript(&[
+            "[hv] ERROR: vm0 vcpu0: stopping the VM: unhandled abort",
+            "[hv] system off",
+        ]);
+        assert_eq!(
+            judge(&stopped, &Ending::Exited, &exited(0), limit, expect),
+            Verdict::Pass
+        );
+        assert!(matches!(
+            judge(&stopped, &Ending::Exited, &exited(1), limit, expect),
+            Verdict::NoCleanExit(_)
+        ));
+        let ran = transcript(&["RESULT: PASS", "[hv] system off"]);
+        assert_eq!(
+            judge(&ran, &Ending::Exited, &exited(0), limit, expect),
+            Verdict::VmNotStopped
+        );
+        let panic = transcript(&["[hv] PANIC: boom"]);
+        assert_eq!(
+            judge(&panic, &Ending::Exited, &exited(0), limit, expect),
+            Verdict::HypervisorPanic("boom".into())
+        );
+    }
+
+    #[test]
+    fn several_vms_are_judged_each_by_name_after_the_hypervisor() {
+        let vms = [("a", VmExpect::Pass), ("b", VmExpect::Stopped)];
+        let judge = |lines: &[&str]| {
+            judge_several(
+                &transcript(lines),
+                &Ending::Exited,
+                &exited(0),
+                Firmware::None,
+                &vms,
+            )
+        };
+        assert_eq!(
+            judge(&[
+                "[hv] ERROR: vm1 vcpu0: stopping the VM: bad access",
+                "[a] RESULT: PASS",
+                "[hv] system off"
+            ]),
+            Verdict::Pass
+        );
+        assert_eq!(
+            judge(&["[a] RESULT: PASS", "[hv] PANIC: boom"]),
+            Verdict::HypervisorPanic("boom".into())
+        );
+        assert_eq!(
+            judge(&["[hv] ERROR: cannot start a guest: no memory"]),
+            Verdict::GuestNotStarted("no memory".into())
+        );
+        let failed = judge(&["[a] RESULT: FAIL lost a write", "[hv] system off"]);
+        assert_eq!(
+            failed.to_string(),
+            "FAIL: VM `a`: it reported: lost a write; VM `b`: expected to be stopped by the \
+             hypervisor, it was not"
+        );
+    }
+
+    #[test]
+    fn vms_payload_holds_each_vm_with_its_settings() {
+        let vms = [
+            vm("memory,cpus=0-1", 0),
+            vm("linux,cpus=2,3,name=web,control=1,mem=256", 1),
+        ];
+        let files = |kernel: u8, cmdline: &str| VmFiles {
+            kernel: vec![kernel],
+            initrd: (kernel == 2).then(|| vec![9; 3]),
+            cmdline: cmdline.into(),
+        };
+        let archive = vms_payload(
+            &vms,
+            vec![files(1, "test=memory"), files(2, "console=ttyAMA0")],
+        )
+        .unwrap();
+        let read = boot_payload::VmsRef::parse(&archive).unwrap();
+        let [memory, web] = read.as_slice() else {
+            panic!("two VMs")
+        };
+        assert_eq!(
+            (
+                memory.name.as_str(),
+                memory.payload.kernel,
+                memory.payload.cmdline
+            ),
+            ("vm0", &[1u8][..], Some("test=memory"))
+        );
+        assert_eq!(
+            memory.payload.conf,
+            VmConf {
+                vcpus: Some(2),
+                mem_mib: Some(128),
+                cpus: vms[0].cpus,
+                control: None,
+            }
+        );
+        assert_eq!(web.name.as_str(), "web");
+        assert_eq!(web.payload.initrd, Some(&[9u8; 3][..]));
+        assert_eq!(web.payload.conf.mem_mib, Some(256));
+        assert_eq!(web.payload.conf.control, Some(true));
+        assert_eq!(read.check_cpus(4), Ok(()));
+        assert!(vms_payload(&vms, vec![files(1, "x")]).is_err());
+    }
+
+    #[test]
+    fn vm_settings_are_validated_before_anything_is_built() {
+        let config = |vms: Vec<VmSpec>| RunConfig {
+            vms,
+            ..RunConfig::default()
+        };
+        assert!(
+            config(vec![vm("memory,cpus=0-1", 0), vm("timers,cpus=2-3", 1)])
+                .validate()
+                .is_ok()
+        );
+        assert!(config(vec![vm("memory", 0)]).validate().is_ok());
+        for (vms, says) in [
+            (vec![vm("memory,cpus=0", 0), vm("timers", 1)], "needs cpus="),
+            (vec![vm("memory,cpus=4", 0)], "names CPU 4, but --smp 4"),
+            (
+                vec![vm("memory,cpus=0-2", 0), vm("timers,cpus=2", 1)],
+                "both name CPU 2",
+            ),
+            (
+                vec![vm("memory,cpus=0,name=a", 0), vm("timers,cpus=1,name=a", 1)],
+                "called `a`",
+            ),
+            (vec![vm("memory,mem=1024", 0)], "adds up to 1024 MiB"),
+        ] {
+            let why = config(vms).validate().unwrap_err().to_string();
+            assert!(why.contains(says), "{why}");
+        }
+        let mixed = RunConfig {
+            vcpus: Some(1),
+            ..config(vec![vm("memory", 0)])
+        };
+        assert!(
+            mixed
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--vcpus")
+        );
+        let direct = RunConfig {
+            boot: Boot::Direct,
+            ..config(vec![vm("memory", 0)])
+        };
+        assert!(
+            direct
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--direct")
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use qemu_runner::linux::{BusyboxInit, InitrdSource, KernelSource, LinuxBoot};
+use qemu_runner::vmspec::{VmGuest, VmSpec, default_smp};
 use qemu_runner::{Boot, ConsoleInput, Firmware, RunConfig, Scenario};
 
 const USAGE: &str = "\
@@ -63,6 +64,24 @@ Linux guest (instead of the test guest; defaults become --smp 2, --guest-mem 512
                      otherwise get no input and run under --timeout)
   --cmdline TEXT     kernel command line (default: console=ttyAMA0 earlycon
                      rdinit=/init, plus loglevel=5 with --linux-test)
+
+Several VMs (instead of the one-VM options --guest, --guest-args, --vcpus,
+--guest-mem and the Linux options):
+  --vm SPEC          one VM; give it once per VM, e.g.
+                       --vm guest=memory,cpus=0-1,mem=256 --vm linux,cpus=2-3
+                       --vm kernel=PATH,cpus=4,name=x,control=1
+                     SPEC items: SCENARIO or guest=SCENARIO, args=WORDS, linux
+                     (the unattended check), linux-shell, kernel=PATH,
+                     initrd=PATH, cpus=LIST (one vCPU per CPU; required beside
+                     other VMs), mem=MIB, name=NAME (default vm<i>), control=0|1,
+                     expect=pass|stopped|running, cmdline=TEXT (last: takes the
+                     rest). The run passes when every VM does what it expects:
+                     prints its own RESULT: PASS, is stopped by the hypervisor,
+                     or keeps running.
+                     Defaults: --smp the highest CPU named + 1, --mem 1024 or the
+                     VMs' RAM + 512, --timeout 300 with a Linux VM.
+  --spare-cpu        one more CPU in the default --smp that no VM names (the
+                     hypervisor's own)
   -h, --help         this text";
 
 /// The usage text with the test guest's scenarios.
@@ -141,6 +160,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
     let mut config = RunConfig::default();
     let mut linux = LinuxOptions::default();
     let mut emit = None;
+    let mut spare_cpu = false;
     let mut given: Vec<&str> = Vec::new();
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -191,6 +211,14 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
                 config.timeout = Duration::from_secs(u64::from(seconds));
                 config.session_timeout = Some(config.timeout);
             }
+            "--vm" => {
+                let spec = value(name, inline, &mut rest)?;
+                let index = config.vms.len();
+                config
+                    .vms
+                    .push(VmSpec::parse(spec, index).map_err(|error| error.to_string())?);
+            }
+            "--spare-cpu" => spare_cpu = true,
             "--linux" => linux.debian = true,
             "--linux-test" => linux.test = true,
             "--kernel" => linux.kernel = Some(value(name, inline, &mut rest)?.to_string()),
@@ -198,6 +226,12 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             "--cmdline" => linux.cmdline = Some(value(name, inline, &mut rest)?.to_string()),
             _ => return Err(format!("unknown option `{arg}`")),
         }
+    }
+    if !config.vms.is_empty() {
+        return several_vms(config, linux, &given, spare_cpu, emit);
+    }
+    if spare_cpu {
+        return Err("--spare-cpu adds a CPU beside the --vm VMs' CPUs; it goes with --vm".into());
     }
     let Some(linux) = linux.boot()? else {
         config.validate().map_err(|error| error.to_string())?;
@@ -234,6 +268,55 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             ..config
         }
     };
+    config.validate().map_err(|error| error.to_string())?;
+    Ok(run_or_emit(config, emit))
+}
+
+/// The settings of a run with `--vm`s: no one-VM options, and defaults
+/// that fit the VMs (see the usage).
+fn several_vms(
+    mut config: RunConfig,
+    linux: LinuxOptions,
+    given: &[&str],
+    spare_cpu: bool,
+    emit: Option<std::path::PathBuf>,
+) -> Result<Parsed, String> {
+    let one_vm = [
+        "--guest",
+        "--guest-args",
+        "--vcpus",
+        "--guest-mem",
+        "--linux",
+        "--linux-test",
+        "--kernel",
+        "--initrd",
+        "--cmdline",
+    ];
+    if let Some(option) = one_vm.iter().find(|option| given.contains(option)) {
+        return Err(format!(
+            "{option} describes the one VM of a run without --vm; with --vm, say it in the \
+             VM's spec"
+        ));
+    }
+    drop(linux);
+    if given.contains(&"--smp") {
+        if spare_cpu {
+            return Err("--spare-cpu adds a CPU to the default --smp; give --smp or it".into());
+        }
+    } else {
+        config.smp = default_smp(&config.vms, spare_cpu);
+    }
+    if !given.contains(&"--mem") {
+        let vms_mem: u32 = config.vms.iter().map(VmSpec::mem_mib_or_default).sum();
+        config.mem_mib = config.mem_mib.max(vms_mem.saturating_add(512));
+    }
+    let any_linux = config
+        .vms
+        .iter()
+        .any(|vm| matches!(vm.guest, VmGuest::Linux(_)));
+    if any_linux && !given.contains(&"--timeout") {
+        config.timeout = qemu_runner::LINUX_TIMEOUT;
+    }
     config.validate().map_err(|error| error.to_string())?;
     Ok(run_or_emit(config, emit))
 }
@@ -408,6 +491,64 @@ mod tests {
             let why = parse_words(bad).expect_err(bad);
             let option = bad.split_whitespace().rev().nth(1).unwrap();
             assert!(why.contains(option), "{bad}: {why}");
+        }
+    }
+
+    #[test]
+    fn vm_options_describe_several_vms_and_set_fitting_defaults() {
+        let config = parse_words(
+            "--vm guest=memory,cpus=0-1,mem=256 --vm linux,cpus=2,3,mem=512 \
+             --vm=kernel=/k,cpus=4,name=x,control=1",
+        )
+        .unwrap();
+        let names: Vec<&str> = config.vms.iter().map(|vm| vm.name.as_str()).collect();
+        assert_eq!(names, ["vm0", "vm1", "x"]);
+        assert_eq!(config.smp, 5);
+        assert_eq!(
+            config.mem_mib,
+            256 + 512 + 512 + 512,
+            "kernel= is Linux: 512"
+        );
+        assert_eq!(config.timeout, qemu_runner::LINUX_TIMEOUT);
+        assert!(config.vms[2].control);
+        let spare = parse_words("--vm memory,cpus=0 --vm timers,cpus=1 --spare-cpu").unwrap();
+        assert_eq!((spare.smp, spare.mem_mib), (3, 1024));
+        assert_eq!(spare.timeout, Duration::from_secs(120));
+        let given = parse_words("--vm memory,cpus=0 --smp 4 --mem 2048 --timeout 9").unwrap();
+        assert_eq!((given.smp, given.mem_mib), (4, 2048));
+        assert_eq!(given.timeout, Duration::from_secs(9));
+        assert_eq!(parse_words("--vm memory").unwrap().smp, 1);
+    }
+
+    #[test]
+    fn bad_vm_options_are_errors_that_name_the_problem() {
+        for (words, says) in [
+            ("--vm", "needs a value"),
+            ("--vm nope", "unknown guest"),
+            ("--vm memory,cpus=0 --guest timers", "--guest"),
+            ("--vm memory,cpus=0 --guest-mem 64", "--guest-mem"),
+            ("--vm memory,cpus=0 --linux", "--linux"),
+            ("--vm memory,cpus=0 --vcpus 1", "--vcpus"),
+            ("--vm memory,cpus=0 --vm timers", "needs cpus="),
+            ("--vm memory,cpus=0-1 --vm timers,cpus=1", "both name CPU 1"),
+            (
+                "--vm memory,cpus=0 --vm timers,cpus=1,name=vm0",
+                "two VMs are called `vm0`",
+            ),
+            ("--vm memory,cpus=0-3 --smp 2", "names CPU 3, but --smp 2"),
+            ("--vm memory,cpus=0 --smp 2 --spare-cpu", "--spare-cpu"),
+            ("--spare-cpu", "goes with --vm"),
+            ("--vm memory,cpus=0 --direct", "--direct"),
+            ("--vm memory,mem=900 --mem 512", "adds up to 900 MiB"),
+            (
+                "--vm memory,cpus=0 --vm memory,cpus=1 --vm memory,cpus=2 --vm memory,cpus=3 \
+                 --vm memory,cpus=4 --vm memory,cpus=5 --vm memory,cpus=6 --vm memory,cpus=7 \
+                 --vm memory,cpus=8",
+                "at most 8 VMs",
+            ),
+        ] {
+            let why = parse_words(words).expect_err(words);
+            assert!(why.contains(says), "{words}: {why}");
         }
     }
 

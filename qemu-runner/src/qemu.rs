@@ -25,6 +25,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::console::{Line, Transcript};
+use crate::console_script::{ConsoleScript, ConsoleStep, ScriptProgress};
 use crate::uboot::UBootFiles;
 
 /// How long after a line of this kind QEMU may still run before it is
@@ -246,11 +247,42 @@ pub struct QemuRun {
     pub stderr: String,
     /// Wall time from start to exit.
     pub elapsed: Duration,
+    /// The step of the console script the run ended waiting at (`None`:
+    /// no script, or it finished).
+    pub script_waiting_at: Option<ConsoleStep>,
 }
 
 enum Event {
+    /// A whole console line, without its newline.
     Line(String),
+    /// Console text as it was read (only for a console script).
+    Text(String),
     Closed,
+}
+
+/// What a run does beyond [`Watch`]: feed a console script, follow several
+/// VMs.
+#[derive(Clone, Copy, Default)]
+pub struct Follow<'a> {
+    /// Bytes to send to QEMU's stdin as text appears ([`crate::console_script`]);
+    /// stdin is a pipe for it (and closed without one, unless interactive).
+    pub script: Option<&'a ConsoleScript>,
+    /// Several VMs share the console: one VM's result, stop or kernel
+    /// failure report does not end the run; [`Follow::finished`] does.
+    pub several_vms: bool,
+    /// Whether the transcript shows everything the run waits for; QEMU is
+    /// stopped [`RESULT_GRACE`] after it first does.
+    pub finished: Option<&'a dyn Fn(&Transcript) -> bool>,
+}
+
+impl std::fmt::Debug for Follow<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Follow")
+            .field("script", &self.script)
+            .field("several_vms", &self.several_vms)
+            .field("finished", &self.finished.is_some())
+            .finish()
+    }
 }
 
 /// Options of a run that are not QEMU's.
@@ -271,9 +303,16 @@ pub struct Watch {
 
 /// Starts QEMU and follows its console until one of the stop conditions.
 pub fn run(setup: &QemuSetup, watch: Watch) -> std::io::Result<QemuRun> {
+    run_with(setup, watch, Follow::default())
+}
+
+/// [`run`], feeding `follow`'s console script and following several VMs.
+pub fn run_with(setup: &QemuSetup, watch: Watch, follow: Follow<'_>) -> std::io::Result<QemuRun> {
     let mut child = Command::new(&setup.program)
         .args(setup.args())
-        .stdin(if watch.interactive {
+        .stdin(if follow.script.is_some() {
+            Stdio::piped()
+        } else if watch.interactive {
             Stdio::inherit()
         } else {
             Stdio::null()
@@ -282,7 +321,26 @@ pub fn run(setup: &QemuSetup, watch: Watch) -> std::io::Result<QemuRun> {
         .stderr(Stdio::piped())
         .spawn()?;
     let start = Instant::now();
-    let lines = spawn_stdout_reader(child.stdout.take().expect("stdout is piped"), watch.echo);
+    let lines = spawn_stdout_reader(
+        child.stdout.take().expect("stdout is piped"),
+        watch.echo,
+        follow.script.is_some(),
+    );
+    let mut stdin = child.stdin.take();
+    let mut progress = follow.script.map(ScriptProgress::new);
+    let mut send = |progress: &mut ScriptProgress<'_>, text: &str| {
+        for bytes in progress.feed(text) {
+            if let Some(pipe) = stdin.as_mut() {
+                // QEMU gone: the run ends on its own, the script unfinished.
+                if pipe.write_all(bytes).and_then(|()| pipe.flush()).is_err() {
+                    stdin = None;
+                }
+            }
+        }
+    };
+    if let Some(progress) = progress.as_mut() {
+        send(progress, "");
+    }
     let stderr = spawn_stderr_reader(child.stderr.take().expect("stderr is piped"), watch.echo);
 
     let mut transcript = if setup.firmware.is_some() {
@@ -304,12 +362,30 @@ pub fn run(setup: &QemuSetup, watch: Watch) -> std::io::Result<QemuRun> {
             None => lines.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
         match event {
+            Ok(Event::Text(text)) => {
+                if let Some(progress) = progress.as_mut() {
+                    send(progress, &text);
+                }
+            }
             Ok(Event::Line(line)) => {
                 let kind = transcript.push_line_at(&line, start.elapsed());
-                if let Some(progress) = watch.progress.filter(|p| line.contains(p.marker)) {
-                    progress_due = Some(Instant::now() + progress.within);
+                if let Some(watched) = watch.progress.filter(|p| line.contains(p.marker)) {
+                    progress_due = Some(Instant::now() + watched.within);
                 }
-                if let Some(grace) = grace_after(&kind).filter(|_| !watch.follow_to_exit) {
+                let one_vms_line = matches!(
+                    kind,
+                    Line::Result(_) | Line::VmStopped(_) | Line::KernelFault(_)
+                );
+                let grace = if follow.several_vms && one_vms_line {
+                    None
+                } else {
+                    grace_after(&kind)
+                };
+                let grace = grace.or_else(|| {
+                    let finished = follow.finished?;
+                    (stop_at.is_none() && finished(&transcript)).then_some(RESULT_GRACE)
+                });
+                if let Some(grace) = grace.filter(|_| !watch.follow_to_exit) {
                     let stop_by = Instant::now() + grace;
                     stop_at = Some(stop_at.map_or(stop_by, |at| at.min(stop_by)));
                 }
@@ -322,13 +398,13 @@ pub fn run(setup: &QemuSetup, watch: Watch) -> std::io::Result<QemuRun> {
                 if stop_at.is_some_and(|s| Instant::now() >= s) {
                     break Ending::StoppedAfterGrace;
                 }
-                if let Some(progress) = watch
+                if let Some(watched) = watch
                     .progress
                     .filter(|_| progress_due.is_some_and(|due| Instant::now() >= due))
                 {
                     // After the result only the grace period counts.
                     if stop_at.is_none() {
-                        break Ending::Stalled(progress);
+                        break Ending::Stalled(watched);
                     }
                     progress_due = None;
                 }
@@ -347,8 +423,14 @@ pub fn run(setup: &QemuSetup, watch: Watch) -> std::io::Result<QemuRun> {
         None => (terminate(&mut child)?, ending),
     };
     // Drain what the reader threads still hold.
-    while let Ok(Event::Line(line)) = lines.recv_timeout(Duration::from_millis(200)) {
-        transcript.push_line_at(&line, start.elapsed());
+    loop {
+        match lines.recv_timeout(Duration::from_millis(200)) {
+            Ok(Event::Line(line)) => {
+                transcript.push_line_at(&line, start.elapsed());
+            }
+            Ok(Event::Text(_)) => {}
+            Ok(Event::Closed) | Err(_) => break,
+        }
     }
     let stderr = stderr.join().unwrap_or_default();
     Ok(QemuRun {
@@ -357,10 +439,17 @@ pub fn run(setup: &QemuSetup, watch: Watch) -> std::io::Result<QemuRun> {
         status,
         stderr,
         elapsed: start.elapsed(),
+        script_waiting_at: progress.and_then(|p| p.waiting_at().cloned()),
     })
 }
 
-fn spawn_stdout_reader(mut stdout: impl Read + Send + 'static, echo: bool) -> Receiver<Event> {
+/// Reads QEMU's stdout into lines (and into text chunks as they come when
+/// `chunks`, for a console script).
+fn spawn_stdout_reader(
+    mut stdout: impl Read + Send + 'static,
+    echo: bool,
+    chunks: bool,
+) -> Receiver<Event> {
     let (sender, receiver) = mpsc::channel();
     thread::spawn(move || {
         let mut chunk = [0u8; 4096];
@@ -374,6 +463,15 @@ fn spawn_stdout_reader(mut stdout: impl Read + Send + 'static, echo: bool) -> Re
                 let mut out = std::io::stdout().lock();
                 // Echo failures (a closed pipe) do not stop the run.
                 let _ = out.write_all(&chunk[..read]).and_then(|()| out.flush());
+            }
+            if chunks
+                && sender
+                    .send(Event::Text(
+                        String::from_utf8_lossy(&chunk[..read]).into_owned(),
+                    ))
+                    .is_err()
+            {
+                return;
             }
             pending.extend_from_slice(&chunk[..read]);
             while let Some(newline) = pending.iter().position(|&b| b == b'\n') {

@@ -128,7 +128,7 @@ fn racing_cpu_on_calls_get_one_success_and_already_on() {
 
 /// Hypervisor log lines the flood may cause, at most: the rate limit lets a
 /// burst of 10 lines of each kind through, then one per 5 seconds
-/// (`hypervisor::event_log::RatePolicy`); three kinds flood (unknown
+/// (`hypervisor::vm::event_log::RatePolicy`); three kinds flood (unknown
 /// hypercalls, injected aborts, device accesses).
 fn flood_line_bound(elapsed: Duration) -> usize {
     const BURST: usize = 10;

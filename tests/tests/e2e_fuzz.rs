@@ -18,11 +18,11 @@ use tests::fuzz::{self, Campaign};
 
 const SEEDS: u64 = 60;
 const OPS: u64 = 1000;
-/// `hypervisor::event_log::RatePolicy::BURST`.
+/// `hypervisor::vm::event_log::RatePolicy::BURST`.
 const BURST: usize = 10;
-/// `hypervisor::event_log::RatePolicy::REFILL_SECONDS`.
+/// `hypervisor::vm::event_log::RatePolicy::REFILL_SECONDS`.
 const REFILL_SECONDS: u64 = 5;
-/// `hypervisor::event_log::EventKind::ALL.len()`.
+/// `hypervisor::vm::event_log::EventKind::ALL.len()`.
 const KINDS: usize = 6;
 /// Hypervisor log lines that are not guest-driven events: boot banner, VM
 /// start, test report, power-off summaries and the rest.

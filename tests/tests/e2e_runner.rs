@@ -14,6 +14,12 @@
 //!   device tree's address in `x0` (the kernel checks the device tree magic
 //!   there before it powers off).
 //!
+//! - A console script drives QEMU's console: its monitor (Ctrl-A c) answers
+//!   `info status` and `quit` sent when the prompt and the answer appear,
+//!   and a step whose text never appears fails the run naming that text.
+//! - `--vm`s emit one payload holding each VM under its name, with its
+//!   CPUs, RAM and control flag.
+//!
 //! The kernels are arm64 `Image`s of a few instructions: one spins for ever
 //! (`b .`), the other calls PSCI `SYSTEM_OFF` with `hvc #0` (the conduit of
 //! QEMU's own PSCI and of the hypervisor's).
@@ -24,9 +30,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use qemu_runner::console::GuestResult;
+use qemu_runner::console_script::ConsoleScript;
 use qemu_runner::linux::{InitrdSource, KernelSource, LinuxBoot};
 use qemu_runner::qemu::{Machine, QemuSetup, Watch};
-use qemu_runner::{Boot, RunConfig, Verdict};
+use qemu_runner::vmspec::VmSpec;
+use qemu_runner::{Boot, ConsoleInput, RunConfig, Verdict};
 
 /// `b .`
 const SPIN: u32 = 0x1400_0000;
@@ -294,4 +302,66 @@ fn bad_options_are_refused_before_anything_is_built() {
         "refused only after a build\n{stderr}"
     );
     assert!(took < Duration::from_secs(200));
+}
+
+#[test]
+fn a_console_script_drives_the_console() {
+    let spin = kernel_file("spin-script.img", &[SPIN]);
+    // QEMU's console multiplexer: Ctrl-A c switches to its monitor.
+    let monitor = ConsoleScript::new()
+        .then("", b"\x01c")
+        .then("(qemu) ", "info status\n")
+        .then("VM status: running", "quit\n");
+    let report = qemu_runner::run(&RunConfig {
+        input: ConsoleInput::Script(monitor.clone()),
+        ..kernel_run(Boot::Direct, &spin, 60)
+    })
+    .expect("QEMU runs");
+    assert!(report.passed(), "{}", report.explain());
+    assert!(
+        report.elapsed < Duration::from_secs(50),
+        "quit by the script, not at the time limit: {}",
+        report.explain()
+    );
+    let unfinished = qemu_runner::run(&RunConfig {
+        input: ConsoleInput::Script(monitor.then("never printed", "x")),
+        ..kernel_run(Boot::Direct, &spin, 60)
+    })
+    .expect("QEMU runs");
+    assert_eq!(
+        unfinished.verdict,
+        Verdict::ScriptUnfinished("never printed".into()),
+        "{}",
+        unfinished.explain()
+    );
+}
+
+#[test]
+fn several_vms_are_emitted_in_one_payload() {
+    let dir = std::env::temp_dir().join(format!("e2e-runner-vms-{}", std::process::id()));
+    let config = RunConfig {
+        echo: false,
+        smp: 4,
+        vms: vec![
+            VmSpec::parse("guest=memory,cpus=0-1,mem=64", 0).unwrap(),
+            VmSpec::parse("bad-guest,cpus=3,name=bad,expect=stopped,control=1", 1).unwrap(),
+        ],
+        ..RunConfig::default()
+    };
+    let [_, payload] = qemu_runner::emit_boot_files(&config, &dir).expect("files written");
+    let archive = std::fs::read(&payload).unwrap();
+    let vms = qemu_runner::boot_payload::VmsRef::parse(&archive).expect("the payload reads back");
+    assert_eq!(vms.check_cpus(4), Ok(()));
+    let [memory, bad] = vms.as_slice() else {
+        panic!("two VMs")
+    };
+    assert_eq!(memory.name.as_str(), "vm0");
+    assert_eq!(memory.payload.cmdline, Some("test=memory"));
+    assert_eq!(memory.payload.conf.cpus.unwrap().to_string(), "0-1");
+    assert_eq!(memory.payload.conf.mem_mib, Some(64));
+    assert_eq!(bad.name.as_str(), "bad");
+    assert_eq!(bad.payload.cmdline, Some("test=bad-guest"));
+    assert_eq!(bad.payload.conf.control, Some(true));
+    assert_eq!(memory.payload.kernel, bad.payload.kernel, "one test guest");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -6,12 +6,12 @@
 //! nothing observes the temporary value). The sequences:
 //!
 //! - by IPA or range: `DSB ISHST`, the operations, `DSB ISH`, `TLBI VMALLE1IS`
-//!   (stage-2-only operations leave combined stage-1+2 entries), `DSB ISH`,
-//!   `ISB`;
+//!   (stage-2-only operations leave combined stage-1+2 entries: the rule is
+//!   [`SequenceShape::needs_vmalle1`]), `DSB ISH`, `ISB`;
 //! - whole VMID: `DSB ISHST`, `TLBI VMALLS12E1IS`, `DSB ISH`, `ISB`;
 //! - [`Scope::Local`] uses the non-shareable instructions and `DSB NSH(ST)`.
 
-use crate::{Scope, TlbCaps, TlbInvalidate, TlbTarget, TlbiOp};
+use crate::{Scope, SequenceShape, TlbCaps, TlbInvalidate, TlbTarget, TlbiOp};
 use core::arch::asm;
 
 /// Issues stage-2 TLB invalidations on the running CPU.
@@ -21,7 +21,8 @@ pub struct Aarch64Tlb {
 }
 
 impl Aarch64Tlb {
-    /// A backend for a CPU with `caps` (read them with [`TlbCaps::read`]).
+    /// A backend for a CPU with `caps` (decode them with [`TlbCaps::from_id_registers`]
+    /// and keep what every CPU has).
     pub const fn new(caps: TlbCaps) -> Self {
         Self { caps }
     }
@@ -98,7 +99,7 @@ impl TlbInvalidate for Aarch64Tlb {
                 Scope::Local => asm!("dsb nshst", options(nostack, preserves_flags)),
             }
         }
-        let mut by_ipa = false;
+        let mut shape = SequenceShape::new();
         for op in ops {
             if let TlbiOp::Range(_) = op {
                 assert!(
@@ -106,13 +107,13 @@ impl TlbInvalidate for Aarch64Tlb {
                     "range TLBI planned for a CPU without FEAT_TLBIRANGE"
                 );
             }
-            by_ipa |= !matches!(op, TlbiOp::WholeVmid);
+            shape.record(&op);
             issue(op, scope);
         }
         // SAFETY: barriers and TLB maintenance of the current VMID's stage-1
         // entries only drop cached translations.
         unsafe {
-            match (scope, by_ipa) {
+            match (scope, shape.needs_vmalle1()) {
                 (Scope::InnerShareable, true) => {
                     asm!(
                         "dsb ish",

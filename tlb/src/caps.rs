@@ -2,8 +2,12 @@
 //!
 //! The capabilities are decoded from raw ID register values, so the same code
 //! runs on a CPU with range invalidation (QEMU `-cpu max`, Neoverse V1) and on
-//! one without (Cortex-A57): the caller reads the registers once at boot
-//! ([`TlbCaps::read`] on aarch64) and hands the result around.
+//! one without (Cortex-A57): the caller reads the registers of every CPU at
+//! boot, keeps what all of them have, and hands the result around (the
+//! hypervisor does this in its CPU feature discovery). Tests and benchmarks
+//! name the usual combinations with the constants [`TlbCaps::ALL`],
+//! [`TlbCaps::NO_RANGE`] and [`TlbCaps::BASELINE`], and derive the others with
+//! [`TlbCaps::without_range`] and [`TlbCaps::without_ttl`].
 
 /// TLB maintenance features of the running CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -17,6 +21,18 @@ pub struct TlbCaps {
 }
 
 impl TlbCaps {
+    /// Everything: range invalidation, level hints and 16-bit VMIDs (QEMU
+    /// `-cpu max`, Neoverse V1).
+    pub const ALL: Self = Self {
+        range: true,
+        ttl: true,
+        vmid_bits: 16,
+    };
+
+    /// Neither range invalidation nor level hints, 16-bit VMIDs: one page is
+    /// one per-IPA operation and anything larger a whole-VMID invalidation.
+    pub const NO_RANGE: Self = Self::ALL.without_range().without_ttl();
+
     /// A CPU with neither range invalidation nor level hints, 8-bit VMIDs:
     /// the most conservative assumption.
     pub const BASELINE: Self = Self {
@@ -43,25 +59,17 @@ impl TlbCaps {
         }
     }
 
-    /// Reads the ID registers of the running CPU.
-    #[cfg(target_arch = "aarch64")]
-    pub fn read() -> Self {
-        let (isar0, mmfr1, mmfr2): (u64, u64, u64);
-        // SAFETY: reading ID registers has no side effects and is permitted at
-        // EL1 and above; they are also readable from EL0 on Linux through
-        // trap-and-emulate, so this is sound in every context the crate runs in.
-        unsafe {
-            core::arch::asm!(
-                "mrs {0}, ID_AA64ISAR0_EL1",
-                "mrs {1}, ID_AA64MMFR1_EL1",
-                "mrs {2}, ID_AA64MMFR2_EL1",
-                out(reg) isar0,
-                out(reg) mmfr1,
-                out(reg) mmfr2,
-                options(nomem, nostack, preserves_flags)
-            );
+    /// The same capabilities without `FEAT_TLBIRANGE`.
+    pub const fn without_range(self) -> Self {
+        Self {
+            range: false,
+            ..self
         }
-        Self::from_id_registers(isar0, mmfr1, mmfr2)
+    }
+
+    /// The same capabilities without `FEAT_TTL` level hints.
+    pub const fn without_ttl(self) -> Self {
+        Self { ttl: false, ..self }
     }
 
     /// The number of VMIDs the CPU distinguishes.
@@ -78,14 +86,7 @@ mod tests {
     fn qemu_max_has_range_and_16_bit_vmids() {
         // QEMU 7.2 `-cpu max`: ISAR0.TLB = 2, MMFR1.VMIDBits = 2, MMFR2.TTL = 1.
         let caps = TlbCaps::from_id_registers(0x0221_1000_0000_0000 | (2 << 56), 2 << 4, 1 << 48);
-        assert_eq!(
-            caps,
-            TlbCaps {
-                range: true,
-                ttl: true,
-                vmid_bits: 16
-            }
-        );
+        assert_eq!(caps, TlbCaps::ALL);
         assert_eq!(caps.vmid_count(), 65536);
     }
 
@@ -93,6 +94,19 @@ mod tests {
     fn cortex_a57_has_neither() {
         let caps = TlbCaps::from_id_registers(0x0000_0000_0001_1120, 0, 0);
         assert_eq!(caps, TlbCaps::BASELINE);
+    }
+
+    #[test]
+    fn named_combinations() {
+        assert_eq!(
+            TlbCaps::ALL.without_range().without_ttl(),
+            TlbCaps::NO_RANGE
+        );
+        assert_eq!(
+            TlbCaps::NO_RANGE,
+            TlbCaps::from_id_registers(0, 2 << 4, 0),
+            "16-bit VMIDs and nothing else"
+        );
     }
 
     #[test]

@@ -17,8 +17,10 @@
 //!   and flushes once at the end.
 //! - [`TlbInvalidate`] is the one backend interface: the real instructions with
 //!   their barrier sequences (`Aarch64Tlb`, on aarch64), and with the `model`
-//!   feature a [`RecordingTlb`] that counts operations and a [`ModelTlb`] that
+//!   feature a `RecordingTlb` that counts operations and a `ModelTlb` that
 //!   caches translations and drops exactly what each operation would drop.
+//! - [`CountingTlb`] wraps any backend and counts what it issues, by kind;
+//!   [`SequenceShape`] holds the one rule for the trailing `TLBI VMALLE1(IS)`.
 //!
 //! ```
 //! use tlb::{plan_flush, TlbCaps, TlbiOp};
@@ -39,6 +41,7 @@ extern crate std;
 mod backend;
 mod batch;
 mod caps;
+mod counting;
 mod operand;
 mod plan;
 
@@ -51,12 +54,13 @@ mod recording;
 
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub use aarch64::Aarch64Tlb;
-pub use backend::{Scope, TlbInvalidate, TlbTarget};
+pub use backend::{Scope, SequenceShape, TlbInvalidate, TlbTarget};
 pub use batch::{FLUSH_BATCH_CAPACITY, FlushBatch};
 pub use caps::TlbCaps;
+pub use counting::{CountingTlb, TlbiCounts};
 #[cfg(any(test, feature = "model"))]
 pub use model::{CachedTranslation, ModelTlb};
 pub use operand::{IpaOperand, OperandError, RangeOperand, TlbiOp};
 pub use plan::{MAX_PLAN_OPS, MAX_TLBI_RANGE_PAGES, PAGE_SHIFT, PAGE_SIZE, Plan, plan_flush};
 #[cfg(any(test, feature = "model"))]
-pub use recording::{RecordingTlb, TlbiCounts};
+pub use recording::RecordingTlb;

@@ -138,11 +138,7 @@ mod tests {
     use super::*;
     use crate::{FlushBatch, PAGE_SIZE, plan_flush};
 
-    const RANGE: TlbCaps = TlbCaps {
-        range: true,
-        ttl: true,
-        vmid_bits: 16,
-    };
+    const RANGE: TlbCaps = TlbCaps::ALL;
     const VM1: TlbTarget = TlbTarget {
         vmid: 1,
         vttbr: 1 << 48,

@@ -18,9 +18,10 @@
 
 use crate::{IpaOperand, RangeOperand, TlbCaps, TlbiOp};
 
-/// Page shift of the 4 KiB granule.
+/// Page shift of the 4 KiB granule. The one definition in the workspace:
+/// `pgtable` and `memslot` re-export it.
 pub const PAGE_SHIFT: u32 = 12;
-/// Bytes in a 4 KiB page.
+/// Bytes in a 4 KiB page (re-exported by `pgtable` and `memslot`).
 pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
 /// Most pages one range operation covers: NUM 31, SCALE 3 = 32 * 2^16 pages (8 GiB).
 pub const MAX_TLBI_RANGE_PAGES: u64 = 32 << 16;
@@ -233,16 +234,8 @@ mod tests {
     use proptest::prelude::*;
     use std::vec::Vec;
 
-    const RANGE: TlbCaps = TlbCaps {
-        range: true,
-        ttl: true,
-        vmid_bits: 16,
-    };
-    const NO_RANGE: TlbCaps = TlbCaps {
-        range: false,
-        ttl: false,
-        vmid_bits: 8,
-    };
+    const RANGE: TlbCaps = TlbCaps::ALL;
+    const NO_RANGE: TlbCaps = TlbCaps::BASELINE;
 
     /// Decodes every operation's operand from its raw register value and
     /// returns the covered page intervals, sorted.
@@ -405,10 +398,7 @@ mod tests {
     fn level_hints_follow_the_capabilities() {
         let with_ttl: Vec<_> = plan_flush(0, 1, Some(3), RANGE).collect();
         assert_eq!(with_ttl[0].level(), Some(3));
-        let no_ttl = TlbCaps {
-            ttl: false,
-            ..RANGE
-        };
+        let no_ttl = RANGE.without_ttl();
         let without: Vec<_> = plan_flush(0, 1, Some(3), no_ttl).collect();
         assert_eq!(without[0].level(), None);
         let ranged: Vec<_> = plan_flush(0, 512, Some(2), no_ttl).collect();

@@ -2,113 +2,60 @@
 //!
 //! Benchmarks and tests use it to compare invalidation strategies by the
 //! number of `TLBI` instructions, the trailing `VMALLE1IS` included, exactly as
-//! the real backend would issue them. Counters are atomic, so shared walks on
-//! several threads can use one recorder.
+//! the real backend would issue them: it is a [`CountingTlb`] around a backend
+//! that issues nothing. Counters are atomic, so shared walks on several threads
+//! can use one recorder.
 
-use crate::{Scope, TlbCaps, TlbInvalidate, TlbTarget, TlbiOp};
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::{CountingTlb, Scope, TlbCaps, TlbInvalidate, TlbTarget, TlbiCounts, TlbiOp};
 
-/// Instructions issued, by kind (inner-shareable and local variants together).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TlbiCounts {
-    /// `TLBI IPAS2E1(IS)`.
-    pub ipa: u64,
-    /// `TLBI RIPAS2E1(IS)`.
-    pub range: u64,
-    /// `TLBI VMALLE1(IS)` issued after IPA-based operations.
-    pub vmalle1: u64,
-    /// `TLBI VMALLS12E1(IS)`.
-    pub vmalls12: u64,
-    /// Barrier sequences (calls of `execute` with at least one operation).
-    pub sequences: u64,
+/// A backend that issues nothing: it takes the operations and drops them.
+#[derive(Clone, Copy, Debug)]
+struct Discard {
+    caps: TlbCaps,
 }
 
-impl TlbiCounts {
-    /// Every `TLBI` instruction.
-    pub const fn total(&self) -> u64 {
-        self.ipa + self.range + self.vmalle1 + self.vmalls12
+impl TlbInvalidate for Discard {
+    fn caps(&self) -> TlbCaps {
+        self.caps
+    }
+
+    fn execute(&self, _target: &TlbTarget, ops: &mut dyn Iterator<Item = TlbiOp>, _scope: Scope) {
+        ops.for_each(drop);
     }
 }
 
 /// Counts `TLBI` instructions instead of issuing them.
 #[derive(Debug)]
 pub struct RecordingTlb {
-    caps: TlbCaps,
-    ipa: AtomicU64,
-    range: AtomicU64,
-    vmalle1: AtomicU64,
-    vmalls12: AtomicU64,
-    sequences: AtomicU64,
+    counting: CountingTlb<Discard>,
 }
 
 impl RecordingTlb {
     /// A recorder that plans as a CPU with `caps` would.
     pub const fn new(caps: TlbCaps) -> Self {
         Self {
-            caps,
-            ipa: AtomicU64::new(0),
-            range: AtomicU64::new(0),
-            vmalle1: AtomicU64::new(0),
-            vmalls12: AtomicU64::new(0),
-            sequences: AtomicU64::new(0),
+            counting: CountingTlb::new(Discard { caps }),
         }
     }
 
     /// The counts so far.
     pub fn counts(&self) -> TlbiCounts {
-        TlbiCounts {
-            ipa: self.ipa.load(Relaxed),
-            range: self.range.load(Relaxed),
-            vmalle1: self.vmalle1.load(Relaxed),
-            vmalls12: self.vmalls12.load(Relaxed),
-            sequences: self.sequences.load(Relaxed),
-        }
+        self.counting.counts()
     }
 
     /// Sets every counter back to zero.
     pub fn reset(&self) {
-        for c in [
-            &self.ipa,
-            &self.range,
-            &self.vmalle1,
-            &self.vmalls12,
-            &self.sequences,
-        ] {
-            c.store(0, Relaxed);
-        }
+        self.counting.reset();
     }
 }
 
 impl TlbInvalidate for RecordingTlb {
     fn caps(&self) -> TlbCaps {
-        self.caps
+        self.counting.caps()
     }
 
-    fn execute(&self, _target: &TlbTarget, ops: &mut dyn Iterator<Item = TlbiOp>, _scope: Scope) {
-        let mut by_ipa = false;
-        let mut any = false;
-        for op in ops {
-            any = true;
-            match op {
-                TlbiOp::Ipa(_) => {
-                    by_ipa = true;
-                    self.ipa.fetch_add(1, Relaxed);
-                }
-                TlbiOp::Range(_) => {
-                    by_ipa = true;
-                    self.range.fetch_add(1, Relaxed);
-                }
-                TlbiOp::WholeVmid => {
-                    self.vmalls12.fetch_add(1, Relaxed);
-                }
-            }
-        }
-        if by_ipa {
-            self.vmalle1.fetch_add(1, Relaxed);
-        }
-        if any {
-            self.sequences.fetch_add(1, Relaxed);
-        }
+    fn execute(&self, target: &TlbTarget, ops: &mut dyn Iterator<Item = TlbiOp>, scope: Scope) {
+        self.counting.execute(target, ops, scope);
     }
 }
 
@@ -117,11 +64,7 @@ mod tests {
     use super::*;
     use crate::{FlushBatch, PAGE_SIZE};
 
-    const RANGE: TlbCaps = TlbCaps {
-        range: true,
-        ttl: true,
-        vmid_bits: 16,
-    };
+    const RANGE: TlbCaps = TlbCaps::ALL;
     const T: TlbTarget = TlbTarget {
         vmid: 1,
         vttbr: 1 << 48,
@@ -138,6 +81,7 @@ mod tests {
                 range: 1,
                 vmalle1: 1,
                 vmalls12: 0,
+                dsb: 3,
                 sequences: 1
             }
         );
@@ -164,6 +108,7 @@ mod tests {
             tlb.counts(),
             TlbiCounts {
                 vmalls12: 1,
+                dsb: 2,
                 sequences: 1,
                 ..Default::default()
             }

@@ -10,10 +10,10 @@
 //! before an executable leaf is published (`DC CVAU` unless `IDC`, `IC IVAU`
 //! or `IC IALLUIS` unless `DIC`). Each is counted in the VM's counters.
 
-use super::memory::{self, FRAME_SIZE};
-use super::sysreg;
-use crate::cache_maint::{CacheCaps, IcacheInval};
-use crate::counters::{Counter, VmCounters};
+use crate::arch::boot::memory::{self, FRAME_SIZE};
+use crate::arch::cpu::sysreg;
+use crate::stage2::cache_maint::{CacheCaps, IcacheInval};
+use crate::vm::counters::{Counter, VmCounters};
 use core::ptr::NonNull;
 use pgtable::{PAGE_SIZE, PageTableMemory, PhysAddr};
 

@@ -1,4 +1,4 @@
-//! The VM layer: boot payload, the VM, and what each CPU does after boot.
+//! The VM layer: the boot payload and the VM it describes (`run` starts it).
 //!
 //! The boot CPU reads the payload (a cpio newc archive the boot loader passed
 //! as an initrd: `kernel`, optional `initrd`, `cmdline`, `vm.conf`), creates the
@@ -23,27 +23,30 @@
 //! the VM's `event_log::EventLog` (fixed size, rate-limited per kind, timed by
 //! the system counter) whether to print it.
 
-use super::boot::boot_info;
-use super::stage2::FrameMemory;
-use super::vcpu::Vcpu;
-use super::{console, firmware, gic, memory, sysreg};
-use crate::cache_maint::{CacheCaps, IcacheInval};
-use crate::counters::{Counter, VmCounters};
-use crate::event_log::{Event, EventKind, EventLog, LogDecision, RatePolicy};
-use crate::fault::SlotView;
-use crate::guest_dtb::{self, GuestDtbConfig, GuestGic, GuestGicFrames, GuestTimer};
-use crate::guest_layout::{
+use crate::arch::boot::firmware;
+use crate::arch::boot::info::BootInfo;
+use crate::arch::boot::memory;
+use crate::arch::cpu::sysreg;
+use crate::arch::drivers::console;
+use crate::arch::drivers::gic;
+use crate::arch::stage2::FrameMemory;
+use crate::devices::pl011::{ConsoleLine, Pl011, RxBacklog};
+use crate::devices::vgic::{self, Vgic, VgicConfig};
+use crate::exit::flow::StopReason;
+use crate::exit::mmio::{DeviceId, MmioBus, MmioRegion};
+use crate::exit::psci::{BootRequest, PowerStates};
+use crate::platform::ranges::PhysRange;
+use crate::read_sysreg;
+use crate::stage2::cache_maint::{CacheCaps, IcacheInval};
+use crate::stage2::fault::SlotView;
+use crate::vm::counters::{Counter, VmCounters};
+use crate::vm::device_tree::{self, GuestDtbConfig, GuestGic, GuestGicFrames, GuestTimer};
+use crate::vm::event_log::{Event, EventKind, EventLog, LogDecision, RatePolicy};
+use crate::vm::layout::{
     self, GUEST_GICC_BASE, GUEST_GICC_SIZE, GUEST_GICD_BASE, GUEST_GICR_BASE,
     GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE, GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE,
     GUEST_UART_SIZE, GUEST_UART_SPI, vcpu_mpidr,
 };
-use crate::mmio::{DeviceId, MmioBus, MmioRegion};
-use crate::pl011::{ConsoleLine, Pl011, RxBacklog};
-use crate::psci::{BootRequest, PowerStates};
-use crate::ranges::PhysRange;
-use crate::read_sysreg;
-use crate::tlb_count::CountingTlb;
-use crate::vgic::{self, Vgic, VgicConfig};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
@@ -56,8 +59,8 @@ use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, Slot
 use pgtable::{
     Attributes, MemType, Mmu, PageCache, Perms, PhysAddr, Stage2Config, Stage2PageTable,
 };
-use spin::{Mutex, Once};
-use tlb::Aarch64Tlb;
+use spin::Mutex;
+use tlb::{Aarch64Tlb, CountingTlb};
 
 /// Guest RAM backing is aligned to this, so 2 MiB blocks line up.
 const BACKING_ALIGN: u64 = 2 << 20;
@@ -91,8 +94,8 @@ pub struct Vm {
     pub vttbr: u64,
     /// Stage 2 uses FEAT_S2FWB: no guest cache maintenance, no set/way traps.
     pub fwb: bool,
-    /// TLB backend, counting into `counters`.
-    pub tlb: CountingTlb<'static, Aarch64Tlb>,
+    /// TLB backend, counting what it issues for the power-off report.
+    pub tlb: CountingTlb<Aarch64Tlb>,
     /// Epoch collector for the memslot sets.
     pub collector: &'static Collector,
     /// Guest memory slots.
@@ -109,13 +112,15 @@ pub struct Vm {
     pub power: PowerStates,
     /// Event counters.
     pub counters: &'static VmCounters,
+    /// The CPUs have the GICv3 system-register CPU interface (system-wide).
+    pub gic_sysregs: bool,
+    /// The host console UART's interrupt, if it has one.
+    pub host_uart_intid: Option<u32>,
     /// What the guest made the hypervisor log: per-kind rate limits and the
     /// unknown ids already logged, all of fixed size.
     event_log: Mutex<EventLog>,
     stopping: AtomicBool,
 }
-
-static VM: Once<&'static Vm> = Once::new();
 
 /// Why a VM could not be created from the payload.
 #[derive(Debug)]
@@ -137,9 +142,9 @@ pub enum VmError {
     /// Not enough host memory for guest RAM.
     NoHostMemory(u64),
     /// The guest device tree could not be written.
-    Dtb(guest_dtb::GuestDtbError),
+    Dtb(device_tree::GuestDtbError),
     /// Two emulated devices claim the same addresses.
-    Devices(crate::mmio::RegionConflict),
+    Devices(crate::exit::mmio::RegionConflict),
     /// The stage-2 table could not be created.
     Stage2(pgtable::Error),
     /// The memslot could not be created.
@@ -169,6 +174,19 @@ impl core::fmt::Display for VmError {
             Self::Stage2(e) => write!(f, "stage-2 table: {e}"),
             Self::Memslot(e) => write!(f, "memslot: {e}"),
             Self::Vgic(e) => write!(f, "virtual GIC: {e:?}"),
+        }
+    }
+}
+
+impl core::error::Error for VmError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Stage2(e) => Some(e),
+            Self::Memslot(e) => Some(e),
+            Self::Vgic(e) => Some(e),
+            Self::Dtb(e) => Some(e),
+            Self::Devices(e) => Some(e),
+            _ => None,
         }
     }
 }
@@ -271,7 +289,7 @@ impl Vm {
 
     fn print_counters(&self) {
         self.report_suppressed_lines();
-        for (name, value) in self.counters.snapshot() {
+        for (name, value) in self.counters.snapshot(&self.tlb.counts()) {
             console::write_line(format_args!("STAT vm{} {name} {value}", self.index));
         }
     }
@@ -299,7 +317,7 @@ impl Vm {
     /// Stops the VM because of `reason` (an exit that cannot be handled). The
     /// hypervisor stays in control: it reports, and with no VM left to run it
     /// powers the machine off in order.
-    pub fn stop(&self, vcpu: usize, reason: &str) -> ! {
+    pub fn stop(&self, vcpu: usize, reason: &StopReason) -> ! {
         self.begin_stop();
         self.flush_console();
         log::error!("vm{} vcpu{vcpu}: stopping the VM: {reason}", self.index);
@@ -310,8 +328,10 @@ impl Vm {
     }
 }
 
-fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
-    let info = boot_info();
+/// Creates the VM that `payload` describes on the machine `info` describes;
+/// returns it with the boot request of its vCPU 0. The VM keeps what its
+/// vCPUs need of `info`.
+pub fn create_vm(info: &BootInfo, payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     let PayloadRef {
         kernel,
         initrd,
@@ -340,7 +360,7 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         .filter(|_| gic::is_v2())
         .and_then(|g| g.virtual_cpu);
 
-    let placement = guest_layout::place(
+    let placement = layout::place(
         ram,
         header.text_offset,
         header.image_size,
@@ -361,7 +381,7 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
     if let (Some(range), Some(initrd)) = (placement.initrd, initrd) {
         guest_ram[at(range.start)..][..initrd.len()].copy_from_slice(initrd);
     }
-    let dtb = guest_dtb::build(&GuestDtbConfig {
+    let dtb = device_tree::build(&GuestDtbConfig {
         ram,
         vcpus,
         uart: PhysRange::from_start_size(GUEST_UART_BASE, GUEST_UART_SIZE),
@@ -510,7 +530,7 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         vtcr,
         vttbr,
         fwb: features.fwb,
-        tlb: CountingTlb::new(Aarch64Tlb::new(info.tlb_caps), counters),
+        tlb: CountingTlb::new(Aarch64Tlb::new(info.tlb_caps)),
         collector,
         memslots,
         ram,
@@ -524,6 +544,8 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         vgic,
         power: PowerStates::new(vcpus),
         counters,
+        gic_sysregs: features.gic_sysregs,
+        host_uart_intid: info.platform.uart_intid,
         event_log: Mutex::new(EventLog::new(RatePolicy::for_counter_frequency(
             read_sysreg!(cntfrq_el0),
         ))),
@@ -573,71 +595,4 @@ fn create_vm(payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
         context_id: placement.dtb.start,
     };
     Ok((vm, boot))
-}
-
-/// After boot, on the boot CPU: creates the VM and runs its vCPU 0.
-pub fn run_boot_cpu() -> ! {
-    let info = boot_info();
-    let Some(payload) = info.payload else {
-        log::info!("no guest payload found (pass a cpio archive with -initrd); nothing to run");
-        log::info!("system off");
-        firmware::system_off();
-    };
-    // SAFETY: the boot loader placed the payload there; it was excluded from
-    // the frame allocator and is covered by the identity map.
-    let bytes =
-        unsafe { core::slice::from_raw_parts(payload.start as *const u8, payload.size() as usize) };
-    let (vm, boot) = match create_vm(bytes) {
-        Ok(v) => v,
-        Err(e) => {
-            log::error!("cannot start a guest: {e}");
-            log::info!("system off");
-            firmware::system_off();
-        }
-    };
-    VM.call_once(|| vm);
-    sysreg::send_event();
-    for cpu in 1..info.cpus_online {
-        gic::kick(cpu);
-    }
-    vm.power.mark_on(0);
-    run_cpu(vm, 0, Some(boot))
-}
-
-/// After boot, on a secondary CPU: waits for its vCPU to be started.
-pub fn run_secondary_cpu(index: usize) -> ! {
-    let vm = loop {
-        if let Some(vm) = VM.get() {
-            break *vm;
-        }
-        gic::discard_pending();
-        if VM.get().is_none() {
-            gic::wait_for_wakeup();
-        }
-    };
-    if index >= vm.vcpus {
-        firmware::halt();
-    }
-    run_cpu(vm, index, None)
-}
-
-/// Runs vCPU `index` on this CPU: from `first` if given, then whenever the
-/// guest starts it with CPU_ON, forever.
-fn run_cpu(vm: &'static Vm, index: usize, first: Option<BootRequest>) -> ! {
-    let mut vcpu = Vcpu::new(vm, index);
-    if let Some(request) = first {
-        vcpu.run(request);
-    }
-    loop {
-        if vm.is_stopping() {
-            firmware::halt();
-        }
-        // Handle first, then look for a request, then wait: a CPU_ON that
-        // lands after the look leaves its kick pending, which ends the wait.
-        vcpu.handle_interrupts_while_off();
-        match vm.power.take_pending(index) {
-            Some(request) => vcpu.run(request),
-            None => gic::wait_for_wakeup(),
-        }
-    }
 }

@@ -14,16 +14,8 @@ use crate::{HostMemory, PageCache, Stage2Config, Stage2PageTable};
 use std::sync::Arc;
 use tlb::TlbCaps;
 
-pub(crate) const RANGE_CAPS: TlbCaps = TlbCaps {
-    range: true,
-    ttl: true,
-    vmid_bits: 16,
-};
-pub(crate) const NO_RANGE_CAPS: TlbCaps = TlbCaps {
-    range: false,
-    ttl: false,
-    vmid_bits: 16,
-};
+pub(crate) const RANGE_CAPS: TlbCaps = TlbCaps::ALL;
+pub(crate) const NO_RANGE_CAPS: TlbCaps = TlbCaps::NO_RANGE;
 pub(crate) const VMID: u16 = 7;
 
 /// A table over checked host memory, and a cache.

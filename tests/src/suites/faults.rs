@@ -31,11 +31,7 @@ const GIB: u64 = 1 << 30;
 const BASE: u64 = 4 * GIB;
 const BACKING: u64 = 0x40_0000_0000;
 const RUNS: usize = 7;
-const CAPS: TlbCaps = TlbCaps {
-    range: true,
-    ttl: true,
-    vmid_bits: 16,
-};
+const CAPS: TlbCaps = TlbCaps::ALL;
 
 type Memory = Arc<HostMemory>;
 

@@ -18,11 +18,7 @@ use tlb::{RecordingTlb, TlbCaps};
 const GIB: u64 = 1 << 30;
 const IPA: u64 = 4 * GIB;
 const RUNS: usize = 15;
-const CAPS: TlbCaps = TlbCaps {
-    range: true,
-    ttl: true,
-    vmid_bits: 16,
-};
+const CAPS: TlbCaps = TlbCaps::ALL;
 
 type Table = Stage2PageTable<Arc<HostMemory>>;
 

@@ -9,16 +9,8 @@
 use crate::measure::{median_time, report};
 use tlb::{PAGE_SHIFT, TlbCaps, plan_flush};
 
-const RANGE: TlbCaps = TlbCaps {
-    range: true,
-    ttl: true,
-    vmid_bits: 16,
-};
-const NO_RANGE: TlbCaps = TlbCaps {
-    range: false,
-    ttl: false,
-    vmid_bits: 16,
-};
+const RANGE: TlbCaps = TlbCaps::ALL;
+const NO_RANGE: TlbCaps = TlbCaps::NO_RANGE;
 
 /// Prints the suite's figures.
 pub fn run() {

@@ -17,16 +17,8 @@ use tlb::{RecordingTlb, TlbCaps};
 const GIB: u64 = 1 << 30;
 const IPA: u64 = 4 * GIB;
 const RUNS: usize = 11;
-const RANGE: TlbCaps = TlbCaps {
-    range: true,
-    ttl: true,
-    vmid_bits: 16,
-};
-const NO_RANGE: TlbCaps = TlbCaps {
-    range: false,
-    ttl: true,
-    vmid_bits: 16,
-};
+const RANGE: TlbCaps = TlbCaps::ALL;
+const NO_RANGE: TlbCaps = TlbCaps::ALL.without_range();
 
 type Table = Stage2PageTable<Arc<HostMemory>>;
 

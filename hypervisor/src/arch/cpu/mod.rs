@@ -1,0 +1,6 @@
+//! The CPU itself: system register access, the running CPU's features and
+//! per-CPU data.
+
+pub mod features;
+pub mod percpu;
+pub mod sysreg;

@@ -1,0 +1,128 @@
+//! The hypervisor console: the `log` facade and guest output on the host UART
+//! the device tree chose (a PL011 or a 16550-compatible, `crate::drivers::uart`).
+//!
+//! Log records become lines `[hv] <message>` (warnings and errors say so after
+//! the prefix). Guest console lines are written unchanged. One lock serialises
+//! whole lines so output from several CPUs never interleaves. The panic path
+//! writes without the lock (another CPU may hold it forever) after giving it a
+//! moment to come free.
+
+use crate::drivers::uart::{AnyUart, MmioBank, Uart, UartKind};
+use core::fmt::Write;
+use spin::{Mutex, Once};
+
+static CONSOLE: Mutex<Option<AnyUart<MmioBank>>> = Mutex::new(None);
+/// The console UART's base and kind, for the panic path.
+static UART: Once<(usize, UartKind)> = Once::new();
+
+struct Logger;
+
+impl log::Log for Logger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Info
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let mut guard = CONSOLE.lock();
+        if let Some(uart) = guard.as_mut() {
+            let level = match record.level() {
+                log::Level::Error => "ERROR: ",
+                log::Level::Warn => "WARNING: ",
+                _ => "",
+            };
+            // The UART never fails to take bytes.
+            let _ = writeln!(uart, "[hv] {level}{}", record.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: Logger = Logger;
+
+/// Starts the console on the UART of `kind` at `base` and installs the logger.
+///
+/// # Safety
+/// `base` must be the console UART's registers, of `kind`, accessible as
+/// device memory, and nothing else may drive that UART.
+pub unsafe fn init(base: usize, kind: UartKind) {
+    // SAFETY: forwarded from the caller.
+    let bank = unsafe { MmioBank::for_kind(base, kind) };
+    *CONSOLE.lock() = Some(AnyUart::new(kind, bank));
+    UART.call_once(|| (base, kind));
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
+}
+
+/// Enables the console UART's receive interrupts.
+pub fn enable_receive_interrupt() {
+    if let Some(uart) = CONSOLE.lock().as_mut() {
+        uart.enable_receive_interrupt();
+    }
+}
+
+/// Reads received bytes into `buf` (up to its length; the rest stays in the
+/// UART's FIFO) and returns how many were read.
+pub fn receive(buf: &mut [u8]) -> usize {
+    CONSOLE.lock().as_mut().map_or(0, |uart| uart.receive(buf))
+}
+
+/// Writes one guest console line, unchanged, followed by a newline.
+pub fn write_guest_line(line: &[u8]) {
+    let mut guard = CONSOLE.lock();
+    if let Some(uart) = guard.as_mut() {
+        uart.write_bytes(line);
+        uart.write_bytes(b"\n");
+    }
+}
+
+/// Writes `args` as one line on the console (without the `[hv] ` prefix).
+pub fn write_line(args: core::fmt::Arguments<'_>) {
+    let mut guard = CONSOLE.lock();
+    if let Some(uart) = guard.as_mut() {
+        let _ = writeln!(uart, "{args}");
+    }
+}
+
+/// Waits (a bounded time) until the console UART has sent everything, e.g.
+/// before the machine powers off. Gives up if the lock does not come free
+/// within a short spin (the panic path powers off, and another CPU may hold
+/// the lock forever).
+pub fn flush() {
+    for _ in 0..1_000_000 {
+        if let Some(mut guard) = CONSOLE.try_lock() {
+            if let Some(uart) = guard.as_mut() {
+                uart.flush();
+            }
+            return;
+        }
+        core::hint::spin_loop();
+    }
+}
+
+/// Writes a line for the panic path: takes the lock if it comes free within a
+/// short spin, otherwise writes around it.
+pub fn write_panic_line(args: core::fmt::Arguments<'_>) {
+    for _ in 0..1_000_000 {
+        if let Some(mut guard) = CONSOLE.try_lock() {
+            if let Some(uart) = guard.as_mut() {
+                let _ = writeln!(uart, "{args}");
+            }
+            return;
+        }
+        core::hint::spin_loop();
+    }
+    if let Some(&(base, kind)) = UART.get() {
+        // SAFETY: `base` was the console UART of `kind` when the console
+        // started; the lock holder is stuck, so this is the only writer that
+        // makes progress.
+        let bank = unsafe { MmioBank::for_kind(base, kind) };
+        let mut uart = AnyUart::new(kind, bank);
+        let _ = writeln!(uart, "{args}");
+        uart.flush();
+    }
+}

@@ -1,0 +1,133 @@
+//! Stage-2 aborts: `crate::exit::data_abort` and
+//! `crate::exit::instruction_abort` route them; guest RAM is faulted in here.
+
+use super::Vcpu;
+use crate::arch::stage2::FrameMemory;
+use crate::exit::data_abort::{self, DataAbortRoute};
+use crate::exit::esr::{DataAbort, FaultKind, InstructionAbort};
+use crate::exit::flow::{Flow, StopReason};
+use crate::exit::inject::InjectKind;
+use crate::exit::instruction_abort::{self, InstructionAbortRoute};
+use crate::stage2::fault::{self, SlotView};
+use crate::vm::counters::Counter;
+use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, Perms, PhysAddr};
+
+impl Vcpu {
+    /// A stage-2 data abort, routed by `exit::data_abort`.
+    pub(super) fn data_abort(&mut self, abort: DataAbort) -> Result<Flow, StopReason> {
+        let ipa = self.ipa();
+        let slot = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache);
+        match data_abort::route(&abort, ipa, self.regs.pc, slot, &self.vm.mmio)? {
+            DataAbortRoute::FaultIn { slot, kind } => self.fault_in(slot, ipa, kind, false),
+            DataAbortRoute::Uart { access, offset } => {
+                self.uart_access(abort.write, access, offset)
+            }
+            DataAbortRoute::Gic { access } => self.gic_access(abort.write, access, ipa),
+            DataAbortRoute::InjectAbort(cause) => {
+                self.inject_abort(InjectKind::DataAbort { write: abort.write }, ipa, cause)?;
+                Ok(Flow::Resume)
+            }
+        }
+    }
+
+    /// A stage-2 instruction abort, routed by `exit::instruction_abort`.
+    pub(super) fn instruction_abort(
+        &mut self,
+        abort: InstructionAbort,
+    ) -> Result<Flow, StopReason> {
+        let ipa = self.ipa();
+        let slot = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache);
+        match instruction_abort::route(&abort, ipa, self.regs.pc, slot)? {
+            InstructionAbortRoute::FaultIn { slot, kind } => self.fault_in(slot, ipa, kind, true),
+            InstructionAbortRoute::InjectAbort(cause) => {
+                self.inject_abort(InjectKind::InstructionAbort, ipa, cause)?;
+                Ok(Flow::Resume)
+            }
+        }
+    }
+
+    /// Maps the leaf around `ipa` with a shared walk (the read side of the
+    /// VM's MMU lock: other vCPUs fault at the same time); an access-flag
+    /// fault only sets the flag of the leaf already there. As KVM does, a
+    /// leaf is executable only once the guest executes from it (`exec`: an
+    /// instruction abort): a data fault maps it read-write, and a later
+    /// instruction fetch adds execute permission (`pgtable` invalidates the
+    /// instruction cache first where the CPU needs it).
+    pub(super) fn fault_in(
+        &mut self,
+        slot: SlotView,
+        ipa: u64,
+        kind: FaultKind,
+        exec: bool,
+    ) -> Result<Flow, StopReason> {
+        self.bump(Counter::Stage2Faults);
+        if kind == FaultKind::AccessFlag {
+            let result = self
+                .vm
+                .stage2
+                .read(&self.mmu_cpu)
+                .and_then(|mmu| mmu.set_young(ipa));
+            return match result {
+                // Set, or the leaf is gone or busy: a translation fault follows if needed.
+                Ok(_) | Err(pgtable::Error::Again) => Ok(Flow::Resume),
+                Err(error) => Err(StopReason::AccessFlag { ipa, error }),
+            };
+        }
+        let Some(leaf) = fault::fault_leaf(slot, ipa, 1 << 30) else {
+            return Err(StopReason::LeftMemslot { ipa });
+        };
+        if self
+            .page_cache
+            .top_up(&FrameMemory::TABLES, FAULT_CACHE_PAGES)
+            .is_err()
+        {
+            return Err(StopReason::OutOfTableMemory);
+        }
+        let mmu = match self.vm.stage2.read(&self.mmu_cpu) {
+            Ok(mmu) => mmu,
+            Err(error) => return Err(StopReason::Stage2ReadSide { ipa, error }),
+        };
+        if let Some(mapping) = mmu.lookup(ipa) {
+            // Mapped already (a permission fault, or another vCPU mapped it
+            // since this one faulted): add execute if this fetch needs it.
+            if !exec || mapping.perms().contains(Perms::EXEC) {
+                return Ok(Flow::Resume);
+            }
+            return match mmu.relax_perms(ipa, Perms::EXEC, &self.vm.tlb) {
+                // Relaxed, or the leaf is gone or busy: the fetch faults
+                // again if it still needs to.
+                Ok(()) | Err(pgtable::Error::Again) => Ok(Flow::Resume),
+                Err(error) => Err(StopReason::MakeExecutable { ipa, error }),
+            };
+        }
+        let perms = if exec { Perms::RWX } else { Perms::RW };
+        let result = mmu.map(
+            FaultMapping {
+                ipa: leaf.ipa,
+                size: leaf.size,
+                pa: PhysAddr::new(leaf.pa),
+                attrs: Attributes::normal(perms),
+            },
+            &mut self.page_cache,
+            &self.vm.tlb,
+        );
+        drop(mmu);
+        match result {
+            Ok(()) => {
+                self.bump(match leaf.size {
+                    0x4000_0000 => Counter::MappedBlocks1g,
+                    0x20_0000 => Counter::MappedBlocks2m,
+                    _ => Counter::MappedPages4k,
+                });
+                Ok(Flow::Resume)
+            }
+            // Another vCPU is changing this entry: the guest faults again.
+            Err(pgtable::Error::Again) => Ok(Flow::Resume),
+            Err(error) => Err(StopReason::Stage2Map {
+                ipa: leaf.ipa,
+                size: leaf.size,
+                error,
+            }),
+        }
+    }
+}

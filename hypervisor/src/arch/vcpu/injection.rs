@@ -1,0 +1,83 @@
+//! Exceptions delivered to the guest: `crate::exit::inject` computes the
+//! registers, this writes them.
+
+use super::Vcpu;
+use crate::exit::data_abort::AbortCause;
+use crate::exit::esr::ExceptionClass;
+use crate::exit::flow::StopReason;
+use crate::exit::inject::{self, GuestState, InjectKind};
+use crate::vm::counters::Counter;
+use crate::vm::event_log::Event;
+use crate::{read_sysreg, write_sysreg};
+
+impl Vcpu {
+    /// Delivers `kind` to the guest as its own hardware would take it to
+    /// EL1h: `inject::compute` decides every value from the exit's state, this
+    /// only reads the guest's `VBAR_EL1`/`SCTLR_EL1` and writes the result.
+    pub(super) fn deliver(&mut self, kind: InjectKind) -> Result<(), StopReason> {
+        let state = GuestState {
+            pstate: self.regs.pstate,
+            pc: self.regs.pc,
+            far: self.regs.far,
+            trap_esr: self.regs.esr,
+            vbar: read_sysreg!(vbar_el1),
+            sctlr: read_sysreg!(sctlr_el1),
+        };
+        let exception = match inject::compute(kind, state) {
+            Ok(e) => e,
+            Err(e) => return Err(StopReason::Inject { kind, pstate: e.0 }),
+        };
+        // SAFETY: the EL1 exception registers belong to the guest running on
+        // this CPU; writing them is how the exception is delivered.
+        unsafe {
+            write_sysreg!(esr_el1, exception.esr);
+            if let Some(far) = exception.far {
+                write_sysreg!(far_el1, far);
+            }
+            write_sysreg!(elr_el1, exception.elr);
+            write_sysreg!(spsr_el1, exception.spsr);
+        }
+        self.regs.pc = exception.pc;
+        self.regs.pstate = exception.pstate;
+        Ok(())
+    }
+
+    /// Injects a synchronous external abort for an access to `ipa`, outside
+    /// every memslot and device (or not emulable there, as `cause` says).
+    pub(super) fn inject_abort(
+        &mut self,
+        kind: InjectKind,
+        ipa: u64,
+        cause: AbortCause,
+    ) -> Result<(), StopReason> {
+        self.deliver(kind)?;
+        self.bump(Counter::InjectedAborts);
+        let what = match kind {
+            InjectKind::InstructionAbort => "instruction",
+            _ => "data",
+        };
+        self.log_event(
+            Event::InjectedAbort,
+            log::Level::Info,
+            format_args!("injected {what} abort: IPA {ipa:#x} {cause}"),
+        );
+        Ok(())
+    }
+
+    /// Injects an undefined instruction for a trapped instruction the
+    /// hypervisor does not emulate.
+    pub(super) fn inject_undefined(&mut self) -> Result<(), StopReason> {
+        let (esr, pc, pstate) = (self.regs.esr, self.regs.pc, self.regs.pstate);
+        self.deliver(InjectKind::Undefined)?;
+        self.bump(Counter::InjectedUndefs);
+        self.log_event(
+            Event::InjectedUndefined,
+            log::Level::Info,
+            format_args!(
+                "injected undefined instruction: trapped EC {:#x} (ESR_EL2 {esr:#x}) at PC {pc:#x}, PSTATE {pstate:#x}",
+                ExceptionClass::from_esr(esr).code()
+            ),
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,210 @@
+//! Interrupts around the run loop: refilling the list registers before an
+//! entry, the timers' and the emulated UART's lines, kicks to other vCPUs,
+//! and the host interrupts taken while the guest ran (or while the vCPU is
+//! off).
+
+use super::Vcpu;
+use crate::arch::drivers::{console, gic};
+use crate::arch::vm::GuestUart;
+use crate::devices::timer::{TimerId, timer_line};
+use crate::devices::vgic::VcpuSet;
+use crate::drivers::gic::HostIrq;
+use crate::exit::flow::{ListRegisterOp, StopReason};
+use crate::read_sysreg;
+
+/// The guest's `CNTV_CTL_EL0` or `CNTP_CTL_EL0` (live in this CPU: the
+/// vCPU never leaves it).
+fn timer_ctl(timer: TimerId) -> u64 {
+    match timer {
+        TimerId::Virtual => read_sysreg!(cntv_ctl_el0),
+        TimerId::Physical => read_sysreg!(cntp_ctl_el0),
+    }
+}
+
+impl Vcpu {
+    /// Before an entry: re-samples both timer lines (the vgic hears of a
+    /// line only when it moved), refills the list registers when something
+    /// could have changed what they should hold, then kicks the vCPUs the
+    /// exit made something deliverable to.
+    ///
+    /// A refill is needed after an IRQ exit (a kick, the maintenance
+    /// interrupt, the timer), a GIC register access, a vgic change that named
+    /// this vCPU, and a load. Otherwise the list registers still hold the
+    /// best interrupts: whatever the guest did with them since the last fill
+    /// (acknowledge, EOI) is folded back at the next fill, a level interrupt's
+    /// EOI raises the maintenance interrupt, and another vCPU that pends
+    /// something here kicks this CPU.
+    pub(super) fn prepare_entry(&mut self) -> Result<(), StopReason> {
+        if self.lrs.is_none() {
+            return Ok(());
+        }
+        for timer in TimerId::ALL {
+            let line = timer_line(timer_ctl(timer));
+            if let Some(level) = self.timers[timer.index()].sample(line) {
+                self.set_timer_line(timer, level)?;
+            }
+        }
+        if self.needs_fill
+            && let Some(lrs) = self.lrs.as_mut()
+        {
+            let result = self.vm.vgic.lock().fill(self.index, lrs);
+            if let Err(error) = result {
+                return Err(StopReason::ListRegisters {
+                    op: ListRegisterOp::Fill,
+                    error,
+                });
+            }
+            self.needs_fill = false;
+        }
+        for timer in TimerId::ALL {
+            if self.timers[timer.index()].unmask_if_low() {
+                gic::set_timer_masked(timer, false);
+            }
+        }
+        self.send_kicks();
+        Ok(())
+    }
+
+    /// Gives the vgic `timer`'s line level (its PPI on this vCPU).
+    pub(super) fn set_timer_line(&mut self, timer: TimerId, level: bool) -> Result<(), StopReason> {
+        let result = self
+            .vm
+            .vgic
+            .lock()
+            .set_ppi_level(self.index, timer.guest_intid(), level);
+        match result {
+            Ok(kicks) => {
+                self.absorb(kicks);
+                Ok(())
+            }
+            Err(error) => Err(StopReason::TimerLine { timer, error }),
+        }
+    }
+
+    /// Copies the list registers back into the vgic (before a GIC register
+    /// access reads or changes the model).
+    pub(super) fn fold(&mut self) -> Result<(), StopReason> {
+        let Some(lrs) = self.lrs.as_mut() else {
+            return Ok(());
+        };
+        let result = self.vm.vgic.lock().fold(self.index, lrs);
+        result.map_err(|error| StopReason::ListRegisters {
+            op: ListRegisterOp::Fold,
+            error,
+        })
+    }
+
+    /// Takes the vCPUs a vgic operation says to kick; this vCPU among them
+    /// means its own list registers need a refill.
+    pub(super) fn absorb(&mut self, kicks: VcpuSet) {
+        if kicks.contains(self.index) {
+            self.needs_fill = true;
+        }
+        self.kicks = self.kicks.union(kicks);
+    }
+
+    /// Kicks every CPU whose vCPU has something new (not this one: it
+    /// refills before its next entry anyway).
+    pub(super) fn send_kicks(&mut self) {
+        let kicks = core::mem::take(&mut self.kicks).without(self.index);
+        for vcpu in kicks.iter() {
+            gic::kick(vcpu);
+        }
+    }
+
+    /// Drives the emulated PL011's interrupt line from its state; the vgic
+    /// hears of it only when the level moved (the UART lock is held across,
+    /// so vCPUs cannot reorder their updates; the vgic lock nests inside it).
+    pub(super) fn update_uart_line(&mut self) -> Result<(), StopReason> {
+        let mut uart = self.vm.uart.lock();
+        let level = uart.device.interrupt_pending();
+        if uart.irq_level == level {
+            return Ok(());
+        }
+        uart.irq_level = level;
+        let result = self
+            .vm
+            .vgic
+            .lock()
+            .set_spi_level(self.vm.uart_intid(), level);
+        drop(uart);
+        match result {
+            Ok(kicks) => {
+                self.absorb(kicks);
+                Ok(())
+            }
+            Err(error) => Err(StopReason::UartLine(error)),
+        }
+    }
+
+    /// While the vCPU is off: handles what is pending for this CPU (the
+    /// console's bytes still reach the PL011; a fired timer is masked until
+    /// the next load), so that waiting for a wake-up does not
+    /// end at once.
+    pub fn handle_interrupts_while_off(&mut self) -> Result<(), StopReason> {
+        if gic::is_up() {
+            self.host_interrupts()?;
+        }
+        Ok(())
+    }
+
+    /// Acknowledges and handles the pending host interrupts. The maintenance
+    /// interrupt is a level that stays high until the list registers are
+    /// refilled, so it ends the loop: the refill comes before the next entry,
+    /// and anything else still pending exits again right after it.
+    pub(super) fn host_interrupts(&mut self) -> Result<(), StopReason> {
+        let maintenance = gic::maintenance_intid();
+        let timers = gic::timer_intids();
+        let uart = self.vm.host_uart_intid;
+        loop {
+            let ack = gic::acknowledge();
+            match HostIrq::classify(ack.intid, maintenance, timers, uart) {
+                HostIrq::Spurious => return Ok(()),
+                HostIrq::Maintenance => {
+                    gic::end_of_interrupt(ack);
+                    return Ok(());
+                }
+                // The refill before the next entry is all it needs.
+                HostIrq::Kick => {}
+                HostIrq::Timer(timer) => {
+                    let fired = self.timers[timer.index()].fired();
+                    if fired.mask_host {
+                        gic::set_timer_masked(timer, true);
+                    }
+                    if fired.raise_line {
+                        self.set_timer_line(timer, true)?;
+                    }
+                }
+                HostIrq::UartReceive => self.console_input()?,
+                HostIrq::Unexpected(other) => log::warn!(
+                    "vm{} vcpu{}: unexpected host interrupt {other}",
+                    self.vm.index,
+                    self.index
+                ),
+            }
+            gic::end_of_interrupt(ack);
+        }
+    }
+
+    /// Moves the bytes typed on the host console into the emulated PL011's
+    /// backlog and FIFO (the backlog refills the FIFO as the guest reads it)
+    /// and updates its interrupt line.
+    pub(super) fn console_input(&mut self) -> Result<(), StopReason> {
+        let mut buf = [0u8; 64];
+        loop {
+            let len = console::receive(&mut buf);
+            if len == 0 {
+                break;
+            }
+            let mut uart = self.vm.uart.lock();
+            let GuestUart {
+                device, backlog, ..
+            } = &mut *uart;
+            for &byte in &buf[..len] {
+                backlog.push(byte);
+            }
+            backlog.drain_into(device);
+        }
+        self.update_uart_line()
+    }
+}

@@ -1,0 +1,184 @@
+//! A vCPU on its physical CPU: EL2 setup, the run loop and exit handling.
+//!
+//! [`Vcpu::run`] loads the VM's stage-2 and trap configuration into this CPU's
+//! EL2 registers, resets the guest's EL1 state (MMU off, as PSCI and the boot
+//! protocol require), and then loops: enter the guest, decode the exit by
+//! `ESR_EL2` class, handle it, enter again. Handling never lets the guest take
+//! the hypervisor down: a RAM access faults memory in, a device access is
+//! emulated, anything else gets an abort injected (also an access that starts
+//! in a device's window and runs past its end); a trapped instruction the
+//! hypervisor does not emulate gets an undefined instruction injected; an
+//! unknown hypercall gets `NOT_SUPPORTED`; only an exit nothing can make sense
+//! of stops the VM, with a report. Injection works from every state an
+//! AArch64 EL1 guest runs in: EL1h, EL1t, AArch64 EL0 and AArch32 EL0. Every
+//! log line a guest can cause goes through the VM's rate-limited event log
+//! (`Vm::log_event`), so no guest can flood the console or grow the
+//! hypervisor's memory.
+//!
+//! The guest's EL1 system registers (and FP/SIMD state: the hypervisor is
+//! soft-float) stay live in the CPU between exits because vCPU `n` never
+//! leaves physical CPU `n`; only the general-purpose registers, PC and PSTATE
+//! travel through [`GuestRegs`].
+//!
+//! Interrupts: the virtual GIC (`vgic`) is folded and refilled right before
+//! an entry whenever the exit could have changed what the list registers
+//! should hold (see `prepare_entry`), and folded before a GIC register
+//! access; what an exit made deliverable to another vCPU is signalled with a
+//! physical kick SGI to its CPU once the vgic lock is dropped. Physical
+//! interrupts taken while the guest runs are IRQ exits (`HCR_EL2.IMO`): the
+//! kick SGI and the maintenance interrupt only need the exit (the refill
+//! follows), the PPI of either EL1 timer (virtual, physical) raises that
+//! timer's vgic line and is masked at the host GIC while the line stays
+//! high (the guest's `CNTV_CTL_EL0`/`CNTP_CTL_EL0` are never touched; the
+//! lines are re-sampled from them before each entry and a PPI unmasked once
+//! its line drops: the guest's EOI of the level interrupt, listed with EOI
+//! maintenance, guarantees that exit; see `crate::devices::timer`), and the console
+//! UART's interrupt moves the received bytes into the emulated PL011.
+//! The host GIC is reached through `gic` only (a GICv3 or a GICv2 behind
+//! one interface, the list registers behind `gic::HostListRegisters`), so
+//! this run loop is the same for both; GIC register accesses name the
+//! accessing vCPU, which a GICv2's banked distributor needs.
+//!
+//! WFI and WFE are not trapped (`HCR_EL2.TWI`/`TWE` clear): the CPU halts in
+//! the guest until a physical interrupt (a kick, a timer, the UART)
+//! or a pending virtual interrupt wakes it. Each vCPU owns its CPU, so halting
+//! the CPU is exactly what a waiting vCPU should do, with no exit and no
+//! wake-up path to get wrong.
+//!
+//! Stage-2 faults map guest RAM read-write on data accesses and add execute
+//! permission on the first instruction fetch (as KVM does), so instruction
+//! cache maintenance covers only executed memory. Without FEAT_S2FWB the
+//! guest's set/way cache maintenance is trapped (`HCR_EL2.TSW`) and turned
+//! into flushes of guest memory by address, and while set/way is tracked the
+//! virtual-memory control registers are trapped (`HCR_EL2.TVM`) so that the
+//! guest turning its caches off or on flushes again (`cache_maint`).
+
+//!
+//! # Files
+//!
+//! This file holds the vCPU's state and its register context; the rest is by
+//! concern, each a thin machine-side half of a pure decision in `crate::exit`:
+//! `load` (EL2 configuration and EL1 reset when the vCPU starts), `run_loop`
+//! (entry, exit dispatch), `interrupts` (list registers, timers, kicks, the
+//! host's interrupts), `aborts` (stage-2 data and instruction aborts, fault
+//! in), `device_access` (emulated UART and GIC accesses), `guest_call`
+//! (HVC/SMC and PSCI), `sysreg_access` (trapped system registers, set/way and
+//! virtual-memory control register traps), `injection` (exceptions delivered
+//! to the guest). Every handler returns `Result<Flow, StopReason>` (or
+//! `Result<(), StopReason>`); nothing here stops the VM: [`Vcpu::run`]
+//! returns the reason and `arch::run` acts on it.
+
+mod aborts;
+mod device_access;
+mod guest_call;
+mod injection;
+mod interrupts;
+mod load;
+mod run_loop;
+mod sysreg_access;
+
+use crate::arch::boot::exceptions::GuestRegs;
+use crate::arch::drivers::gic;
+use crate::arch::vm::Vm;
+use crate::devices::timer::TimerForward;
+use crate::devices::vgic::VcpuSet;
+use crate::exit::aarch32;
+use crate::exit::esr::{fault_ipa, trapped_instruction_len};
+use crate::exit::flow::StopReason;
+use crate::stage2::cache_maint::SetWayTracker;
+use crate::vm::counters::Counter;
+use crate::vm::event_log::Event;
+use crossbeam_epoch::LocalHandle;
+use memslot::VcpuSlotCache;
+use pgtable::{FAULT_CACHE_PAGES, MmuCpu, PageCache};
+
+/// One vCPU, pinned to the physical CPU that runs it.
+pub struct Vcpu {
+    vm: &'static Vm,
+    index: usize,
+    regs: GuestRegs,
+    epoch: LocalHandle,
+    mmu_cpu: MmuCpu,
+    slot_cache: VcpuSlotCache,
+    page_cache: PageCache,
+    /// This CPU's list registers (none without a GICv3 CPU interface or a
+    /// GICv2 with the virtualization extensions).
+    lrs: Option<gic::HostListRegisters>,
+    /// Forwarding state of each EL1 timer ([`TimerId::index`] order): host
+    /// PPI masked, line as last given to the vgic.
+    timers: [TimerForward; 2],
+    /// vCPUs to kick once the vgic lock is dropped.
+    kicks: VcpuSet,
+    /// The list registers must be folded and refilled before the next entry.
+    needs_fill: bool,
+    /// `HCR_EL2` as loaded, without the set/way tracking's `TVM`.
+    hcr: u64,
+    /// Set/way tracking (no FWB): whether `HCR_EL2.TVM` is set.
+    set_way: SetWayTracker,
+}
+
+impl Vcpu {
+    /// vCPU `index` of `vm`, to run on the calling CPU.
+    pub fn new(vm: &'static Vm, index: usize) -> Result<Self, StopReason> {
+        let mmu_cpu = match vm.stage2.register() {
+            Ok(cpu) => cpu,
+            Err(e) => return Err(StopReason::Stage2Register(e)),
+        };
+        Ok(Self {
+            vm,
+            index,
+            regs: GuestRegs::default(),
+            epoch: vm.collector.register(),
+            mmu_cpu,
+            slot_cache: VcpuSlotCache::new(),
+            page_cache: PageCache::with_capacity(FAULT_CACHE_PAGES),
+            // This vCPU lives on the calling CPU, whose list registers these are.
+            lrs: gic::list_registers(vm.gic_sysregs),
+            timers: [TimerForward::new(); 2],
+            kicks: VcpuSet::EMPTY,
+            needs_fill: true,
+            hcr: load::HCR_EL2_GUEST,
+            set_way: SetWayTracker::new(),
+        })
+    }
+
+    /// Adds one to the VM's `counter`.
+    fn bump(&self, counter: Counter) {
+        self.vm.counters.bump(counter);
+    }
+
+    /// The guest's general-purpose register `r` (31: the zero register).
+    fn reg(&self, r: u8) -> u64 {
+        if r == 31 { 0 } else { self.regs.x[r as usize] }
+    }
+
+    /// Sets the guest's general-purpose register `r` (31: discarded).
+    fn set_reg(&mut self, r: u8, value: u64) {
+        if r != 31 {
+            self.regs.x[r as usize] = value;
+        }
+    }
+
+    /// The IPA of the abort being handled (`HPFAR_EL2` and `FAR_EL2`).
+    fn ipa(&self) -> u64 {
+        fault_ipa(self.regs.hpfar, self.regs.far)
+    }
+
+    /// Logs a line about a guest-driven event through the VM's rate limit.
+    fn log_event(&self, event: Event, level: log::Level, args: core::fmt::Arguments<'_>) {
+        self.vm.log_event(self.index, event, level, args);
+    }
+
+    /// Steps the guest over the instruction that trapped (2 or 4 bytes, from
+    /// `ESR_EL2.IL`: a guest's AArch32 T32 code has 16-bit instructions); in
+    /// AArch32 the PC stays 32 bits wide and an IT block advances.
+    fn skip_trapped_instruction(&mut self) {
+        let pc = self.regs.pc + trapped_instruction_len(self.regs.esr);
+        if aarch32::is_aarch32(self.regs.pstate) {
+            self.regs.pc = pc & u64::from(u32::MAX);
+            self.regs.pstate = aarch32::it_advance(self.regs.pstate);
+        } else {
+            self.regs.pc = pc;
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! The run loop: enter the guest, dispatch the exit by kind, enter again,
+//! until the vCPU turns off, the guest powers the machine off or resets it,
+//! or an exit stops the VM.
+
+use super::Vcpu;
+use crate::arch::boot::exceptions::{ExitKind, enter_guest};
+use crate::arch::boot::firmware;
+use crate::exit::flow::{Flow, StopReason, UnexpectedExit};
+use crate::exit::psci::BootRequest;
+use crate::exit::sync::{self, SyncExit};
+use crate::vm::counters::Counter;
+
+impl Vcpu {
+    /// Runs the vCPU from `boot` until it turns itself off or the guest
+    /// powers the machine off or resets it (the [`Flow`] says which), or
+    /// until an exit stops the VM (the [`StopReason`] says why). The caller
+    /// acts on the answer; nothing here stops the VM.
+    pub fn run(&mut self, boot: BootRequest) -> Result<Flow, StopReason> {
+        self.load(boot)?;
+        loop {
+            if self.vm.is_stopping() {
+                firmware::halt();
+            }
+            self.prepare_entry()?;
+            // SAFETY: `load` set this CPU's stage-2 translation and traps for
+            // this VM, so the guest reaches only its own memory.
+            let kind = unsafe { enter_guest(&mut self.regs) };
+            let flow = self.handle_exit(kind)?;
+            if matches!(flow, Flow::SystemOff | Flow::SystemReset) {
+                return Ok(flow);
+            }
+            self.send_kicks();
+            if flow == Flow::Off {
+                return Ok(flow);
+            }
+        }
+    }
+
+    /// Handles the exit `kind` the guest just took.
+    pub(super) fn handle_exit(&mut self, kind: ExitKind) -> Result<Flow, StopReason> {
+        let unexpected = match kind {
+            ExitKind::Sync => return self.handle_sync(),
+            ExitKind::Irq => {
+                self.bump(Counter::ExitsIrq);
+                self.needs_fill = true;
+                self.host_interrupts()?;
+                return Ok(Flow::Resume);
+            }
+            ExitKind::Fiq => UnexpectedExit::Fiq,
+            ExitKind::SError => UnexpectedExit::SError,
+        };
+        Err(StopReason::UnexpectedExit {
+            kind: unexpected,
+            pc: self.regs.pc,
+            esr: self.regs.esr,
+        })
+    }
+
+    /// Handles a synchronous exit: `exit::sync` names it, the handler for its
+    /// kind answers it.
+    pub(super) fn handle_sync(&mut self) -> Result<Flow, StopReason> {
+        let exit = sync::classify(self.regs.esr, self.regs.pstate, self.regs.pc, self.regs.far)?;
+        if let Some(counter) = exit.counter() {
+            self.bump(counter);
+        }
+        match exit {
+            SyncExit::ConditionFailed => {
+                self.skip_trapped_instruction();
+                Ok(Flow::Resume)
+            }
+            SyncExit::DataAbort(abort) => self.data_abort(abort),
+            SyncExit::InstructionAbort(abort) => self.instruction_abort(abort),
+            // ELR_EL2 already points after the HVC.
+            SyncExit::Hvc => self.guest_call(),
+            SyncExit::Smc => {
+                // A trapped SMC returns to the SMC itself: step over it.
+                self.skip_trapped_instruction();
+                self.guest_call()
+            }
+            SyncExit::SysReg(access) => {
+                self.sysreg(access)?;
+                Ok(Flow::Resume)
+            }
+            SyncExit::Wfx => {
+                // Nothing can be pending for the guest yet: WFI completes at once.
+                self.skip_trapped_instruction();
+                Ok(Flow::Resume)
+            }
+            SyncExit::Unemulated => {
+                self.inject_undefined()?;
+                Ok(Flow::Resume)
+            }
+        }
+    }
+}

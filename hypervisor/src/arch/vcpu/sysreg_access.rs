@@ -1,0 +1,133 @@
+//! Trapped system register accesses, sorted by `crate::exit::sysreg`: set/way
+//! cache maintenance and virtual-memory control registers (no FEAT_S2FWB),
+//! SGI generation, ID registers, and the rest by policy.
+
+use super::Vcpu;
+use crate::arch::cpu::sysreg;
+use crate::exit::esr::SysRegAccess;
+use crate::exit::flow::StopReason;
+use crate::exit::sysreg::{self as sysreg_trap, SysRegPolicy, SysRegTrap};
+use crate::stage2::cache_maint::VmReg;
+use crate::vm::counters::Counter;
+use crate::vm::event_log::Event;
+use crate::{read_sysreg, write_sysreg};
+
+impl Vcpu {
+    /// A trapped system register access, sorted by `exit::sysreg::classify`.
+    pub(super) fn sysreg(&mut self, access: SysRegAccess) -> Result<(), StopReason> {
+        match sysreg_trap::classify(&access) {
+            SysRegTrap::SetWay => self.set_way_trap()?,
+            SysRegTrap::VmRegWrite(reg) => {
+                let value = self.reg(access.rt);
+                self.vm_reg_write(reg, value)?;
+            }
+            SysRegTrap::Sgi(group) => {
+                if access.read {
+                    // The SGI generation registers are write-only.
+                    self.set_reg(access.rt, 0);
+                } else {
+                    let value = self.reg(access.rt);
+                    let result = self.vm.vgic.lock().send_sgi(self.index, value, group);
+                    match result {
+                        Ok(kicks) => self.absorb(kicks),
+                        Err(error) => return Err(StopReason::Sgi { value, error }),
+                    }
+                }
+            }
+            SysRegTrap::IdRegister => {
+                if access.read {
+                    let r = access.reg;
+                    let Some(host) = sysreg::read_id_register(r.crm, r.op2) else {
+                        return Err(StopReason::IdRegister(r));
+                    };
+                    self.set_reg(access.rt, sysreg_trap::guest_id_value(r, host));
+                }
+            }
+            SysRegTrap::Other(policy) => {
+                match policy {
+                    SysRegPolicy::ReadAsZeroWriteIgnored(_) => {}
+                    SysRegPolicy::Unknown => self.log_event(
+                        Event::UnknownSysReg(access.reg),
+                        log::Level::Warn,
+                        format_args!(
+                            "trapped {} of unknown system register {}: reads as zero, writes ignored",
+                            if access.read { "read" } else { "write" },
+                            access.reg
+                        ),
+                    ),
+                }
+                if access.read {
+                    self.set_reg(access.rt, 0);
+                }
+            }
+        }
+        self.skip_trapped_instruction();
+        Ok(())
+    }
+
+    /// A trapped set/way cache maintenance instruction (`HCR_EL2.TSW`, no
+    /// FWB), converted as KVM's `kvm_set_way_flush`: the first one flushes
+    /// all guest memory by address and traps the virtual-memory control
+    /// registers, so turning the caches on or off flushes again.
+    pub(super) fn set_way_trap(&mut self) -> Result<(), StopReason> {
+        self.bump(Counter::CmoSetwayTraps);
+        if self.vm.fwb {
+            // Not trapped with FWB; nothing to convert if it were.
+            return Ok(());
+        }
+        if self.set_way.on_set_way() {
+            self.flush_vm()?;
+        }
+        self.write_hcr();
+        Ok(())
+    }
+
+    /// A trapped write to a virtual-memory control register (`HCR_EL2.TVM`):
+    /// the value goes to the register; a write to `SCTLR_EL1` that turns the
+    /// MMU and caches on or off flushes guest memory (KVM's
+    /// `kvm_toggle_cache`) and, caches on, stops the trapping.
+    pub(super) fn vm_reg_write(&mut self, reg: VmReg, value: u64) -> Result<(), StopReason> {
+        self.bump(Counter::CmoVmRegTraps);
+        let old_sctlr = read_sysreg!(sctlr_el1);
+        // SAFETY: these EL1 registers belong to the guest running on this
+        // CPU; the trap only delayed the guest's own write, done here.
+        unsafe {
+            match reg {
+                VmReg::Sctlr => write_sysreg!(sctlr_el1, value),
+                VmReg::Ttbr0 => write_sysreg!(ttbr0_el1, value),
+                VmReg::Ttbr1 => write_sysreg!(ttbr1_el1, value),
+                VmReg::Tcr => write_sysreg!(tcr_el1, value),
+                VmReg::Esr => write_sysreg!(esr_el1, value),
+                VmReg::Far => write_sysreg!(far_el1, value),
+                VmReg::Afsr0 => write_sysreg!(afsr0_el1, value),
+                VmReg::Afsr1 => write_sysreg!(afsr1_el1, value),
+                VmReg::Mair => write_sysreg!(mair_el1, value),
+                VmReg::Amair => write_sysreg!(amair_el1, value),
+                VmReg::Contextidr => write_sysreg!(contextidr_el1, value),
+            }
+        }
+        if reg == VmReg::Sctlr {
+            if self.set_way.on_sctlr_write(old_sctlr, value) {
+                self.flush_vm()?;
+            }
+            self.write_hcr();
+        }
+        Ok(())
+    }
+
+    /// Cleans and invalidates every mapped page of guest RAM to the point of
+    /// coherency, under the write side of the MMU lock (no break-before-make
+    /// in flight, no unmap between a leaf's TLB flush and its cleaning; the
+    /// walk changes no descriptor, so it owes no TLBI).
+    pub(super) fn flush_vm(&mut self) -> Result<(), StopReason> {
+        let ram = self.vm.ram;
+        let result = self.vm.stage2.write().flush_dcache(ram.start, ram.size());
+        match result {
+            Ok(_) => {
+                self.bump(Counter::CmoFullFlushes);
+                Ok(())
+            }
+            Err(e) => Err(StopReason::FlushGuestMemory(e)),
+        }
+    }
+}

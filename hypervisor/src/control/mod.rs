@@ -1,0 +1,19 @@
+//! Control of the running machine from the host console.
+//!
+//! With several VMs sharing the host UART, [`console_mux`] prefixes each
+//! VM's output lines with its name and routes typed bytes to the focused VM.
+//! The escape key Ctrl-] opens the [`monitor`], whose commands ([`command`])
+//! list VMs, show their counters, pause, resume, stop and restart them,
+//! change their memslots and power the machine off. [`console`] ties them
+//! together behind the calls the machine layer makes; everything here is
+//! pure and reaches the machine only through the traits
+//! [`console_mux::ConsoleOutput`], [`console::GuestInput`] and
+//! [`monitor::MonitorTarget`].
+
+pub mod command;
+pub mod console;
+pub mod console_mux;
+pub mod monitor;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,565 @@
+//! The hypervisor monitor: a line editor and the commands it runs against
+//! the machine, through the [`MonitorTarget`] trait.
+//!
+//! # Line editor
+//!
+//! Printable ASCII is appended (up to [`EDIT_CAPACITY`] bytes) and echoed;
+//! backspace (0x08) and DEL (0x7f) erase the last byte (`\x08 \x08`); Enter
+//! (`\r` or `\n`, `\r\n` counts once) runs the line; Ctrl-C (0x03) or
+//! Ctrl-] (0x1d) leaves the monitor. An ANSI escape sequence (ESC `[` ...
+//! final byte, ESC `O` and one byte, ESC and one byte: arrow and function
+//! keys) is skipped. Any other byte, and a byte
+//! past the capacity, answers BEL (0x07) and is not stored.
+//!
+//! # Output
+//!
+//! Opening prints [`OPEN_BANNER`] and the prompt [`PROMPT`]; leaving prints
+//! `-- console: input goes to <name> --`. A command's reply is the lines
+//! between the echoed command line and the next prompt; they carry no
+//! prefix. Errors are one line `error: <reason>`; successes of actions are one
+//! line `ok: <what was done>`. Tables have a header line and one row per
+//! item, columns padded to fixed widths and separated by spaces; no field
+//! holds a space, so a test splits rows on whitespace:
+//!
+//! ```text
+//! vms:       ID  NAME              STATE     VCPUS  CPUS              RAM  SLOTS  FOCUS
+//! counters:  COUNTER                  VALUE
+//! slots:     SLOT   IPA                 SIZE        BACKING             FLAGS
+//! ```
+//!
+//! `CPUS` lists physical CPUs as ranges (`0-1,3`, `-` for none), `RAM` and
+//! `SIZE` are sizes as the commands read them (`512M`, `4K`), addresses are
+//! `0x` and 16 hex digits. `FOCUS` is `*` for the focused VM and `-`
+//! otherwise. `counters` lists the VM's counters (the machine's names, in
+//! its order) and then the console's own `console_rx_dropped`.
+
+use alloc::string::String;
+use core::fmt::{self, Write};
+
+use memslot::{SlotFlags, SlotId};
+
+use super::command::{self, Command, CommandError, Size, VmRef};
+use super::console_mux::{ConsoleMux, ConsoleOutput, VmId};
+
+/// The prompt.
+pub const PROMPT: &str = "hv> ";
+
+/// The line printed when the monitor opens.
+pub const OPEN_BANNER: &str = "-- monitor: help lists commands; exit, Ctrl-] or Ctrl-C returns --";
+
+/// Longest command line.
+pub const EDIT_CAPACITY: usize = 128;
+
+/// A VM's run state as the machine reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmState {
+    /// Its vCPUs run.
+    Running,
+    /// Held by `pause`.
+    Paused,
+    /// Powered off by itself or stopped by `stop`.
+    Stopped,
+    /// Between `restart` and running again.
+    Restarting,
+}
+
+impl VmState {
+    /// The word the `vms` table uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Paused => "paused",
+            Self::Stopped => "stopped",
+            Self::Restarting => "restarting",
+        }
+    }
+}
+
+/// What `vms` shows of one VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmInfo {
+    /// Run state.
+    pub state: VmState,
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Physical CPUs its vCPUs run on, bit `n` for CPU `n`.
+    pub cpus: u64,
+    /// Guest RAM in bytes.
+    pub ram_bytes: u64,
+    /// Live memslots.
+    pub memslots: u32,
+}
+
+/// What `slots` shows of one memslot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotInfo {
+    /// The slot's id.
+    pub id: SlotId,
+    /// First guest physical address.
+    pub ipa: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Host physical address of the backing memory.
+    pub backing: u64,
+    /// Dirty logging or read-only.
+    pub flags: SlotFlags,
+}
+
+/// A memslot `slot add` asks for; the machine finds its backing memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotRequest {
+    /// The new slot's id.
+    pub id: SlotId,
+    /// First guest physical address.
+    pub ipa: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Dirty logging or read-only.
+    pub flags: SlotFlags,
+}
+
+/// The machine as the monitor drives it. VM ids are the console's
+/// ([`VmId`], indexes of the names the console was built with). Every call
+/// may be made while other VMs run; an `Err` is printed as `error: <Display>`
+/// and changes nothing.
+pub trait MonitorTarget {
+    /// Why the machine refused a request.
+    type Error: core::error::Error;
+
+    /// The `vms` row of `vm`.
+    fn vm_info(&self, vm: VmId) -> Result<VmInfo, Self::Error>;
+    /// Calls `each` with every counter of `vm`, by name, in report order.
+    fn counters(&self, vm: VmId, each: &mut dyn FnMut(&str, u64)) -> Result<(), Self::Error>;
+    /// Stops running `vm`'s vCPUs, keeping their state.
+    fn pause(&mut self, vm: VmId) -> Result<(), Self::Error>;
+    /// Runs a paused `vm` again.
+    fn resume(&mut self, vm: VmId) -> Result<(), Self::Error>;
+    /// Stops `vm` for good (its CPUs go idle).
+    fn stop(&mut self, vm: VmId) -> Result<(), Self::Error>;
+    /// Reboots `vm` from its boot image.
+    fn restart(&mut self, vm: VmId) -> Result<(), Self::Error>;
+    /// Calls `each` with every memslot of `vm`, by ascending id.
+    fn slots(&self, vm: VmId, each: &mut dyn FnMut(SlotInfo)) -> Result<(), Self::Error>;
+    /// Adds a memslot to `vm`; returns the backing address chosen.
+    fn add_slot(&mut self, vm: VmId, request: SlotRequest) -> Result<u64, Self::Error>;
+    /// Deletes a memslot of `vm`.
+    fn delete_slot(&mut self, vm: VmId, slot: SlotId) -> Result<(), Self::Error>;
+    /// Moves a memslot of `vm` to a new guest address.
+    fn move_slot(&mut self, vm: VmId, slot: SlotId, ipa: u64) -> Result<(), Self::Error>;
+    /// Changes a memslot's flags.
+    fn set_slot_flags(
+        &mut self,
+        vm: VmId,
+        slot: SlotId,
+        flags: SlotFlags,
+    ) -> Result<(), Self::Error>;
+    /// Powers the machine off (may not return on the machine).
+    fn power_off(&mut self) -> Result<(), Self::Error>;
+}
+
+/// What the monitor wants after a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MonitorStep {
+    /// Keep the keyboard.
+    Stay,
+    /// Give the keyboard back to the console.
+    Leave,
+}
+
+/// Where the line editor is in an ANSI escape sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AnsiState {
+    None,
+    /// After ESC.
+    Escape,
+    /// After ESC `[`, until a final byte.
+    Csi,
+    /// After ESC `O`: one more byte.
+    Ss3,
+}
+
+/// The monitor's line editor and command runner.
+#[derive(Clone, Debug)]
+pub struct Monitor {
+    line: String,
+    after_cr: bool,
+    ansi: AnsiState,
+}
+
+impl Default for Monitor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Formats monitor text straight to the console.
+struct MonitorWriter<'a, O: ConsoleOutput> {
+    mux: &'a mut ConsoleMux,
+    out: &'a mut O,
+}
+
+impl<O: ConsoleOutput> Write for MonitorWriter<'_, O> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.mux.write_monitor(s.as_bytes(), self.out);
+        Ok(())
+    }
+}
+
+/// Why a command failed: the line, the VM lookup or the machine.
+enum Failure<'a, E> {
+    Parse(CommandError<'a>),
+    NoVm(VmRef<'a>),
+    Target(E),
+}
+
+impl<E: fmt::Display> fmt::Display for Failure<'_, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Parse(error) => write!(f, "{error}"),
+            Self::NoVm(VmRef::Id(id)) => write!(f, "no VM with id {id}; vms lists them"),
+            Self::NoVm(VmRef::Name(name)) => write!(f, "no VM named {name:?}; vms lists them"),
+            Self::Target(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+/// Physical CPUs as ranges: `0-3,5`, `-` for none.
+struct CpuList(u64);
+
+impl fmt::Display for CpuList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut text = String::new();
+        let mut cpu = 0;
+        while cpu < 64 {
+            if self.0 & (1 << cpu) == 0 {
+                cpu += 1;
+                continue;
+            }
+            let first = cpu;
+            while cpu < 64 && self.0 & (1 << cpu) != 0 {
+                cpu += 1;
+            }
+            if !text.is_empty() {
+                text.push(',');
+            }
+            let _ = match cpu - 1 - first {
+                0 => write!(text, "{first}"),
+                _ => write!(text, "{first}-{}", cpu - 1),
+            };
+        }
+        if text.is_empty() {
+            text.push('-');
+        }
+        f.pad(&text)
+    }
+}
+
+impl Monitor {
+    /// A monitor with an empty line.
+    pub const fn new() -> Self {
+        Self {
+            line: String::new(),
+            after_cr: false,
+            ansi: AnsiState::None,
+        }
+    }
+
+    /// The line typed so far.
+    pub fn line(&self) -> &str {
+        &self.line
+    }
+
+    /// Prints the banner and the prompt.
+    pub fn open(&mut self, mux: &mut ConsoleMux, out: &mut impl ConsoleOutput) {
+        self.line.clear();
+        self.after_cr = false;
+        self.ansi = AnsiState::None;
+        mux.write_monitor(OPEN_BANNER.as_bytes(), out);
+        mux.write_monitor(b"\n", out);
+        mux.write_monitor(PROMPT.as_bytes(), out);
+    }
+
+    /// Prints the prompt and the line typed so far again (after a guest line
+    /// ended the prompt's line).
+    pub fn redraw(&self, mux: &mut ConsoleMux, out: &mut impl ConsoleOutput) {
+        mux.write_monitor(PROMPT.as_bytes(), out);
+        mux.write_monitor(self.line.as_bytes(), out);
+    }
+
+    /// Takes one typed byte.
+    pub fn on_byte<T: MonitorTarget>(
+        &mut self,
+        byte: u8,
+        mux: &mut ConsoleMux,
+        out: &mut impl ConsoleOutput,
+        target: &mut T,
+    ) -> MonitorStep {
+        let after_cr = core::mem::replace(&mut self.after_cr, byte == b'\r');
+        match self.ansi {
+            AnsiState::Escape => {
+                self.ansi = match byte {
+                    b'[' => AnsiState::Csi,
+                    b'O' => AnsiState::Ss3,
+                    _ => AnsiState::None,
+                };
+                return MonitorStep::Stay;
+            }
+            AnsiState::Ss3 => {
+                self.ansi = AnsiState::None;
+                return MonitorStep::Stay;
+            }
+            AnsiState::Csi => {
+                if (0x40..=0x7e).contains(&byte) {
+                    self.ansi = AnsiState::None;
+                }
+                return MonitorStep::Stay;
+            }
+            AnsiState::None => {}
+        }
+        match byte {
+            0x03 | super::console_mux::ESCAPE => {
+                self.leave(mux, out);
+                MonitorStep::Leave
+            }
+            0x1b => {
+                self.ansi = AnsiState::Escape;
+                MonitorStep::Stay
+            }
+            b'\n' if after_cr => MonitorStep::Stay,
+            b'\r' | b'\n' => {
+                mux.write_monitor(b"\n", out);
+                let line = core::mem::take(&mut self.line);
+                let step = self.run(&line, mux, out, target);
+                self.line = line;
+                self.line.clear();
+                match step {
+                    MonitorStep::Stay => mux.write_monitor(PROMPT.as_bytes(), out),
+                    MonitorStep::Leave => self.leave(mux, out),
+                }
+                step
+            }
+            0x08 | 0x7f => {
+                if self.line.pop().is_some() {
+                    mux.write_monitor(b"\x08 \x08", out);
+                } else {
+                    mux.write_monitor(b"\x07", out);
+                }
+                MonitorStep::Stay
+            }
+            0x20..=0x7e if self.line.len() < EDIT_CAPACITY => {
+                self.line.push(char::from(byte));
+                mux.write_monitor(&[byte], out);
+                MonitorStep::Stay
+            }
+            _ => {
+                mux.write_monitor(b"\x07", out);
+                MonitorStep::Stay
+            }
+        }
+    }
+
+    fn leave(&mut self, mux: &mut ConsoleMux, out: &mut impl ConsoleOutput) {
+        self.line.clear();
+        let focus = mux.focus();
+        let name = String::from(mux.name(focus).unwrap_or("?"));
+        mux.end_line(out);
+        let mut w = MonitorWriter { mux, out };
+        let _ = writeln!(w, "-- console: input goes to {name} --");
+    }
+
+    /// Runs one command line; its reply goes to the console.
+    pub fn run<T: MonitorTarget>(
+        &mut self,
+        line: &str,
+        mux: &mut ConsoleMux,
+        out: &mut impl ConsoleOutput,
+        target: &mut T,
+    ) -> MonitorStep {
+        let mut w = MonitorWriter { mux, out };
+        match execute(line, &mut w, target) {
+            Ok(step) => step,
+            Err(failure) => {
+                let _ = writeln!(w, "error: {failure}");
+                MonitorStep::Stay
+            }
+        }
+    }
+}
+
+/// Finds the VM the user named.
+fn resolve<'a>(mux: &ConsoleMux, vm: VmRef<'a>) -> Result<VmId, VmRef<'a>> {
+    match vm {
+        VmRef::Id(id) if id < mux.vm_count() => Ok(VmId(id)),
+        VmRef::Id(_) => Err(vm),
+        VmRef::Name(name) => mux.find(name).ok_or(vm),
+    }
+}
+
+fn execute<'a, T: MonitorTarget, O: ConsoleOutput>(
+    line: &'a str,
+    w: &mut MonitorWriter<'_, O>,
+    target: &mut T,
+) -> Result<MonitorStep, Failure<'a, T::Error>> {
+    let command = command::parse(line).map_err(Failure::Parse)?;
+    let vm_of = |w: &MonitorWriter<'_, O>, vm| resolve(w.mux, vm).map_err(Failure::NoVm);
+    let name_of = |w: &MonitorWriter<'_, O>, vm| String::from(w.mux.name(vm).unwrap_or("?"));
+    match command {
+        Command::Empty => {}
+        Command::Help => {
+            for (usage, what) in command::USAGE {
+                let _ = writeln!(w, "{usage:<38} {what}");
+            }
+            let _ = writeln!(
+                w,
+                "VM is a name or an id; numbers are decimal or 0x hex, sizes may end in K, M or G"
+            );
+        }
+        Command::Vms => vms(w, target)?,
+        Command::Focus(vm) => {
+            let vm = vm_of(w, vm)?;
+            // `vm` was resolved against this mux: the call cannot fail.
+            let _ = w.mux.set_focus(vm);
+            let name = name_of(w, vm);
+            let _ = writeln!(w, "ok: input goes to {name} (id {vm})");
+        }
+        Command::Counters(vm) => {
+            let vm = vm_of(w, vm)?;
+            let dropped = w.mux.rx_dropped(vm).unwrap_or(0);
+            let mut rows = String::new();
+            target
+                .counters(vm, &mut |name, value| {
+                    let _ = writeln!(rows, "{name:<24} {value}");
+                })
+                .map_err(Failure::Target)?;
+            let _ = writeln!(w, "{:<24} VALUE", "COUNTER");
+            let _ = write!(w, "{rows}");
+            let _ = writeln!(w, "{:<24} {dropped}", "console_rx_dropped");
+        }
+        Command::Pause(vm) => act(w, target, vm, "paused", T::pause)?,
+        Command::Resume(vm) => act(w, target, vm, "resumed", T::resume)?,
+        Command::Stop(vm) => act(w, target, vm, "stopped", T::stop)?,
+        Command::Restart(vm) => act(w, target, vm, "restarting", T::restart)?,
+        Command::Slots(vm) => {
+            let vm = vm_of(w, vm)?;
+            let mut rows = String::new();
+            target
+                .slots(vm, &mut |slot| {
+                    let _ = writeln!(
+                        rows,
+                        "{:<6} {:#018x}  {:<11} {:#018x}  {}",
+                        slot.id.get(),
+                        slot.ipa,
+                        Size(slot.size),
+                        slot.backing,
+                        command::flags_name(slot.flags)
+                    );
+                })
+                .map_err(Failure::Target)?;
+            let _ = writeln!(
+                w,
+                "{:<6} {:<19} {:<11} {:<19} FLAGS",
+                "SLOT", "IPA", "SIZE", "BACKING"
+            );
+            let _ = write!(w, "{rows}");
+        }
+        Command::SlotAdd {
+            vm,
+            slot,
+            ipa,
+            size,
+            flags,
+        } => {
+            let vm = vm_of(w, vm)?;
+            let request = SlotRequest {
+                id: slot,
+                ipa,
+                size,
+                flags,
+            };
+            let backing = target.add_slot(vm, request).map_err(Failure::Target)?;
+            let name = name_of(w, vm);
+            let _ = writeln!(
+                w,
+                "ok: {name} slot {slot} added at {ipa:#x}, {}, backing {backing:#x}, {}",
+                Size(size),
+                command::flags_name(flags)
+            );
+        }
+        Command::SlotDelete { vm, slot } => {
+            let vm = vm_of(w, vm)?;
+            target.delete_slot(vm, slot).map_err(Failure::Target)?;
+            let name = name_of(w, vm);
+            let _ = writeln!(w, "ok: {name} slot {slot} deleted");
+        }
+        Command::SlotMove { vm, slot, ipa } => {
+            let vm = vm_of(w, vm)?;
+            target.move_slot(vm, slot, ipa).map_err(Failure::Target)?;
+            let name = name_of(w, vm);
+            let _ = writeln!(w, "ok: {name} slot {slot} moved to {ipa:#x}");
+        }
+        Command::SlotFlags { vm, slot, flags } => {
+            let vm = vm_of(w, vm)?;
+            target
+                .set_slot_flags(vm, slot, flags)
+                .map_err(Failure::Target)?;
+            let name = name_of(w, vm);
+            let _ = writeln!(
+                w,
+                "ok: {name} slot {slot} flags {}",
+                command::flags_name(flags)
+            );
+        }
+        Command::PowerOff => {
+            let _ = writeln!(w, "powering off");
+            target.power_off().map_err(Failure::Target)?;
+        }
+        Command::Exit => return Ok(MonitorStep::Leave),
+    }
+    Ok(MonitorStep::Stay)
+}
+
+/// Runs a VM action and reports it.
+fn act<'a, T: MonitorTarget, O: ConsoleOutput>(
+    w: &mut MonitorWriter<'_, O>,
+    target: &mut T,
+    vm: VmRef<'a>,
+    done: &str,
+    action: fn(&mut T, VmId) -> Result<(), T::Error>,
+) -> Result<(), Failure<'a, T::Error>> {
+    let vm = resolve(w.mux, vm).map_err(Failure::NoVm)?;
+    action(target, vm).map_err(Failure::Target)?;
+    let name = String::from(w.mux.name(vm).unwrap_or("?"));
+    let _ = writeln!(w, "ok: {name} {done}");
+    Ok(())
+}
+
+/// The `vms` table.
+fn vms<'a, T: MonitorTarget, O: ConsoleOutput>(
+    w: &mut MonitorWriter<'_, O>,
+    target: &mut T,
+) -> Result<(), Failure<'a, T::Error>> {
+    let mut rows = String::new();
+    for index in 0..w.mux.vm_count() {
+        let vm = VmId(index);
+        let info = target.vm_info(vm).map_err(Failure::Target)?;
+        let _ = writeln!(
+            rows,
+            "{:<3} {:<17} {:<10} {:>5}  {:<17} {:>5} {:>6}  {}",
+            index,
+            w.mux.name(vm).unwrap_or("?"),
+            info.state.name(),
+            info.vcpus,
+            CpuList(info.cpus),
+            Size(info.ram_bytes),
+            info.memslots,
+            if w.mux.focus() == vm { "*" } else { "-" },
+        );
+    }
+    let _ = writeln!(
+        w,
+        "{:<3} {:<17} {:<10} {:>5}  {:<17} {:>5} {:>6}  FOCUS",
+        "ID", "NAME", "STATE", "VCPUS", "CPUS", "RAM", "SLOTS"
+    );
+    let _ = write!(w, "{rows}");
+    Ok(())
+}

@@ -1,0 +1,814 @@
+//! Host tests of the whole console (mux, monitor and commands) against a
+//! fake machine: a [`FakeMachine`] that keeps VM states and memslots in
+//! plain collections, a terminal that records every byte, and guest inputs
+//! that record what each VM received.
+
+use alloc::collections::BTreeMap;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+
+use memslot::{SlotFlags, SlotId};
+use proptest::prelude::*;
+
+use super::console::{Console, GuestInput, Mode};
+use super::console_mux::{ConsoleOutput, ESCAPE, LINE_CAPACITY, VmId};
+use super::monitor::{
+    EDIT_CAPACITY, MonitorTarget, OPEN_BANNER, PROMPT, SlotInfo, SlotRequest, VmInfo, VmState,
+};
+
+/// Every byte written to the host console.
+#[derive(Default)]
+struct Terminal(Vec<u8>);
+
+impl ConsoleOutput for Terminal {
+    fn write_bytes(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+}
+
+impl Terminal {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0).into_owned()
+    }
+
+    /// The text written since the last call.
+    fn take(&mut self) -> String {
+        let text = self.text();
+        self.0.clear();
+        text
+    }
+}
+
+/// What each VM's PL011 received; `full` VMs refuse bytes.
+#[derive(Default)]
+struct Inputs {
+    received: BTreeMap<usize, Vec<u8>>,
+    full: Vec<usize>,
+}
+
+impl GuestInput for Inputs {
+    fn push_rx(&mut self, vm: VmId, byte: u8) -> bool {
+        if self.full.contains(&vm.0) {
+            return false;
+        }
+        self.received.entry(vm.0).or_default().push(byte);
+        true
+    }
+}
+
+impl Inputs {
+    fn of(&self, vm: usize) -> &[u8] {
+        self.received.get(&vm).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Why the fake machine refused.
+#[derive(Debug, PartialEq, Eq)]
+enum FakeError {
+    State { vm: usize, state: VmState },
+    NoSuchSlot(SlotId),
+    SlotInUse(SlotId),
+    Overlap(SlotId),
+    PoweredOff,
+}
+
+impl fmt::Display for FakeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::State { vm, state } => write!(f, "vm {vm} is {}", state.name()),
+            Self::NoSuchSlot(id) => write!(f, "no slot {id}"),
+            Self::SlotInUse(id) => write!(f, "slot {id} is in use"),
+            Self::Overlap(id) => write!(f, "overlaps slot {id}"),
+            Self::PoweredOff => write!(f, "the machine is off"),
+        }
+    }
+}
+
+impl core::error::Error for FakeError {}
+
+struct FakeVm {
+    info: VmInfo,
+    slots: BTreeMap<SlotId, SlotInfo>,
+    restarts: u32,
+}
+
+/// A machine whose VMs are rows in a table.
+struct FakeMachine {
+    vms: Vec<FakeVm>,
+    next_backing: u64,
+    powered_off: bool,
+}
+
+impl FakeMachine {
+    fn new(count: usize) -> Self {
+        let vms = (0..count)
+            .map(|i| {
+                let id = SlotId::new(0).unwrap();
+                let ram = 256 << 20;
+                let mut slots = BTreeMap::new();
+                slots.insert(
+                    id,
+                    SlotInfo {
+                        id,
+                        ipa: 0x4000_0000,
+                        size: ram,
+                        backing: 0x1_0000_0000 + (i as u64) * ram,
+                        flags: SlotFlags::NONE,
+                    },
+                );
+                FakeVm {
+                    info: VmInfo {
+                        state: VmState::Running,
+                        vcpus: 2,
+                        cpus: 0b11 << (2 * i),
+                        ram_bytes: ram,
+                        memslots: 1,
+                    },
+                    slots,
+                    restarts: 0,
+                }
+            })
+            .collect();
+        Self {
+            vms,
+            next_backing: 0x8_0000_0000,
+            powered_off: false,
+        }
+    }
+
+    fn vm(&mut self, vm: VmId) -> &mut FakeVm {
+        &mut self.vms[vm.0]
+    }
+
+    fn slot(&mut self, vm: VmId, id: SlotId) -> Result<&mut SlotInfo, FakeError> {
+        self.vm(vm)
+            .slots
+            .get_mut(&id)
+            .ok_or(FakeError::NoSuchSlot(id))
+    }
+
+    fn check_overlap(&self, vm: VmId, id: SlotId, ipa: u64, size: u64) -> Result<(), FakeError> {
+        for slot in self.vms[vm.0].slots.values() {
+            if slot.id != id && ipa < slot.ipa + slot.size && slot.ipa < ipa + size {
+                return Err(FakeError::Overlap(slot.id));
+            }
+        }
+        Ok(())
+    }
+
+    fn transition(&mut self, vm: VmId, from: &[VmState], to: VmState) -> Result<(), FakeError> {
+        if self.powered_off {
+            return Err(FakeError::PoweredOff);
+        }
+        let state = self.vm(vm).info.state;
+        if !from.contains(&state) {
+            return Err(FakeError::State { vm: vm.0, state });
+        }
+        self.vm(vm).info.state = to;
+        Ok(())
+    }
+}
+
+impl MonitorTarget for FakeMachine {
+    type Error = FakeError;
+
+    fn vm_info(&self, vm: VmId) -> Result<VmInfo, FakeError> {
+        let mut info = self.vms[vm.0].info;
+        info.memslots = self.vms[vm.0].slots.len() as u32;
+        Ok(info)
+    }
+
+    fn counters(&self, vm: VmId, each: &mut dyn FnMut(&str, u64)) -> Result<(), FakeError> {
+        each("stage2_faults", 10 + vm.0 as u64);
+        each("exits_hvc", 7);
+        each("restarts", u64::from(self.vms[vm.0].restarts));
+        Ok(())
+    }
+
+    fn pause(&mut self, vm: VmId) -> Result<(), FakeError> {
+        self.transition(vm, &[VmState::Running], VmState::Paused)
+    }
+
+    fn resume(&mut self, vm: VmId) -> Result<(), FakeError> {
+        self.transition(vm, &[VmState::Paused], VmState::Running)
+    }
+
+    fn stop(&mut self, vm: VmId) -> Result<(), FakeError> {
+        self.transition(vm, &[VmState::Running, VmState::Paused], VmState::Stopped)
+    }
+
+    fn restart(&mut self, vm: VmId) -> Result<(), FakeError> {
+        let all = [VmState::Running, VmState::Paused, VmState::Stopped];
+        self.transition(vm, &all, VmState::Running)?;
+        self.vm(vm).restarts += 1;
+        Ok(())
+    }
+
+    fn slots(&self, vm: VmId, each: &mut dyn FnMut(SlotInfo)) -> Result<(), FakeError> {
+        self.vms[vm.0].slots.values().copied().for_each(each);
+        Ok(())
+    }
+
+    fn add_slot(&mut self, vm: VmId, request: SlotRequest) -> Result<u64, FakeError> {
+        if self.vm(vm).slots.contains_key(&request.id) {
+            return Err(FakeError::SlotInUse(request.id));
+        }
+        self.check_overlap(vm, request.id, request.ipa, request.size)?;
+        let backing = self.next_backing;
+        self.next_backing += request.size;
+        let slot = SlotInfo {
+            id: request.id,
+            ipa: request.ipa,
+            size: request.size,
+            backing,
+            flags: request.flags,
+        };
+        self.vm(vm).slots.insert(request.id, slot);
+        Ok(backing)
+    }
+
+    fn delete_slot(&mut self, vm: VmId, slot: SlotId) -> Result<(), FakeError> {
+        self.vm(vm)
+            .slots
+            .remove(&slot)
+            .map(|_| ())
+            .ok_or(FakeError::NoSuchSlot(slot))
+    }
+
+    fn move_slot(&mut self, vm: VmId, slot: SlotId, ipa: u64) -> Result<(), FakeError> {
+        let size = self.slot(vm, slot)?.size;
+        self.check_overlap(vm, slot, ipa, size)?;
+        self.slot(vm, slot)?.ipa = ipa;
+        Ok(())
+    }
+
+    fn set_slot_flags(
+        &mut self,
+        vm: VmId,
+        slot: SlotId,
+        flags: SlotFlags,
+    ) -> Result<(), FakeError> {
+        self.slot(vm, slot)?.flags = flags;
+        Ok(())
+    }
+
+    fn power_off(&mut self) -> Result<(), FakeError> {
+        self.powered_off = true;
+        Ok(())
+    }
+}
+
+/// A console, its terminal, inputs and machine.
+struct Rig {
+    console: Console,
+    term: Terminal,
+    inputs: Inputs,
+    machine: FakeMachine,
+}
+
+impl Rig {
+    fn new(names: &[&str]) -> Self {
+        Self {
+            console: Console::new(names).unwrap(),
+            term: Terminal::default(),
+            inputs: Inputs::default(),
+            machine: FakeMachine::new(names.len()),
+        }
+    }
+
+    fn type_bytes(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.console
+                .on_host_rx_byte(b, &mut self.term, &mut self.inputs, &mut self.machine);
+        }
+    }
+
+    fn guest(&mut self, vm: usize, bytes: &[u8]) {
+        for &b in bytes {
+            self.console
+                .on_guest_tx_byte(VmId(vm), b, &mut self.term)
+                .unwrap();
+        }
+    }
+
+    fn poll(&mut self) {
+        self.console.poll(&mut self.term);
+    }
+
+    /// Opens the monitor (if needed) and runs `line`; returns the reply lines
+    /// between the echoed command and the next prompt.
+    fn command(&mut self, line: &str) -> Vec<String> {
+        if self.console.mode() == Mode::Console {
+            self.type_bytes(&[ESCAPE]);
+            self.poll();
+            assert_eq!(self.console.mode(), Mode::Monitor);
+        }
+        self.term.take();
+        self.type_bytes(line.as_bytes());
+        self.type_bytes(b"\r");
+        let text = self.term.take();
+        let reply = text
+            .strip_prefix(line)
+            .and_then(|t| t.strip_prefix('\n'))
+            .unwrap_or_else(|| panic!("no echo of {line:?} in {text:?}"));
+        let reply = reply.strip_suffix(PROMPT).unwrap_or(reply);
+        reply.lines().map(String::from).collect()
+    }
+}
+
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+#[test]
+fn one_vm_passes_output_through_unprefixed() {
+    let mut rig = Rig::new(&["solo"]);
+    rig.guest(0, b"login: ");
+    assert_eq!(rig.term.text(), "login: ");
+    rig.guest(0, b"root\r\n# ");
+    assert_eq!(rig.term.take(), "login: root\r\n# ");
+    rig.type_bytes(b"ls\r");
+    assert_eq!(rig.inputs.of(0), b"ls\r");
+}
+
+#[test]
+fn three_vms_prefix_whole_lines() {
+    let mut rig = Rig::new(&["a", "bb", "ccc"]);
+    rig.guest(0, b"hello ");
+    rig.guest(1, b"bonjour ");
+    rig.guest(2, b"hallo\r\n");
+    rig.guest(1, b"monde\n");
+    rig.guest(0, b"world\n");
+    assert_eq!(
+        rig.term.take(),
+        "[ccc] hallo\n[bb] bonjour monde\n[a] hello world\n"
+    );
+}
+
+#[test]
+fn quiet_partial_lines_are_written_at_the_poll_and_continued() {
+    let mut rig = Rig::new(&["a", "b"]);
+    rig.guest(0, b"a$ ");
+    rig.poll();
+    // The byte came after the previous poll: not quiet yet.
+    assert_eq!(rig.term.text(), "");
+    rig.poll();
+    assert_eq!(rig.term.text(), "[a] a$ ");
+    // The same VM continues its own line without a second prefix.
+    rig.guest(0, b"ls");
+    rig.poll();
+    rig.poll();
+    assert_eq!(rig.term.text(), "[a] a$ ls");
+    // Another VM's line ends it first.
+    rig.guest(1, b"boot\n");
+    rig.guest(0, b"\n");
+    assert_eq!(rig.term.take(), "[a] a$ ls\n[b] boot\n[a] \n");
+}
+
+#[test]
+fn a_full_buffer_is_written_and_memory_stays_bounded() {
+    let mut rig = Rig::new(&["a", "b"]);
+    rig.guest(0, &[b'x'; LINE_CAPACITY - 1]);
+    assert_eq!(rig.term.text(), "");
+    assert_eq!(
+        rig.console.mux().buffered(VmId(0)).unwrap(),
+        LINE_CAPACITY - 1
+    );
+    rig.guest(0, b"x");
+    assert_eq!(rig.term.take().len(), "[a] ".len() + LINE_CAPACITY);
+    assert_eq!(rig.console.mux().buffered(VmId(0)).unwrap(), 0);
+    rig.guest(0, b"\n");
+    rig.term.take();
+    let long = vec![b'x'; LINE_CAPACITY * 40 + 7];
+    rig.guest(0, &long);
+    let text = rig.term.take();
+    assert!(text.starts_with("[a] "));
+    assert_eq!(text.matches('x').count(), LINE_CAPACITY * 40);
+    assert_eq!(text.matches("[a]").count(), 1);
+    assert_eq!(rig.console.mux().buffered(VmId(0)).unwrap(), 7);
+    // B interrupts: A's open line ends, A's rest gets a new prefix.
+    rig.guest(1, b"b\n");
+    rig.guest(0, b"\n");
+    assert_eq!(rig.term.take(), "\n[b] b\n[a] xxxxxxx\n");
+}
+
+#[test]
+fn bad_names_and_ids_are_refused() {
+    use super::console_mux::ConsoleError;
+    assert_eq!(Console::new(&[]).unwrap_err(), ConsoleError::NoVms);
+    for bad in ["", "12", "has space", "seventeen-chars-x", "a[b]"] {
+        assert!(matches!(
+            Console::new(&[bad]).unwrap_err(),
+            ConsoleError::BadName(_)
+        ));
+    }
+    assert!(matches!(
+        Console::new(&["a", "a"]).unwrap_err(),
+        ConsoleError::DuplicateName(_)
+    ));
+    let names = vec!["v"; 65];
+    assert!(matches!(
+        Console::new(&names).unwrap_err(),
+        ConsoleError::TooManyVms(65)
+    ));
+    let mut rig = Rig::new(&["a", "b"]);
+    assert_eq!(
+        rig.console.on_guest_tx_byte(VmId(2), b'x', &mut rig.term),
+        Err(ConsoleError::NoSuchVm(VmId(2)))
+    );
+    assert_eq!(
+        ConsoleError::NoSuchVm(VmId(2)).to_string(),
+        "no VM with id 2"
+    );
+}
+
+#[test]
+fn doubled_escape_sends_one_literal_escape() {
+    let mut rig = Rig::new(&["a", "b"]);
+    rig.type_bytes(&[b'x', ESCAPE, ESCAPE, b'y']);
+    assert_eq!(rig.inputs.of(0), [b'x', ESCAPE, b'y']);
+    assert_eq!(rig.console.mode(), Mode::Console);
+    assert_eq!(rig.term.text(), "");
+}
+
+#[test]
+fn escape_split_across_reads() {
+    let mut rig = Rig::new(&["a", "b"]);
+    // First read ends with the escape; the second starts with the command.
+    rig.type_bytes(b"ab");
+    rig.type_bytes(&[ESCAPE]);
+    assert_eq!(rig.console.mode(), Mode::Console);
+    assert!(rig.console.mux().escape_pending());
+    rig.type_bytes(b"vms\r");
+    assert_eq!(rig.inputs.of(0), b"ab");
+    assert_eq!(rig.console.mode(), Mode::Monitor);
+    let text = rig.term.take();
+    assert!(text.starts_with(&alloc::format!("{OPEN_BANNER}\n{PROMPT}vms\nID ")));
+    // A doubled escape split across reads is one literal byte.
+    rig.type_bytes(b"exit\r");
+    rig.type_bytes(&[ESCAPE]);
+    rig.type_bytes(&[ESCAPE]);
+    assert_eq!(rig.inputs.of(0), [b'a', b'b', ESCAPE]);
+}
+
+#[test]
+fn escape_inside_a_line_and_alone_until_the_poll() {
+    let mut rig = Rig::new(&["a", "b"]);
+    rig.guest(1, b"half a line");
+    rig.type_bytes(&[b'l', b's', ESCAPE]);
+    rig.poll();
+    assert_eq!(rig.console.mode(), Mode::Monitor);
+    assert_eq!(rig.inputs.of(0), b"ls");
+    // The guest's partial line was not written by the poll that opened the
+    // monitor (it was not quiet yet), and later polls hold it.
+    rig.poll();
+    rig.poll();
+    assert_eq!(rig.term.take(), alloc::format!("{OPEN_BANNER}\n{PROMPT}"));
+    // Ctrl-C leaves; the focus line names the VM.
+    rig.type_bytes(b"vm\x03");
+    assert_eq!(rig.console.mode(), Mode::Console);
+    assert_eq!(rig.term.take(), "vm\n-- console: input goes to a --\n");
+    rig.poll();
+    assert_eq!(rig.term.take(), "[b] half a line");
+}
+
+#[test]
+fn escape_as_a_monitor_key_leaves() {
+    let mut rig = Rig::new(&["a"]);
+    rig.command("help");
+    rig.type_bytes(&[ESCAPE]);
+    assert_eq!(rig.console.mode(), Mode::Console);
+    rig.type_bytes(b"q");
+    assert_eq!(rig.inputs.of(0), b"q");
+}
+
+#[test]
+fn help_lists_every_command() {
+    let mut rig = Rig::new(&["a"]);
+    let reply = rig.command("help");
+    let text = reply.join("\n");
+    for cmd in [
+        "help",
+        "vms",
+        "focus",
+        "counters",
+        "pause",
+        "resume",
+        "stop",
+        "restart",
+        "slots",
+        "slot add",
+        "slot delete",
+        "slot move",
+        "slot flags",
+        "poweroff",
+        "exit",
+    ] {
+        assert!(
+            reply.iter().any(|l| l.starts_with(cmd)),
+            "{cmd} missing from {text}"
+        );
+    }
+}
+
+#[test]
+fn vms_table() {
+    let mut rig = Rig::new(&["linux", "test-2", "c"]);
+    rig.machine.vms[2].info.state = VmState::Stopped;
+    rig.machine.vms[1].info.cpus = 0b1011;
+    let reply = rig.command("vms");
+    assert_eq!(
+        reply,
+        [
+            "ID  NAME              STATE      VCPUS  CPUS                RAM  SLOTS  FOCUS",
+            "0   linux             running        2  0-1                256M      1  *",
+            "1   test-2            running        2  0-1,3              256M      1  -",
+            "2   c                 stopped        2  4-5                256M      1  -",
+        ]
+    );
+    assert_eq!(rig.command("list"), reply);
+    let row = words(&reply[3]);
+    assert_eq!(row, ["2", "c", "stopped", "2", "4-5", "256M", "1", "-"]);
+}
+
+#[test]
+fn focus_switches_the_input() {
+    let mut rig = Rig::new(&["a", "b", "c"]);
+    rig.type_bytes(b"1");
+    assert_eq!(rig.command("focus c"), ["ok: input goes to c (id 2)"]);
+    rig.type_bytes(b"exit\r");
+    assert_eq!(rig.term.take(), "exit\n-- console: input goes to c --\n");
+    rig.type_bytes(b"2");
+    assert_eq!(rig.command("focus 1"), ["ok: input goes to b (id 1)"]);
+    assert_eq!(words(&rig.command("vms")[2])[7], "*");
+    rig.type_bytes(b"exit\r3");
+    assert_eq!(rig.inputs.of(0), b"1");
+    assert_eq!(rig.inputs.of(1), b"3");
+    assert_eq!(rig.inputs.of(2), b"2");
+    assert_eq!(
+        rig.command("focus d"),
+        ["error: no VM named \"d\"; vms lists them"]
+    );
+    assert_eq!(
+        rig.command("focus 3"),
+        ["error: no VM with id 3; vms lists them"]
+    );
+    assert_eq!(rig.console.focus(), VmId(1));
+}
+
+#[test]
+fn counters_include_dropped_input() {
+    let mut rig = Rig::new(&["a", "b"]);
+    rig.inputs.full.push(1);
+    rig.command("focus b");
+    rig.type_bytes(b"exit\rxyz");
+    assert_eq!(
+        rig.command("counters b"),
+        [
+            "COUNTER                  VALUE",
+            "stage2_faults            11",
+            "exits_hvc                7",
+            "restarts                 0",
+            "console_rx_dropped       3",
+        ]
+    );
+    assert_eq!(rig.command("counters 0")[4], "console_rx_dropped       0");
+}
+
+#[test]
+fn pause_resume_stop_restart() {
+    let mut rig = Rig::new(&["a", "b"]);
+    let state = |rig: &mut Rig, vm: usize| words(&rig.command("vms")[vm + 1])[2].to_string();
+    assert_eq!(rig.command("pause b"), ["ok: b paused"]);
+    assert_eq!(state(&mut rig, 1), "paused");
+    assert_eq!(state(&mut rig, 0), "running");
+    assert_eq!(rig.command("pause b"), ["error: vm 1 is paused"]);
+    assert_eq!(rig.command("resume 1"), ["ok: b resumed"]);
+    assert_eq!(rig.command("resume 1"), ["error: vm 1 is running"]);
+    assert_eq!(rig.command("stop b"), ["ok: b stopped"]);
+    assert_eq!(state(&mut rig, 1), "stopped");
+    assert_eq!(rig.command("restart b"), ["ok: b restarting"]);
+    assert_eq!(state(&mut rig, 1), "running");
+    assert_eq!(rig.machine.vms[1].restarts, 1);
+    assert_eq!(rig.machine.vms[0].restarts, 0);
+    assert_eq!(rig.command("stop"), ["error: VM missing; usage: stop VM"]);
+}
+
+#[test]
+fn slot_commands() {
+    let mut rig = Rig::new(&["a", "b"]);
+    let header = "SLOT   IPA                 SIZE        BACKING             FLAGS";
+    assert_eq!(
+        rig.command("slots a"),
+        [
+            header,
+            "0      0x0000000040000000  256M        0x0000000100000000  rw",
+        ]
+    );
+    assert_eq!(
+        rig.command("slot add a 5 0x8000_0000 2M log"),
+        ["ok: a slot 5 added at 0x80000000, 2M, backing 0x800000000, log"]
+    );
+    assert_eq!(
+        rig.command("slot add a 6 0x4100_0000 4K"),
+        ["error: overlaps slot 0"]
+    );
+    assert_eq!(
+        rig.command("slot add a 5 0x9000_0000 4K"),
+        ["error: slot 5 is in use"]
+    );
+    assert_eq!(
+        rig.command("slot move a 5 0xc000_0000"),
+        ["ok: a slot 5 moved to 0xc0000000"]
+    );
+    assert_eq!(rig.command("slot flags a 5 ro"), ["ok: a slot 5 flags ro"]);
+    assert_eq!(
+        rig.command("slots 0"),
+        [
+            header,
+            "0      0x0000000040000000  256M        0x0000000100000000  rw",
+            "5      0x00000000c0000000  2M          0x0000000800000000  ro",
+        ]
+    );
+    assert_eq!(words(&rig.command("vms")[1])[6], "2");
+    assert_eq!(rig.command("slot delete a 0"), ["ok: a slot 0 deleted"]);
+    assert_eq!(rig.command("slot delete a 0"), ["error: no slot 0"]);
+    assert_eq!(rig.command("slots b").len(), 2);
+    assert_eq!(rig.command("slots a").len(), 2);
+    assert_eq!(
+        rig.command("slot move a 5"),
+        ["error: IPA missing; usage: slot move VM SLOT IPA"]
+    );
+    assert_eq!(
+        rig.command("slot delete z 1"),
+        ["error: no VM named \"z\"; vms lists them"]
+    );
+}
+
+#[test]
+fn poweroff_and_exit() {
+    let mut rig = Rig::new(&["a"]);
+    assert_eq!(rig.command("poweroff"), ["powering off"]);
+    assert!(rig.machine.powered_off);
+    assert_eq!(rig.command("pause a"), ["error: the machine is off"]);
+    rig.type_bytes(b"exit\r");
+    assert_eq!(rig.console.mode(), Mode::Console);
+}
+
+#[test]
+fn unknown_commands_and_bad_arguments() {
+    let mut rig = Rig::new(&["a"]);
+    assert_eq!(
+        rig.command("reboot"),
+        ["error: unknown command \"reboot\"; help lists the commands"]
+    );
+    assert_eq!(
+        rig.command("vms all"),
+        ["error: unexpected \"all\"; usage: vms"]
+    );
+    assert_eq!(
+        rig.command("list all"),
+        ["error: unexpected \"all\"; usage: vms"]
+    );
+    assert_eq!(rig.command(""), Vec::<String>::new());
+}
+
+#[test]
+fn line_editing() {
+    let mut rig = Rig::new(&["a", "b"]);
+    rig.command("");
+    // Backspace and DEL erase; erasing an empty line rings.
+    rig.type_bytes(b"vmx\x08s");
+    assert_eq!(rig.term.take(), "vmx\x08 \x08s");
+    rig.type_bytes(b"\x7f\x7f\x7f\x7f");
+    assert_eq!(rig.term.take(), "\x08 \x08\x08 \x08\x08 \x08\x07");
+    // An arrow key is skipped; other control bytes ring.
+    rig.type_bytes(b"\x1b[Ahelp\x01\x1bOx");
+    assert_eq!(rig.term.take(), "help\x07");
+    // `\r\n` runs the line once.
+    rig.type_bytes(b"\r\n");
+    let text = rig.term.take();
+    assert_eq!(text.matches(PROMPT).count(), 1);
+    assert!(text.starts_with("\nhelp "));
+    // A line stops at its capacity.
+    rig.type_bytes(&[b'y'; EDIT_CAPACITY + 3]);
+    let text = rig.term.take();
+    assert_eq!(text.matches('y').count(), EDIT_CAPACITY);
+    assert_eq!(text.matches('\x07').count(), 3);
+}
+
+#[test]
+fn guest_lines_during_the_monitor_redraw_the_prompt() {
+    let mut rig = Rig::new(&["a", "b"]);
+    rig.command("");
+    rig.type_bytes(b"paus");
+    rig.term.take();
+    rig.guest(1, b"tick\n");
+    assert_eq!(rig.term.take(), alloc::format!("\n[b] tick\n{PROMPT}paus"));
+    rig.type_bytes(b"e a\r");
+    assert_eq!(
+        rig.term.take(),
+        alloc::format!("e a\nok: a paused\n{PROMPT}")
+    );
+    // A VM that stops flushes its partial line even with the monitor open.
+    rig.guest(0, b"bye");
+    rig.console.flush_vm(VmId(0), &mut rig.term).unwrap();
+    assert_eq!(rig.term.take(), alloc::format!("\n[a] bye\n{PROMPT}"));
+}
+
+#[test]
+fn one_vm_output_ends_the_prompt_line() {
+    let mut rig = Rig::new(&["solo"]);
+    rig.command("");
+    rig.guest(0, b"x");
+    rig.guest(0, b"\n");
+    assert_eq!(rig.term.take(), alloc::format!("\nx\n{PROMPT}"));
+}
+
+/// One event fed to the console.
+#[derive(Clone, Debug)]
+enum Event {
+    Typed(u8),
+    Guest(usize, u8),
+    Burst(usize, usize),
+    Poll,
+    Flush(usize),
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        4 => prop_oneof![
+            any::<u8>(),
+            Just(ESCAPE),
+            Just(b'\r'),
+            Just(0x03),
+            prop::sample::select(b"vms focus b counters pause resume stop restart slots slot add delete move flags 0x1 2M exit help poweroff list ".to_vec()),
+        ].prop_map(Event::Typed),
+        4 => (0usize..3, prop_oneof![any::<u8>(), Just(b'\n'), Just(b'a')]).prop_map(|(v, b)| Event::Guest(v, b)),
+        1 => (0usize..3, 1usize..600).prop_map(|(v, n)| Event::Burst(v, n)),
+        1 => Just(Event::Poll),
+        1 => (0usize..3).prop_map(Event::Flush),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Random keys, guest bytes and polls: nothing panics, every buffer stays
+    /// within its bound.
+    #[test]
+    fn random_streams_stay_bounded(events in prop::collection::vec(event(), 0..600)) {
+        let mut rig = Rig::new(&["a", "b", "c"]);
+        for event in events {
+            match event {
+                Event::Typed(b) => rig.type_bytes(&[b]),
+                Event::Guest(vm, b) => rig.guest(vm, &[b]),
+                Event::Burst(vm, n) => rig.guest(vm, &vec![b'x'; n]),
+                Event::Poll => rig.poll(),
+                Event::Flush(vm) => rig.console.flush_vm(VmId(vm), &mut rig.term).unwrap(),
+            }
+            for vm in 0..3 {
+                prop_assert!(rig.console.mux().buffered(VmId(vm)).unwrap() < LINE_CAPACITY);
+            }
+        }
+    }
+
+    /// Guest output alone: every terminal line holds one VM's bytes behind
+    /// exactly one prefix, and each VM's bytes come out whole and in order.
+    #[test]
+    fn lines_never_interleave(
+        output in prop::collection::vec((0usize..3, prop_oneof![3 => b'a'..=b'z', 1 => Just(b'\n'), 1 => Just(b'\r'), 1 => Just(b'[')]), 0..2000),
+        polls in prop::collection::vec(0usize..2000, 0..20),
+    ) {
+        let names = ["a", "b", "c"];
+        let mut rig = Rig::new(&names);
+        for (i, &(vm, byte)) in output.iter().enumerate() {
+            if polls.contains(&i) {
+                rig.poll();
+            }
+            rig.guest(vm, &[byte]);
+        }
+        for vm in 0..3 {
+            rig.console.flush_vm(VmId(vm), &mut rig.term).unwrap();
+        }
+        let text = rig.term.text();
+        let mut seen: Vec<String> = vec![String::new(); 3];
+        for line in text.split_terminator('\n') {
+            let vm = names
+                .iter()
+                .position(|n| line.starts_with(&alloc::format!("[{n}] ")))
+                .unwrap_or_else(|| panic!("line without prefix: {line:?}"));
+            seen[vm].push_str(&line[4..]);
+        }
+        for (vm, seen) in seen.iter().enumerate() {
+            let sent: String = output
+                .iter()
+                .filter(|&&(v, b)| v == vm && b != b'\n' && b != b'\r')
+                .map(|&(_, b)| char::from(b))
+                .collect();
+            prop_assert_eq!(seen, &sent);
+        }
+    }
+}

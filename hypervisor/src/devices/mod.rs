@@ -1,0 +1,6 @@
+//! Emulated devices the guest sees: the PL011 UART, the virtual GIC and the
+//! forwarding of the guest timers' interrupts.
+
+pub mod pl011;
+pub mod timer;
+pub mod vgic;

@@ -1,0 +1,282 @@
+//! Where a stage-2 data abort goes.
+//!
+//! [`route`] decides from the abort's syndrome, the memslot holding the IPA
+//! (if any) and the VM's device windows: a translation or access-flag fault
+//! in guest RAM is faulted in; an access that lies wholly in a device's
+//! window and carries an instruction syndrome is emulated by that device;
+//! anything else gets an abort injected, with the [`AbortCause`] the log line
+//! gives. Any other fault status stops the VM: the hypervisor maps guest RAM
+//! read-write, so no permission or other fault can come from a guest's data
+//! access.
+//!
+//! # Algorithm
+//!
+//! 1. The fault status must be a translation or access-flag fault, or the VM
+//!    stops ([`StopReason::DataAbortStatus`]).
+//! 2. In a memslot: fault in.
+//! 3. A fault on a stage-1 table walk outside RAM: inject (nothing to emulate).
+//! 4. With an access description (`ISV`): the whole access, not only its
+//!    first byte, must be in one device window: emulate there; starting in a
+//!    window and running past its end: inject; outside every window: inject.
+//! 5. Without one: inject, naming the device whose window the address is in.
+
+use crate::exit::esr::{DataAbort, DataAccess, FaultKind};
+use crate::exit::flow::StopReason;
+use crate::exit::mmio::{DeviceId, MmioBus, MmioMiss};
+use crate::stage2::fault::SlotView;
+
+/// Why an abort is injected into the guest (the log line says it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbortCause {
+    /// No memslot and no device window holds the address.
+    NoMemoryOrDevice,
+    /// The access starts in a device's window and does not end in it.
+    Straddles {
+        /// The device.
+        device: DeviceId,
+        /// Access size in bytes.
+        size: u8,
+        /// End of the device's window.
+        window_end: u64,
+    },
+    /// A device access without an instruction syndrome (e.g. a load/store
+    /// pair) cannot be emulated without decoding the instruction.
+    NoSyndrome(DeviceId),
+}
+
+impl core::fmt::Display for AbortCause {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            AbortCause::NoMemoryOrDevice => write!(f, "is outside every memslot and device"),
+            AbortCause::Straddles {
+                device,
+                size,
+                window_end,
+            } => write!(
+                f,
+                "starts an access of {size} bytes that runs past the end of the {} window at \
+                 {window_end:#x}",
+                device_name(device)
+            ),
+            AbortCause::NoSyndrome(device) => write!(
+                f,
+                "is in the {} window, but an access without instruction syndrome cannot be \
+                 emulated",
+                device_name(device)
+            ),
+        }
+    }
+}
+
+/// The device's name in log lines.
+pub const fn device_name(device: DeviceId) -> &'static str {
+    match device {
+        DeviceId::Uart => "UART",
+        DeviceId::Gic => "GIC",
+    }
+}
+
+/// What to do with a data abort.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataAbortRoute {
+    /// Map guest RAM (or set the access flag) at the IPA.
+    FaultIn {
+        /// The memslot holding the IPA.
+        slot: SlotView,
+        /// Translation or access flag.
+        kind: FaultKind,
+    },
+    /// Emulate the access in the UART, at `offset` in its window.
+    Uart {
+        /// The access.
+        access: DataAccess,
+        /// Offset in the UART's window.
+        offset: u64,
+    },
+    /// Emulate the access in the virtual GIC (which decodes the IPA itself).
+    Gic {
+        /// The access.
+        access: DataAccess,
+    },
+    /// Inject a data abort.
+    InjectAbort(AbortCause),
+}
+
+/// Routes `abort` at `ipa` (guest PC `pc`, for a report); `slot` is the
+/// memslot holding `ipa`, if any, and `mmio` the VM's device windows.
+pub fn route(
+    abort: &DataAbort,
+    ipa: u64,
+    pc: u64,
+    slot: Option<SlotView>,
+    mmio: &MmioBus,
+) -> Result<DataAbortRoute, StopReason> {
+    let kind = abort.status.kind;
+    match kind {
+        FaultKind::Translation | FaultKind::AccessFlag => {}
+        other => {
+            return Err(StopReason::DataAbortStatus {
+                ipa,
+                kind: other,
+                level: abort.status.level,
+                pc,
+            });
+        }
+    }
+    if let Some(slot) = slot {
+        return Ok(DataAbortRoute::FaultIn { slot, kind });
+    }
+    if abort.stage1_walk {
+        return Ok(DataAbortRoute::InjectAbort(AbortCause::NoMemoryOrDevice));
+    }
+    Ok(match abort.access {
+        Some(access) => match mmio.find(ipa, u64::from(access.size)) {
+            Ok((DeviceId::Uart, offset)) => DataAbortRoute::Uart { access, offset },
+            Ok((DeviceId::Gic, _)) => DataAbortRoute::Gic { access },
+            Err(MmioMiss::Outside) => DataAbortRoute::InjectAbort(AbortCause::NoMemoryOrDevice),
+            Err(MmioMiss::Straddles(region)) => {
+                DataAbortRoute::InjectAbort(AbortCause::Straddles {
+                    device: region.device,
+                    size: access.size,
+                    window_end: region.base + region.size,
+                })
+            }
+        },
+        None => DataAbortRoute::InjectAbort(match mmio.region_at(ipa) {
+            Some(region) => AbortCause::NoSyndrome(region.device),
+            None => AbortCause::NoMemoryOrDevice,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exit::esr::FaultStatus;
+    use crate::exit::mmio::MmioRegion;
+    use alloc::string::ToString;
+
+    const UART: u64 = 0x0900_0000;
+    const GICD: u64 = 0x0800_0000;
+    const RAM: SlotView = SlotView {
+        ipa: 0x4000_0000,
+        size: 0x1000_0000,
+        backing: 0x8000_0000,
+    };
+
+    fn bus() -> MmioBus {
+        let mut bus = MmioBus::new();
+        bus.add(MmioRegion {
+            base: UART,
+            size: 0x1000,
+            device: DeviceId::Uart,
+        })
+        .unwrap();
+        bus.add(MmioRegion {
+            base: GICD,
+            size: 0x1_0000,
+            device: DeviceId::Gic,
+        })
+        .unwrap();
+        bus
+    }
+
+    fn access(size: u8) -> DataAccess {
+        DataAccess {
+            size,
+            sign_extend: false,
+            register: 1,
+            sixty_four: false,
+        }
+    }
+
+    fn abort(kind: FaultKind, access: Option<DataAccess>) -> DataAbort {
+        DataAbort {
+            status: FaultStatus {
+                kind,
+                level: Some(3),
+            },
+            write: false,
+            stage1_walk: false,
+            access,
+        }
+    }
+
+    #[test]
+    fn ram_faults_in() {
+        let a = abort(FaultKind::AccessFlag, None);
+        assert_eq!(
+            route(&a, RAM.ipa, 0, Some(RAM), &bus()),
+            Ok(DataAbortRoute::FaultIn {
+                slot: RAM,
+                kind: FaultKind::AccessFlag
+            })
+        );
+    }
+
+    #[test]
+    fn other_fault_status_stops() {
+        let a = abort(FaultKind::Permission, None);
+        assert_eq!(
+            route(&a, RAM.ipa, 0x80, Some(RAM), &bus()),
+            Err(StopReason::DataAbortStatus {
+                ipa: RAM.ipa,
+                kind: FaultKind::Permission,
+                level: Some(3),
+                pc: 0x80
+            })
+        );
+    }
+
+    #[test]
+    fn devices_emulate_whole_accesses_only() {
+        let a = abort(FaultKind::Translation, Some(access(4)));
+        assert_eq!(
+            route(&a, UART + 0x18, 0, None, &bus()),
+            Ok(DataAbortRoute::Uart {
+                access: access(4),
+                offset: 0x18
+            })
+        );
+        assert_eq!(
+            route(&a, GICD + 4, 0, None, &bus()),
+            Ok(DataAbortRoute::Gic { access: access(4) })
+        );
+        let cause = AbortCause::Straddles {
+            device: DeviceId::Uart,
+            size: 4,
+            window_end: UART + 0x1000,
+        };
+        assert_eq!(
+            route(&a, UART + 0xffe, 0, None, &bus()),
+            Ok(DataAbortRoute::InjectAbort(cause))
+        );
+        assert_eq!(
+            cause.to_string(),
+            "starts an access of 4 bytes that runs past the end of the UART window at 0x9001000"
+        );
+        assert_eq!(
+            route(&a, 0x1000, 0, None, &bus()),
+            Ok(DataAbortRoute::InjectAbort(AbortCause::NoMemoryOrDevice))
+        );
+    }
+
+    #[test]
+    fn no_syndrome_or_table_walk_injects() {
+        let a = abort(FaultKind::Translation, None);
+        assert_eq!(
+            route(&a, GICD, 0, None, &bus()),
+            Ok(DataAbortRoute::InjectAbort(AbortCause::NoSyndrome(
+                DeviceId::Gic
+            )))
+        );
+        let walk = DataAbort {
+            stage1_walk: true,
+            ..abort(FaultKind::Translation, Some(access(8)))
+        };
+        assert_eq!(
+            route(&walk, UART, 0, None, &bus()),
+            Ok(DataAbortRoute::InjectAbort(AbortCause::NoMemoryOrDevice))
+        );
+    }
+}

@@ -1,0 +1,26 @@
+//! Exit handling decisions, one file per exit kind, all pure and unit-tested
+//! on the host; the machine layer (`arch::vcpu`) reads the exit's registers,
+//! asks here what to do, and carries it out.
+//!
+//! - `sync`: which handler a synchronous exit goes to (by `ESR_EL2` class).
+//! - `data_abort`, `instruction_abort`: stage-2 aborts: fault in guest RAM,
+//!   emulate a device access (`mmio`: the device windows), or inject an abort.
+//! - `hypercall`, `psci`: the `HVC`/`SMC` interface and PSCI power states.
+//! - `sysreg`: trapped system register accesses.
+//! - `inject`: exceptions delivered to the guest; `aarch32`: AArch32
+//!   conditions and IT blocks; `esr`: syndrome decoding.
+//! - `flow`: what a handler tells the run loop, `Flow` or `StopReason`.
+//!
+//! A trapped WFI/WFE needs no decision (it completes at once) and has no file.
+
+pub mod aarch32;
+pub mod data_abort;
+pub mod esr;
+pub mod flow;
+pub mod hypercall;
+pub mod inject;
+pub mod instruction_abort;
+pub mod mmio;
+pub mod psci;
+pub mod sync;
+pub mod sysreg;

@@ -1,0 +1,414 @@
+//! The device tree the hypervisor generates for a guest.
+//!
+//! Written with `vm-fdt`: a `linux,dummy-virt` root with 2 address and 2 size
+//! cells, the RAM node, one `cpu@N` per vCPU (`reg` = the vCPU's MPIDR,
+//! `enable-method = "psci"`), `/psci` (`arm,psci-1.0`, `method = "hvc"`), a 24 MHz
+//! fixed clock and the PL011 (`arm,pl011` + `arm,primecell`, clocked by it), and
+//! `/chosen` with `bootargs`, `stdout-path` and the initrd. When the guest has a
+//! virtual GIC and timer (given in [`GuestDtbConfig`]), their nodes are added
+//! and the UART gets its interrupt. A GICv3 is an `arm,gic-v3` node
+//! (distributor, redistributor region, maintenance PPI); a GICv2 an
+//! `arm,cortex-a15-gic` node (distributor, CPU interface), and its PPI
+//! specifiers carry the CPU mask of every vCPU in flags bits \[15:8\], as
+//! the GICv2 binding asks.
+
+use crate::platform::ranges::PhysRange;
+use crate::vm::layout::vcpu_mpidr;
+use alloc::format;
+use alloc::string::ToString;
+use alloc::vec;
+use alloc::vec::Vec;
+use vm_fdt::FdtWriter;
+
+/// Phandle of the fixed clock.
+const PHANDLE_CLOCK: u32 = 1;
+/// Phandle of the interrupt controller.
+const PHANDLE_GIC: u32 = 2;
+/// GIC interrupt specifier type of an SPI.
+const GIC_SPI: u32 = 0;
+/// GIC interrupt specifier type of a PPI.
+const GIC_PPI: u32 = 1;
+/// GIC interrupt specifier flags: level-sensitive, active high.
+const IRQ_LEVEL_HIGH: u32 = 4;
+
+/// The windows of a virtual GIC besides its distributor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestGicFrames {
+    /// GICv3: the redistributor region (one 128 KiB frame pair per vCPU).
+    V3 {
+        /// Redistributor region.
+        redistributors: PhysRange,
+    },
+    /// GICv2: the CPU interface window.
+    V2 {
+        /// `GICC` window (the hardware's `GICV` behind it).
+        cpu_interface: PhysRange,
+    },
+}
+
+/// A virtual GIC as the guest sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestGic {
+    /// Distributor window.
+    pub distributor: PhysRange,
+    /// The other windows, which also say the version.
+    pub frames: GuestGicFrames,
+    /// The maintenance interrupt (a PPI, as an INTID).
+    pub maintenance_intid: u32,
+    /// The PL011's SPI number (INTID - 32).
+    pub uart_spi: u32,
+}
+
+/// The guest's architected timer PPIs (INTIDs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestTimer {
+    /// Secure physical, non-secure physical, virtual and hypervisor timer INTIDs.
+    pub intids: [u32; 4],
+}
+
+/// What goes into the guest's device tree.
+#[derive(Clone, Copy, Debug)]
+pub struct GuestDtbConfig<'a> {
+    /// Guest RAM.
+    pub ram: PhysRange,
+    /// Number of vCPUs.
+    pub vcpus: usize,
+    /// The emulated PL011.
+    pub uart: PhysRange,
+    /// Kernel command line.
+    pub bootargs: &'a str,
+    /// The initrd in guest memory.
+    pub initrd: Option<PhysRange>,
+    /// The virtual GICv3, once the guest has one.
+    pub gic: Option<GuestGic>,
+    /// The architected timer's PPIs (the guest gets its virtual and EL1
+    /// physical timers' interrupts), once the guest has a GIC.
+    pub timer: Option<GuestTimer>,
+}
+
+/// The device tree could not be written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestDtbError(pub alloc::string::String);
+
+impl core::fmt::Display for GuestDtbError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl core::error::Error for GuestDtbError {}
+
+impl From<vm_fdt::Error> for GuestDtbError {
+    fn from(e: vm_fdt::Error) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// Writes the guest device tree blob.
+pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
+    let mut fdt = FdtWriter::new()?;
+    let root = fdt.begin_node("")?;
+    fdt.property_string("compatible", "linux,dummy-virt")?;
+    fdt.property_string("model", "hypervisor guest")?;
+    fdt.property_u32("#address-cells", 2)?;
+    fdt.property_u32("#size-cells", 2)?;
+    if config.gic.is_some() {
+        fdt.property_u32("interrupt-parent", PHANDLE_GIC)?;
+    }
+
+    let uart_path = format!("/pl011@{:x}", config.uart.start);
+    let chosen = fdt.begin_node("chosen")?;
+    fdt.property_string("bootargs", config.bootargs)?;
+    fdt.property_string("stdout-path", &uart_path)?;
+    if let Some(initrd) = config.initrd {
+        fdt.property_u64("linux,initrd-start", initrd.start)?;
+        fdt.property_u64("linux,initrd-end", initrd.end)?;
+    }
+    fdt.end_node(chosen)?;
+
+    let memory = fdt.begin_node(&format!("memory@{:x}", config.ram.start))?;
+    fdt.property_string("device_type", "memory")?;
+    fdt.property_array_u64("reg", &[config.ram.start, config.ram.size()])?;
+    fdt.end_node(memory)?;
+
+    let cpus = fdt.begin_node("cpus")?;
+    fdt.property_u32("#address-cells", 2)?;
+    fdt.property_u32("#size-cells", 0)?;
+    for index in 0..config.vcpus {
+        let mpidr = vcpu_mpidr(index) & 0xff_00ff_ffff;
+        let cpu = fdt.begin_node(&format!("cpu@{mpidr:x}"))?;
+        fdt.property_string("device_type", "cpu")?;
+        fdt.property_string("compatible", "arm,armv8")?;
+        fdt.property_u64("reg", mpidr)?;
+        fdt.property_string("enable-method", "psci")?;
+        fdt.end_node(cpu)?;
+    }
+    fdt.end_node(cpus)?;
+
+    let psci = fdt.begin_node("psci")?;
+    fdt.property_string_list(
+        "compatible",
+        vec!["arm,psci-1.0".into(), "arm,psci-0.2".into()],
+    )?;
+    fdt.property_string("method", "hvc")?;
+    fdt.end_node(psci)?;
+
+    let clock = fdt.begin_node("apb-pclk")?;
+    fdt.property_string("compatible", "fixed-clock")?;
+    fdt.property_u32("#clock-cells", 0)?;
+    fdt.property_u32("clock-frequency", 24_000_000)?;
+    fdt.property_string("clock-output-names", "clk24mhz")?;
+    fdt.property_phandle(PHANDLE_CLOCK)?;
+    fdt.end_node(clock)?;
+
+    if let Some(gic) = config.gic {
+        let node = fdt.begin_node(&format!("intc@{:x}", gic.distributor.start))?;
+        let (compatible, second) = match gic.frames {
+            GuestGicFrames::V3 { redistributors } => ("arm,gic-v3", redistributors),
+            GuestGicFrames::V2 { cpu_interface } => ("arm,cortex-a15-gic", cpu_interface),
+        };
+        fdt.property_string("compatible", compatible)?;
+        fdt.property_u32("#interrupt-cells", 3)?;
+        // No child nodes (no ITS); dtc wants the cell count on interrupt providers.
+        fdt.property_u32("#address-cells", 0)?;
+        fdt.property_null("interrupt-controller")?;
+        if let GuestGicFrames::V3 { .. } = gic.frames {
+            fdt.property_u32("#redistributor-regions", 1)?;
+        }
+        fdt.property_array_u64(
+            "reg",
+            &[
+                gic.distributor.start,
+                gic.distributor.size(),
+                second.start,
+                second.size(),
+            ],
+        )?;
+        // A GICv2 guest has no virtualization extensions: no maintenance
+        // interrupt to describe.
+        if let GuestGicFrames::V3 { .. } = gic.frames {
+            fdt.property_array_u32(
+                "interrupts",
+                &[GIC_PPI, gic.maintenance_intid - 16, IRQ_LEVEL_HIGH],
+            )?;
+        }
+        fdt.property_phandle(PHANDLE_GIC)?;
+        fdt.end_node(node)?;
+    }
+
+    if let Some(timer) = config.timer {
+        let node = fdt.begin_node("timer")?;
+        fdt.property_string_list(
+            "compatible",
+            vec!["arm,armv8-timer".into(), "arm,armv7-timer".into()],
+        )?;
+        fdt.property_null("always-on")?;
+        // GICv2: the PPI reaches every vCPU's interface (flags [15:8]).
+        let cpu_mask = match config.gic.map(|g| g.frames) {
+            Some(GuestGicFrames::V2 { .. }) => ((1u32 << config.vcpus.min(8)) - 1) << 8,
+            _ => 0,
+        };
+        let mut cells = Vec::new();
+        for intid in timer.intids {
+            // PPI, number relative to 16, level-high.
+            cells.extend_from_slice(&[GIC_PPI, intid - 16, cpu_mask | IRQ_LEVEL_HIGH]);
+        }
+        fdt.property_array_u32("interrupts", &cells)?;
+        fdt.end_node(node)?;
+    }
+
+    let uart = fdt.begin_node(&uart_path[1..])?;
+    fdt.property_string_list(
+        "compatible",
+        vec!["arm,pl011".into(), "arm,primecell".into()],
+    )?;
+    fdt.property_array_u64("reg", &[config.uart.start, config.uart.size()])?;
+    fdt.property_array_u32("clocks", &[PHANDLE_CLOCK, PHANDLE_CLOCK])?;
+    fdt.property_string_list("clock-names", vec!["uartclk".into(), "apb_pclk".into()])?;
+    if let Some(gic) = config.gic {
+        fdt.property_array_u32("interrupts", &[GIC_SPI, gic.uart_spi, IRQ_LEVEL_HIGH])?;
+        fdt.property_u32("interrupt-parent", PHANDLE_GIC)?;
+    }
+    fdt.end_node(uart)?;
+
+    fdt.end_node(root)?;
+    Ok(fdt.finish()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vm::layout::{GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_SIZE};
+    use fdt::Fdt;
+
+    fn config(vcpus: usize, initrd: Option<PhysRange>) -> GuestDtbConfig<'static> {
+        GuestDtbConfig {
+            ram: PhysRange::from_start_size(GUEST_RAM_BASE, 128 << 20),
+            vcpus,
+            uart: PhysRange::from_start_size(GUEST_UART_BASE, GUEST_UART_SIZE),
+            bootargs: "test=memory",
+            initrd,
+            gic: None,
+            timer: None,
+        }
+    }
+
+    #[test]
+    fn contract_nodes() {
+        let initrd = PhysRange {
+            start: 0x4040_0000,
+            end: 0x4041_0000,
+        };
+        let blob = build(&config(4, Some(initrd))).expect("written");
+        let fdt = Fdt::new(&blob).expect("parses");
+        assert_eq!(fdt.chosen().bootargs(), Some("test=memory"));
+        let stdout = fdt.chosen().stdout().expect("stdout-path resolves");
+        assert_eq!(stdout.name, "pl011@9000000");
+        assert!(
+            stdout
+                .compatible()
+                .expect("compatible")
+                .all()
+                .any(|c| c == "arm,primecell")
+        );
+        let uart_reg = stdout.reg().expect("reg").next().expect("one");
+        assert_eq!(uart_reg.starting_address as u64, GUEST_UART_BASE);
+        let memory = fdt.memory().regions().next().expect("RAM");
+        assert_eq!(memory.starting_address as u64, GUEST_RAM_BASE);
+        assert_eq!(memory.size, Some(128 << 20));
+        let cpus: Vec<usize> = fdt.cpus().map(|c| c.ids().first()).collect();
+        assert_eq!(cpus, vec![0, 1, 2, 3]);
+        for cpu in fdt.cpus() {
+            assert_eq!(
+                cpu.property("enable-method").and_then(|p| p.as_str()),
+                Some("psci")
+            );
+        }
+        let psci = fdt.find_node("/psci").expect("psci");
+        assert_eq!(
+            psci.property("method").and_then(|p| p.as_str()),
+            Some("hvc")
+        );
+        assert!(
+            psci.compatible()
+                .expect("c")
+                .all()
+                .any(|c| c == "arm,psci-1.0")
+        );
+        let platform = crate::platform::Platform::from_dtb(&blob);
+        assert!(
+            platform.is_ok(),
+            "the hypervisor's own parser reads it too: {platform:?}"
+        );
+        let platform = platform.expect("checked");
+        assert_eq!(platform.initrd, Some(initrd));
+        assert_eq!(platform.cpus.len(), 4);
+    }
+
+    #[test]
+    fn gic_and_timer_when_present() {
+        let mut c = config(2, None);
+        c.gic = Some(GuestGic {
+            distributor: PhysRange::from_start_size(0x0800_0000, 0x1_0000),
+            frames: GuestGicFrames::V3 {
+                redistributors: PhysRange::from_start_size(0x080a_0000, 2 * 0x2_0000),
+            },
+            maintenance_intid: 25,
+            uart_spi: 1,
+        });
+        c.timer = Some(GuestTimer {
+            intids: [29, 30, 27, 26],
+        });
+        let blob = build(&c).expect("written");
+        let platform = crate::platform::Platform::from_dtb(&blob).expect("parses");
+        let gic = platform.gic.expect("gic");
+        assert_eq!(gic.distributor.start, 0x0800_0000);
+        assert_eq!(gic.redistributors[0].size(), 0x4_0000);
+        assert_eq!(gic.maintenance_intid, Some(25));
+        assert_eq!(platform.timer.map(|t| t.virt), Some(27));
+        let fdt = Fdt::new(&blob).expect("parses");
+        let uart = fdt.find_node("/pl011@9000000").expect("uart");
+        let irq = uart.property("interrupts").expect("interrupts").value;
+        assert_eq!(irq, [0u8, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 4]);
+        let gic_node = fdt.find_node("/intc@8000000").expect("gic node");
+        assert!(gic_node.property("interrupt-controller").is_some());
+        assert_eq!(
+            gic_node
+                .property("#interrupt-cells")
+                .and_then(|p| p.as_usize()),
+            Some(3)
+        );
+        let maintenance = gic_node.property("interrupts").expect("maintenance").value;
+        assert_eq!(maintenance, [0u8, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 4]);
+        let timer = fdt.find_node("/timer").expect("timer");
+        let cells: Vec<u32> = timer
+            .property("interrupts")
+            .expect("timer interrupts")
+            .value
+            .chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        assert_eq!(cells, [1, 13, 4, 1, 14, 4, 1, 11, 4, 1, 10, 4]);
+        let parent = fdt
+            .root()
+            .property("interrupt-parent")
+            .and_then(|p| p.as_usize())
+            .expect("root interrupt-parent");
+        assert_eq!(
+            gic_node.property("phandle").and_then(|p| p.as_usize()),
+            Some(parent)
+        );
+        let clocks = uart.property("clock-names").expect("clock names").value;
+        assert_eq!(clocks, b"uartclk\0apb_pclk\0");
+    }
+
+    #[test]
+    fn gicv2_node_and_ppi_cpu_masks() {
+        let mut c = config(4, None);
+        c.gic = Some(GuestGic {
+            distributor: PhysRange::from_start_size(0x0800_0000, 0x1_0000),
+            frames: GuestGicFrames::V2 {
+                cpu_interface: PhysRange::from_start_size(0x0801_0000, 0x1_0000),
+            },
+            maintenance_intid: 25,
+            uart_spi: 1,
+        });
+        c.timer = Some(GuestTimer {
+            intids: [29, 30, 27, 26],
+        });
+        let blob = build(&c).expect("written");
+        let platform = crate::platform::Platform::from_dtb(&blob).expect("parses");
+        assert_eq!(platform.gic, None);
+        let gic = platform.gicv2.expect("a GICv2 node");
+        assert_eq!(gic.distributor.start, 0x0800_0000);
+        assert_eq!(
+            gic.cpu_interface,
+            PhysRange::from_start_size(0x0801_0000, 0x1_0000)
+        );
+        assert_eq!(gic.hyp_interface, None, "the guest gets no GICH");
+        assert_eq!(gic.maintenance_intid, None);
+        assert_eq!(platform.uart_intid, Some(33));
+        let fdt = Fdt::new(&blob).expect("parses");
+        let node = fdt.find_node("/intc@8000000").expect("gic node");
+        assert!(
+            node.compatible()
+                .expect("compatible")
+                .all()
+                .any(|c| c == "arm,cortex-a15-gic")
+        );
+        assert!(node.property("#redistributor-regions").is_none());
+        let timer = fdt.find_node("/timer").expect("timer");
+        let cells: Vec<u32> = timer
+            .property("interrupts")
+            .expect("timer interrupts")
+            .value
+            .chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        // Four vCPUs: CPU mask 0xf in flags [15:8], level-high.
+        assert_eq!(
+            cells,
+            [1, 13, 0xf04, 1, 14, 0xf04, 1, 11, 0xf04, 1, 10, 0xf04]
+        );
+    }
+}

@@ -1,0 +1,7 @@
+//! The guest-facing description of a VM: its physical address layout, the
+//! device tree it boots with, its counters and its event log.
+
+pub mod counters;
+pub mod device_tree;
+pub mod event_log;
+pub mod layout;

@@ -1,0 +1,433 @@
+//! `--vm SPEC`: one VM of a run with several VMs in one boot payload.
+//!
+//! A spec is comma-separated items, e.g.
+//! `guest=memory,cpus=0-1,mem=256`, `linux,cpus=2-3,mem=512` or
+//! `kernel=PATH,cpus=4,name=x,control=1` ([`VmSpec::parse`]):
+//!
+//! | item | meaning |
+//! |---|---|
+//! | `SCENARIO` or `guest=SCENARIO` | the test guest running this scenario |
+//! | `args=WORDS` | more test guest bootargs (as `--guest-args`) |
+//! | `linux` | Debian's kernel with the unattended check initramfs (prints a `RESULT:` line) |
+//! | `linux-shell` | Debian's kernel with the busybox shell (no result; `expect=running`) |
+//! | `kernel=PATH` | this kernel (arm64 Image, or gzip-compressed); `expect=running` |
+//! | `initrd=PATH` | this initrd, with `linux` or `kernel=` |
+//! | `cmdline=TEXT` | the kernel command line; must come last and takes the rest of the spec, commas included |
+//! | `cpus=LIST` | the physical CPUs that run its vCPUs, one vCPU each (`0-1`, `2,3`); required beside other VMs |
+//! | `mem=MIB` | its RAM (default: the hypervisor's 128 MiB; 512 for `linux`) |
+//! | `name=NAME` | its name (default `vm<i>`, `i` its place among the `--vm`s) |
+//! | `control=0\|1` | whether it may use the hypervisor's control interface |
+//! | `expect=pass\|stopped\|running` | what the run expects of it: its `RESULT: PASS` (default for guests that print one), to be stopped by the hypervisor (a bad guest), or to run without a verdict |
+//!
+//! A CPU list's own commas are read as part of `cpus=`: `cpus=2,3,mem=64`
+//! is CPUs 2 and 3. Each item may come once; exactly one guest item.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use boot_payload::cpuset::CpuSet;
+use boot_payload::vmname::VmName;
+
+use crate::Scenario;
+use crate::linux::{BusyboxInit, InitrdSource, KernelSource, LinuxBoot};
+
+/// What a VM runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmGuest {
+    /// The test guest.
+    Test {
+        /// Its scenario.
+        scenario: Scenario,
+        /// More bootargs after `test=<scenario>`.
+        args: String,
+    },
+    /// A Linux kernel.
+    Linux(LinuxBoot),
+}
+
+/// What a run expects of one VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmExpect {
+    /// Its `RESULT: PASS`, and no stop by the hypervisor.
+    Pass,
+    /// The hypervisor stops it (its `stopping the VM` line).
+    Stopped,
+    /// Nothing: it runs without a verdict; it must not fail or be stopped.
+    Running,
+}
+
+impl VmExpect {
+    /// The name in a spec (`expect=`).
+    pub fn name(self) -> &'static str {
+        match self {
+            VmExpect::Pass => "pass",
+            VmExpect::Stopped => "stopped",
+            VmExpect::Running => "running",
+        }
+    }
+}
+
+/// One VM of a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmSpec {
+    /// Its name (a valid [`VmName`]).
+    pub name: String,
+    /// What it runs.
+    pub guest: VmGuest,
+    /// The physical CPUs of its vCPUs (`None`: every CPU; one VM only).
+    pub cpus: Option<CpuSet>,
+    /// Its RAM in MiB (`None`: the default).
+    pub mem_mib: Option<u32>,
+    /// Whether it may use the control interface.
+    pub control: bool,
+    /// What the run expects of it.
+    pub expect: VmExpect,
+}
+
+/// Why a `--vm` spec was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmSpecError {
+    /// The spec.
+    pub spec: String,
+    /// What is wrong.
+    pub why: String,
+}
+
+impl fmt::Display for VmSpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "--vm {}: {}", self.spec, self.why)
+    }
+}
+
+impl std::error::Error for VmSpecError {}
+
+/// RAM of a `linux` VM when its spec does not say, in MiB.
+pub const LINUX_VM_MEM_MIB: u32 = crate::LINUX_GUEST_MEM_MIB;
+/// RAM of a test guest VM when its spec does not say (the hypervisor's
+/// default), in MiB.
+pub const TEST_VM_MEM_MIB: u32 = boot_payload::vmconf::DEFAULT_MEM_MIB as u32;
+
+impl VmSpec {
+    /// Reads the spec `text` of the `index`-th `--vm` (see the module doc).
+    pub fn parse(text: &str, index: usize) -> Result<VmSpec, VmSpecError> {
+        let fail = |why: String| VmSpecError {
+            spec: text.to_string(),
+            why,
+        };
+        let mut items: Vec<(String, Option<String>)> = Vec::new();
+        let mut rest = text;
+        while !rest.is_empty() {
+            let (item, after) = match rest.split_once(',') {
+                Some((item, after)) => (item, after),
+                None => (rest, ""),
+            };
+            if let Some(cmdline) = item.strip_prefix("cmdline=") {
+                let whole = if after.is_empty() && !rest.contains(',') {
+                    cmdline.to_string()
+                } else {
+                    format!("{cmdline},{after}")
+                };
+                items.push(("cmdline".into(), Some(whole)));
+                break;
+            }
+            rest = after;
+            let continues_cpus = !item.contains('=')
+                && !item.is_empty()
+                && item.chars().all(|c| c.is_ascii_digit() || c == '-')
+                && items.last().is_some_and(|(key, _)| key == "cpus");
+            if continues_cpus {
+                if let Some((_, Some(list))) = items.last_mut() {
+                    list.push(',');
+                    list.push_str(item);
+                }
+                continue;
+            }
+            match item.split_once('=') {
+                Some((key, value)) => items.push((key.to_string(), Some(value.to_string()))),
+                None => items.push((item.to_string(), None)),
+            }
+        }
+        if items.is_empty() {
+            return Err(fail("an empty spec; a VM needs at least its guest".into()));
+        }
+        let mut seen: Vec<&str> = Vec::new();
+        let mut guest_items = 0;
+        let (mut scenario, mut args, mut linux, mut kernel, mut initrd, mut cmdline) =
+            (None, None, None, None, None, None);
+        let (mut cpus, mut mem_mib, mut name, mut control, mut expect) =
+            (None, None, None, false, None);
+        for (key, value) in &items {
+            let key = key.as_str();
+            let slot = match (key, value) {
+                (_, None) => "guest",
+                ("guest" | "kernel", Some(_)) => "guest",
+                (key, Some(_)) => key,
+            };
+            if seen.contains(&slot) {
+                return Err(fail(match slot {
+                    "guest" => {
+                        "more than one guest (a scenario, linux, linux-shell or kernel=)".into()
+                    }
+                    key => format!("`{key}=` is given twice"),
+                }));
+            }
+            seen.push(slot);
+            let value = value.as_deref();
+            match (key, value) {
+                ("linux", None) => linux = Some(BusyboxInit::Test),
+                ("linux-shell", None) => linux = Some(BusyboxInit::Shell),
+                ("guest", Some(word)) | (word, None) => {
+                    scenario = Some(Scenario::from_name(word).ok_or_else(|| {
+                        fail(format!(
+                            "unknown guest `{word}` (linux, linux-shell, kernel=PATH, or a \
+                             scenario: {})",
+                            Scenario::names()
+                        ))
+                    })?)
+                }
+                ("args", Some(words)) => args = Some(words.to_string()),
+                ("kernel", Some(path)) => kernel = Some(PathBuf::from(path)),
+                ("initrd", Some(path)) => initrd = Some(PathBuf::from(path)),
+                ("cmdline", Some(line)) => cmdline = Some(line.to_string()),
+                ("cpus", Some(list)) => {
+                    cpus = Some(
+                        CpuSet::parse(list)
+                            .map_err(|error| fail(format!("cpus={list}: {error}")))?,
+                    )
+                }
+                ("mem", Some(mib)) => {
+                    mem_mib = Some(
+                        mib.parse::<u32>()
+                            .ok()
+                            .filter(|m| *m > 0)
+                            .ok_or_else(|| fail(format!("mem={mib}: a positive number of MiB")))?,
+                    )
+                }
+                ("name", Some(text)) => {
+                    VmName::new(text).map_err(|error| fail(format!("name={text}: {error}")))?;
+                    name = Some(text.to_string());
+                }
+                ("control", Some(flag)) => {
+                    control = match flag {
+                        "0" => false,
+                        "1" => true,
+                        _ => return Err(fail(format!("control={flag}: 0 or 1"))),
+                    }
+                }
+                ("expect", Some(what)) => {
+                    expect = Some(
+                        [VmExpect::Pass, VmExpect::Stopped, VmExpect::Running]
+                            .into_iter()
+                            .find(|e| e.name() == what)
+                            .ok_or_else(|| {
+                                fail(format!("expect={what}: pass, stopped or running"))
+                            })?,
+                    )
+                }
+                (key, Some(_)) => {
+                    return Err(fail(format!(
+                        "unknown key `{key}=` (guest, args, kernel, initrd, cmdline, cpus, mem, \
+                         name, control, expect)"
+                    )));
+                }
+            }
+            if slot == "guest" {
+                guest_items += 1;
+            }
+        }
+        let guest = match (scenario, linux, kernel) {
+            (Some(scenario), None, None) => {
+                if initrd.is_some() || cmdline.is_some() {
+                    return Err(fail(
+                        "initrd= and cmdline= are for linux or kernel=; the test guest takes \
+                         args="
+                            .into(),
+                    ));
+                }
+                VmGuest::Test {
+                    scenario,
+                    args: args.unwrap_or_default(),
+                }
+            }
+            (None, linux, kernel) if guest_items == 1 => {
+                if args.is_some() {
+                    return Err(fail(
+                        "args= is for the test guest; Linux takes cmdline=".into(),
+                    ));
+                }
+                let init = linux.unwrap_or(BusyboxInit::Shell);
+                if init == BusyboxInit::Test && initrd.is_some() {
+                    return Err(fail(
+                        "linux builds its own initramfs (the unattended check); it takes no \
+                         initrd="
+                            .into(),
+                    ));
+                }
+                VmGuest::Linux(LinuxBoot {
+                    kernel: kernel.map_or(KernelSource::Debian, KernelSource::File),
+                    initrd: match (initrd, linux) {
+                        (Some(path), _) => InitrdSource::File(path),
+                        (None, Some(init)) => InitrdSource::Busybox(init),
+                        (None, None) => InitrdSource::None,
+                    },
+                    cmdline,
+                })
+            }
+            _ => {
+                return Err(fail(
+                    "a VM needs one guest: a scenario (or guest=), linux, linux-shell or \
+                     kernel=PATH"
+                        .into(),
+                ));
+            }
+        };
+        let reports_result = match &guest {
+            VmGuest::Test { .. } => true,
+            VmGuest::Linux(linux) => linux.reports_result(),
+        };
+        let expect = expect.unwrap_or(if reports_result {
+            VmExpect::Pass
+        } else {
+            VmExpect::Running
+        });
+        if expect == VmExpect::Pass && !reports_result {
+            return Err(fail(
+                "expect=pass: this guest prints no RESULT line (expect=running or stopped)".into(),
+            ));
+        }
+        Ok(VmSpec {
+            name: name.unwrap_or_else(|| format!("vm{index}")),
+            guest,
+            cpus,
+            mem_mib,
+            control,
+            expect,
+        })
+    }
+
+    /// Its RAM in MiB, with the default filled in.
+    pub fn mem_mib_or_default(&self) -> u32 {
+        self.mem_mib.unwrap_or(match self.guest {
+            VmGuest::Test { .. } => TEST_VM_MEM_MIB,
+            VmGuest::Linux(_) => LINUX_VM_MEM_MIB,
+        })
+    }
+
+    /// The test guest's command line (`None` for Linux).
+    pub fn test_cmdline(&self) -> Option<String> {
+        match &self.guest {
+            VmGuest::Test { scenario, args } => {
+                let base = crate::guest_cmdline(*scenario, crate::Boot::Hypervisor);
+                Some(match args.trim() {
+                    "" => base,
+                    args => format!("{base} {args}"),
+                })
+            }
+            VmGuest::Linux(_) => None,
+        }
+    }
+}
+
+/// The `-smp` a run of `vms` needs when none is given: the highest CPU a VM
+/// names plus one (CPUs from 0 up), plus one CPU no VM names (the
+/// hypervisor's own) when `spare_cpu`. A VM without a CPU list counts as
+/// one CPU.
+pub fn default_smp(vms: &[VmSpec], spare_cpu: bool) -> u32 {
+    let highest = vms
+        .iter()
+        .map(|vm| vm.cpus.map_or(0, |cpus| cpus.highest()))
+        .max()
+        .unwrap_or(0);
+    highest + 1 + u32::from(spare_cpu)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(text: &str) -> VmSpec {
+        VmSpec::parse(text, 1).unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    fn why(text: &str) -> String {
+        VmSpec::parse(text, 0).expect_err(text).to_string()
+    }
+
+    #[test]
+    fn specs_parse() {
+        let memory = spec("guest=memory,cpus=0-1,mem=256");
+        assert_eq!(memory.name, "vm1");
+        assert_eq!(
+            memory.guest,
+            VmGuest::Test {
+                scenario: Scenario::Memory,
+                args: String::new()
+            }
+        );
+        assert_eq!(memory.cpus, CpuSet::from_mask(0b11));
+        assert_eq!((memory.mem_mib, memory.expect), (Some(256), VmExpect::Pass));
+        assert_eq!(memory.test_cmdline().unwrap(), "test=memory");
+        let linux = spec("linux,cpus=2,3,mem=512");
+        assert_eq!(
+            linux.guest,
+            VmGuest::Linux(LinuxBoot::debian(BusyboxInit::Test))
+        );
+        assert_eq!(linux.cpus, CpuSet::from_mask(0b1100));
+        assert_eq!(linux.expect, VmExpect::Pass);
+        let files = spec("kernel=/k/Image,cpus=4,name=x,control=1,cmdline=console=ttyAMA0,a=b");
+        assert_eq!(files.name, "x");
+        assert!(files.control);
+        assert_eq!(files.expect, VmExpect::Running);
+        assert_eq!(
+            files.guest,
+            VmGuest::Linux(LinuxBoot {
+                kernel: KernelSource::File("/k/Image".into()),
+                initrd: InitrdSource::None,
+                cmdline: Some("console=ttyAMA0,a=b".into()),
+            })
+        );
+        let bad = spec("bad-guest,cpus=5,expect=stopped,args=x=1 y");
+        assert_eq!(bad.expect, VmExpect::Stopped);
+        assert_eq!(bad.test_cmdline().unwrap(), "test=bad-guest x=1 y");
+        assert_eq!(spec("linux-shell").expect, VmExpect::Running);
+        assert_eq!(spec("linux").mem_mib_or_default(), 512);
+        assert_eq!(spec("memory").mem_mib_or_default(), 128);
+        assert_eq!(spec("memory").cpus, None);
+    }
+
+    #[test]
+    fn bad_specs_say_what_is_wrong() {
+        for (text, says) in [
+            ("", "empty"),
+            ("cpus=0", "one guest"),
+            ("memory,linux", "more than one guest"),
+            ("guest=memory,kernel=/k", "more than one guest"),
+            ("nope", "unknown guest"),
+            ("memory,cpus=0,cpus=1", "given twice"),
+            ("memory,cpus=1-0", "backwards"),
+            ("memory,cpus=0,0", "twice"),
+            ("memory,mem=0", "positive"),
+            ("memory,name=a b", "name="),
+            ("memory,name=hv", "taken"),
+            ("memory,control=2", "0 or 1"),
+            ("memory,expect=maybe", "pass, stopped or running"),
+            ("memory,colour=red", "unknown key"),
+            ("memory,initrd=/r", "test guest"),
+            ("linux,args=x", "args="),
+            ("linux,initrd=/r", "its own initramfs"),
+            ("kernel=/k,expect=pass", "no RESULT"),
+        ] {
+            let why = why(text);
+            assert!(why.contains(says), "{text}: {why}");
+            assert!(why.starts_with(&format!("--vm {text}:")), "{why}");
+        }
+    }
+
+    #[test]
+    fn default_smp_covers_every_cpu_named() {
+        let vms = [spec("memory,cpus=0-1"), spec("linux,cpus=4")];
+        assert_eq!(default_smp(&vms, false), 5);
+        assert_eq!(default_smp(&vms, true), 6);
+        assert_eq!(default_smp(&[spec("memory")], false), 1);
+    }
+}
