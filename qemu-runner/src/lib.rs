@@ -202,6 +202,10 @@ pub struct RunConfig {
     /// Overall time limit of an unattended run; ignored (no limit) with
     /// `gdb`.
     pub timeout: Duration,
+    /// Progress lines an unattended run must keep printing, each within a
+    /// time of the one before (`None`: only the overall limit); ignored with
+    /// `gdb`.
+    pub progress: Option<qemu::Progress>,
     /// Time limit of an interactive session ([`RunConfig::is_interactive`]);
     /// `None`: none, the person at the terminal ends it.
     pub session_timeout: Option<Duration>,
@@ -238,6 +242,7 @@ impl Default for RunConfig {
             cpu: DEFAULT_CPU.to_string(),
             gic: qemu::GicVersion::V3,
             timeout: Duration::from_secs(120),
+            progress: None,
             session_timeout: None,
             input: ConsoleInput::Closed,
             gdb: false,
@@ -584,6 +589,8 @@ pub enum Verdict {
     NoCleanExit(String),
     /// The time limit ran out before a result.
     TimedOut(Duration),
+    /// A progress line was late ([`RunConfig::progress`]): the guest hangs.
+    Stalled(qemu::Progress),
     /// The hypervisor could not start a guest (the reason it gave).
     GuestNotStarted(String),
     /// The hypervisor stopped the VM (its error line).
@@ -622,6 +629,12 @@ impl fmt::Display for Verdict {
                 f,
                 "FAIL: no result within {} s; QEMU was killed (raise --timeout, or debug with --gdb)",
                 limit.as_secs()
+            ),
+            Verdict::Stalled(progress) => write!(
+                f,
+                "FAIL: hang: no `{}` line within {} s of the last one; QEMU was killed",
+                progress.marker,
+                progress.within.as_secs()
             ),
             Verdict::NoResult => write!(f, "FAIL: QEMU exited without a RESULT line"),
             Verdict::GuestNotStarted(why) => {
@@ -717,6 +730,7 @@ fn clean_exit(ending: &Ending, exited_zero: bool, status: &str) -> Result<(), St
             "QEMU was still running after the last expected line and was stopped ({status})"
         )),
         Ending::TimedOut => Err(format!("QEMU was killed at the time limit ({status})")),
+        Ending::Stalled(_) => Err(format!("QEMU was killed as hung ({status})")),
     }
 }
 
@@ -785,6 +799,7 @@ fn judge_firmware(transcript: &Transcript, ending: &Ending, firmware: Firmware) 
         Ending::Exited => "exited",
         Ending::StoppedAfterGrace => "was stopped",
         Ending::TimedOut => "was killed at the time limit",
+        Ending::Stalled(_) => "was killed as hung",
     };
     Some(Verdict::FirmwareFailed(format!(
         "U-Boot never ran the runner's boot command (no `{}` line before QEMU {end}); did it \
@@ -826,6 +841,7 @@ fn judge(
         (Some(GuestResult::Fail(why)), _) => Verdict::GuestFailed(why.clone()),
         (Some(GuestResult::Malformed(line)), _) => Verdict::MalformedResult(line.clone()),
         (None, _) if *ending == Ending::TimedOut => Verdict::TimedOut(timeout),
+        (None, _) if let Ending::Stalled(progress) = ending => Verdict::Stalled(*progress),
         (None, Expectation::CleanExit) => {
             exit.map_or_else(Verdict::NoCleanExit, |()| Verdict::Pass)
         }
@@ -1250,6 +1266,7 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
     let interactive = config.is_interactive();
     let watch = Watch {
         timeout: config.time_limit(),
+        progress: config.progress.filter(|_| !config.gdb && !interactive),
         echo: config.echo,
         interactive: config.gdb || interactive,
         follow_to_exit: interactive,

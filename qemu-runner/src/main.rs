@@ -29,8 +29,9 @@ console and exits 0 only when the guest prints RESULT: PASS.
 options:
   --guest SCENARIO   test guest scenario (default memory; the list follows)
   --guest-args WORDS more test guest bootargs, e.g. 'seed=5 seeds=10 ops=400'
-                     for fuzz (fuzz-allow=straddle adds the one family
-                     left out of the default mix)
+                     for fuzz (fuzz-deny=a,b takes operation families
+                     out of the default mix; fuzz-verbose=1 prints a line
+                     before every operation)
   --smp N            emulated CPUs (default 4)
   --mem MIB          machine RAM in MiB (default 1024)
   --guest-mem MIB    guest RAM in MiB (vm.conf mem_mib; hypervisor default 128)

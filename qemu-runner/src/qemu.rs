@@ -217,6 +217,21 @@ pub enum Ending {
     StoppedAfterGrace,
     /// The overall timeout ran out and QEMU was stopped.
     TimedOut,
+    /// No progress line came in time ([`Watch::progress`]) and QEMU was
+    /// stopped: the guest hangs.
+    Stalled(Progress),
+}
+
+/// A run that must keep printing progress lines: each one, the first counted
+/// from QEMU's start, must come within `within` of the one before, or the run
+/// is stopped as hung (long before an overall time limit sized for the whole
+/// run would say so).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Text every progress line contains.
+    pub marker: &'static str,
+    /// Longest wait for the next progress line.
+    pub within: Duration,
 }
 
 /// What a QEMU run produced.
@@ -275,6 +290,8 @@ impl std::fmt::Debug for Follow<'_> {
 pub struct Watch {
     /// Overall time limit (`None`: wait for ever, as under gdb).
     pub timeout: Option<Duration>,
+    /// Progress lines the run must keep printing (`None`: none).
+    pub progress: Option<Progress>,
     /// Copy the console to our stdout as it arrives.
     pub echo: bool,
     /// Give QEMU our stdin (typing reaches the guest; Ctrl-A x quits QEMU).
@@ -333,9 +350,13 @@ pub fn run_with(setup: &QemuSetup, watch: Watch, follow: Follow<'_>) -> std::io:
     };
     let deadline = watch.timeout.map(|timeout| start + timeout);
     let mut stop_at: Option<Instant> = None;
+    let mut progress_due = watch.progress.map(|p| start + p.within);
     let ending = loop {
         let now = Instant::now();
-        let wake = [deadline, stop_at].into_iter().flatten().min();
+        let wake = [deadline, stop_at, progress_due]
+            .into_iter()
+            .flatten()
+            .min();
         let event = match wake {
             Some(wake) => lines.recv_timeout(wake.saturating_duration_since(now)),
             None => lines.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -348,6 +369,9 @@ pub fn run_with(setup: &QemuSetup, watch: Watch, follow: Follow<'_>) -> std::io:
             }
             Ok(Event::Line(line)) => {
                 let kind = transcript.push_line_at(&line, start.elapsed());
+                if let Some(watched) = watch.progress.filter(|p| line.contains(p.marker)) {
+                    progress_due = Some(Instant::now() + watched.within);
+                }
                 let one_vms_line = matches!(
                     kind,
                     Line::Result(_) | Line::VmStopped(_) | Line::KernelFault(_)
@@ -373,6 +397,16 @@ pub fn run_with(setup: &QemuSetup, watch: Watch, follow: Follow<'_>) -> std::io:
                 }
                 if stop_at.is_some_and(|s| Instant::now() >= s) {
                     break Ending::StoppedAfterGrace;
+                }
+                if let Some(watched) = watch
+                    .progress
+                    .filter(|_| progress_due.is_some_and(|due| Instant::now() >= due))
+                {
+                    // After the result only the grace period counts.
+                    if stop_at.is_none() {
+                        break Ending::Stalled(watched);
+                    }
+                    progress_due = None;
                 }
             }
         }
@@ -748,6 +782,60 @@ mod tests {
         );
         assert_eq!(grace_after(&classify(crate::uboot::START_MARKER)), None);
         assert_eq!(grace_after(&classify("LINUX-INIT: started")), None);
+    }
+
+    /// Runs a shell script in QEMU's place (it ignores QEMU's arguments)
+    /// with a progress watch of 1 s and an overall limit of 20 s.
+    fn run_script(name: &str, script: &str) -> (QemuRun, Duration) {
+        let path = std::env::temp_dir().join(format!("qemu-runner-{}-{name}", std::process::id()));
+        std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+        let mut permissions = std::fs::metadata(&path).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+        std::fs::set_permissions(&path, permissions).unwrap();
+        let setup = QemuSetup {
+            program: path.clone(),
+            ..setup()
+        };
+        let watch = Watch {
+            timeout: Some(Duration::from_secs(20)),
+            progress: Some(Progress {
+                marker: "FUZZ: seed",
+                within: Duration::from_secs(1),
+            }),
+            echo: false,
+            interactive: false,
+            follow_to_exit: false,
+        };
+        let started = Instant::now();
+        let outcome = run(&setup, watch).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        (outcome, started.elapsed())
+    }
+
+    #[test]
+    fn a_late_progress_line_stops_the_run_as_hung() {
+        let (outcome, took) = run_script(
+            "stall",
+            "echo 'FUZZ: seed 1'; sleep 0.5; echo 'FUZZ: seed 2'; echo other; exec sleep 30",
+        );
+        assert!(
+            matches!(outcome.ending, Ending::Stalled(p) if p.marker == "FUZZ: seed"),
+            "{:?}",
+            outcome.ending
+        );
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        assert!(outcome.transcript.text.contains("FUZZ: seed 2"));
+    }
+
+    #[test]
+    fn progress_lines_in_time_keep_the_run_going() {
+        let (outcome, _) = run_script(
+            "steady",
+            "for s in 1 2 3 4; do echo \"FUZZ: seed $s\"; sleep 0.6; done; \
+             echo 'FUZZ: seeds=4'; echo 'RESULT: PASS'; exec sleep 30",
+        );
+        assert_eq!(outcome.ending, Ending::StoppedAfterGrace);
+        assert!(outcome.transcript.text.contains("FUZZ: seed 4"));
     }
 
     #[test]

@@ -155,7 +155,7 @@ pub fn judge_vms(
 ) -> Result<(), VmsVerdict> {
     let names: Vec<&str> = vms.iter().map(|(name, _)| *name).collect();
     let consoles = VmConsoles::read(transcript, &names);
-    let timed_out = *ending == Ending::TimedOut;
+    let timed_out = matches!(ending, Ending::TimedOut | Ending::Stalled(_));
     let failed: Vec<(String, String)> = vms
         .iter()
         .enumerate()

@@ -9,13 +9,23 @@
 //!   charged to the last seed the guest announced (`FUZZ: seed N`);
 //! * each `FUZZ: violation seed=N ...` line names its seed, and the summary
 //!   line `FUZZ: seeds=K ops=N violations=V` gives the totals;
-//! * a boot without `RESULT: PASS` for another reason (timeout, guest
-//!   failure) counts as a failure of its first unfinished seed.
+//! * a boot without `RESULT: PASS` for another reason (a hang, timeout,
+//!   guest failure) counts as a failure of its first unfinished seed.
+//!
+//! # Hangs
+//!
+//! The time a boot may take is proportional to its work: the runner stops
+//! QEMU as hung when the next `FUZZ: seed` line is later than a start-up
+//! allowance plus a per-operation allowance for one seed
+//! ([`Campaign::seed_deadline`], 16 s for 300 operations on 4 vCPUs), and
+//! the whole boot has a limit of the same form ([`Campaign::boot_timeout`]).
+//! A hang is a failure of the seed that was running, with its rerun command.
 //!
 //! Every failure comes with the command that replays its boot up to its seed.
 
 use std::time::Duration;
 
+use qemu_runner::qemu::Progress;
 use qemu_runner::{RunConfig, Scenario};
 
 /// What to run.
@@ -59,13 +69,56 @@ impl Campaign {
         )
     }
 
-    /// Time limit of a boot of `count` seeds: generous, as the machine may be
-    /// shared (about 1000 operations a second on an idle TCG host).
+    /// Operations of one seed, all vCPUs together.
+    fn seed_ops(&self) -> u64 {
+        self.ops * u64::from(self.smp)
+    }
+
+    /// Longest wait for the guest's next `FUZZ: seed` line (the first from
+    /// QEMU's start; the last is the `FUZZ: seeds=` summary): the start-up
+    /// allowance plus [`PER_OP_ALLOWANCE`] per operation of one seed. A hang
+    /// is reported this long after the last seed began: 16 s for 300
+    /// operations on 4 vCPUs, 30 s for 1000.
+    pub fn seed_deadline(&self) -> Duration {
+        START_UP_ALLOWANCE + PER_OP_ALLOWANCE * self.seed_ops() as u32
+    }
+
+    /// Time limit of a whole boot of `count` seeds, the backstop behind
+    /// [`Campaign::seed_deadline`] (and longer than it, so that a hang is
+    /// reported as one): one seed's deadline plus [`BOOT_PER_OP_ALLOWANCE`]
+    /// per operation.
     pub fn boot_timeout(&self, count: u64) -> Duration {
-        let ops = count * self.ops * u64::from(self.smp);
-        Duration::from_secs(90 + ops / 150)
+        let ops = count * self.seed_ops();
+        self.seed_deadline() + BOOT_PER_OP_ALLOWANCE * u32::try_from(ops).unwrap_or(u32::MAX)
+    }
+
+    /// The progress the runner watches for: a `FUZZ: seed` line within
+    /// [`Campaign::seed_deadline`] of the one before.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            marker: SEED_MARKER,
+            within: self.seed_deadline(),
+        }
     }
 }
+
+/// What the guest prints as each seed starts (and its closing summary,
+/// `FUZZ: seeds=...`, contains too).
+pub const SEED_MARKER: &str = "FUZZ: seed";
+
+/// QEMU start, hypervisor boot, guest set-up and the first seed line (about
+/// 1 s on an idle host).
+pub const START_UP_ALLOWANCE: Duration = Duration::from_secs(10);
+
+/// Time per operation (all vCPUs) before the next seed line is late: about
+/// nine times the 0.58 ms measured with two 4-vCPU campaigns sharing two host
+/// cores (`e2e_fuzz`: 240 000 operations per boot in 139 s).
+pub const PER_OP_ALLOWANCE: Duration = Duration::from_millis(5);
+
+/// Time per operation of the whole boot's limit: about five times the rate
+/// measured as above (a boot whose seeds each just make their deadline still
+/// ends).
+pub const BOOT_PER_OP_ALLOWANCE: Duration = Duration::from_millis(3);
 
 /// One failure, with how to replay it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -199,6 +252,7 @@ pub fn boot(campaign: &Campaign, cpu: &str, first: u64, count: u64) -> Boot {
         cpu: cpu.to_string(),
         smp: campaign.smp,
         timeout: campaign.boot_timeout(count),
+        progress: Some(campaign.progress()),
         echo: false,
         ..RunConfig::default()
     };
@@ -317,6 +371,67 @@ mod tests {
         assert_eq!(s.last_seed, Some(6));
         assert_eq!(s.vm_stops.len(), 1);
         assert!(s.panics.is_empty());
+    }
+
+    #[test]
+    fn time_limits_are_proportional_to_the_work() {
+        let mut campaign = Campaign {
+            first_seed: 1,
+            seeds: 1000,
+            ops: 300,
+            per_boot: 50,
+            cpus: vec!["cortex-a57".into()],
+            allow: String::new(),
+            smp: 4,
+        };
+        // The long campaign: a hang is reported 16 s after its seed began.
+        assert_eq!(campaign.seed_deadline(), Duration::from_secs(16));
+        assert_eq!(campaign.boot_timeout(50), Duration::from_secs(196));
+        assert!(campaign.boot_timeout(1) > campaign.seed_deadline());
+        // The CI campaign (`e2e_fuzz`): 60 seeds of 1000 operations a boot.
+        campaign.ops = 1000;
+        assert_eq!(campaign.seed_deadline(), Duration::from_secs(30));
+        assert_eq!(campaign.boot_timeout(60), Duration::from_secs(750));
+        assert_eq!(campaign.progress().marker, SEED_MARKER);
+        assert!(
+            summarize("FUZZ: seeds=1 ops=4 violations=0 interrupts=0")
+                .totals
+                .is_some()
+        );
+        assert!("FUZZ: seeds=1 ops=4".contains(SEED_MARKER));
+    }
+
+    #[test]
+    fn a_hang_is_a_failure_of_the_running_seed() {
+        let campaign = Campaign {
+            first_seed: 7,
+            seeds: 3,
+            ops: 300,
+            per_boot: 3,
+            cpus: vec!["max".into()],
+            allow: String::new(),
+            smp: 4,
+        };
+        let boot = Boot {
+            cpu: "max".into(),
+            seeds: (7, 3),
+            summary: summarize("FUZZ: seed 7\nFUZZ: seed 8\n"),
+            report: None,
+            error: Some(qemu_runner::Verdict::Stalled(campaign.progress()).to_string()),
+        };
+        let mut tally = Tally::default();
+        tally_boot(&campaign, &mut tally, &boot);
+        assert_eq!(tally.other_failures, 1);
+        assert_eq!(tally.seeds, 1);
+        assert_eq!(tally.failures.len(), 1);
+        let failure = &tally.failures[0];
+        assert_eq!(failure.seed, 8);
+        assert!(failure.what.contains("hang"), "{}", failure.what);
+        assert_eq!(
+            failure.rerun,
+            "cargo run --release -p qemu-runner -- --guest fuzz --smp 4 --cpu max \
+             --guest-args 'seed=7 seeds=2 ops=300'"
+        );
     }
 
     #[test]

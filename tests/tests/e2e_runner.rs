@@ -274,6 +274,7 @@ fn emitted_boot_files_boot_by_hand_as_the_readme_says() {
     };
     let watch = Watch {
         timeout: Some(Duration::from_secs(120)),
+        progress: None,
         echo: false,
         interactive: false,
         follow_to_exit: false,

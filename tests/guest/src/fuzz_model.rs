@@ -371,15 +371,33 @@ pub fn el0_word_allowed(word: u32) -> bool {
     !(branch_imm || compare_branch || test_branch || conditional || register)
 }
 
-/// Whether a random A32 word may run at AArch32 EL0: no branches and no
-/// writes to the PC (which could loop forever).
+/// Whether a random A32 word may run at AArch32 EL0: no branches and nothing
+/// that can write the PC (a PC write can land on the word itself and loop
+/// forever with interrupts masked: `ldrcc r7, [pc], -pc, lsr #29` writes back
+/// `pc + 8 - 6`, word-aligned to the word's own address).
+///
+/// # Which words write the PC
+///
+/// A32 names a written register in one of three fields: bits 15..12 (`Rd` of
+/// data processing, `Rt` of loads, `RdLo`), bits 19..16 (`Rn` written back by
+/// loads and stores, single, multiple, extra and coprocessor; `Rd` of `MUL`,
+/// `MLA`, `SDIV`, `UDIV`, `SMLAD` and friends; `RdHi`; `Rt2` of `VMOV`/`MRRC`)
+/// and the register list of `LDM`. A word with 15 in either field, or `PC` in
+/// an `LDM` list, is refused (which also refuses harmless PC-relative loads).
+/// The doubleword loads (`LDRD`, `LDREXD`, `LDAEXD`) write `Rt` and `Rt + 1`:
+/// `Rt` 14 writes the PC. `BX`/`BLX` and the unconditional space (`BLX`
+/// immediate, `RFE`) are refused outright.
 pub fn a32_word_allowed(word: u32) -> bool {
-    let branch = word & 0x0e00_0000 == 0x0a00_0000; // B, BL, BLX (imm)
+    let branch = word & 0x0e00_0000 == 0x0a00_0000; // B, BL
     let unconditional = word >> 28 == 0xf;
-    let rd_pc = (word >> 12) & 0xf == 0xf; // data processing / load into PC
+    let rd_pc = (word >> 12) & 0xf == 0xf;
+    let rn_pc = (word >> 16) & 0xf == 0xf;
     let load_multiple_pc = word & 0x0e10_8000 == 0x0810_8000; // LDM with PC
+    let ldrd = word & 0x0e10_00f0 == 0x0000_00d0;
+    let ldrexd = word & 0x0ff0_0eff == 0x01b0_0e9f; // LDREXD, LDAEXD
+    let pair_into_pc = (ldrd || ldrexd) && (word >> 12) & 0xf == 14;
     let bx = word & 0x0ff0_00f0 & !0x0000_0020 == 0x0120_0010; // BX, BLX (reg)
-    !(branch || unconditional || rd_pc || load_multiple_pc || bx)
+    !(branch || unconditional || rd_pc || rn_pc || load_multiple_pc || pair_into_pc || bx)
 }
 
 /// SMCCC `NOT_SUPPORTED`.
@@ -560,6 +578,57 @@ mod tests {
         assert!(!a32_word_allowed(0xe1a0_f00e)); // mov pc, lr
         assert!(!a32_word_allowed(0xe12f_ff1e)); // bx lr
         assert!(!a32_word_allowed(0xe8bd_8000)); // pop {pc}
+        assert!(a32_word_allowed(0xe591_0000)); // ldr r0, [r1]
+        assert!(a32_word_allowed(0xe1c0_20d0)); // ldrd r2, r3, [r0]
+        assert!(a32_word_allowed(0xe000_0291)); // mul r0, r1, r2
+    }
+
+    /// A32 encodings that write the PC, as (fixed bits mask, their value);
+    /// every other bit is free.
+    const A32_PC_WRITERS: [(u32, u32, &str); 14] = [
+        (0x0000_f000, 0x0000_f000, "Rd/Rt/RdLo = pc"),
+        (0x0e00_0000, 0x0a00_0000, "b, bl"),
+        (0x0ff0_00d0, 0x0120_0010, "bx, blx (register)"),
+        (0x0e10_8000, 0x0810_8000, "ldm with pc in the list"),
+        (0x0d0f_0000, 0x040f_0000, "ldr/str post-indexed on pc"),
+        (
+            0x0c2f_0000,
+            0x042f_0000,
+            "ldr/str pre-indexed with writeback on pc",
+        ),
+        (
+            0x0f0f_0090,
+            0x000f_0090,
+            "extra load/store post-indexed on pc",
+        ),
+        (0x0e2f_0000, 0x082f_0000, "ldm/stm with writeback on pc"),
+        (
+            0x0e2f_0000,
+            0x0c2f_0000,
+            "ldc/vldm/vstm with writeback on pc",
+        ),
+        (0x0f8f_00f0, 0x000f_0090, "mul/mla pc"),
+        (0x0f8f_00f0, 0x008f_0090, "umull/smull with RdHi = pc"),
+        (0x0f0f_0010, 0x070f_0010, "sdiv/udiv/smlad pc (media)"),
+        (0x0e10_f0f0, 0x0000_e0d0, "ldrd r14, pc"),
+        (0x0ff0_feff, 0x01b0_ee9f, "ldrexd/ldaexd r14, pc"),
+    ];
+
+    proptest::proptest! {
+        /// No word that can write the PC runs at AArch32 EL0, whatever its
+        /// condition and free bits.
+        #[test]
+        fn a32_pc_writers_refused(form in 0..A32_PC_WRITERS.len(), bits: u32) {
+            let (mask, value, what) = A32_PC_WRITERS[form];
+            let word = (bits & !mask) | value;
+            proptest::prop_assert!(!a32_word_allowed(word), "{word:#010x}: {what}");
+        }
+    }
+
+    #[test]
+    fn a32_seed_219_loop_refused() {
+        // ldrcc r7, [pc], -pc, lsr #29: writes back its own address (seed 219).
+        assert!(!a32_word_allowed(0x361f_7eaf));
     }
 
     #[test]

@@ -21,7 +21,8 @@ usage: fuzz --seeds N [--first-seed S] [--ops M] [--per-boot K] [--cpu MODEL]...
   --per-boot K     seeds per boot (default 50)
   --cpu MODEL      QEMU -cpu; repeat to alternate boots between models
                    (default: max,pauth=off and cortex-a57)
-  --allow LIST     fuzz-allow list added to the default mix: straddle
+  --allow LIST     fuzz-allow list (the default mix has every family;
+                   the guest also takes fuzz-deny=LIST to leave some out)
                    (default: none)
   --smp N          emulated CPUs and vCPUs (default 4)";
 
