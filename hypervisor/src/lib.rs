@@ -20,6 +20,8 @@
 //! - `stage2`: stage-2 fault leaves, TLB counting and guest cache maintenance
 //!   without FEAT_S2FWB.
 //! - `control`: the control plane (empty so far).
+//! - `sysreg_values`: the values of the EL2 control registers and the
+//!   guest's reset registers, built from named fields.
 //!
 //! The boot payload's formats (cpio newc archive, arm64 `Image` header,
 //! `vm.conf`) come from the `boot-payload` crate, which `qemu-runner` writes
@@ -34,6 +36,7 @@ pub mod drivers;
 pub mod exit;
 pub mod platform;
 pub mod stage2;
+pub mod sysreg_values;
 pub mod vm;
 
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]

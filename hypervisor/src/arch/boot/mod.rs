@@ -60,7 +60,7 @@ fn list_registers(features: &CpuFeatures) -> Option<u64> {
     }
     // SAFETY: enabling the system-register interface at EL2 (SRE) and allowing
     // EL1 to use it (Enable) changes no memory; the GIC is not in use yet.
-    unsafe { crate::write_sysreg!(icc_sre_el2, 0x9) };
+    unsafe { crate::write_sysreg!(icc_sre_el2, crate::sysreg_values::ICC_SRE_EL2_VALUE) };
     sysreg::isb();
     Some((crate::read_sysreg!(ich_vtr_el2) & 0x1f) + 1)
 }
@@ -316,7 +316,7 @@ extern "C" fn secondary_main() -> ! {
     }
     if features.gic_sysregs {
         // SAFETY: as on the boot CPU: enables the GIC system-register interface.
-        unsafe { crate::write_sysreg!(icc_sre_el2, 0x9) };
+        unsafe { crate::write_sysreg!(icc_sre_el2, crate::sysreg_values::ICC_SRE_EL2_VALUE) };
         sysreg::isb();
         if let Err(e) = gic::init_cpu(cpu.index()) {
             log::warn!("CPU {}: GICv3 CPU interface: {e:?}", cpu.index());
