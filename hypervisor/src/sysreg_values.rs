@@ -12,7 +12,7 @@
 //! composed value to the bits the architecture prescribes for it, so a
 //! wrong or missing field fails a test on the host.
 
-use aarch64_cpu::registers::{CNTHCTL_EL2, HCR_EL2, ICC_SRE_EL2, MDCR_EL2};
+use aarch64_cpu::registers::{CNTHCTL_EL2, HCR_EL2, HFGRTR_EL2, ICC_SRE_EL2, MDCR_EL2};
 use tock_registers::register_bitfields;
 
 register_bitfields! {u64,
@@ -75,6 +75,16 @@ register_bitfields! {u64,
     CNTHCTL_EL2_EXTRA [
         /// `ECV` (FEAT_ECV): apply `CNTPOFF_EL2` to the EL1 physical counter.
         ECV OFFSET(12) NUMBITS(1) [],
+    ],
+    /// `ZCR_EL2` and `SMCR_EL2` (same `LEN` field; not in `aarch64-cpu`).
+    VECTOR_LENGTH_CONTROL [
+        /// `LEN`: the vector length in 128-bit units minus one, capped by the CPU.
+        LEN OFFSET(0) NUMBITS(4) [],
+    ],
+    /// `PMCR_EL0` (not in `aarch64-cpu`).
+    PMCR_EL0 [
+        /// `N`: the number of event counters.
+        N OFFSET(11) NUMBITS(5) [],
     ]
 }
 
@@ -156,15 +166,32 @@ pub const SCTLR_EL2_VALUE: u64 = {
 /// (`Enable`).
 pub const ICC_SRE_EL2_VALUE: u64 = ICC_SRE_EL2::SRE::SET.value | ICC_SRE_EL2::ENABLE::SET.value;
 
-/// `MDCR_EL2` giving the guest all `counters` event counters of the PMU
-/// (`HPMN`; no other trap), from `PMCR_EL0.N`.
-pub fn mdcr_el2_guest(counters: u64) -> u64 {
-    MDCR_EL2::HPMN.val(counters & MDCR_EL2::HPMN.mask).value
+/// `MDCR_EL2` giving the guest all event counters of the PMU (`HPMN` =
+/// `PMCR_EL0.N` of `pmcr`; no other trap), or 0 without a PMU (`pmcr` `None`).
+pub fn mdcr_el2_guest(pmcr: Option<u64>) -> u64 {
+    let counters = pmcr.map_or(0, |pmcr| PMCR_EL0::N.read(pmcr));
+    MDCR_EL2::HPMN.val(counters).value
 }
+
+/// `HFGRTR_EL2` and `HFGWTR_EL2` trapping nothing: their negative fields
+/// `nSMPRI_EL1` and `nTPIDR2_EL0` (FEAT_SME) trap when clear, so they are set
+/// on a CPU with SME (RES0 without it).
+pub fn fine_grained_read_write_traps_none(sme: bool) -> u64 {
+    if sme {
+        HFGRTR_EL2::nSMPRI_EL1::SET.value | HFGRTR_EL2::nTPIDR2_EL0::SET.value
+    } else {
+        0
+    }
+}
+
+/// `ZCR_EL2`/`SMCR_EL2` `LEN` asking for the longest vector the CPU has (the
+/// CPU caps it).
+pub const VECTOR_LEN_MAX: u64 = VECTOR_LENGTH_CONTROL::LEN.mask;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aarch64_cpu::registers::HFGWTR_EL2;
 
     /// Bit numbers to a value.
     fn bits(list: &[u32]) -> u64 {
@@ -219,8 +246,25 @@ mod tests {
 
     #[test]
     fn mdcr_el2_is_hpmn_only() {
-        assert_eq!(mdcr_el2_guest(6), 6);
-        assert_eq!(mdcr_el2_guest(31), 31);
-        assert_eq!(mdcr_el2_guest(0), 0);
+        // PMCR_EL0.N is bits [15:11]; HPMN is bits [4:0].
+        assert_eq!(mdcr_el2_guest(Some(6 << 11 | 0x41)), 6);
+        assert_eq!(mdcr_el2_guest(Some(u64::MAX)), 31);
+        assert_eq!(mdcr_el2_guest(None), 0);
+    }
+
+    #[test]
+    fn fine_grained_traps_set_the_sme_negative_bits_only_with_sme() {
+        assert_eq!(fine_grained_read_write_traps_none(true), bits(&[54, 55]));
+        assert_eq!(fine_grained_read_write_traps_none(false), 0);
+        // HFGWTR_EL2 has the same negative bits in the same places.
+        assert_eq!(
+            HFGWTR_EL2::nSMPRI_EL1::SET.value | HFGWTR_EL2::nTPIDR2_EL0::SET.value,
+            bits(&[54, 55])
+        );
+    }
+
+    #[test]
+    fn vector_length_asks_for_the_longest() {
+        assert_eq!(VECTOR_LEN_MAX, 0xf);
     }
 }

@@ -32,6 +32,7 @@ use crate::devices::vgic::ListRegisters;
 use crate::platform::cpu_features::{CpuFeatures, SystemFeatures};
 use crate::platform::ranges::PhysRange;
 use crate::platform::{Platform, PsciConduit};
+use aarch64_cpu::registers::ICH_VTR_EL2;
 use core::sync::atomic::Ordering;
 use info::BootInfo;
 use spin::Once;
@@ -62,7 +63,7 @@ fn list_registers(features: &CpuFeatures) -> Option<u64> {
     // EL1 to use it (Enable) changes no memory; the GIC is not in use yet.
     unsafe { crate::write_sysreg!(icc_sre_el2, crate::sysreg_values::ICC_SRE_EL2_VALUE) };
     sysreg::isb();
-    Some((crate::read_sysreg!(ich_vtr_el2) & 0x1f) + 1)
+    Some(crate::read_sysreg!(ich_vtr_el2, ICH_VTR_EL2).read(ICH_VTR_EL2::ListRegs) + 1)
 }
 
 /// Entry of the boot CPU, with the MMU on (called from `entry`).

@@ -1,10 +1,25 @@
 //! Access to system registers by name.
 //!
-//! `read_sysreg!(NAME)` and `write_sysreg!(NAME, value)` expand to a single
-//! `mrs`/`msr`; callers state in their `// SAFETY:` comment why the access is
-//! sound where it changes machine state. Barriers are explicit functions.
+//! One macro family reaches every system register: `read_sysreg!(name)` and
+//! `write_sysreg!(name, value)` expand to a single `mrs`/`msr`; callers state
+//! in their `// SAFETY:` comment why a write is sound. `read_sysreg!(name,
+//! FIELDS)` reads into a `tock_registers::LocalRegisterCopy` typed by a
+//! tock-registers field set (`aarch64_cpu::registers::ICH_VTR_EL2`, ...), so
+//! the caller reads named fields instead of shifting and masking; the values
+//! written are built from named fields in `crate::sysreg_values`. Barriers
+//! are explicit functions.
+//!
+//! `aarch64-cpu`'s own accessors (`Readable::get`, `Writeable::set`) are not
+//! used: its `set` is a safe method whose `asm!` is `nomem`, so the compiler
+//! may move memory accesses across a write to `VTTBR_EL2`, `HCR_EL2`,
+//! `SCTLR_EL1` or `VBAR_EL2`, and no `unsafe` block asks the writer why the
+//! write is sound; `write_sysreg!`'s `msr` is a compiler memory barrier and
+//! must sit in an `unsafe` block. Reads go through the same macro so that
+//! there is one way to name a register (its assembler name, which also covers
+//! the `s3_<op1>_c<n>_c<m>_<op2>` encodings `aarch64-cpu` lacks).
 
-/// Reads a system register.
+/// Reads a system register: `read_sysreg!(name)` gives its `u64` value,
+/// `read_sysreg!(name, FIELDS)` a `LocalRegisterCopy<u64, FIELDS::Register>`.
 #[macro_export]
 macro_rules! read_sysreg {
     ($name:ident) => {{
@@ -15,6 +30,9 @@ macro_rules! read_sysreg {
         }
         value
     }};
+    ($name:ident, $fields:ident) => {
+        tock_registers::LocalRegisterCopy::<u64, $fields::Register>::new($crate::read_sysreg!($name))
+    };
 }
 
 /// Writes a system register. Must be used inside an `unsafe` block whose

@@ -14,12 +14,7 @@ use crate::sysreg_values;
 use crate::vm::layout::vcpu_mpidr;
 use crate::vm::power::BootRequest;
 use crate::{read_sysreg, write_sysreg};
-
-/// `HFGRTR_EL2`/`HFGWTR_EL2` nSMPRI_EL1 (54) and nTPIDR2_EL0 (55): set means
-/// not trapped.
-const FGT_SME_NEGATIVE: u64 = (1 << 54) | (1 << 55);
-/// `ZCR_EL2`/`SMCR_EL2` `LEN` asking for the longest vector the CPU has.
-const VECTOR_LEN_MAX: u64 = 0xf;
+use aarch64_cpu::registers::{ICH_VTR_EL2, ID_AA64DFR0_EL1};
 
 impl Vcpu {
     /// Loads the VM's EL2 configuration and resets the guest's EL1 state.
@@ -28,13 +23,10 @@ impl Vcpu {
         let hcr = sysreg_values::hcr_el2_guest(vm.fwb);
         self.hcr = hcr;
         self.set_way = SetWayTracker::new();
-        let dfr0 = read_sysreg!(id_aa64dfr0_el1);
-        let pmu = matches!((dfr0 >> 8) & 0xf, 1..=0xe);
-        let mdcr = sysreg_values::mdcr_el2_guest(if pmu {
-            (read_sysreg!(pmcr_el0) >> 11) & 0x1f
-        } else {
-            0
-        });
+        let dfr0 = read_sysreg!(id_aa64dfr0_el1, ID_AA64DFR0_EL1);
+        // PMUVer 0 is no PMU, 0xf an IMPLEMENTATION DEFINED one.
+        let pmu = matches!(dfr0.read(ID_AA64DFR0_EL1::PMUVer), 1..=0xe);
+        let mdcr = sysreg_values::mdcr_el2_guest(pmu.then(|| read_sysreg!(pmcr_el0)));
         let midr = read_sysreg!(midr_el1);
         // Which EL2 registers exist is this CPU's own business (a big.LITTLE
         // machine may differ), not the system-wide minimum.
@@ -43,7 +35,7 @@ impl Vcpu {
         // ICH_VTR_EL2.PREbits + 1 preemption bits: 5 need one active-priority
         // register per group, 6 two, 7 four.
         let preemption_bits = if matches!(self.lrs, Some(gic::HostListRegisters::V3(_))) {
-            ((read_sysreg!(ich_vtr_el2) >> 26) & 7) + 1
+            read_sysreg!(ich_vtr_el2, ICH_VTR_EL2).read(ICH_VTR_EL2::PREbits) + 1
         } else {
             5
         };
@@ -60,15 +52,15 @@ impl Vcpu {
             // The guest may use SVE and SME at the CPU's longest vector length
             // (their registers stay in the CPU: vCPUs are pinned).
             if features.sve {
-                write_sysreg!(s3_4_c1_c2_0, VECTOR_LEN_MAX); // ZCR_EL2
+                write_sysreg!(s3_4_c1_c2_0, sysreg_values::VECTOR_LEN_MAX); // ZCR_EL2
             }
             if features.sme {
-                write_sysreg!(s3_4_c1_c2_6, VECTOR_LEN_MAX); // SMCR_EL2
+                write_sysreg!(s3_4_c1_c2_6, sysreg_values::VECTOR_LEN_MAX); // SMCR_EL2
             }
             // Fine-grained traps and HCRX_EL2 reset to UNKNOWN values: trap
             // nothing (the negative bits nSMPRI_EL1/nTPIDR2_EL0 trap when clear).
             if features.fgt {
-                let negative = if features.sme { FGT_SME_NEGATIVE } else { 0 };
+                let negative = sysreg_values::fine_grained_read_write_traps_none(features.sme);
                 write_sysreg!(s3_4_c1_c1_4, negative); // HFGRTR_EL2
                 write_sysreg!(s3_4_c1_c1_5, negative); // HFGWTR_EL2
                 write_sysreg!(s3_4_c1_c1_6, 0); // HFGITR_EL2
