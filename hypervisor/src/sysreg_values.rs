@@ -5,10 +5,11 @@
 //! definitions (`aarch64_cpu::registers::HCR_EL2::VM`, ...) where the crate
 //! has the register and the field, and a local tock-registers
 //! `register_bitfields!` block below for what it lacks (the RES1 bits of
-//! `SCTLR_EL1`/`SCTLR_EL2`/`CPTR_EL2`, `CPTR_EL2.TSM`/`TZ`/`TFP`,
-//! `CNTHCTL_EL2.ECV`). The values are `const` (the boot code feeds
-//! `SCTLR_EL2` to `global_asm!`), so they OR the fields' `.value`s instead of
-//! adding `FieldValue`s. This module is pure: the unit tests pin every
+//! `SCTLR_EL1`/`SCTLR_EL2`/`CPTR_EL2`/`TCR_EL2`, `CPTR_EL2.TSM`/`TZ`/`TFP`,
+//! `CNTHCTL_EL2.ECV`, `PMCR_EL0.N`, `ZCR_EL2.LEN`). The values are `const`
+//! where they can be (the boot code feeds `MAIR_EL2`/`TCR_EL2`/`SCTLR_EL2` to
+//! `global_asm!`), so they OR the fields' `.value`s instead of adding
+//! `FieldValue`s. This module is pure: the unit tests pin every
 //! composed value to the bits the architecture prescribes for it, so a
 //! wrong or missing field fails a test on the host.
 
@@ -80,6 +81,13 @@ register_bitfields! {u64,
     VECTOR_LENGTH_CONTROL [
         /// `LEN`: the vector length in 128-bit units minus one, capped by the CPU.
         LEN OFFSET(0) NUMBITS(4) [],
+    ],
+    /// `TCR_EL2` (`HCR_EL2.E2H` = 0) fields `aarch64-cpu` does not name.
+    TCR_EL2_EXTRA [
+        /// Bit 23, RES1.
+        RES1_23 OFFSET(23) NUMBITS(1) [],
+        /// Bit 31, RES1.
+        RES1_31 OFFSET(31) NUMBITS(1) [],
     ],
     /// `PMCR_EL0` (not in `aarch64-cpu`).
     PMCR_EL0 [
@@ -162,6 +170,30 @@ pub const SCTLR_EL2_VALUE: u64 = {
         | SCTLR_EL2::I::Cacheable.value
 };
 
+/// `MAIR_EL2` of the hypervisor: index 0 Device-nGnRE, index 1 Normal
+/// write-back non-transient read/write-allocate (inner and outer).
+pub const MAIR_EL2_VALUE: u64 = {
+    use aarch64_cpu::registers::MAIR_EL2;
+    MAIR_EL2::Attr0_Device::nonGathering_nonReordering_EarlyWriteAck.value
+        | MAIR_EL2::Attr1_Normal_Outer::WriteBack_NonTransient_ReadWriteAlloc.value
+        | MAIR_EL2::Attr1_Normal_Inner::WriteBack_NonTransient_ReadWriteAlloc.value
+};
+
+/// `TCR_EL2` of the hypervisor without `PS` (the boot code adds the CPU's
+/// physical address size): `T0SZ` = 16 (48-bit VA, start level 0), inner and
+/// outer write-back read/write-allocate walks, inner shareable, 4 KiB
+/// granule, and the RES1 bits 23 and 31.
+pub const TCR_EL2_BASE: u64 = {
+    use aarch64_cpu::registers::TCR_EL2;
+    TCR_EL2::T0SZ.val(16).value
+        | TCR_EL2::IRGN0::WriteBack_ReadAlloc_WriteAlloc_Cacheable.value
+        | TCR_EL2::ORGN0::WriteBack_ReadAlloc_WriteAlloc_Cacheable.value
+        | TCR_EL2::SH0::Inner.value
+        | TCR_EL2::TG0::KiB_4.value
+        | TCR_EL2_EXTRA::RES1_23::SET.value
+        | TCR_EL2_EXTRA::RES1_31::SET.value
+};
+
 /// `ICC_SRE_EL2`: the system-register interface at EL2 (`SRE`) and for EL1
 /// (`Enable`).
 pub const ICC_SRE_EL2_VALUE: u64 = ICC_SRE_EL2::SRE::SET.value | ICC_SRE_EL2::ENABLE::SET.value;
@@ -237,6 +269,19 @@ mod tests {
     #[test]
     fn sctlr_el2_is_res1_with_mmu_caches_and_stack_alignment() {
         assert_eq!(SCTLR_EL2_VALUE, 0x30c5_0830 | bits(&[0, 2, 3, 12]));
+    }
+
+    #[test]
+    fn mair_el2_is_device_ngnre_and_normal_write_back() {
+        assert_eq!(MAIR_EL2_VALUE, 0x04 | 0xff << 8);
+    }
+
+    #[test]
+    fn tcr_el2_is_48_bit_4k_write_back_inner_shareable() {
+        assert_eq!(
+            TCR_EL2_BASE,
+            16 | 1 << 8 | 1 << 10 | 3 << 12 | 1 << 23 | 1 << 31
+        );
     }
 
     #[test]
