@@ -15,13 +15,13 @@
 //! - `exit`: exit handling decisions, one file per exit kind (syndromes,
 //!   aborts and MMIO, hypercalls and PSCI, system register traps, exception
 //!   injection), and what a handler returns (`exit::flow`).
+//! - `sysreg_values`: the values of the EL2 control registers and the
+//!   guest's reset registers, built from named fields.
 //! - `devices`: the emulated PL011, the virtual GIC and the forwarding of the
 //!   guest timers' interrupts.
 //! - `stage2`: stage-2 fault leaves, TLB counting and guest cache maintenance
 //!   without FEAT_S2FWB.
 //! - `control`: the control plane (empty so far).
-//! - `sysreg_values`: the values of the EL2 control registers and the
-//!   guest's reset registers, built from named fields.
 //!
 //! The boot payload's formats (cpio newc archive, arm64 `Image` header,
 //! `vm.conf`) come from the `boot-payload` crate, which `qemu-runner` writes
