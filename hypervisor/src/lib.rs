@@ -15,6 +15,8 @@
 //! - `exit`: exit handling decisions, one file per exit kind (syndromes,
 //!   aborts and MMIO, hypercalls and PSCI, system register traps, exception
 //!   injection), and what a handler returns (`exit::flow`).
+//! - `sysreg_values`: the values of the EL2 control registers and the
+//!   guest's reset registers, built from named fields.
 //! - `devices`: the emulated PL011, the virtual GIC and the forwarding of the
 //!   guest timers' interrupts.
 //! - `stage2`: stage-2 fault leaves and guest cache maintenance without
@@ -35,6 +37,7 @@ pub mod drivers;
 pub mod exit;
 pub mod platform;
 pub mod stage2;
+pub mod sysreg_values;
 pub mod vm;
 
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]

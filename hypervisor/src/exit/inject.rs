@@ -34,6 +34,7 @@
 //! exception; the run loop (`arch::vcpu`) only reads and writes the registers.
 
 use crate::exit::esr::ESR_IL;
+use tock_registers::register_bitfields;
 
 /// Which exception to inject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,46 +63,78 @@ pub enum GuestMode {
     El1h,
 }
 
-/// PSTATE / SPSR fields, in their AArch64 positions unless named `AARCH32_`.
+register_bitfields! {u64,
+    /// PSTATE / SPSR fields `aarch64-cpu`'s `SPSR_EL2` does not name.
+    PSTATE_EXTRA [
+        /// `M[4]` (`nRW`): the state was AArch32.
+        NRW OFFSET(4) NUMBITS(1) [],
+        /// `SSBS` in an AArch64 PSTATE.
+        SSBS OFFSET(12) NUMBITS(1) [],
+        /// `DIT` in an AArch32 CPSR.
+        AARCH32_DIT OFFSET(21) NUMBITS(1) [],
+        /// `PAN` (the same bit in AArch32 and AArch64).
+        PAN OFFSET(22) NUMBITS(1) [],
+        /// `DIT` in an AArch64 PSTATE.
+        DIT OFFSET(24) NUMBITS(1) [],
+    ],
+    /// `SCTLR_EL1` fields the entry to EL1 depends on (not named by `aarch64-cpu`).
+    SCTLR_EL1_ENTRY [
+        /// `SPAN`: 0 sets PSTATE.PAN on an exception to EL1 (RES1 without PAN).
+        SPAN OFFSET(23) NUMBITS(1) [],
+        /// `DSSBS`: the value of PSTATE.SSBS on an exception to EL1.
+        DSSBS OFFSET(44) NUMBITS(1) [],
+    ]
+}
+
+/// PSTATE / SPSR fields, in their AArch64 positions unless named `AARCH32_`,
+/// from `aarch64-cpu`'s `SPSR_EL2` and the local `PSTATE_EXTRA`.
 pub mod spsr {
+    use super::PSTATE_EXTRA;
+    use aarch64_cpu::registers::SPSR_EL2;
+
     /// `M[3:0]` together with `M[4]` (`nRW`): the mode field.
-    pub const MODE_MASK: u64 = 0x1f;
+    pub const MODE_MASK: u64 = SPSR_EL2::M.mask | NRW;
     /// `M[4]` (`nRW`): the state was AArch32.
-    pub const NRW: u64 = 1 << 4;
+    pub const NRW: u64 = PSTATE_EXTRA::NRW::SET.value;
     /// AArch64 `M[3:0]` of EL0t.
-    pub const MODE_EL0T: u64 = 0b0000;
+    pub const MODE_EL0T: u64 = SPSR_EL2::M::EL0t.value;
     /// AArch64 `M[3:0]` of EL1t.
-    pub const MODE_EL1T: u64 = 0b0100;
+    pub const MODE_EL1T: u64 = SPSR_EL2::M::EL1t.value;
     /// AArch64 `M[3:0]` of EL1h.
-    pub const MODE_EL1H: u64 = 0b0101;
-    /// AArch32 `M[4:0]` of User mode (EL0).
-    pub const AARCH32_MODE_USR: u64 = 0b1_0000;
+    pub const MODE_EL1H: u64 = SPSR_EL2::M::EL1h.value;
+    /// AArch32 `M[4:0]` of User mode (EL0): `nRW` with `M[3:0]` = 0.
+    pub const AARCH32_MODE_USR: u64 = NRW;
     /// `F`: FIQ masked.
-    pub const F: u64 = 1 << 6;
+    pub const F: u64 = SPSR_EL2::F::Masked.value;
     /// `I`: IRQ masked.
-    pub const I: u64 = 1 << 7;
+    pub const I: u64 = SPSR_EL2::I::Masked.value;
     /// `A`: SError masked.
-    pub const A: u64 = 1 << 8;
+    pub const A: u64 = SPSR_EL2::A::Masked.value;
     /// `D`: debug exceptions masked (AArch64 only).
-    pub const D: u64 = 1 << 9;
+    pub const D: u64 = SPSR_EL2::D::Masked.value;
     /// `SSBS` in an AArch64 PSTATE.
-    pub const SSBS: u64 = 1 << 12;
+    pub const SSBS: u64 = PSTATE_EXTRA::SSBS::SET.value;
     /// `PAN` (the same bit in AArch32 and AArch64).
-    pub const PAN: u64 = 1 << 22;
+    pub const PAN: u64 = PSTATE_EXTRA::PAN::SET.value;
     /// `DIT` in an AArch32 CPSR.
-    pub const AARCH32_DIT: u64 = 1 << 21;
+    pub const AARCH32_DIT: u64 = PSTATE_EXTRA::AARCH32_DIT::SET.value;
     /// `DIT` in an AArch64 PSTATE.
-    pub const DIT: u64 = 1 << 24;
+    pub const DIT: u64 = PSTATE_EXTRA::DIT::SET.value;
     /// `N`, `Z`, `C`, `V` (the same bits in AArch32 and AArch64).
-    pub const NZCV: u64 = 0xf << 28;
+    pub const NZCV: u64 = SPSR_EL2::N::SET.value
+        | SPSR_EL2::Z::SET.value
+        | SPSR_EL2::C::SET.value
+        | SPSR_EL2::V::SET.value;
 }
 
 /// `SCTLR_EL1` fields the entry to EL1 depends on.
 pub mod sctlr {
+    use super::SCTLR_EL1_ENTRY;
+
     /// `SPAN`: 0 sets PSTATE.PAN on an exception to EL1 (RES1 without PAN).
-    pub const SPAN: u64 = 1 << 23;
+    pub const SPAN: u64 = SCTLR_EL1_ENTRY::SPAN::SET.value;
     /// `DSSBS`: the value of PSTATE.SSBS on an exception to EL1.
-    pub const DSSBS: u64 = 1 << 44;
+    pub const DSSBS: u64 = SCTLR_EL1_ENTRY::DSSBS::SET.value;
 }
 
 /// `ESR_ELx` fields of the injected syndromes.
@@ -298,6 +331,28 @@ pub fn compute(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn pstate_and_sctlr_fields_sit_where_the_architecture_puts_them() {
+        assert_eq!(PSTATE_EL1H_MASKED, 0x3c5);
+        assert_eq!(spsr::MODE_MASK, 0x1f);
+        assert_eq!(spsr::NRW, 1 << 4);
+        assert_eq!(
+            (spsr::MODE_EL0T, spsr::MODE_EL1T, spsr::MODE_EL1H),
+            (0b0000, 0b0100, 0b0101)
+        );
+        assert_eq!(spsr::AARCH32_MODE_USR, 0b1_0000);
+        assert_eq!(
+            (spsr::F, spsr::I, spsr::A, spsr::D),
+            (1 << 6, 1 << 7, 1 << 8, 1 << 9)
+        );
+        assert_eq!(spsr::SSBS, 1 << 12);
+        assert_eq!(spsr::AARCH32_DIT, 1 << 21);
+        assert_eq!(spsr::PAN, 1 << 22);
+        assert_eq!(spsr::DIT, 1 << 24);
+        assert_eq!(spsr::NZCV, 0xf000_0000);
+        assert_eq!((sctlr::SPAN, sctlr::DSSBS), (1 << 23, 1 << 44));
+    }
 
     const VBAR: u64 = 0x4008_0800;
     /// `SCTLR_EL1` of a guest with SPAN set and DSSBS clear.

@@ -20,14 +20,6 @@ use crate::arch::cpu::percpu::{STACK_SIZE, SecondaryBoot};
 use core::arch::global_asm;
 use core::mem::offset_of;
 
-/// `MAIR_EL2`: index 0 Device-nGnRE, index 1 Normal write-back read/write-allocate.
-pub const MAIR_EL2_VALUE: u64 = 0x04 | (0xff << 8);
-/// `TCR_EL2` without PS: T0SZ = 16 (48-bit VA, start level 0), inner/outer
-/// write-back, inner shareable, 4 KiB granule, RES1 bits 23 and 31.
-pub const TCR_EL2_BASE: u64 = 16 | (1 << 8) | (1 << 10) | (3 << 12) | (1 << 23) | (1 << 31);
-/// `SCTLR_EL2`: RES1 bits, M (MMU), C (data cache), SA (stack alignment), I (instruction cache).
-pub const SCTLR_EL2_VALUE: u64 = 0x30c5_0830 | 1 | (1 << 2) | (1 << 3) | (1 << 12);
-
 /// Early block: valid, AttrIdx 1, AP[1] (RES1 at EL2), inner shareable, AF.
 const EARLY_NORMAL_BLOCK: u64 = 0x1 | (1 << 2) | (1 << 6) | (3 << 8) | (1 << 10);
 /// Early block: valid, AttrIdx 0, AP[1], AF, XN.
@@ -188,9 +180,9 @@ secondary_entry:
     stack_size = const STACK_SIZE,
     device = const EARLY_DEVICE_BLOCK,
     normal = const EARLY_NORMAL_BLOCK,
-    mair = const MAIR_EL2_VALUE,
-    tcr = const TCR_EL2_BASE,
-    sctlr = const SCTLR_EL2_VALUE,
+    mair = const crate::sysreg_values::MAIR_EL2_VALUE,
+    tcr = const crate::sysreg_values::TCR_EL2_BASE,
+    sctlr = const crate::sysreg_values::SCTLR_EL2_VALUE,
     boot_stack = const offset_of!(SecondaryBoot, stack_top),
     boot_mair = const offset_of!(SecondaryBoot, mair),
     boot_tcr = const offset_of!(SecondaryBoot, tcr),

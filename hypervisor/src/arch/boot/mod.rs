@@ -32,6 +32,7 @@ use crate::devices::vgic::ListRegisters;
 use crate::platform::cpu_features::{CpuFeatures, SystemFeatures};
 use crate::platform::ranges::PhysRange;
 use crate::platform::{Platform, PsciConduit};
+use aarch64_cpu::registers::ICH_VTR_EL2;
 use core::sync::atomic::Ordering;
 use info::BootInfo;
 use spin::Once;
@@ -60,9 +61,9 @@ fn list_registers(features: &CpuFeatures) -> Option<u64> {
     }
     // SAFETY: enabling the system-register interface at EL2 (SRE) and allowing
     // EL1 to use it (Enable) changes no memory; the GIC is not in use yet.
-    unsafe { crate::write_sysreg!(icc_sre_el2, 0x9) };
+    unsafe { crate::write_sysreg!(icc_sre_el2, crate::sysreg_values::ICC_SRE_EL2_VALUE) };
     sysreg::isb();
-    Some((crate::read_sysreg!(ich_vtr_el2) & 0x1f) + 1)
+    Some(crate::read_sysreg!(ich_vtr_el2, ICH_VTR_EL2).read(ICH_VTR_EL2::ListRegs) + 1)
 }
 
 /// Entry of the boot CPU, with the MMU on (called from `entry`).
@@ -316,7 +317,7 @@ extern "C" fn secondary_main() -> ! {
     }
     if features.gic_sysregs {
         // SAFETY: as on the boot CPU: enables the GIC system-register interface.
-        unsafe { crate::write_sysreg!(icc_sre_el2, 0x9) };
+        unsafe { crate::write_sysreg!(icc_sre_el2, crate::sysreg_values::ICC_SRE_EL2_VALUE) };
         sysreg::isb();
         if let Err(e) = gic::init_cpu(cpu.index()) {
             log::warn!("CPU {}: GICv3 CPU interface: {e:?}", cpu.index());

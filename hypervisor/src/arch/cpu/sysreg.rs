@@ -1,10 +1,42 @@
 //! Access to system registers by name.
 //!
-//! `read_sysreg!(NAME)` and `write_sysreg!(NAME, value)` expand to a single
-//! `mrs`/`msr`; callers state in their `// SAFETY:` comment why the access is
-//! sound where it changes machine state. Barriers are explicit functions.
+//! One macro family reaches every system register: `read_sysreg!(name)` and
+//! `write_sysreg!(name, value)` expand to a single `mrs`/`msr`; callers state
+//! in their `// SAFETY:` comment why a write is sound. `read_sysreg!(name,
+//! FIELDS)` reads into a `tock_registers::LocalRegisterCopy` typed by a
+//! tock-registers field set (`aarch64_cpu::registers::ICH_VTR_EL2`, ...), so
+//! the caller reads named fields instead of shifting and masking; the values
+//! written are built from named fields in `crate::sysreg_values`. Barriers
+//! are explicit functions.
+//!
+//! `aarch64-cpu`'s own accessors (`Readable::get`, `Writeable::set`) are not
+//! used: its `set` is a safe method whose `asm!` is `nomem`, so the compiler
+//! may move memory accesses across a write to `VTTBR_EL2`, `HCR_EL2`,
+//! `SCTLR_EL1` or `VBAR_EL2`, and no `unsafe` block asks the writer why the
+//! write is sound; `write_sysreg!`'s `msr` is a compiler memory barrier and
+//! must sit in an `unsafe` block. Reads go through the same macro so that
+//! there is one way to name a register (its assembler name, which also covers
+//! the `s3_<op1>_c<n>_c<m>_<op2>` encodings `aarch64-cpu` lacks).
 
-/// Reads a system register.
+use tock_registers::register_bitfields;
+
+register_bitfields! {u64,
+    /// `CTR_EL0` (not in `aarch64-cpu`).
+    CTR_EL0 [
+        /// `DminLine`: log2 of the smallest data cache line, in 4-byte words.
+        DMINLINE OFFSET(16) NUMBITS(4) [],
+    ],
+    /// `DCZID_EL0` (not in `aarch64-cpu`).
+    DCZID_EL0 [
+        /// `BS`: log2 of the `DC ZVA` block size, in 4-byte words.
+        BS OFFSET(0) NUMBITS(4) [],
+        /// `DZP`: `DC ZVA` is prohibited.
+        DZP OFFSET(4) NUMBITS(1) [],
+    ]
+}
+
+/// Reads a system register: `read_sysreg!(name)` gives its `u64` value,
+/// `read_sysreg!(name, FIELDS)` a `LocalRegisterCopy<u64, FIELDS::Register>`.
 #[macro_export]
 macro_rules! read_sysreg {
     ($name:ident) => {{
@@ -15,6 +47,9 @@ macro_rules! read_sysreg {
         }
         value
     }};
+    ($name:ident, $fields:ident) => {
+        tock_registers::LocalRegisterCopy::<u64, $fields::Register>::new($crate::read_sysreg!($name))
+    };
 }
 
 /// Writes a system register. Must be used inside an `unsafe` block whose
@@ -42,8 +77,8 @@ pub fn dsb_ish() {
 /// Cleans the data cache lines covering `[addr, addr + len)` to the point of
 /// coherency, so a CPU running with its MMU off sees the data.
 pub fn clean_dcache_to_poc(addr: usize, len: usize) {
-    let ctr = read_sysreg!(ctr_el0);
-    let line = 4usize << ((ctr >> 16) & 0xf);
+    let ctr = read_sysreg!(ctr_el0, CTR_EL0);
+    let line = 4usize << ctr.read(CTR_EL0::DMINLINE);
     let mut p = addr & !(line - 1);
     while p < addr + len {
         // SAFETY: cleaning a cache line does not change memory contents.
@@ -113,9 +148,9 @@ pub fn invalidate_icache_all() {
 /// where the CPU permits it (`DCZID_EL0.DZP` clear) for the whole blocks,
 /// and plain stores for the unaligned ends.
 pub fn zero_memory(addr: usize, len: usize) {
-    let dczid = read_sysreg!(dczid_el0);
-    let block = 4usize << (dczid & 0xf);
-    let permitted = dczid & (1 << 4) == 0;
+    let dczid = read_sysreg!(dczid_el0, DCZID_EL0);
+    let block = 4usize << dczid.read(DCZID_EL0::BS);
+    let permitted = !dczid.is_set(DCZID_EL0::DZP);
     let end = addr + len;
     let first = addr.next_multiple_of(block).min(end);
     let last = if permitted { end & !(block - 1) } else { first };

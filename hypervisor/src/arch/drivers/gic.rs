@@ -204,7 +204,7 @@ fn init_cpu_v3(index: usize) -> Result<(), GicError> {
     // SAFETY: these ICC registers configure this CPU's physical interface;
     // EL2 keeps PSTATE.I masked, so nothing is taken at EL2.
     unsafe {
-        crate::write_sysreg!(icc_sre_el2, 0x9);
+        crate::write_sysreg!(icc_sre_el2, crate::sysreg_values::ICC_SRE_EL2_VALUE);
         core::arch::asm!("isb", options(nostack, preserves_flags));
         crate::write_sysreg!(icc_pmr_el1, 0xff);
         crate::write_sysreg!(icc_bpr1_el1, 0);

@@ -137,7 +137,7 @@ impl Vcpu {
             timers: [TimerForward::new(); 2],
             kicks: VcpuSet::EMPTY,
             needs_fill: true,
-            hcr: load::HCR_EL2_GUEST,
+            hcr: crate::sysreg_values::HCR_EL2_GUEST,
             set_way: SetWayTracker::new(),
         })
     }

@@ -24,6 +24,7 @@
 //! are RES0 in `ICH_LR<n>_EL2` with HW = 0 and only ever set for a GICv2
 //! guest.
 
+use aarch64_cpu::registers::{ICH_HCR_EL2, ICH_LR0_EL2};
 use tock_registers::LocalRegisterCopy;
 use tock_registers::register_bitfields;
 
@@ -78,15 +79,15 @@ impl LrEncoding {
 pub const MAX_LIST_REGISTERS: usize = 16;
 
 /// `ICH_HCR_EL2.En`: virtual CPU interface enabled.
-pub const ICH_HCR_EN: u64 = 1 << 0;
+pub const ICH_HCR_EN: u64 = ICH_HCR_EL2::En::SET.value;
 /// `ICH_HCR_EL2.UIE`: maintenance interrupt when at most one list register is valid.
-pub const ICH_HCR_UIE: u64 = 1 << 1;
+pub const ICH_HCR_UIE: u64 = ICH_HCR_EL2::UIE::SET.value;
 /// `ICH_HCR_EL2.LRENPIE`: maintenance interrupt while `EOIcount` is nonzero.
-pub const ICH_HCR_LRENPIE: u64 = 1 << 2;
+pub const ICH_HCR_LRENPIE: u64 = ICH_HCR_EL2::LRENPIE::SET.value;
 /// `ICH_HCR_EL2.EOIcount` shift (bits \[31:27\]).
-pub const ICH_HCR_EOICOUNT_SHIFT: u32 = 27;
+pub const ICH_HCR_EOICOUNT_SHIFT: u32 = ICH_HCR_EL2::EOIcount.shift as u32;
 /// `ICH_HCR_EL2.EOIcount` mask (in place).
-pub const ICH_HCR_EOICOUNT_MASK: u64 = 0x1f << ICH_HCR_EOICOUNT_SHIFT;
+pub const ICH_HCR_EOICOUNT_MASK: u64 = ICH_HCR_EL2::EOIcount.mask << ICH_HCR_EL2::EOIcount.shift;
 
 /// `ICH_MISR_EL2.EOI`: a list register with EOI set was deactivated.
 pub const ICH_MISR_EOI: u64 = 1 << 0;
@@ -95,15 +96,15 @@ pub const ICH_MISR_U: u64 = 1 << 1;
 /// `ICH_MISR_EL2.LRENP`: LRENPIE set and EOIcount nonzero.
 pub const ICH_MISR_LRENP: u64 = 1 << 2;
 
-const LR_EOI: u64 = 1 << 41;
+const LR_EOI: u64 = ICH_LR0_EL2::EOI::SET.value;
 const LR_SOURCE_SHIFT: u32 = 32;
 const LR_SOURCE_MASK: u64 = 0x7 << LR_SOURCE_SHIFT;
-const LR_PRIORITY_SHIFT: u32 = 48;
-const LR_GROUP: u64 = 1 << 60;
-const LR_HW: u64 = 1 << 61;
-const LR_STATE_SHIFT: u32 = 62;
-const LR_PENDING: u64 = 1 << 62;
-const LR_ACTIVE: u64 = 1 << 63;
+const LR_PRIORITY_SHIFT: u32 = ICH_LR0_EL2::Priority.shift as u32;
+const LR_GROUP: u64 = ICH_LR0_EL2::Group::SET.value;
+const LR_HW: u64 = ICH_LR0_EL2::HW::SET.value;
+const LR_STATE_SHIFT: u32 = ICH_LR0_EL2::State.shift as u32;
+const LR_PENDING: u64 = ICH_LR0_EL2::State::Pending.value;
+const LR_ACTIVE: u64 = ICH_LR0_EL2::State::Active.value;
 
 /// One `ICH_LR<n>_EL2` value: vINTID \[31:0\], pINTID \[41:32\] (bit 41 is EOI
 /// when HW is 0), priority \[55:48\], group \[60\], HW \[61\], state \[63:62\].
@@ -557,6 +558,22 @@ mod hardware {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ich_hcr_and_list_register_fields_sit_where_the_architecture_puts_them() {
+        assert_eq!(ICH_HCR_EN, 1 << 0);
+        assert_eq!(ICH_HCR_UIE, 1 << 1);
+        assert_eq!(ICH_HCR_LRENPIE, 1 << 2);
+        assert_eq!(ICH_HCR_EOICOUNT_SHIFT, 27);
+        assert_eq!(ICH_HCR_EOICOUNT_MASK, 0xf800_0000);
+        assert_eq!(LR_EOI, 1 << 41);
+        assert_eq!(LR_PRIORITY_SHIFT, 48);
+        assert_eq!(LR_GROUP, 1 << 60);
+        assert_eq!(LR_HW, 1 << 61);
+        assert_eq!(LR_STATE_SHIFT, 62);
+        assert_eq!(LR_PENDING, 1 << 62);
+        assert_eq!(LR_ACTIVE, 1 << 63);
+    }
 
     #[test]
     fn list_register_encoding() {
