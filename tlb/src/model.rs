@@ -220,6 +220,39 @@ impl ModelTlb {
             .insert((vmid, entry.ipa >> PAGE_SHIFT), entry);
     }
 
+    /// A hardware walk on the calling thread's CPU: runs `walk`, which reads
+    /// the page table and returns the leaf it found as `(ipa, out_pa,
+    /// level, writable)`, and caches that leaf, with the model locked
+    /// throughout, so that no invalidation can fall between the read and
+    /// the fill (a real walk and its fill are one event to the TLB). Returns
+    /// whether a leaf was cached. `walk` must not call into the model.
+    pub fn walk_and_fill(
+        &self,
+        vmid: u16,
+        walk: impl FnOnce() -> Option<(u64, u64, u8, bool)>,
+    ) -> bool {
+        let cpu = Self::cpu();
+        let mut state = self.state();
+        let Some((ipa, out_pa, level, writable)) = walk() else {
+            return false;
+        };
+        assert!(
+            (1..=3).contains(&level),
+            "leaf level {level} does not exist"
+        );
+        let mask = (span_pages(level) << PAGE_SHIFT) - 1;
+        let entry = CachedTranslation {
+            ipa: ipa & !mask,
+            out_pa: out_pa & !mask,
+            level,
+            writable,
+        };
+        Self::cpu_tlb(&mut state, cpu)
+            .leaves
+            .insert((vmid, entry.ipa >> PAGE_SHIFT), entry);
+        true
+    }
+
     /// Caches on `cpu` the walk entry "the table descriptor at `level`
     /// translating `ipa` points at `table`". Panics on a level above 2.
     pub fn fill_table_on(&self, cpu: usize, vmid: u16, ipa: u64, level: u8, table: u64) {
@@ -347,26 +380,38 @@ impl ModelTlb {
     }
 }
 
-/// Removes from `tlb` what `op` removes for `vmid`.
+/// Removes from `tlb` what `op` removes for `vmid`. Only entries whose span
+/// can reach the operation's pages are looked at (the largest span is a
+/// level-1 block, or a level-0 table descriptor), so a flush costs the
+/// entries it may hit, not every entry cached.
 fn invalidate(tlb: &mut CpuTlb, vmid: u16, op: &TlbiOp) {
-    match op.pages() {
-        None => {
-            tlb.leaves.retain(|&(v, _), _| v != vmid);
-            tlb.walks.retain(|&(v, _, _), _| v != vmid);
-        }
-        Some((first, end)) => {
-            tlb.leaves.retain(|&(v, start), e| {
-                let hit = v == vmid
-                    && start < end
-                    && first < start + span_pages(e.level)
-                    && op.level().is_none_or(|l| l == e.level);
-                !hit
-            });
-            if op.level().is_none() {
-                tlb.walks.retain(|&(v, level, start), _| {
-                    let hit = v == vmid && start < end && first < start + span_pages(level);
-                    !hit
-                });
+    let Some((first, end)) = op.pages() else {
+        tlb.leaves.retain(|&(v, _), _| v != vmid);
+        tlb.walks.retain(|&(v, _, _), _| v != vmid);
+        return;
+    };
+    let from = first.saturating_sub(span_pages(1) - 1);
+    let hits: Vec<(u16, u64)> = tlb
+        .leaves
+        .range((vmid, from)..(vmid, end))
+        .filter(|&(&(_, start), e)| {
+            first < start + span_pages(e.level) && op.level().is_none_or(|l| l == e.level)
+        })
+        .map(|(&k, _)| k)
+        .collect();
+    for k in hits {
+        tlb.leaves.remove(&k);
+    }
+    if op.level().is_none() {
+        for level in 0..=2u8 {
+            let from = first & !(span_pages(level) - 1);
+            let hits: Vec<(u16, u8, u64)> = tlb
+                .walks
+                .range((vmid, level, from)..(vmid, level, end))
+                .map(|(&k, _)| k)
+                .collect();
+            for k in hits {
+                tlb.walks.remove(&k);
             }
         }
     }
