@@ -262,10 +262,10 @@ impl<M: PageTableMemory> Stage2PageTable<M> {
             broken: Vec::new(),
             batch: FlushBatch::new(),
         };
-        // Exclusive: no entry is locked by anyone else, and the cache holds
-        // enough, so the pass cannot fail.
-        self.walk_range(ipa, end, WalkFlags::LEAF, &mut breaker)
-            .expect("an exclusive split with enough pages cannot fail");
+        // Exclusive, with the pages counted: the pass is not expected to
+        // fail, but whatever it broke before an error is still flushed and
+        // made below, so no entry stays locked.
+        let walked = self.walk_range(ipa, end, WalkFlags::LEAF, &mut breaker);
         let BreakVisitor {
             env,
             mut stats,
@@ -300,6 +300,7 @@ impl<M: PageTableMemory> Stage2PageTable<M> {
             "a block broken by the split was not found again to publish"
         );
         stats.blocks_split = broken.len() as u64;
+        walked?;
         Ok(stats)
     }
 }
