@@ -91,6 +91,31 @@ impl<M: PageTableMemory, T: TlbInvalidate> Env<'_, M, T> {
         }
     }
 
+    /// The "break": locks the visited entry (see
+    /// [`VisitContext::try_lock`]) and, when it was valid, tells the backend
+    /// ([`TlbInvalidate::on_break`]) so a checking backend can hold the
+    /// make to the order. Returns the entry it broke.
+    pub(crate) fn break_entry(&self, ctx: &mut VisitContext<'_>) -> Result<Descriptor, WalkError> {
+        let old = ctx.old;
+        ctx.try_lock()?;
+        if old.is_valid() {
+            let leaf_level = (!old.is_table(ctx.level)).then_some(ctx.level);
+            self.tlb
+                .on_break(self.target, ctx.base(), ctx.size(), leaf_level);
+        }
+        Ok(old)
+    }
+
+    /// The "make": publishes `new` in the slot this walker broke, which held
+    /// `old`; when `old` was valid the backend hears of it first
+    /// ([`TlbInvalidate::on_make`]). The old entry's TLB flush must be done.
+    pub(crate) fn make_entry(&self, ctx: &mut VisitContext<'_>, old: Descriptor, new: Descriptor) {
+        if old.is_valid() {
+            self.tlb.on_make(self.target, ctx.base(), ctx.size());
+        }
+        ctx.publish(new);
+    }
+
     /// Break-before-make of the visited entry into `new`; a new leaf gets
     /// its cache maintenance ([`prepare_leaf`](Self::prepare_leaf)) after the
     /// break and before the make.
@@ -99,13 +124,12 @@ impl<M: PageTableMemory, T: TlbInvalidate> Env<'_, M, T> {
         ctx: &mut VisitContext<'_>,
         new: Descriptor,
     ) -> Result<(), WalkError> {
-        let old = ctx.old;
-        ctx.try_lock()?;
+        let old = self.break_entry(ctx)?;
         self.flush_entry(ctx.base(), ctx.level, old);
         if new.is_leaf(ctx.level) {
             self.prepare_leaf(ctx.level, new);
         }
-        ctx.publish(new);
+        self.make_entry(ctx, old, new);
         if old.is_table(ctx.level) {
             self.unlinked(old.output(), ctx.level + 1);
         }

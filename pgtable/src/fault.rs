@@ -14,7 +14,9 @@
 //!   break-before-make, exactly as the exclusive map does;
 //! - [`Stage2PageTable::relax_shared`] adds permissions to the leaf (the
 //!   instruction cache invalidated first when it gains execute) and flushes
-//!   it on this CPU only;
+//!   the faulting page on this CPU only, also when the leaf was relaxed
+//!   already or the race to relax it was lost (a spurious fault: this CPU's
+//!   TLB holds the stricter entry, and only a local flush drops it);
 //! - [`Stage2PageTable::set_young_shared`] sets the access flag.
 //!
 //! Tables unlinked by a shared walk are retired to the epoch collector with
@@ -139,53 +141,68 @@ impl<M: PageTableMemory + Clone + Send + 'static> Stage2PageTable<M> {
     }
 
     /// Applies `update` to the leaf mapping the page of `ipa` in a shared
-    /// walk; `Again` when no valid leaf maps it (unmapped or locked).
-    /// Returns the leaf's `(base, level)` when it changed.
+    /// walk. Returns the leaf it found, `(base, level)`, with whether it
+    /// changed it; the walk's own result is `Again` when no valid leaf maps
+    /// the page (unmapped or locked) or when another walker changed the leaf
+    /// first (the compare-and-swap was lost), and then the leaf found, if
+    /// any, is still returned.
     fn update_leaf_shared(
         &self,
         ipa: u64,
         update: impl Fn(crate::Descriptor) -> crate::Descriptor,
-    ) -> Result<Option<(u64, u8)>, Error> {
+    ) -> (Option<(u64, u8)>, Result<bool, Error>) {
         let ipa = ipa & !(PAGE_SIZE - 1);
-        let end = self.check_range(ipa, PAGE_SIZE)?;
-        let mut changed = None;
+        let end = match self.check_range(ipa, PAGE_SIZE) {
+            Ok(end) => end,
+            Err(e) => return (None, Err(e)),
+        };
+        let mut found = None;
+        let mut changed = false;
         let mm = &self.mm;
         let mut visitor = |ctx: &mut VisitContext<'_>, _: VisitKind| -> Result<Step, WalkError> {
             if !ctx.old.is_valid() {
                 return Err(WalkError::Again);
             }
+            found = Some((ctx.base(), ctx.level));
             let new = update(ctx.old);
             if new != ctx.old {
                 crate::attrs::gains_exec(mm, ctx.level, ctx.old, new);
                 ctx.try_set(new)?;
-                changed = Some((ctx.base(), ctx.level));
+                changed = true;
             }
             Ok(Step::Continue)
         };
-        self.walk_range(ipa, end, FAULT_WALK | WalkFlags::LEAF, &mut visitor)?;
-        Ok(changed)
+        let walked = self.walk_range(ipa, end, FAULT_WALK | WalkFlags::LEAF, &mut visitor);
+        (found, walked.map(|()| changed).map_err(Error::from))
     }
 
     /// Adds `perms` to the leaf mapping `ipa` (a permission fault), then
-    /// invalidates it on this CPU only. Shared.
+    /// invalidates the faulting page on this CPU only. Shared.
+    ///
+    /// The local invalidation is issued whenever a valid leaf was found,
+    /// also when it already had `perms` (another vCPU relaxed it first) or
+    /// when the compare-and-swap was lost (`Again`): the fault proves this
+    /// CPU's TLB holds a stricter entry than the table, and only this CPU
+    /// can drop it, or the vCPU would fault on it forever. KVM does the same
+    /// in `kvm_pgtable_stage2_relax_perms`.
     pub(crate) fn relax_shared(
         &self,
         ipa: u64,
         perms: Perms,
         tlb: &impl TlbInvalidate,
     ) -> Result<(), Error> {
-        let changed = self.update_leaf_shared(ipa, |d| d.with_perms(d.perms().union(perms)))?;
-        if let Some((base, level)) = changed {
-            tlb.flush_range(&self.target, base, PAGE_SIZE, Some(level), Scope::Local);
+        let (found, result) =
+            self.update_leaf_shared(ipa, |d| d.with_perms(d.perms().union(perms)));
+        if let Some((_, level)) = found {
+            let page = ipa & !(PAGE_SIZE - 1);
+            tlb.flush_range(&self.target, page, PAGE_SIZE, Some(level), Scope::Local);
         }
-        Ok(())
+        result.map(|_| ())
     }
 
     /// Sets the access flag of the leaf mapping `ipa` (an access-flag
     /// fault); returns whether it was clear. Shared; no TLBI.
     pub(crate) fn set_young_shared(&self, ipa: u64) -> Result<bool, Error> {
-        Ok(self
-            .update_leaf_shared(ipa, |d| d.with_young(true))?
-            .is_some())
+        self.update_leaf_shared(ipa, |d| d.with_young(true)).1
     }
 }

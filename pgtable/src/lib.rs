@@ -15,7 +15,10 @@
 //!   [`write_protect`](Stage2PageTable::write_protect) (no TLBI inside; the
 //!   caller flushes the returned span once),
 //!   [`relax_perms`](Stage2PageTable::relax_perms), access-flag ageing,
-//!   [`split_to_pages`](Stage2PageTable::split_to_pages) with [`SkipHints`],
+//!   [`split_to_pages`](Stage2PageTable::split_to_pages) with [`SkipHints`]
+//!   (per block, or [batched](Stage2PageTable::split_to_pages_batched) with
+//!   one barrier sequence per range, and [`Mmu::split_in_chunks`] for eager
+//!   splitting chunk by chunk with the write side released between chunks),
 //!   [`map_leaf`](Stage2PageTable::map_leaf),
 //!   [`flush_dcache`](Stage2PageTable::flush_dcache) and
 //!   [`destroy`](Stage2PageTable::destroy).
@@ -125,6 +128,8 @@
 //! - `cargo test -p pgtable`: unit tests, the model-based property test and
 //!   the stress test (also optimised: `cargo test --release -p pgtable --test
 //!   stress`, as CI runs it).
+//! - Eager split in chunks (barrier counts, the per-CPU model TLB, faults
+//!   between chunks): `cargo test --release -p pgtable --test split_chunks`.
 //! - Run-time slot delete and move against faults in flight (stress) and
 //!   interleaved with faults (model): `cargo test --release -p pgtable --test
 //!   slot_sync --test slot_sync_model`.

@@ -144,13 +144,12 @@ impl<M: PageTableMemory, T: TlbInvalidate> MapVisitor<'_, M, T> {
         if cache.is_empty() {
             return Err(WalkError::NoMemory);
         }
-        let old = ctx.old;
-        ctx.try_lock()?;
+        let old = env.break_entry(ctx)?;
         let table = env
             .block_children(cache, old, ctx.level)
             .expect("the cache is not empty");
         env.flush_entry(ctx.base(), ctx.level, old);
-        ctx.publish(Descriptor::table(table));
+        env.make_entry(ctx, old, Descriptor::table(table));
         Ok(())
     }
 
@@ -167,9 +166,9 @@ impl<M: PageTableMemory, T: TlbInvalidate> MapVisitor<'_, M, T> {
             // Break the empty slot so only this walker maintains the memory,
             // then make: nothing can translate through `new` before the
             // maintenance is done.
-            ctx.try_lock()?;
+            let old = self.env.break_entry(ctx)?;
             self.env.prepare_leaf(ctx.level, new);
-            ctx.publish(new);
+            self.env.make_entry(ctx, old, new);
             return Ok(());
         }
         let same_target = old.output() == new.output()

@@ -172,7 +172,11 @@ mod host {
     #[derive(Default)]
     pub struct HostMemory {
         state: Mutex<State>,
+        free_hook: std::sync::OnceLock<FreeHook>,
     }
+
+    /// A check run on every page about to be freed.
+    type FreeHook = std::boxed::Box<dyn Fn(PhysAddr) + Send + Sync>;
 
     impl HostMemory {
         /// A provider with no limit.
@@ -189,6 +193,16 @@ mod host {
 
         fn state(&self) -> std::sync::MutexGuard<'_, State> {
             self.state.lock().unwrap_or_else(|e| e.into_inner())
+        }
+
+        /// Installs `hook`, called with the address of every allocation
+        /// about to be freed, before anything else happens to it (tests
+        /// check there that no CPU of a model TLB can still walk a freed
+        /// table). Panics when a hook is installed already.
+        pub fn on_free(&self, hook: impl Fn(PhysAddr) + Send + Sync + 'static) {
+            if self.free_hook.set(std::boxed::Box::new(hook)).is_err() {
+                panic!("HostMemory already has a free hook");
+            }
         }
 
         /// Pages allocated and not yet freed.
@@ -270,6 +284,9 @@ mod host {
         }
 
         unsafe fn free_pages(&self, pa: PhysAddr, count: usize) {
+            if let Some(hook) = self.free_hook.get() {
+                hook(pa);
+            }
             let mut guard = self.state();
             let state = &mut *guard;
             match state.live.remove(&pa.as_u64()) {

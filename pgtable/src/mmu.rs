@@ -214,7 +214,10 @@ impl<M: PageTableMemory + Clone + Send + 'static> MmuReader<'_, M> {
     }
 
     /// Fixes a permission fault: adds `perms` to the leaf mapping `ipa` and
-    /// invalidates it on this CPU. `Err(Again)` when no leaf maps it now.
+    /// invalidates the page on this CPU, also when the leaf had `perms`
+    /// already or another vCPU changed it first (a spurious fault: this
+    /// CPU's TLB holds a stricter entry). `Err(Again)` when no leaf maps it
+    /// now, or the update lost a race (re-enter the guest).
     pub fn relax_perms(
         &self,
         ipa: u64,

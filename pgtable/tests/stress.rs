@@ -12,6 +12,13 @@
 //! gone no page may be live: the host memory panics on a double free and
 //! counts writes to freed (poisoned) pages, which must be none.
 //!
+//! Every thread runs as its own CPU of a per-CPU model TLB: the model checks
+//! the break / flush / make order of every entry any thread replaces, as it
+//! happens, and each vCPU caches in its own TLB the translation it just
+//! faulted in (as its retry would). Afterwards no CPU may cache a
+//! translation of an unmapped page, or a writable one of a read-only page:
+//! unmap and write-protect flush on every CPU.
+//!
 //! The two sides are paced to one write-side operation per 100 faults, so
 //! each run has about 1,200 write-side operations beside its 120,000 faults.
 //!
@@ -24,7 +31,7 @@ use pgtable::{
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use tlb::{RecordingTlb, TlbCaps};
+use tlb::{ModelTlb, TlbCaps};
 
 const PAGE: u64 = 4096;
 const MIB2: u64 = 2 << 20;
@@ -72,14 +79,16 @@ impl Rng {
 
 /// One vCPU: faults until the shared operation budget is spent.
 fn vcpu(
+    cpu_id: usize,
     seed: u64,
     mmu: &Mmu<Memory>,
     mem: &Memory,
-    tlb: &RecordingTlb,
+    tlb: &ModelTlb,
     ops: &AtomicU64,
     writes: &AtomicU64,
 ) -> u64 {
     let cpu = mmu.register().expect("a CPU slot");
+    ModelTlb::set_cpu(cpu_id);
     let mut cache = PageCache::with_capacity(FAULT_CACHE_PAGES);
     let mut rng = Rng(seed);
     let mut again = 0;
@@ -121,7 +130,21 @@ fn vcpu(
             Ok(()) => {
                 // Still under the read lock: whatever maps `ipa` now (another
                 // vCPU may be breaking it: then nothing) is its backing.
-                if let Some(m) = reader.lookup(ipa) {
+                // The guest's retry: a walk that caches what it finds.
+                let mut found = None;
+                tlb.walk_and_fill(1, || {
+                    found = reader.lookup(ipa);
+                    found.map(|m| {
+                        let writable = m.perms().contains(Perms::WRITE);
+                        (
+                            m.leaf_ipa,
+                            m.output.as_u64() - (ipa - m.leaf_ipa),
+                            m.level,
+                            writable,
+                        )
+                    })
+                });
+                if let Some(m) = found {
                     assert_eq!(
                         m.output,
                         backing(ipa),
@@ -143,11 +166,12 @@ fn writer(
     seed: u64,
     mmu: &Mmu<Memory>,
     mem: &Memory,
-    tlb: &RecordingTlb,
+    tlb: &ModelTlb,
     done: &AtomicBool,
     ops: &AtomicU64,
     writes: &AtomicU64,
 ) -> u64 {
+    ModelTlb::set_cpu(0);
     let mut cache = PageCache::with_capacity(64);
     let mut rng = Rng(seed);
     let mut count = 0;
@@ -208,9 +232,30 @@ fn check_backing(table: &mut Stage2PageTable<Memory>) -> u64 {
     leaves
 }
 
+/// No CPU caches a translation the table no longer allows: every page of
+/// each cached leaf is mapped, and writable where the entry is. (A CPU may
+/// keep a read-only entry of a page since relaxed elsewhere: relaxing
+/// flushes only locally, and the stale entry costs a spurious fault.)
+fn check_tlb(table: &Stage2PageTable<Memory>, tlb: &ModelTlb) -> usize {
+    let entries = tlb.entries(1);
+    for e in &entries {
+        for page in (e.ipa..e.ipa + e.size()).step_by(PAGE as usize) {
+            let m = table
+                .lookup(page)
+                .unwrap_or_else(|| panic!("stale TLB entry {e:?}: {page:#x} unmapped"));
+            assert_eq!(m.output.as_u64(), e.out_pa + (page - e.ipa), "{e:?}");
+            assert!(
+                !e.writable || m.perms().contains(Perms::WRITE),
+                "stale writable TLB entry {e:?}: {page:#x} is read-only"
+            );
+        }
+    }
+    entries.len()
+}
+
 fn run(vcpus: u64) {
     let mem: Memory = Arc::new(HostMemory::new());
-    let tlb = RecordingTlb::new(CAPS);
+    let tlb = ModelTlb::with_cpus(CAPS, vcpus as usize + 1);
     let table = Stage2PageTable::new(Stage2Config::new(40).unwrap(), mem.clone(), 1, true).unwrap();
     let mmu = Mmu::new(table, vcpus as usize).expect("CPU count");
     let ops = AtomicU64::new(0);
@@ -221,7 +266,10 @@ fn run(vcpus: u64) {
         let cpus: Vec<_> = (0..vcpus)
             .map(|i| {
                 let (mmu, mem, tlb, ops, writes) = (&mmu, &mem, &tlb, &ops, &writes);
-                s.spawn(move || vcpu(0x1234_5678 + i * 0x9e37_79b9, mmu, mem, tlb, ops, writes))
+                s.spawn(move || {
+                    let seed = 0x1234_5678 + i * 0x9e37_79b9;
+                    vcpu(i as usize + 1, seed, mmu, mem, tlb, ops, writes)
+                })
             })
             .collect();
         // Stop the writer before looking at the results, so a failed vCPU
@@ -238,6 +286,8 @@ fn run(vcpus: u64) {
     );
     let mut table = mmu.into_inner();
     let leaves = check_backing(&mut table);
+    let cached = check_tlb(&table, &tlb);
+    assert!(tlb.pending_breaks().is_empty(), "a break was never made");
     // The collector is gone with the MMU: every retired table is freed.
     assert_eq!(
         mem.live_pages(),
@@ -248,7 +298,8 @@ fn run(vcpus: u64) {
     assert_eq!(mem.live_pages(), 0, "pages leaked");
     assert_eq!(mem.check_quarantine(), 0, "a freed page was written");
     eprintln!(
-        "stress: {vcpus} vCPUs, {writes} write-side ops, {again} retries, {leaves} leaves left"
+        "stress: {vcpus} vCPUs, {writes} write-side ops, {again} retries, {leaves} leaves left, \
+         {cached} cached translations checked"
     );
 }
 

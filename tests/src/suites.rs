@@ -31,7 +31,7 @@ pub const SUITES: &[Suite] = &[
     },
     Suite {
         name: "split",
-        about: "Eager split of 1 GiB to 4 KiB pages with and without skip hints",
+        about: "Eager split of 1 GiB to 4 KiB pages: skip hints on and off, per block vs in chunks",
         run: split::run,
     },
     Suite {

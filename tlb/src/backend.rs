@@ -130,6 +130,25 @@ pub trait TlbInvalidate: Sync {
     fn flush_vmid(&self, target: &TlbTarget) {
         self.execute(target, &mut Plan::whole_vmid(), Scope::InnerShareable);
     }
+
+    /// Break-before-make, step one: the valid entry translating
+    /// `[ipa, ipa + size)` was just made invalid (locked). `level` is the
+    /// leaf's level, or `None` for a table entry. The real backend issues
+    /// nothing; a checking backend (the model TLB) records the break so that
+    /// [`on_make`](Self::on_make) can check the flush in between.
+    fn on_break(&self, target: &TlbTarget, ipa: u64, size: u64, level: Option<u8>) {
+        let _ = (target, ipa, size, level);
+    }
+
+    /// Break-before-make, step three: a new valid entry for
+    /// `[ipa, ipa + size)` is about to be published where a valid one was
+    /// broken by [`on_break`](Self::on_break). Legal only once the break was
+    /// followed by an inner-shareable flush of the whole span (with its
+    /// `DSB`); the real backend issues nothing, a checking backend panics
+    /// when the order does not hold.
+    fn on_make(&self, target: &TlbTarget, ipa: u64, size: u64) {
+        let _ = (target, ipa, size);
+    }
 }
 
 impl<T: TlbInvalidate + ?Sized> TlbInvalidate for &T {
@@ -139,6 +158,14 @@ impl<T: TlbInvalidate + ?Sized> TlbInvalidate for &T {
 
     fn execute(&self, target: &TlbTarget, ops: &mut dyn Iterator<Item = TlbiOp>, scope: Scope) {
         (**self).execute(target, ops, scope)
+    }
+
+    fn on_break(&self, target: &TlbTarget, ipa: u64, size: u64, level: Option<u8>) {
+        (**self).on_break(target, ipa, size, level)
+    }
+
+    fn on_make(&self, target: &TlbTarget, ipa: u64, size: u64) {
+        (**self).on_make(target, ipa, size)
     }
 }
 

@@ -151,6 +151,14 @@ impl<B: TlbInvalidate> TlbInvalidate for CountingTlb<B> {
         self.dsb.fetch_add(shape.dsb_count(), Relaxed);
         self.sequences.fetch_add(1, Relaxed);
     }
+
+    fn on_break(&self, target: &TlbTarget, ipa: u64, size: u64, level: Option<u8>) {
+        self.inner.on_break(target, ipa, size, level);
+    }
+
+    fn on_make(&self, target: &TlbTarget, ipa: u64, size: u64) {
+        self.inner.on_make(target, ipa, size);
+    }
 }
 
 #[cfg(test)]

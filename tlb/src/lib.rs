@@ -18,7 +18,10 @@
 //! - [`TlbInvalidate`] is the one backend interface: the real instructions with
 //!   their barrier sequences (`Aarch64Tlb`, on aarch64), and with the `model`
 //!   feature a `RecordingTlb` that counts operations and a `ModelTlb` that
-//!   caches translations and drops exactly what each operation would drop.
+//!   models one TLB and walk cache per CPU, drops exactly what each operation
+//!   would drop on the CPUs it reaches, and checks the break / flush / make
+//!   order of every replaced entry ([`TlbInvalidate::on_break`],
+//!   [`TlbInvalidate::on_make`]).
 //! - [`CountingTlb`] wraps any backend and counts what it issues, by kind;
 //!   [`SequenceShape`] holds the one rule for the trailing `TLBI VMALLE1(IS)`.
 //!
@@ -59,7 +62,7 @@ pub use batch::{FLUSH_BATCH_CAPACITY, FlushBatch};
 pub use caps::TlbCaps;
 pub use counting::{CountingTlb, TlbiCounts};
 #[cfg(any(test, feature = "model"))]
-pub use model::{CachedTranslation, ModelTlb};
+pub use model::{CachedTable, CachedTranslation, ModelTlb};
 pub use operand::{IpaOperand, OperandError, RangeOperand, TlbiOp};
 pub use plan::{MAX_PLAN_OPS, MAX_TLBI_RANGE_PAGES, PAGE_SHIFT, PAGE_SIZE, Plan, plan_flush};
 #[cfg(any(test, feature = "model"))]

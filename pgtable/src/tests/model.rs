@@ -10,9 +10,16 @@
 //!   translate every page exactly as a reference map (page -> output page and
 //!   permissions) says, and `lookup` agrees at the range's edges;
 //! - live pages == table pages reachable from the root + pages in the cache;
-//! - a model TLB, filled before the operation with translations the table
-//!   held, keeps nothing the reference no longer allows once the operation
-//!   (and, for write-protect, the flush it owes) is done.
+//! - a per-CPU model TLB of two CPUs, filled before the operation with
+//!   translations and walk entries (table descriptors) the table held, on
+//!   both CPUs, while the operation runs on CPU 0: once the operation (and,
+//!   for write-protect, the flush it owes) is done, no CPU keeps a
+//!   translation the reference no longer allows, and every cached walk entry
+//!   still points at the table the table tree links there (a CPU could
+//!   otherwise translate through an unlinked table);
+//! - the model TLB checks, as it happens, that every replaced entry was
+//!   broken, flushed on every CPU and only then made again, and the host
+//!   memory asks it, at every free, whether a CPU can still walk the page.
 
 extern crate std;
 
@@ -21,8 +28,9 @@ use crate::walk::{Step, VisitContext, VisitKind, WalkError, WalkFlags};
 use crate::{Attributes, Error, Perms, PhysAddr, SkipHints};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::vec::Vec;
-use tlb::ModelTlb;
+use tlb::{ModelTlb, TlbInvalidate, TlbTarget};
 
 const PAGE: u64 = 4096;
 const PAGES_2M: u64 = 512;
@@ -205,6 +213,7 @@ enum Op {
         first: u64,
         pages: u64,
         starve: bool,
+        batched: bool,
     },
     /// A fault fix: one leaf of `pages` (1, 512 or 512 * 512), by the shared
     /// walk (single-threaded here) or the exclusive one.
@@ -309,7 +318,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (range(), prop::bool::weighted(0.1)).prop_map(|((first, pages), starve)| Op::Unmap { first, pages, starve }),
         2 => range().prop_map(|(first, pages)| Op::WriteProtect { first, pages }),
         1 => (range(), perms()).prop_map(|((first, pages), perms)| Op::Relax { first, pages, perms }),
-        2 => (range(), prop::bool::weighted(0.15)).prop_map(|((first, pages), starve)| Op::Split { first, pages, starve }),
+        2 => (range(), prop::bool::weighted(0.15), any::<bool>()).prop_map(|((first, pages), starve, batched)| Op::Split { first, pages, starve, batched }),
         3 => fault,
     ]
 }
@@ -335,18 +344,76 @@ fn provision(h: &mut Harness, needed: usize, starve: bool) -> bool {
     starved
 }
 
-/// Fills the model TLB with up to 48 translations the table holds in the region.
+/// Table descriptors of the table touching `[first, end)` pages:
+/// `(first IPA, level, next-level table)`.
+fn tables(h: &mut Harness, first: u64, end: u64) -> Vec<(u64, u8, u64)> {
+    let mut found = Vec::new();
+    let mut visitor = |ctx: &mut VisitContext<'_>, _: VisitKind| -> Result<Step, WalkError> {
+        found.push((ctx.base(), ctx.level, ctx.old.output().as_u64()));
+        Ok(Step::Continue)
+    };
+    h.table
+        .walk(
+            first * PAGE,
+            (end - first) * PAGE,
+            WalkFlags::TABLE_PRE,
+            &mut visitor,
+        )
+        .expect("read-only walk");
+    found
+}
+
+/// CPUs of the model: operations run on CPU 0, CPU 1 only caches.
+const CPUS: usize = 2;
+
+/// Fills the model TLB with up to 48 translations and 16 walk entries the
+/// table holds in the region, spread over both CPUs.
 fn fill_tlb(h: &mut Harness, tlb: &ModelTlb, first: u64, end: u64) {
     let found = leaves(h, first, end);
     let step = found.len().div_ceil(48).max(1);
-    for &(base, level, d) in found.iter().step_by(step).chain(found.last()) {
-        tlb.fill(
+    for (i, &(base, level, d)) in found.iter().step_by(step).chain(found.last()).enumerate() {
+        tlb.fill_on(
+            i % CPUS,
             VMID,
             base,
             d.output().as_u64(),
             level,
             d.perms().contains(Perms::WRITE),
         );
+    }
+    let found = tables(h, first, end);
+    let step = found.len().div_ceil(16).max(1);
+    for (i, &(base, level, table)) in found.iter().step_by(step).chain(found.last()).enumerate() {
+        tlb.fill_table_on((i + 1) % CPUS, VMID, base, level, table);
+    }
+}
+
+/// Every cached walk entry must point at the table linked there now.
+fn check_walks(h: &mut Harness, tlb: &ModelTlb) -> Result<(), TestCaseError> {
+    for (cpu, e) in tlb.table_entries(VMID) {
+        let first = e.ipa / PAGE;
+        let linked = tables(h, first, first + 1)
+            .into_iter()
+            .find(|&(base, level, _)| base == e.ipa && level == e.level)
+            .map(|(_, _, table)| table);
+        prop_assert_eq!(
+            linked,
+            Some(e.table),
+            "CPU {} still walks through an unlinked table: {:?}",
+            cpu,
+            e
+        );
+    }
+    Ok(())
+}
+
+/// Empties the model TLB when dropped (before the table it caches is
+/// freed), so that a failing case reports its own failure, not the free.
+struct ForgetOnDrop<'a>(&'a ModelTlb, TlbTarget);
+
+impl Drop for ForgetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.flush_vmid(&self.1);
     }
 }
 
@@ -384,11 +451,17 @@ fn check_tlb(reference: &Reference, tlb: &ModelTlb) -> Result<(), TestCaseError>
 
 fn run_ops(ops: &[Op], range_caps: bool) -> Result<(), TestCaseError> {
     let mut h = Harness::new(40);
-    let tlb = ModelTlb::new(if range_caps {
+    let caps = if range_caps {
         RANGE_CAPS
     } else {
         NO_RANGE_CAPS
-    });
+    };
+    let tlb = Arc::new(ModelTlb::with_cpus(caps, CPUS));
+    let model = tlb.clone();
+    h.mem.on_free(move |pa| model.table_freed(pa.as_u64()));
+    let _forget = ForgetOnDrop(&tlb, *h.table.tlb_target());
+    let tlb = &*tlb;
+    ModelTlb::set_cpu(0);
     let mut reference = Reference::default();
     for op in ops {
         let (first, end) = op.range();
@@ -396,7 +469,7 @@ fn run_ops(ops: &[Op], range_caps: bool) -> Result<(), TestCaseError> {
             first / PAGES_1G * PAGES_1G,
             end.div_ceil(PAGES_1G) * PAGES_1G,
         );
-        fill_tlb(&mut h, &tlb, region.0, region.1);
+        fill_tlb(&mut h, tlb, region.0, region.1);
         let touched: Vec<Leaf> = leaves(&mut h, first, end);
         let (ipa, size) = (first * PAGE, (end - first) * PAGE);
         match *op {
@@ -408,7 +481,7 @@ fn run_ops(ops: &[Op], range_caps: bool) -> Result<(), TestCaseError> {
                 let starved = provision(&mut h, needed, starve);
                 let r = h
                     .table
-                    .map(ipa, size, pa, Attributes::normal(perms), &mut h.cache, &tlb);
+                    .map(ipa, size, pa, Attributes::normal(perms), &mut h.cache, tlb);
                 if starved {
                     prop_assert_eq!(r, Err(Error::NoMemory));
                 } else {
@@ -419,7 +492,7 @@ fn run_ops(ops: &[Op], range_caps: bool) -> Result<(), TestCaseError> {
             Op::Unmap { starve, .. } => {
                 let needed = h.table.pages_needed_to_unmap(ipa, size).unwrap();
                 let starved = provision(&mut h, needed, starve);
-                let r = h.table.unmap(ipa, size, &mut h.cache, &tlb);
+                let r = h.table.unmap(ipa, size, &mut h.cache, tlb);
                 if starved {
                     prop_assert_eq!(r, Err(Error::NoMemory));
                 } else {
@@ -428,7 +501,7 @@ fn run_ops(ops: &[Op], range_caps: bool) -> Result<(), TestCaseError> {
                 }
             }
             Op::WriteProtect { .. } => {
-                h.table.write_protect(ipa, size).unwrap().flush(&tlb);
+                h.table.write_protect(ipa, size).unwrap().flush(tlb);
                 for &(base, level, _) in &touched {
                     let f = base / PAGE;
                     reference.update_perms(f, f + crate::level_size(level) / PAGE, |p| {
@@ -437,7 +510,7 @@ fn run_ops(ops: &[Op], range_caps: bool) -> Result<(), TestCaseError> {
                 }
             }
             Op::Relax { perms, .. } => {
-                h.table.relax_perms(ipa, size, perms, &tlb).unwrap();
+                h.table.relax_perms(ipa, size, perms, tlb).unwrap();
                 for &(base, level, _) in &touched {
                     let f = base / PAGE;
                     reference
@@ -458,19 +531,25 @@ fn run_ops(ops: &[Op], range_caps: bool) -> Result<(), TestCaseError> {
                     // SAFETY: single-threaded: no other walker can see a
                     // table this walk retires, so freeing it at once is safe.
                     let guard = unsafe { crossbeam_epoch::unprotected() };
-                    h.table.map_shared(guard, leaf, &mut h.cache, &tlb)
+                    h.table.map_shared(guard, leaf, &mut h.cache, tlb)
                 } else {
-                    h.table.map_leaf(leaf, &mut h.cache, &tlb)
+                    h.table.map_leaf(leaf, &mut h.cache, tlb)
                 };
                 prop_assert_eq!(r, Ok(()));
                 reference.set(first, end, out, perms);
             }
-            Op::Split { starve, .. } => {
+            Op::Split {
+                starve, batched, ..
+            } => {
                 let needed = h.table.pages_needed_to_split(ipa, size).unwrap();
                 let starved = provision(&mut h, needed, starve);
-                let r = h
-                    .table
-                    .split_to_pages(ipa, size, &mut h.cache, SkipHints::On, &tlb);
+                let r = if batched {
+                    h.table
+                        .split_to_pages_batched(ipa, size, &mut h.cache, SkipHints::On, tlb)
+                } else {
+                    h.table
+                        .split_to_pages(ipa, size, &mut h.cache, SkipHints::On, tlb)
+                };
                 prop_assert_eq!(r.is_err(), starved, "{:?}", r);
                 if !starved {
                     prop_assert!(
@@ -503,7 +582,13 @@ fn run_ops(ops: &[Op], range_caps: bool) -> Result<(), TestCaseError> {
             "page accounting after {:?}",
             op
         );
-        check_tlb(&reference, &tlb)?;
+        check_tlb(&reference, tlb)?;
+        check_walks(&mut h, tlb)?;
+        prop_assert!(
+            tlb.pending_breaks().is_empty(),
+            "a break was never made again: {:?}",
+            tlb.pending_breaks()
+        );
     }
     prop_assert_eq!(h.mem.check_quarantine(), 0, "a freed page was written");
     Ok(())

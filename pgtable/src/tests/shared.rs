@@ -256,3 +256,76 @@ fn a_collapse_under_a_fault_retires_the_table_to_the_epoch() {
     assert_eq!(mem.live_pages(), 3, "freed once nobody is pinned");
     assert_eq!(mem.check_quarantine(), 0);
 }
+
+/// What a CPU's access does on the model: the TLB first, else a walk of the
+/// table that fills the TLB. `true` when the access is allowed, `false` for
+/// a permission fault (or no mapping).
+fn access(
+    mmu: &Mmu<Arc<HostMemory>>,
+    cpu: &crate::MmuCpu,
+    tlb: &ModelTlb,
+    ipa: u64,
+    write: bool,
+) -> bool {
+    let id = ModelTlb::cpu();
+    if let Some(e) = tlb.lookup_on(id, VMID, ipa) {
+        return e.writable || !write;
+    }
+    let Some(m) = mmu.read(cpu).unwrap().lookup(ipa) else {
+        return false;
+    };
+    let writable = m.perms().contains(Perms::WRITE);
+    tlb.fill_on(id, VMID, m.leaf_ipa, m.output.as_u64(), m.level, writable);
+    writable || !write
+}
+
+/// A spurious permission fault: CPU A relaxes a read-only page; CPU B,
+/// whose TLB still holds the read-only entry, faults on its own write. The
+/// leaf is writable already, so B's relax changes nothing, but it must
+/// invalidate the page on B, or B faults on the stale entry forever.
+#[test]
+fn a_spurious_permission_fault_invalidates_locally() {
+    let mem = Arc::new(HostMemory::new());
+    let mmu = mmu(&mem);
+    let (a, b) = (mmu.register().unwrap(), mmu.register().unwrap());
+    let tlb = ModelTlb::with_cpus(RANGE_CAPS, 2);
+    let mut cache = PageCache::with_capacity(FAULT_CACHE_PAGES);
+    cache.top_up(&*mem, FAULT_CACHE_PAGES).unwrap();
+    for (size, ipa) in [(PAGE, MIB2 + 5 * PAGE), (MIB2, 4 * MIB2)] {
+        let leaf = FaultMapping {
+            ipa: ipa & !(size - 1),
+            size,
+            pa: PhysAddr::new(0x8000_0000 + (ipa & !(size - 1))),
+            attrs: Attributes::normal(Perms::READ),
+        };
+        ModelTlb::set_cpu(0);
+        mmu.read(&a).unwrap().map(leaf, &mut cache, &tlb).unwrap();
+        // Both CPUs read the page: both cache the read-only entry.
+        for cpu in [0, 1] {
+            ModelTlb::set_cpu(cpu);
+            let handle = if cpu == 0 { &a } else { &b };
+            assert!(access(&mmu, handle, &tlb, ipa, false));
+        }
+        // A writes, faults, relaxes, and retries: it goes through.
+        ModelTlb::set_cpu(0);
+        assert!(!access(&mmu, &a, &tlb, ipa, true), "read-only at first");
+        mmu.read(&a)
+            .unwrap()
+            .relax_perms(ipa, Perms::WRITE, &tlb)
+            .unwrap();
+        assert!(access(&mmu, &a, &tlb, ipa, true), "A's retry");
+        // B writes: its TLB still says read-only (A's flush was local).
+        ModelTlb::set_cpu(1);
+        assert!(!access(&mmu, &b, &tlb, ipa, true), "B's stale entry faults");
+        mmu.read(&b)
+            .unwrap()
+            .relax_perms(ipa, Perms::WRITE, &tlb)
+            .unwrap();
+        assert!(
+            access(&mmu, &b, &tlb, ipa, true),
+            "B's retry after a spurious fault must not fault again ({size:#x} leaf)"
+        );
+    }
+    ModelTlb::set_cpu(0);
+    cache.release(&*mem);
+}
