@@ -143,8 +143,8 @@ pub enum StopReason {
         /// What the MMU said.
         error: pgtable::Error,
     },
-    /// Adding execute permission to a mapped leaf failed.
-    MakeExecutable {
+    /// Widening the permissions of a mapped leaf failed.
+    RelaxPermissions {
         /// Faulting IPA.
         ipa: u64,
         /// What the stage-2 table said.
@@ -226,8 +226,11 @@ impl core::fmt::Display for StopReason {
             Self::Stage2ReadSide { ipa, error } => {
                 write!(f, "stage-2 read side for IPA {ipa:#x}: {error}")
             }
-            Self::MakeExecutable { ipa, error } => {
-                write!(f, "making IPA {ipa:#x} executable failed: {error}")
+            Self::RelaxPermissions { ipa, error } => {
+                write!(
+                    f,
+                    "widening the permissions of IPA {ipa:#x} failed: {error}"
+                )
             }
             Self::Stage2Map { ipa, size, error } => {
                 write!(f, "stage-2 map of IPA {ipa:#x}+{size:#x} failed: {error}")
@@ -249,7 +252,7 @@ impl core::error::Error for StopReason {
             Self::Stage2Register(e)
             | Self::AccessFlag { error: e, .. }
             | Self::Stage2ReadSide { error: e, .. }
-            | Self::MakeExecutable { error: e, .. }
+            | Self::RelaxPermissions { error: e, .. }
             | Self::Stage2Map { error: e, .. }
             | Self::FlushGuestMemory(e) => Some(e),
             Self::ListRegisters { error: e, .. }

@@ -7,8 +7,20 @@
 //! an equally aligned physical range). Fewer, larger leaves mean fewer faults
 //! and fewer TLB entries; guest RAM is backed 2 MiB aligned so that 2 MiB
 //! blocks are always possible away from the slot's edges.
+//!
+//! # A fault on a page that is mapped already
+//!
+//! Another vCPU may have mapped or relaxed the leaf between this vCPU's fault
+//! and its walk, or won the compare-and-swap this vCPU lost. The fault then
+//! changes nothing in the table, but it is not harmless: a permission fault
+//! means this CPU's TLB may still hold the old, narrower entry, and resuming
+//! without invalidating it makes the guest fault again, for ever, on hardware
+//! that keeps the entry. As KVM does, [`on_mapped`] answers a permission
+//! fault by relaxing the leaf (a no-op in the table if it already allows the
+//! access) with a local invalidation of the faulting page. A translation
+//! fault needs no invalidation (no TLB holds an invalid entry).
 
-use pgtable::LEAF_SIZES;
+use pgtable::{LEAF_SIZES, Perms};
 
 /// A memslot as the fault path sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,12 +77,57 @@ pub fn fault_leaf(slot: SlotView, ipa: u64, max_leaf: u64) -> Option<FaultLeaf> 
         })
 }
 
+/// What to do with a fault on an IPA that a leaf with `perms` maps already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MappedFault {
+    /// Resume the guest: nothing this CPU caches can be stale.
+    Resume,
+    /// Add these permissions to the leaf (nothing if it has them) and
+    /// invalidate the faulting page in this CPU's TLB, then resume.
+    RelaxAndInvalidateLocal(Perms),
+}
+
+/// Decides what a fault (a permission fault when `permission`, an instruction
+/// fetch when `exec`) does on a page mapped with `perms`: see the module
+/// documentation.
+pub fn on_mapped(permission: bool, exec: bool, perms: Perms) -> MappedFault {
+    let wanted = if exec { Perms::EXEC } else { Perms::RW };
+    if permission || !perms.contains(wanted) {
+        MappedFault::RelaxAndInvalidateLocal(wanted)
+    } else {
+        MappedFault::Resume
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_fault_on_a_mapped_page() {
+        use MappedFault::{RelaxAndInvalidateLocal, Resume};
+        // Another vCPU mapped the page first: nothing is cached, resume.
+        assert_eq!(on_mapped(false, false, Perms::RW), Resume);
+        assert_eq!(on_mapped(false, true, Perms::RWX), Resume);
+        // A permission fault on a leaf that allows the access already
+        // (another vCPU relaxed it): this CPU's old entry must go.
+        assert_eq!(
+            on_mapped(true, true, Perms::RWX),
+            RelaxAndInvalidateLocal(Perms::EXEC)
+        );
+        assert_eq!(
+            on_mapped(true, false, Perms::RW),
+            RelaxAndInvalidateLocal(Perms::RW)
+        );
+        // A fetch from a leaf without execute permission widens it.
+        assert_eq!(
+            on_mapped(false, true, Perms::RW),
+            RelaxAndInvalidateLocal(Perms::EXEC)
+        );
+    }
 
     #[test]
     fn examples() {

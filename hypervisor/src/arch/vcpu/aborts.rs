@@ -8,7 +8,7 @@ use crate::exit::esr::{DataAbort, FaultKind, InstructionAbort};
 use crate::exit::flow::{Flow, StopReason};
 use crate::exit::inject::InjectKind;
 use crate::exit::instruction_abort::{self, InstructionAbortRoute};
-use crate::stage2::fault::{self, SlotView};
+use crate::stage2::fault::{self, MappedFault, SlotView};
 use crate::vm::counters::Counter;
 use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, FaultTicket, Perms, PhysAddr};
 
@@ -97,16 +97,19 @@ impl Vcpu {
             Err(error) => return Err(StopReason::Stage2ReadSide { ipa, error }),
         };
         if let Some(mapping) = mmu.lookup(ipa) {
-            // Mapped already (a permission fault, or another vCPU mapped it
-            // since this one faulted): add execute if this fetch needs it.
-            if !exec || mapping.perms().contains(Perms::EXEC) {
-                return Ok(Flow::Resume);
-            }
-            return match mmu.relax_perms(ipa, Perms::EXEC, &self.vm.tlb) {
-                // Relaxed, or the leaf is gone or busy: the fetch faults
-                // again if it still needs to.
-                Ok(()) | Err(pgtable::Error::Again) => Ok(Flow::Resume),
-                Err(error) => Err(StopReason::MakeExecutable { ipa, error }),
+            // Mapped already (a permission fault, or another vCPU mapped or
+            // relaxed it since this one faulted): widen the leaf if this
+            // access needs it and drop this CPU's stale entry.
+            return match fault::on_mapped(kind == FaultKind::Permission, exec, mapping.perms()) {
+                MappedFault::Resume => Ok(Flow::Resume),
+                MappedFault::RelaxAndInvalidateLocal(perms) => {
+                    match mmu.relax_perms(ipa, perms, &self.vm.tlb) {
+                        // Relaxed, or the leaf is gone or busy: the access
+                        // faults again if it still needs to.
+                        Ok(()) | Err(pgtable::Error::Again) => Ok(Flow::Resume),
+                        Err(error) => Err(StopReason::RelaxPermissions { ipa, error }),
+                    }
+                }
             };
         }
         let perms = if exec { Perms::RWX } else { Perms::RW };
