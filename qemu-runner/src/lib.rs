@@ -127,6 +127,9 @@ pub enum Scenario {
     VgicScarce,
     /// The hostile-guest fuzzer (seed and counts in [`RunConfig::guest_args`]).
     Fuzz,
+    /// Prints `echo: tick N` twice a second and `echo: got <line>` for each
+    /// line typed on its console, forever (no verdict: `expect=running`).
+    Echo,
 }
 
 impl Scenario {
@@ -140,6 +143,7 @@ impl Scenario {
         Scenario::Flood,
         Scenario::VgicScarce,
         Scenario::Fuzz,
+        Scenario::Echo,
     ];
 
     /// The scenario's name on the command line and in `test=`.
@@ -153,12 +157,19 @@ impl Scenario {
             Scenario::Flood => "flood",
             Scenario::VgicScarce => "vgic-scarce",
             Scenario::Fuzz => "fuzz",
+            Scenario::Echo => "echo",
         }
     }
 
     /// The scenario called `name`.
     pub fn from_name(name: &str) -> Option<Scenario> {
         Scenario::ALL.iter().copied().find(|s| s.name() == name)
+    }
+
+    /// Whether the scenario ends with a `RESULT:` line (the echo scenario
+    /// runs until it is stopped).
+    pub fn reports_result(self) -> bool {
+        self != Scenario::Echo
     }
 
     /// Every scenario's name, comma-separated (for help and error texts).

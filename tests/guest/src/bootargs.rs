@@ -34,6 +34,9 @@ pub enum Scenario {
     VgicScarce,
     /// Hostile-guest fuzzer driven by a seed.
     Fuzz,
+    /// A ticker and a line echo on the console, forever (for the
+    /// hypervisor's console monitor).
+    Echo,
 }
 
 impl Scenario {
@@ -47,6 +50,7 @@ impl Scenario {
         Scenario::Flood,
         Scenario::VgicScarce,
         Scenario::Fuzz,
+        Scenario::Echo,
     ];
 
     /// The name used in `test=`.
@@ -60,6 +64,7 @@ impl Scenario {
             Scenario::Flood => "flood",
             Scenario::VgicScarce => "vgic-scarce",
             Scenario::Fuzz => "fuzz",
+            Scenario::Echo => "echo",
         }
     }
 }

@@ -597,6 +597,7 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
             SECONDARY_PART.store(SECONDARY_FUZZ, Ordering::Release);
             crate::fuzz::run(platform, options.fuzz)
         }
+        Scenario::Echo => crate::echo::run(),
     }
 }
 
