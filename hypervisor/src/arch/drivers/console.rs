@@ -71,6 +71,15 @@ pub fn receive(buf: &mut [u8]) -> usize {
     CONSOLE.lock().as_mut().map_or(0, |uart| uart.receive(buf))
 }
 
+/// Writes `bytes` as they are (`\n` becomes `\r\n`): the hypervisor
+/// console's terminal output (`crate::arch::monitor`).
+pub fn write_bytes(bytes: &[u8]) {
+    let mut guard = CONSOLE.lock();
+    if let Some(uart) = guard.as_mut() {
+        uart.write_bytes(bytes);
+    }
+}
+
 /// Writes one guest console line, unchanged, followed by a newline.
 pub fn write_guest_line(line: &[u8]) {
     let mut guard = CONSOLE.lock();
