@@ -3,14 +3,15 @@
 //! Boot order: `boot::entry` (Image header, relocation, early identity map,
 //! MMU on) -> `boot::primary_main` (heap, platform, console, memory, per-CPU
 //! data, banner, secondary CPUs, then publishes `boot::info`) -> `run` (the
-//! VM from the boot payload, one vCPU per CPU) -> `vcpu` (run loop and exit
-//! handling on every CPU).
+//! VMs from the boot payload, each vCPU pinned to one CPU of its VM's
+//! partition, `machine`) -> `vcpu` (run loop and exit handling on every CPU).
 //!
 //! Folders: `boot` (the boot sequence, the entry code, exception vectors,
 //! firmware calls, host memory and the published boot information), `cpu`
 //! (system registers, the running CPU's features, per-CPU data), `drivers`
 //! (the host GIC and console), `vcpu` (a vCPU: its state, run loop and the
-//! machine side of exit handling); `stage2`, `vm` and `run` are files.
+//! machine side of exit handling); `stage2`, `vm`, `machine` and `run` are
+//! files.
 //!
 //! # Dependency order
 //!
@@ -25,13 +26,15 @@
 //! 4. `stage2` (host memory, system registers).
 //! 5. `vm` (boot information, firmware, host memory, drivers, stage 2): the
 //!    VM captures what its vCPUs need of the boot information at creation.
-//! 6. `vcpu` (the VM, exception entry, firmware, drivers, stage 2, features).
-//! 7. `run` (boot information, VM, vCPU): starts them on every CPU.
-//! 8. `boot` (the boot sequence itself), which hands over to `run`.
+//! 6. `machine` (the VM, firmware): the VM table and the per-CPU record.
+//! 7. `vcpu` (the VM, exception entry, firmware, drivers, stage 2, features).
+//! 8. `run` (boot information, machine, VM, vCPU): starts them on every CPU.
+//! 9. `boot` (the boot sequence itself), which hands over to `run`.
 
 pub mod boot;
 pub mod cpu;
 pub mod drivers;
+pub mod machine;
 pub mod run;
 pub mod stage2;
 pub mod vcpu;

@@ -2,12 +2,14 @@
 //! the device tree chose (a PL011 or a 16550-compatible, `crate::drivers::uart`).
 //!
 //! Log records become lines `[hv] <message>` (warnings and errors say so after
-//! the prefix). Guest console lines are written unchanged. One lock serialises
+//! the prefix). Guest console lines are written unchanged, after their VM's
+//! `[<name>] ` when there are several VMs. One lock serialises
 //! whole lines so output from several CPUs never interleaves. The panic path
 //! writes without the lock (another CPU may hold it forever) after giving it a
 //! moment to come free.
 
 use crate::drivers::uart::{AnyUart, MmioBank, Uart, UartKind};
+use boot_payload::vmname::ConsolePrefix;
 use core::fmt::Write;
 use spin::{Mutex, Once};
 
@@ -80,10 +82,15 @@ pub fn write_bytes(bytes: &[u8]) {
     }
 }
 
-/// Writes one guest console line, unchanged, followed by a newline.
-pub fn write_guest_line(line: &[u8]) {
+/// Writes one guest console line, unchanged, after `prefix` (`[<name>] `
+/// when there are several VMs), followed by a newline.
+pub fn write_guest_line(prefix: Option<ConsolePrefix<'_>>, line: &[u8]) {
     let mut guard = CONSOLE.lock();
     if let Some(uart) = guard.as_mut() {
+        if let Some(prefix) = prefix {
+            // The UART never fails to take bytes.
+            let _ = write!(uart, "{prefix}");
+        }
         uart.write_bytes(line);
         uart.write_bytes(b"\n");
     }

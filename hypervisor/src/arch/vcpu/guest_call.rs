@@ -3,7 +3,6 @@
 
 use super::Vcpu;
 use crate::arch::cpu::sysreg;
-use crate::arch::drivers::gic;
 use crate::exit::flow::{Flow, ListRegisterOp, StopReason};
 use crate::exit::hypercall::{GuestCall, NOT_SUPPORTED, SMCCC_VERSION_1_1};
 use crate::exit::psci::{self, PsciCall, PsciOutcome};
@@ -58,7 +57,7 @@ impl Vcpu {
                 // The target's CPU waits in WFI (WFE without a GIC) for its
                 // request.
                 sysreg::send_event();
-                gic::kick(target);
+                vm.kick(target);
                 0
             }
             PsciOutcome::CpuOff => {

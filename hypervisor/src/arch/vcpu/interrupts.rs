@@ -108,7 +108,7 @@ impl Vcpu {
     pub(super) fn send_kicks(&mut self) {
         let kicks = core::mem::take(&mut self.kicks).without(self.index);
         for vcpu in kicks.iter() {
-            gic::kick(vcpu);
+            self.vm.kick(vcpu);
         }
     }
 
