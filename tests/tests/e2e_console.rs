@@ -143,7 +143,10 @@ fn the_monitor_drives_two_vms_by_keystrokes() {
     // was being written when the pause came may end).
     let (at, paused) = between(&lines, at, "ok: alpha paused", "ok: alpha resumed");
     assert!(ticks(&paused, "beta") >= 3, "{explain}");
-    assert!(ticks(&paused, "alpha") <= 1, "alpha ticked while paused\n{explain}");
+    assert!(
+        ticks(&paused, "alpha") <= 1,
+        "alpha ticked while paused\n{explain}"
+    );
     let (_, rows) = vms_table(&paused, 0);
     assert_eq!(rows[0][2], "paused", "{explain}");
     assert_eq!(rows[1][2], "running", "{explain}");

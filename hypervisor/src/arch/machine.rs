@@ -19,6 +19,7 @@
 //! touches another VM: its own vCPUs halt their own CPUs.
 
 use crate::arch::boot::firmware;
+use crate::arch::host_console;
 use crate::arch::vm::Vm;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -118,6 +119,6 @@ impl Machine {
             log::info!("system off");
             firmware::system_off()
         }
-        firmware::halt()
+        host_console::park()
     }
 }

@@ -10,8 +10,8 @@
 //! firmware calls, host memory and the published boot information), `cpu`
 //! (system registers, the running CPU's features, per-CPU data), `drivers`
 //! (the host GIC and console), `vcpu` (a vCPU: its state, run loop and the
-//! machine side of exit handling); `stage2`, `vm`, `machine` and `run` are
-//! files.
+//! machine side of exit handling); `stage2`, `host_console`, `vm`,
+//! `vm_ops`, `machine`, `monitor` and `run` are files.
 //!
 //! # Dependency order
 //!
@@ -23,19 +23,32 @@
 //! 3. `boot::info` (a leaf: platform and features only), `boot::entry`,
 //!    `boot::exceptions`, `boot::memory` (per-CPU data, system registers),
 //!    `boot::firmware` (console, GIC).
-//! 4. `stage2` (host memory, system registers).
-//! 5. `vm` (boot information, firmware, host memory, drivers, stage 2): the
-//!    VM captures what its vCPUs need of the boot information at creation.
-//! 6. `machine` (the VM, firmware): the VM table and the per-CPU record.
-//! 7. `vcpu` (the VM, exception entry, firmware, drivers, stage 2, features).
-//! 8. `run` (boot information, machine, VM, vCPU): starts them on every CPU.
-//! 9. `boot` (the boot sequence itself), which hands over to `run`.
+//! 4. `stage2` (host memory, system registers); `host_console` (firmware,
+//!    drivers, per-CPU data): the hypervisor console's lock and output, the
+//!    poll timer and the parking of CPUs, below the VM so that VMs write to
+//!    it without importing the monitor.
+//! 5. `vm` (boot information, firmware, host memory, drivers, stage 2, host
+//!    console): the VM captures what its vCPUs need of the boot information
+//!    at creation.
+//! 6. `vm_ops` (the VM, host memory, stage 2): memslot changes and guest
+//!    memory copies from outside the VM; `machine` (the VM, firmware, host
+//!    console): the VM table and the per-CPU record.
+//! 7. `monitor` (machine, VM, VM operations, host console, drivers): the
+//!    console's input and the monitor's machine.
+//! 8. `vcpu` (the VM, monitor, host console, exception entry, firmware,
+//!    drivers, stage 2, features).
+//! 9. `run` (boot information, machine, monitor, VM, vCPU): starts them on
+//!    every CPU.
+//! 10. `boot` (the boot sequence itself), which hands over to `run`.
 
 pub mod boot;
 pub mod cpu;
 pub mod drivers;
+pub mod host_console;
 pub mod machine;
+pub mod monitor;
 pub mod run;
 pub mod stage2;
 pub mod vcpu;
 pub mod vm;
+pub mod vm_ops;

@@ -1,125 +1,69 @@
-//! The hypervisor console on the machine: the one [`Console`] (output mux
-//! and monitor, `crate::control`) behind a lock, fed by the guests' PL011
-//! output, the host UART's receive interrupt and a periodic poll, and the
-//! machine behind its traits: the host UART ([`ConsoleOutput`]), the VMs'
-//! PL011 receive paths ([`GuestInput`]) and the VM table ([`MonitorTarget`]).
+//! The hypervisor console's input side and the monitor's machine: typed
+//! bytes from the host UART go through the one [`Console`]
+//! (`arch::host_console`) to the focused VM's PL011 ([`VmInputs`]) or to the
+//! monitor, whose commands act on the VM table ([`MachineTarget`]).
 //!
 //! # Where it runs
 //!
-//! Every CPU may run a vCPU, so the console has no CPU of its own. The host
-//! UART's receive interrupt is routed to the boot CPU (`drivers::gic`), and
-//! the boot CPU also arms the EL2 physical timer (`CNTHP`) every
-//! [`POLL_MS`] milliseconds: the *console CPU*. Both interrupts reach it at
-//! EL2 whatever it is doing: as IRQ exits while it runs a vCPU of any VM
-//! (`HCR_EL2.IMO`), in its wait while its vCPU is off or its VM is paused,
-//! and in [`serve_forever`] when it has no vCPU or its VM has stopped (it
-//! then keeps serving the console instead of halting). A typed byte is thus
-//! handled within one interrupt whatever the VMs do: a busy guest on the
-//! console CPU is interrupted, a paused or stopped one does not hold it.
+//! Every CPU may run a vCPU, so the console has no CPU of its own: it runs
+//! on the console CPU (the boot CPU, `arch::host_console`), which takes the
+//! host UART's receive interrupt and the console's poll timer at EL2
+//! whatever it is doing: as IRQ exits while it runs a vCPU of any VM
+//! (`HCR_EL2.IMO`), in its wait while its vCPU is off, and, once it has no
+//! vCPU left (none given, or its VM ended), in [`serve_forever`]. A typed
+//! byte is thus handled within one interrupt whatever the VMs do: a busy
+//! guest on the console CPU is interrupted, a stopped one does not hold it.
 //!
 //! # Locks
 //!
-//! Lock order: the console lock ([`CONSOLE`]), then a VM's UART lock, then
-//! its vgic lock; the host UART driver's lock is taken last and alone. The
-//! monitor calls the VM table with the console lock held, so nothing it
-//! calls may write guest output through the console: pause, resume and
-//! stop are requests that return at once, and a VM's unfinished line is
-//! flushed ([`flush_vm`]) by the CPU that ends it, not by the monitor. The
-//! hypervisor's own `[hv]` log lines go to the UART directly (the logger
-//! may run with the console lock held), at a line start only when no guest
-//! has a partial line out.
+//! Lock order: the console lock, then a VM's UART lock, then its vgic lock;
+//! the host UART driver's lock is taken last and alone. The monitor calls
+//! the VM table with the console lock held, so nothing it calls writes guest
+//! output through the console: a stop is requested, and the VM's own CPU
+//! ends the VM (and flushes its line). The hypervisor's `[hv]` log lines go
+//! to the UART directly (the logger may run with the console lock held).
 //!
 //! # Input
 //!
 //! Bytes read from the host UART go through [`Console::on_host_rx_byte`]:
-//! to the monitor after the escape key, else to the focused VM, whose
-//! PL011 backlog takes them ([`VmInputs`]); its receive interrupt line is
-//! updated in its vgic and the CPUs of the vCPUs that must see it kicked.
+//! to the monitor after the escape key, else to the focused VM, whose PL011
+//! backlog takes them; its receive interrupt line is updated in its vgic and
+//! the CPUs of the vCPUs that must see it are kicked.
 
 use crate::arch::boot::firmware;
 use crate::arch::drivers::{console, gic};
-use crate::arch::vm::{GuestUart, Vm, vms};
+use crate::arch::host_console::{self, HostUart};
+use crate::arch::machine::Machine;
+use crate::arch::vm::{GuestUart, Vm};
+use crate::arch::vm_ops::{self, VmOpError};
 use crate::control::console::{Console, GuestInput};
-use crate::control::console_mux::{ConsoleError, ConsoleOutput, VmId};
+use crate::control::console_mux::{ConsoleError, VmId};
 use crate::control::monitor::{MonitorTarget, SlotInfo, SlotRequest, VmInfo, VmState};
-use crate::read_sysreg;
+use crate::drivers::gic::HostIrq;
+use crate::vm::run_state::{Requested, RunStateError};
 use alloc::vec::Vec;
 use core::fmt;
-use core::sync::atomic::{AtomicU32, Ordering};
 use memslot::{Gfn, PAGE_SHIFT, SlotFlags, SlotId};
-use spin::{Mutex, Once};
+use spin::Once;
 
-/// Time between two console polls.
-pub const POLL_MS: u64 = 50;
+/// The VM table, once the console started.
+static VMS: Once<&'static [&'static Vm]> = Once::new();
 
-/// The console CPU (the host UART's interrupt goes to the boot CPU).
-pub const CONSOLE_CPU: usize = 0;
-
-/// The console, once the VMs exist.
-static CONSOLE: Once<Mutex<Console>> = Once::new();
-
-/// The EL2 physical timer's INTID (0: no poll timer).
-static POLL_INTID: AtomicU32 = AtomicU32::new(0);
-
-/// The host UART as the console's terminal.
-pub struct HostUart;
-
-impl ConsoleOutput for HostUart {
-    fn write_bytes(&mut self, bytes: &[u8]) {
-        console::write_bytes(bytes);
-    }
+/// The VMs the console serves (empty before [`start`]).
+fn vms() -> &'static [&'static Vm] {
+    VMS.get().copied().unwrap_or(&[])
 }
 
-/// Builds the console for the VMs of [`vms`] (on the boot CPU, after they
-/// were created, before any vCPU runs) and starts the poll timer on this
-/// CPU, whose interrupt is `poll_intid` (the EL2 physical timer's PPI).
-pub fn start(poll_intid: u32) -> Result<(), ConsoleError> {
-    let names: Vec<&str> = vms().iter().map(|vm| vm.name()).collect();
+/// Builds the console for `machine`'s VMs and installs it, with the poll
+/// timer on this CPU (the console CPU, the boot CPU), whose interrupt is
+/// `poll_intid`. Once, before any vCPU runs.
+pub fn start(machine: &'static Machine, poll_intid: u32) -> Result<(), ConsoleError> {
+    let vms = machine.vms();
+    let names: Vec<&str> = vms.iter().map(|vm| vm.name.as_str()).collect();
     let console = Console::new(&names)?;
-    CONSOLE.call_once(|| Mutex::new(console));
-    POLL_INTID.store(poll_intid, Ordering::Release);
-    gic::enable_ppi(poll_intid);
-    arm_poll_timer();
+    VMS.call_once(|| vms);
+    host_console::install(console, serve_forever, poll_intid);
     Ok(())
-}
-
-/// The poll timer's INTID, if the console started one.
-pub fn poll_intid() -> Option<u32> {
-    match POLL_INTID.load(Ordering::Acquire) {
-        0 => None,
-        intid => Some(intid),
-    }
-}
-
-fn arm_poll_timer() {
-    let ticks = read_sysreg!(cntfrq_el0) * POLL_MS / 1000;
-    // SAFETY: the EL2 physical timer is the console's alone; arming it only
-    // makes it raise its PPI on this CPU after `ticks`.
-    unsafe {
-        crate::write_sysreg!(cnthp_tval_el2, ticks);
-        crate::write_sysreg!(cnthp_ctl_el2, 1);
-    }
-}
-
-/// Takes one byte of guest console output from VM `vm`.
-pub fn guest_output(vm: usize, byte: u8) {
-    match CONSOLE.get() {
-        Some(console) => {
-            // `vm` is an index of the VM table the console was built from.
-            let _ = console
-                .lock()
-                .on_guest_tx_byte(VmId(vm), byte, &mut HostUart);
-        }
-        None => console::write_bytes(&[byte]),
-    }
-}
-
-/// Writes VM `vm`'s unfinished line (it stopped); never call it with the
-/// console lock held (from the monitor).
-pub fn flush_vm(vm: usize) {
-    if let Some(console) = CONSOLE.get() {
-        let _ = console.lock().flush_vm(VmId(vm), &mut HostUart);
-    }
 }
 
 /// The host UART's receive interrupt: every byte it holds goes through the
@@ -131,52 +75,47 @@ pub fn host_input() {
         if len == 0 {
             return;
         }
-        let Some(console) = CONSOLE.get() else {
+        let Some(console) = host_console::get() else {
             continue;
         };
         let mut console = console.lock();
         for &byte in &buf[..len] {
-            console.on_host_rx_byte(byte, &mut HostUart, &mut VmInputs, &mut Machine);
+            console.on_host_rx_byte(byte, &mut HostUart, &mut VmInputs, &mut MachineTarget);
         }
     }
 }
 
 /// The poll timer's interrupt: re-arms it and runs [`Console::poll`].
 pub fn poll_tick() {
-    arm_poll_timer();
-    if let Some(console) = CONSOLE.get() {
+    host_console::arm_poll_timer();
+    if let Some(console) = host_console::get() {
         console.lock().poll(&mut HostUart);
     }
 }
 
-/// Handles one acknowledged host interrupt if it is the console's (the
-/// UART's receive interrupt or the poll timer); returns whether it was.
-pub fn handle_interrupt(intid: u32, uart_intid: Option<u32>) -> bool {
-    if Some(intid) == uart_intid {
-        host_input();
-        true
-    } else if Some(intid) == poll_intid() {
-        poll_tick();
-        true
-    } else {
-        false
-    }
-}
-
-/// The console CPU with no vCPU to run (none of a VM, or its VM stopped):
-/// serves the console's interrupts forever; every other interrupt (a stray
-/// kick) is finished unhandled.
-pub fn serve_forever(uart_intid: Option<u32>) -> ! {
-    if !gic::is_up() || CONSOLE.get().is_none() {
+/// The console CPU once it has no vCPU to run (`host_console::park`):
+/// serves the host UART and the poll timer forever; anything else pending
+/// (a stray kick) is finished unhandled.
+fn serve_forever() -> ! {
+    let uart = vms().first().and_then(|vm| vm.host_uart_intid);
+    if !gic::is_up() {
         firmware::halt();
     }
     loop {
         loop {
             let ack = gic::acknowledge();
-            if ack.intid >= crate::drivers::gic::SPURIOUS_FIRST {
-                break;
+            let irq = HostIrq::classify(
+                ack.intid,
+                gic::maintenance_intid(),
+                gic::timer_intids(),
+                uart,
+            );
+            match irq {
+                HostIrq::Spurious => break,
+                HostIrq::UartReceive => host_input(),
+                HostIrq::Unexpected(intid) if host_console::is_poll_timer(intid) => poll_tick(),
+                _ => {}
             }
-            handle_interrupt(ack.intid, uart_intid);
             gic::end_of_interrupt(ack);
         }
         gic::wait_for_wakeup();
@@ -221,7 +160,7 @@ fn update_uart_line(vm: &Vm) {
                 gic::kick(vm.cpu_of(vcpu));
             }
         }
-        Err(error) => log::warn!("{}: UART line not updated: {error:?}", vm.name()),
+        Err(error) => log::warn!("vm{}: UART line not updated: {error:?}", vm.index),
     }
 }
 
@@ -230,14 +169,14 @@ fn update_uart_line(vm: &Vm) {
 pub enum MonitorError {
     /// No VM with this index.
     NoSuchVm(usize),
-    /// The VM's state does not allow it (`pause` of a stopped VM, ...).
-    State(crate::arch::vm::StateError),
+    /// The VM's run state does not allow it (`resume` of a running VM, ...).
+    State(RunStateError),
     /// `restart` is not supported: a VM is created once, from the boot
     /// payload, and cannot be rebuilt.
     RestartNotSupported,
     /// A memslot change failed.
-    Slot(crate::arch::vm_ops::VmOpError),
-    /// The slot's size or address is not a whole number of pages.
+    Slot(VmOpError),
+    /// The slot's address or size is not a whole number of pages.
     Unaligned {
         /// The address or size.
         value: u64,
@@ -251,7 +190,7 @@ impl fmt::Display for MonitorError {
             Self::State(e) => write!(f, "{e}"),
             Self::RestartNotSupported => write!(
                 f,
-                "restart is not supported: a VM is built once from the boot payload (stop it instead)"
+                "restart is not supported: a VM is built once from the boot payload (stop ends it)"
             ),
             Self::Slot(e) => write!(f, "{e}"),
             Self::Unaligned { value } => {
@@ -272,14 +211,14 @@ impl core::error::Error for MonitorError {
 }
 
 /// The VM table as the monitor drives it.
-pub struct Machine;
+pub struct MachineTarget;
 
 fn vm_at(vm: VmId) -> Result<&'static Vm, MonitorError> {
     vms().get(vm.0).copied().ok_or(MonitorError::NoSuchVm(vm.0))
 }
 
 fn pages(value: u64) -> Result<u64, MonitorError> {
-    if value % (1 << PAGE_SHIFT) == 0 {
+    if value.is_multiple_of(1 << PAGE_SHIFT) {
         Ok(value >> PAGE_SHIFT)
     } else {
         Err(MonitorError::Unaligned { value })
@@ -293,7 +232,7 @@ fn each_slot(vm: &Vm, each: &mut dyn FnMut(SlotInfo)) -> Result<(), MonitorError
     let slots = vm
         .memslots
         .slots(&guard)
-        .map_err(|e| MonitorError::Slot(crate::arch::vm_ops::VmOpError::Memslot(e)))?;
+        .map_err(|e| MonitorError::Slot(VmOpError::Memslot(e)))?;
     let mut list: Vec<SlotInfo> = slots
         .iter()
         .map(|slot| SlotInfo {
@@ -310,16 +249,20 @@ fn each_slot(vm: &Vm, each: &mut dyn FnMut(SlotInfo)) -> Result<(), MonitorError
     Ok(())
 }
 
-impl MonitorTarget for Machine {
+impl MonitorTarget for MachineTarget {
     type Error = MonitorError;
 
     fn vm_info(&self, vm: VmId) -> Result<VmInfo, MonitorError> {
         let vm = vm_at(vm)?;
         let mut memslots = 0;
         each_slot(vm, &mut |_| memslots += 1)?;
-        let cpus = (0..vm.vcpus).fold(0u64, |mask, vcpu| mask | 1 << vm.cpu_of(vcpu));
+        let cpus = vm.cpus.iter().fold(0u64, |mask, &cpu| mask | 1 << cpu);
         Ok(VmInfo {
-            state: monitor_state(vm),
+            state: match vm.requested_state() {
+                Requested::Running => VmState::Running,
+                Requested::Paused => VmState::Paused,
+                Requested::StopRequested => VmState::Stopped,
+            },
             vcpus: vm.vcpus as u32,
             cpus,
             ram_bytes: vm.ram.size(),
@@ -344,9 +287,7 @@ impl MonitorTarget for Machine {
     }
 
     fn stop(&mut self, vm: VmId) -> Result<(), MonitorError> {
-        vm_at(vm)?
-            .request_stop(crate::arch::vm::StopRequest::Monitor)
-            .map_err(MonitorError::State)
+        vm_at(vm)?.request_stop().map_err(MonitorError::State)
     }
 
     fn restart(&mut self, vm: VmId) -> Result<(), MonitorError> {
@@ -362,7 +303,7 @@ impl MonitorTarget for Machine {
         let vm = vm_at(vm)?;
         let base = Gfn(pages(request.ipa)?);
         let npages = pages(request.size)?;
-        crate::arch::vm_ops::create_slot(vm, request.id, base, npages, request.flags)
+        vm_ops::create_slot(vm, request.id, base, npages, request.flags)
             .map_err(MonitorError::Slot)?;
         let mut backing = 0;
         each_slot(vm, &mut |slot| {
@@ -374,14 +315,14 @@ impl MonitorTarget for Machine {
     }
 
     fn delete_slot(&mut self, vm: VmId, slot: SlotId) -> Result<(), MonitorError> {
-        crate::arch::vm_ops::delete_slot(vm_at(vm)?, slot)
+        vm_ops::delete_slot(vm_at(vm)?, slot)
             .map(|_| ())
             .map_err(MonitorError::Slot)
     }
 
     fn move_slot(&mut self, vm: VmId, slot: SlotId, ipa: u64) -> Result<(), MonitorError> {
         let base = Gfn(pages(ipa)?);
-        crate::arch::vm_ops::move_slot(vm_at(vm)?, slot, base)
+        vm_ops::move_slot(vm_at(vm)?, slot, base)
             .map(|_| ())
             .map_err(MonitorError::Slot)
     }
@@ -392,7 +333,7 @@ impl MonitorTarget for Machine {
         slot: SlotId,
         flags: SlotFlags,
     ) -> Result<(), MonitorError> {
-        crate::arch::vm_ops::set_slot_flags(vm_at(vm)?, slot, flags).map_err(MonitorError::Slot)
+        vm_ops::set_slot_flags(vm_at(vm)?, slot, flags).map_err(MonitorError::Slot)
     }
 
     fn power_off(&mut self) -> Result<(), MonitorError> {

@@ -23,17 +23,24 @@ use crate::arch::boot::info::BootInfo;
 use crate::arch::cpu::percpu;
 use crate::arch::cpu::sysreg;
 use crate::arch::drivers::gic;
+use crate::arch::host_console;
 use crate::arch::machine::Machine;
+use crate::arch::monitor;
 use crate::arch::vcpu::Vcpu;
 use crate::arch::vm::{ResetOfOneVm, Vm, create_vm};
 use crate::exit::flow::{Flow, StopReason};
 use crate::vm::power::BootRequest;
+use crate::vm::run_state::Requested;
 use alloc::vec::Vec;
 use boot_payload::VmsRef;
 use spin::Once;
 
 /// The machine, once the boot CPU created its VMs.
 static MACHINE: Once<Machine> = Once::new();
+
+/// The EL2 physical timer's PPI when the device tree has no timer node (the
+/// architecture's recommended INTID).
+const DEFAULT_EL2_TIMER_INTID: u32 = 26;
 
 /// Says why the VMs cannot start and powers the machine off.
 fn cannot_start(why: &dyn core::fmt::Display) -> ! {
@@ -57,17 +64,24 @@ pub fn run_boot_cpu(info: &BootInfo) -> ! {
     if let Err(e) = vms.check_cpus(info.cpus_online as u32) {
         cannot_start(&e);
     }
-    let several = vms.len() > 1;
     let mut created = Vec::with_capacity(vms.len());
     let mut boots = Vec::with_capacity(vms.len());
     for (index, vm) in vms.as_slice().iter().enumerate() {
-        let (vm, boot) = create_vm(info, index, vm, several)
+        let (vm, boot) = create_vm(info, index, vm)
             .unwrap_or_else(|e| cannot_start(&format_args!("vm{index} ({}): {e}", vm.name)));
         created.push(vm);
         boots.push(boot);
     }
     let machine = Machine::new(created, info.cpus_online).unwrap_or_else(|e| cannot_start(&e));
     let machine = MACHINE.call_once(|| machine);
+    // The console CPU is this one: the host UART's interrupt comes here.
+    let poll_intid = info
+        .platform
+        .timer
+        .map_or(DEFAULT_EL2_TIMER_INTID, |timer| timer.hyp_phys);
+    if let Err(e) = monitor::start(machine, poll_intid) {
+        cannot_start(&e);
+    }
     sysreg::send_event();
     let this_cpu = percpu::current().index();
     for cpu in (0..info.cpus_online).filter(|&cpu| cpu != this_cpu) {
@@ -86,7 +100,7 @@ pub fn run_boot_cpu(info: &BootInfo) -> ! {
     match (here, machine.assignment(this_cpu)) {
         (Some((vm, boot)), _) => run_cpu(machine, vm, 0, Some(boot)),
         (None, Some((vm, vcpu))) => run_cpu(machine, vm, vcpu, None),
-        (None, None) => firmware::halt(),
+        (None, None) => host_console::park(),
     }
 }
 
@@ -104,7 +118,7 @@ pub fn run_secondary_cpu(index: usize) -> ! {
     };
     match machine.assignment(index) {
         Some((vm, vcpu)) => run_cpu(machine, vm, vcpu, None),
-        None => firmware::halt(),
+        None => host_console::park(),
     }
 }
 
@@ -128,7 +142,10 @@ fn run_cpu(
     }
     loop {
         if vm.is_stopping() {
-            firmware::halt();
+            host_console::park();
+        }
+        if vm.run_state.get() == Requested::StopRequested {
+            stop(machine, vm, index, &StopReason::StopRequested);
         }
         // Handle first, then look for a request, then wait: a CPU_ON that
         // lands after the look leaves its kick pending, which ends the wait.

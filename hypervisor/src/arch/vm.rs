@@ -39,8 +39,9 @@ use crate::arch::boot::memory;
 use crate::arch::cpu::sysreg;
 use crate::arch::drivers::console;
 use crate::arch::drivers::gic;
+use crate::arch::host_console;
 use crate::arch::stage2::FrameMemory;
-use crate::devices::pl011::{ConsoleLine, Pl011, RxBacklog};
+use crate::devices::pl011::{Pl011, RxBacklog};
 use crate::devices::vgic::{self, Vgic, VgicConfig};
 use crate::exit::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::platform::ranges::PhysRange;
@@ -56,13 +57,14 @@ use crate::vm::layout::{
     GUEST_UART_SIZE, GUEST_UART_SPI, vcpu_mpidr,
 };
 use crate::vm::power::{BootRequest, PowerStates};
+use crate::vm::run_state::{Requested, RunState, RunStateError};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use boot_payload::image::{self, KernelFormat};
 use boot_payload::vmconf::DEFAULT_MEM_MIB;
-use boot_payload::vmname::{ConsolePrefix, VmName};
+use boot_payload::vmname::VmName;
 use boot_payload::{PayloadError, PayloadRef, VmRef};
 use core::sync::atomic::{AtomicBool, Ordering};
 use crossbeam_epoch::Collector;
@@ -78,12 +80,11 @@ const BACKING_ALIGN: u64 = 2 << 20;
 /// IPA size of every VM.
 const IPA_BITS: u32 = 40;
 
-/// The emulated UART and the line it is collecting.
+/// The emulated UART (its output goes to the hypervisor console,
+/// `arch::host_console`, byte by byte).
 pub struct GuestUart {
     /// Register model.
     pub device: Pl011,
-    /// Output not yet written to the console.
-    pub line: ConsoleLine,
     /// Typed bytes waiting for room in the RX FIFO.
     pub backlog: RxBacklog,
     /// The interrupt line level last given to the vgic.
@@ -98,8 +99,6 @@ pub struct Vm {
     pub name: VmName,
     /// The physical CPU of each vCPU: vCPU `i` runs only on `cpus[i]`.
     pub cpus: Vec<usize>,
-    /// Its console lines start with `[<name>] ` (there are several VMs).
-    pub prefix_console: bool,
     /// Number of vCPUs.
     pub vcpus: usize,
     /// Stage-2 translation: shared walks for faults (read side), range
@@ -127,6 +126,8 @@ pub struct Vm {
     pub vgic: Vgic,
     /// vCPU power states.
     pub power: PowerStates,
+    /// Running, paused or asked to stop by the console monitor.
+    pub run_state: RunState,
     /// Event counters.
     pub counters: &'static VmCounters,
     /// The CPUs have the GICv3 system-register CPU interface (system-wide).
@@ -301,17 +302,55 @@ impl Vm {
         gic::kick(self.cpu_of(vcpu));
     }
 
-    /// What starts each of this VM's console lines: `[<name>] ` when there
-    /// are several VMs.
-    fn console_prefix(&self) -> Option<ConsolePrefix<'_>> {
-        self.prefix_console.then(|| self.name.console_prefix())
+    /// Writes a byte of guest console output (the hypervisor console
+    /// prefixes and routes it).
+    pub fn console_byte(&self, byte: u8) {
+        host_console::guest_output(self.index, byte);
     }
 
-    /// Writes a byte of guest console output.
-    pub fn console_byte(&self, byte: u8) {
-        let mut uart = self.uart.lock();
-        if let Some(line) = uart.line.push(byte) {
-            console::write_guest_line(self.console_prefix(), line);
+    /// The monitor's `pause`: holds every vCPU at EL2 from its next exit
+    /// (requested, not waited for).
+    pub fn request_pause(&self) -> Result<(), RunStateError> {
+        if self.is_stopping() {
+            return Err(RunStateError::Stopped);
+        }
+        self.run_state.request_pause()?;
+        self.kick_all();
+        Ok(())
+    }
+
+    /// The monitor's `resume` of a paused VM.
+    pub fn resume(&self) -> Result<(), RunStateError> {
+        self.run_state.resume()?;
+        sysreg::send_event();
+        self.kick_all();
+        Ok(())
+    }
+
+    /// The monitor's `stop`: the vCPU that next sees it stops the VM
+    /// (`StopReason::StopRequested`); requested, not waited for.
+    pub fn request_stop(&self) -> Result<(), RunStateError> {
+        if self.is_stopping() {
+            return Err(RunStateError::Stopped);
+        }
+        self.run_state.request_stop()?;
+        sysreg::send_event();
+        self.kick_all();
+        Ok(())
+    }
+
+    /// Whether the VM is paused, running or stopped, as the monitor shows it.
+    pub fn requested_state(&self) -> Requested {
+        if self.is_stopping() {
+            Requested::StopRequested
+        } else {
+            self.run_state.get()
+        }
+    }
+
+    fn kick_all(&self) {
+        for vcpu in 0..self.vcpus {
+            self.kick(vcpu);
         }
     }
 
@@ -321,7 +360,7 @@ impl Vm {
     /// reporting) halts here.
     fn begin_stop(&self, vcpu: usize) {
         if self.stopping.swap(true, Ordering::AcqRel) {
-            firmware::halt();
+            host_console::park();
         }
         sysreg::send_event();
         for other in (0..self.vcpus).filter(|&other| other != vcpu) {
@@ -330,11 +369,7 @@ impl Vm {
     }
 
     fn flush_console(&self) {
-        let mut uart = self.uart.lock();
-        let rest = uart.line.take();
-        if !rest.is_empty() {
-            console::write_guest_line(self.console_prefix(), rest);
-        }
+        host_console::flush_vm(self.index);
     }
 
     fn print_counters(&self) {
@@ -390,16 +425,14 @@ impl core::fmt::Display for ResetOfOneVm {
 
 impl core::error::Error for ResetOfOneVm {}
 
-/// Creates VM `index` of the payload, `vm`, on the machine `info` describes
-/// (`several`: the payload has more than one VM, so its console lines are
-/// prefixed); returns it with the boot request of its vCPU 0. Its vCPUs run
+/// Creates VM `index` of the payload, `vm`, on the machine `info`
+/// describes; returns it with the boot request of its vCPU 0. Its vCPUs run
 /// on the CPUs its `vm.conf` names (`cpus=`), else on CPUs `0..vcpus`. The
 /// VM keeps what its vCPUs need of `info`.
 pub fn create_vm(
     info: &BootInfo,
     index: usize,
     vm: &VmRef<'_>,
-    several: bool,
 ) -> Result<(&'static Vm, BootRequest), VmError> {
     let name = vm.name;
     let PayloadRef {
@@ -616,7 +649,6 @@ pub fn create_vm(
         index,
         name,
         cpus,
-        prefix_console: several,
         vcpus,
         stage2,
         vtcr,
@@ -629,12 +661,12 @@ pub fn create_vm(
         mmio,
         uart: Mutex::new(GuestUart {
             device: Pl011::new(),
-            line: ConsoleLine::new(),
             backlog: RxBacklog::new(),
             irq_level: false,
         }),
         vgic,
         power: PowerStates::new(vcpus),
+        run_state: RunState::new(),
         counters,
         gic_sysregs: features.gic_sysregs,
         host_uart_intid: info.platform.uart_intid,

@@ -178,6 +178,9 @@ pub enum StopReason {
     IdRegister(SysRegEncoding),
     /// Cleaning guest memory to the point of coherency failed.
     FlushGuestMemory(pgtable::Error),
+    /// The hypervisor console's `stop` asked for it
+    /// (`crate::vm::run_state`).
+    StopRequested,
 }
 
 impl core::fmt::Display for StopReason {
@@ -189,6 +192,7 @@ impl core::fmt::Display for StopReason {
                 write!(f, "{} timer line: {error:?}", timer.name())
             }
             Self::UartLine(e) => write!(f, "UART interrupt line: {e:?}"),
+            Self::StopRequested => write!(f, "stopped from the hypervisor console"),
             Self::UnexpectedExit { kind, pc, esr } => write!(
                 f,
                 "unexpected {kind:?} exit at PC {pc:#x} (ESR_EL2 {esr:#x})"

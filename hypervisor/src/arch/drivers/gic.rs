@@ -19,7 +19,7 @@
 //! virtual and physical (as the device tree names them; all three timers
 //! are turned off first, and the EL2 physical timer's PPI stays disabled
 //! except on the boot CPU, where the console's poll timer enables it with
-//! [`enable_ppi`]); then the CPU
+//! [`set_ppi_enabled`]); then the CPU
 //! interface: `ICC_SRE_EL2` (SRE, Enable for EL1), `ICC_PMR_EL1` open,
 //! `ICC_CTLR_EL1.EOImode` 0 (an EOI at EL2 drops priority and deactivates:
 //! no list register is hardware-linked, every interrupt is finished here) and
@@ -696,11 +696,12 @@ pub fn set_timer_masked(timer: TimerId, masked: bool) {
     }
 }
 
-/// Enables this CPU's PPI `intid` at the hypervisor's priority (group 1 on
-/// a GICv3 and group 0 on a GICv2, as every PPI): the console's poll timer.
-pub fn enable_ppi(intid: u32) {
+/// Enables (at the hypervisor's priority; group 1 on a GICv3 and group 0 on
+/// a GICv2, as every PPI) or disables this CPU's PPI `intid`: the console's
+/// poll timer, and what the console CPU turns off when it parks.
+pub fn set_ppi_enabled(intid: u32, enabled: bool) {
     if let Some(d) = driver() {
-        d.set_ppi_enabled(intid, true);
+        d.set_ppi_enabled(intid, enabled);
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::Vcpu;
 use crate::arch::boot::exceptions::{ExitKind, enter_guest};
-use crate::arch::boot::firmware;
+use crate::arch::host_console;
 use crate::exit::flow::{Flow, StopReason, UnexpectedExit};
 use crate::exit::sync::{self, SyncExit};
 use crate::vm::counters::Counter;
@@ -19,8 +19,9 @@ impl Vcpu {
         self.load(boot)?;
         loop {
             if self.vm.is_stopping() {
-                firmware::halt();
+                host_console::park();
             }
+            self.wait_while_paused()?;
             self.prepare_entry()?;
             // SAFETY: `load` set this CPU's stage-2 translation and traps for
             // this VM, so the guest reaches only its own memory.
