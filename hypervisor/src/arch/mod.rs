@@ -36,3 +36,4 @@ pub mod run;
 pub mod stage2;
 pub mod vcpu;
 pub mod vm;
+pub mod vm_ops;
