@@ -127,6 +127,13 @@ pub enum Scenario {
     VgicScarce,
     /// The hostile-guest fuzzer (seed and counts in [`RunConfig::guest_args`]).
     Fuzz,
+    /// A control VM (`control=1`) drives the control interface against a
+    /// `control-peer` VM: memory reads, memslot create / move / delete,
+    /// pause / resume, bogus calls, stop.
+    Control,
+    /// The peer of `control`: refused by the control interface, writes a
+    /// pattern, then touches memory outside its RAM until stopped.
+    ControlPeer,
 }
 
 impl Scenario {
@@ -140,6 +147,8 @@ impl Scenario {
         Scenario::Flood,
         Scenario::VgicScarce,
         Scenario::Fuzz,
+        Scenario::Control,
+        Scenario::ControlPeer,
     ];
 
     /// The scenario's name on the command line and in `test=`.
@@ -153,6 +162,8 @@ impl Scenario {
             Scenario::Flood => "flood",
             Scenario::VgicScarce => "vgic-scarce",
             Scenario::Fuzz => "fuzz",
+            Scenario::Control => "control",
+            Scenario::ControlPeer => "control-peer",
         }
     }
 

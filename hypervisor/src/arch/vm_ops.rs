@@ -160,14 +160,7 @@ fn unmap_cache() -> Result<PageCache, VmOpError> {
 pub fn delete_slot(vm: &Vm, id: SlotId) -> Result<SlotSpec, VmOpError> {
     let mut cache = unmap_cache()?;
     let handle = vm.collector.register();
-    let result = pgtable::delete_slot(
-        &vm.memslots,
-        &handle,
-        &vm.stage2,
-        id,
-        &mut cache,
-        &vm.tlb,
-    );
+    let result = pgtable::delete_slot(&vm.memslots, &handle, &vm.stage2, id, &mut cache, &vm.tlb);
     cache.release(&FrameMemory::TABLES);
     let spec = result?;
     let size = spec.npages << PAGE_SHIFT;
@@ -263,7 +256,9 @@ fn copy_guest(
         while done < piece.len {
             let gfn = Gfn::from_ipa(guest_at);
             let offset = guest_at % PAGE_SIZE;
-            let slot = slots.find(gfn).ok_or(VmOpError::NotMapped { ipa: guest_at })?;
+            let slot = slots
+                .find(gfn)
+                .ok_or(VmOpError::NotMapped { ipa: guest_at })?;
             let page = slot
                 .translate(gfn)
                 .ok_or(VmOpError::NotMapped { ipa: guest_at })?;

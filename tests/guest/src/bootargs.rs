@@ -34,6 +34,11 @@ pub enum Scenario {
     VgicScarce,
     /// Hostile-guest fuzzer driven by a seed.
     Fuzz,
+    /// A control VM drives the control interface against its peer.
+    Control,
+    /// The peer of `control`: writes a pattern, then touches two windows
+    /// outside its RAM until stopped.
+    ControlPeer,
 }
 
 impl Scenario {
@@ -47,6 +52,8 @@ impl Scenario {
         Scenario::Flood,
         Scenario::VgicScarce,
         Scenario::Fuzz,
+        Scenario::Control,
+        Scenario::ControlPeer,
     ];
 
     /// The name used in `test=`.
@@ -60,6 +67,8 @@ impl Scenario {
             Scenario::Flood => "flood",
             Scenario::VgicScarce => "vgic-scarce",
             Scenario::Fuzz => "fuzz",
+            Scenario::Control => "control",
+            Scenario::ControlPeer => "control-peer",
         }
     }
 }

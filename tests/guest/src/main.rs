@@ -36,6 +36,9 @@
 //!   (`seeds=`, `ops=`, `fuzz-allow=`); it checks the answers a guest may
 //!   rely on and counts violations (see `fuzz`).
 //!
+//! * `control` / `control-peer`: a control VM drives the hypervisor's
+//!   control interface against its peer (see `control`).
+//!
 //! It ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the
 //! hypervisor, bootarg `hypercalls=psci`) and calls PSCI `SYSTEM_OFF`.
@@ -53,6 +56,8 @@ mod boot;
 mod bootargs;
 #[cfg(target_os = "none")]
 mod console;
+#[cfg(target_os = "none")]
+mod control;
 #[cfg(target_os = "none")]
 mod el0;
 #[cfg(target_os = "none")]
