@@ -130,6 +130,13 @@ pub enum Scenario {
     /// Prints `echo: tick N` twice a second and `echo: got <line>` for each
     /// line typed on its console, forever (no verdict: `expect=running`).
     Echo,
+    /// A control VM (`control=1`) drives the control interface against a
+    /// `control-peer` VM: memory reads, memslot create / move / delete,
+    /// pause / resume, bogus calls, stop.
+    Control,
+    /// The peer of `control`: refused by the control interface, writes a
+    /// pattern, then touches memory outside its RAM until stopped.
+    ControlPeer,
 }
 
 impl Scenario {
@@ -144,6 +151,8 @@ impl Scenario {
         Scenario::VgicScarce,
         Scenario::Fuzz,
         Scenario::Echo,
+        Scenario::Control,
+        Scenario::ControlPeer,
     ];
 
     /// The scenario's name on the command line and in `test=`.
@@ -158,6 +167,8 @@ impl Scenario {
             Scenario::VgicScarce => "vgic-scarce",
             Scenario::Fuzz => "fuzz",
             Scenario::Echo => "echo",
+            Scenario::Control => "control",
+            Scenario::ControlPeer => "control-peer",
         }
     }
 

@@ -333,12 +333,3 @@ pub fn write_host(dst: HostPhysAddr, bytes: &[u8], fwb: bool) {
         sysreg::clean_inval_dcache_to_poc(addr, bytes.len(), caps.dline);
     }
 }
-
-/// Pages in all of `vm`'s memslots, and how many slots it has (one view of
-/// its published set).
-pub fn slot_totals(vm: &Vm) -> Result<(u64, u32), VmOpError> {
-    let handle = vm.collector.register();
-    let guard = handle.pin();
-    let slots = vm.memslots.slots(&guard).map_err(VmOpError::Memslot)?;
-    Ok((slots.iter().map(|s| s.npages()).sum(), slots.len() as u32))
-}

@@ -37,6 +37,11 @@ pub enum Scenario {
     /// A ticker and a line echo on the console, forever (for the
     /// hypervisor's console monitor).
     Echo,
+    /// A control VM drives the control interface against its peer.
+    Control,
+    /// The peer of `control`: writes a pattern, then touches two windows
+    /// outside its RAM until stopped.
+    ControlPeer,
 }
 
 impl Scenario {
@@ -51,6 +56,8 @@ impl Scenario {
         Scenario::VgicScarce,
         Scenario::Fuzz,
         Scenario::Echo,
+        Scenario::Control,
+        Scenario::ControlPeer,
     ];
 
     /// The name used in `test=`.
@@ -65,6 +72,8 @@ impl Scenario {
             Scenario::VgicScarce => "vgic-scarce",
             Scenario::Fuzz => "fuzz",
             Scenario::Echo => "echo",
+            Scenario::Control => "control",
+            Scenario::ControlPeer => "control-peer",
         }
     }
 }

@@ -38,6 +38,8 @@
 //! * `echo` (boot vCPU only): prints a tick twice a second and echoes the
 //!   lines typed on its console, forever, without a `RESULT:` line (for the
 //!   hypervisor's console monitor; see `echo`).
+//! * `control` / `control-peer`: a control VM drives the hypervisor's
+//!   control interface against its peer (see `control`).
 //!
 //! Every other scenario ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the
@@ -56,6 +58,8 @@ mod boot;
 mod bootargs;
 #[cfg(target_os = "none")]
 mod console;
+#[cfg(target_os = "none")]
+mod control;
 #[cfg(target_os = "none")]
 mod echo;
 #[cfg(target_os = "none")]
