@@ -101,6 +101,8 @@ pub struct Vm {
     pub cpus: Vec<usize>,
     /// Number of vCPUs.
     pub vcpus: usize,
+    /// It may use the control interface (`control=1` in its `vm.conf`).
+    pub control: bool,
     /// Stage-2 translation: shared walks for faults (read side), range
     /// operations behind the write side.
     pub stage2: Mmu<FrameMemory>,
@@ -650,6 +652,7 @@ pub fn create_vm(
         name,
         cpus,
         vcpus,
+        control: conf.control.unwrap_or(false),
         stage2,
         vtcr,
         vttbr,
