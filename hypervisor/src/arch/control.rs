@@ -14,8 +14,8 @@
 //! - VM ids are indices in the VM table (`arch::machine`); pause, resume
 //!   and stop are `arch::vm_ops` over the VM's run state
 //!   (`vm::run_state`): `VM_PAUSE` returns once no vCPU of the VM runs
-//!   guest code, `VM_STOP` once the stop is requested (the VM's own vCPUs
-//!   carry it out, as for the console monitor's `stop`);
+//!   guest code, `VM_STOP` once the VM's own CPU carried the stop out and
+//!   reported it (bounded: `vm_ops::STOP_WAIT_SECONDS`);
 //! - memslot changes and guest memory copies are `arch::vm_ops` (shared
 //!   with the console monitor), run here, on a CPU that runs none of the
 //!   target's vCPUs and holds none of its locks or pins;
@@ -177,7 +177,14 @@ impl ControlTarget for Machine {
     }
 
     fn stop(&mut self, id: VmId) -> Result<(), Error> {
-        vm_ops::stop(vm(id)?);
+        let target = vm(id)?;
+        if vm_ops::stop(target) == vm_ops::StopWait::Requested {
+            log::warn!(
+                "vm{}: stop requested by a control VM; not carried out within {} s",
+                target.index,
+                vm_ops::STOP_WAIT_SECONDS
+            );
+        }
         Ok(())
     }
 

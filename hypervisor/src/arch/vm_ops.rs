@@ -370,9 +370,34 @@ pub fn resume(vm: &Vm) -> Result<(), RunStateError> {
     }
 }
 
+/// How long [`stop`] waits for the VM's own CPU to carry the stop out, in
+/// seconds.
+pub const STOP_WAIT_SECONDS: u64 = 5;
+
 /// Stops `vm` for good: its vCPUs stop it at their next look at the run
-/// state (a kick forces one); stopping a stopped VM succeeds.
-pub fn stop(vm: &Vm) {
+/// state (a kick forces one); stopping a stopped VM succeeds. Returns once
+/// the VM's end is reported (`Vm::has_ended`), so that no output of the
+/// stopped VM follows, or after [`STOP_WAIT_SECONDS`] (the stop stays
+/// requested and happens when its CPU gets to it); says which.
+pub fn stop(vm: &Vm) -> StopWait {
     // `Stopped`: stopping or stopped already, which is what was asked.
     let _already = vm.request_stop();
+    let frequency = read_sysreg!(cntfrq_el0);
+    let start = read_sysreg!(cntpct_el0);
+    while !vm.has_ended() {
+        if read_sysreg!(cntpct_el0).wrapping_sub(start) > STOP_WAIT_SECONDS * frequency {
+            return StopWait::Requested;
+        }
+        core::hint::spin_loop();
+    }
+    StopWait::Ended
+}
+
+/// How far [`stop`] saw the stop go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopWait {
+    /// The VM has ended and reported it.
+    Ended,
+    /// Requested; the VM's CPU had not carried it out in time.
+    Requested,
 }
