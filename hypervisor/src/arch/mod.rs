@@ -34,14 +34,16 @@
 //!    memory copies from outside the VM; `machine` (the VM, firmware, host
 //!    console): the VM table and the per-CPU record.
 //! 7. `monitor` (machine, VM, VM operations, host console, drivers): the
-//!    console's input and the monitor's machine.
-//! 8. `vcpu` (the VM, monitor, host console, exception entry, firmware,
+//!    console's input and the monitor's machine; `control` (machine, VM, VM
+//!    operations): the control interface's machine side.
+//! 8. `vcpu` (the VM, monitor, control, host console, exception entry, firmware,
 //!    drivers, stage 2, features).
 //! 9. `run` (boot information, machine, monitor, VM, vCPU): starts them on
 //!    every CPU.
 //! 10. `boot` (the boot sequence itself), which hands over to `run`.
 
 pub mod boot;
+pub mod control;
 pub mod cpu;
 pub mod drivers;
 pub mod host_console;

@@ -20,6 +20,7 @@
 
 use crate::arch::boot::firmware;
 use crate::arch::boot::info::BootInfo;
+use crate::arch::control;
 use crate::arch::cpu::percpu;
 use crate::arch::cpu::sysreg;
 use crate::arch::drivers::gic;
@@ -82,6 +83,7 @@ pub fn run_boot_cpu(info: &BootInfo) -> ! {
     if let Err(e) = monitor::start(machine, poll_intid) {
         cannot_start(&e);
     }
+    control::start(machine);
     sysreg::send_event();
     let this_cpu = percpu::current().index();
     for cpu in (0..info.cpus_online).filter(|&cpu| cpu != this_cpu) {

@@ -101,6 +101,8 @@ pub struct Vm {
     pub cpus: Vec<usize>,
     /// Number of vCPUs.
     pub vcpus: usize,
+    /// It may use the control interface (`control=1` in its `vm.conf`).
+    pub control: bool,
     /// Stage-2 translation: shared walks for faults (read side), range
     /// operations behind the write side.
     pub stage2: Mmu<FrameMemory>,
@@ -138,6 +140,9 @@ pub struct Vm {
     /// unknown ids already logged, all of fixed size.
     event_log: Mutex<EventLog>,
     stopping: AtomicBool,
+    /// Set once its end is reported (after `stopping`): nothing of it runs
+    /// or prints any more.
+    ended: AtomicBool,
 }
 
 /// Why a VM could not be created from the payload.
@@ -292,6 +297,11 @@ impl Vm {
         self.stopping.load(Ordering::Acquire)
     }
 
+    /// True once the VM's end (power-off or stop) is reported.
+    pub fn has_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
     /// The physical CPU that runs vCPU `vcpu`.
     pub fn cpu_of(&self, vcpu: usize) -> usize {
         self.cpus[vcpu]
@@ -387,6 +397,7 @@ impl Vm {
         log::info!("vm{} vcpu{vcpu}: PSCI SYSTEM_OFF", self.index);
         self.print_counters();
         log::info!("vm{} ({}): powered off", self.index, self.name);
+        self.ended.store(true, Ordering::Release);
     }
 
     /// Guest `SYSTEM_RESET` when this is the only VM: reports and resets the
@@ -409,6 +420,7 @@ impl Vm {
         log::error!("vm{} vcpu{vcpu}: stopping the VM: {reason}", self.index);
         self.print_counters();
         log::info!("vm{} ({}): stopped: {reason}", self.index, self.name);
+        self.ended.store(true, Ordering::Release);
     }
 }
 
@@ -650,6 +662,7 @@ pub fn create_vm(
         name,
         cpus,
         vcpus,
+        control: conf.control.unwrap_or(false),
         stage2,
         vtcr,
         vttbr,
@@ -674,6 +687,7 @@ pub fn create_vm(
             read_sysreg!(cntfrq_el0),
         ))),
         stopping: AtomicBool::new(false),
+        ended: AtomicBool::new(false),
     }));
     log::info!(
         "vm{index} ({name}): {vcpus} vCPU(s) on CPUs {:?}, {} MiB RAM at IPA {GUEST_RAM_BASE:#x} backed by {backing:#x}, VMID {vmid}, \

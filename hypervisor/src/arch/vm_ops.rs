@@ -1,5 +1,5 @@
-//! Changes to a running VM made from outside it: memslot create / delete /
-//! move / flags and copies of its guest memory. The control interface
+//! Changes to a running VM made from outside it: pause / resume / stop,
+//! memslot create / delete / move / flags and copies of its guest memory. The control interface
 //! (`arch::control`) and the console monitor call these; both run them on a
 //! CPU that is not running one of the target VM's vCPUs and that holds no
 //! pin of the target's memslots nor a reader of its stage-2 MMU.
@@ -41,6 +41,7 @@ use crate::arch::stage2::FrameMemory;
 use crate::arch::vm::Vm;
 use crate::read_sysreg;
 use crate::stage2::cache_maint::{CacheCaps, IcacheInval};
+use crate::vm::run_state::{Requested, RunStateError};
 use core::fmt;
 use memslot::{Gfn, HostPhysAddr, MemslotError, PAGE_SHIFT, SlotFlags, SlotId, SlotSpec};
 use pgtable::{PAGE_SIZE, PageCache, SLOT_UNMAP_CACHE_PAGES, SlotSyncError};
@@ -332,4 +333,71 @@ pub fn write_host(dst: HostPhysAddr, bytes: &[u8], fwb: bool) {
     if !fwb {
         sysreg::clean_inval_dcache_to_poc(addr, bytes.len(), caps.dline);
     }
+}
+
+/// Pages in all of `vm`'s memslots, and how many slots it has (one view of
+/// its published set).
+pub fn slot_totals(vm: &Vm) -> Result<(u64, u32), VmOpError> {
+    let handle = vm.collector.register();
+    let guard = handle.pin();
+    let slots = vm.memslots.slots(&guard).map_err(VmOpError::Memslot)?;
+    Ok((slots.iter().map(|s| s.npages()).sum(), slots.len() as u32))
+}
+
+/// Pauses `vm` and returns once none of its vCPUs runs guest code
+/// (`vm::run_state`, "Waiting for a pause"); pausing a paused VM succeeds.
+/// Returns early if the VM is resumed or stopped meanwhile.
+pub fn pause(vm: &Vm) -> Result<(), RunStateError> {
+    match vm.request_pause() {
+        Ok(()) | Err(RunStateError::NotRunning(Requested::Paused)) => {}
+        Err(e) => return Err(e),
+    }
+    while vm.run_state.get() == Requested::Paused && vm.run_state.in_guest() != 0 {
+        core::hint::spin_loop();
+    }
+    Ok(())
+}
+
+/// Lets a paused `vm` run again; resuming a running VM succeeds, a stopped
+/// one is refused.
+pub fn resume(vm: &Vm) -> Result<(), RunStateError> {
+    if vm.is_stopping() {
+        return Err(RunStateError::Stopped);
+    }
+    match vm.resume() {
+        Ok(()) | Err(RunStateError::NotPaused(Requested::Running)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// How long [`stop`] waits for the VM's own CPU to carry the stop out, in
+/// seconds.
+pub const STOP_WAIT_SECONDS: u64 = 5;
+
+/// Stops `vm` for good: its vCPUs stop it at their next look at the run
+/// state (a kick forces one); stopping a stopped VM succeeds. Returns once
+/// the VM's end is reported (`Vm::has_ended`), so that no output of the
+/// stopped VM follows, or after [`STOP_WAIT_SECONDS`] (the stop stays
+/// requested and happens when its CPU gets to it); says which.
+pub fn stop(vm: &Vm) -> StopWait {
+    // `Stopped`: stopping or stopped already, which is what was asked.
+    let _already = vm.request_stop();
+    let frequency = read_sysreg!(cntfrq_el0);
+    let start = read_sysreg!(cntpct_el0);
+    while !vm.has_ended() {
+        if read_sysreg!(cntpct_el0).wrapping_sub(start) > STOP_WAIT_SECONDS * frequency {
+            return StopWait::Requested;
+        }
+        core::hint::spin_loop();
+    }
+    StopWait::Ended
+}
+
+/// How far [`stop`] saw the stop go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopWait {
+    /// The VM has ended and reported it.
+    Ended,
+    /// Requested; the VM's CPU had not carried it out in time.
+    Requested,
 }

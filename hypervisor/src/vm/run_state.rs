@@ -15,9 +15,21 @@
 //! never leaves `StopRequested`. A VM that ends by itself (power-off, a
 //! stop for an exit) is `Stopped` through its own stopping flag, which the
 //! machine layer combines with this state for the monitor.
+//!
+//! # Waiting for a pause
+//!
+//! The control interface's `VM_PAUSE` returns only once no vCPU of the VM
+//! runs guest code. Each vCPU announces an entry with [`RunState::enter`]
+//! (count up, then read the state; if it is no longer running, count down
+//! and do not enter) and its exit with [`RunState::leave`]; the pauser
+//! stores `Paused`, kicks every vCPU and waits until
+//! [`RunState::in_guest`] reads zero. All four accesses are sequentially
+//! consistent, so either the vCPU's read sees `Paused`, or the pauser's
+//! read of the count sees the vCPU in the guest, and waits for the exit its
+//! kick forces.
 
 use core::fmt;
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// What the monitor asked of a VM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,7 +93,10 @@ fn name(state: Requested) -> &'static str {
 
 /// One VM's run state; see the module documentation.
 #[derive(Debug)]
-pub struct RunState(AtomicU8);
+pub struct RunState {
+    state: AtomicU8,
+    in_guest: AtomicUsize,
+}
 
 impl Default for RunState {
     fn default() -> Self {
@@ -92,17 +107,42 @@ impl Default for RunState {
 impl RunState {
     /// A running VM.
     pub const fn new() -> Self {
-        Self(AtomicU8::new(Requested::Running.code()))
+        Self {
+            state: AtomicU8::new(Requested::Running.code()),
+            in_guest: AtomicUsize::new(0),
+        }
     }
 
     /// The state now.
     pub fn get(&self) -> Requested {
-        Requested::from_code(self.0.load(Ordering::Acquire))
+        Requested::from_code(self.state.load(Ordering::SeqCst))
+    }
+
+    /// A vCPU is about to enter the guest: counts it in and says whether it
+    /// may (the VM is running); when it may not, it is counted out again.
+    pub fn enter(&self) -> bool {
+        self.in_guest.fetch_add(1, Ordering::SeqCst);
+        if self.get() == Requested::Running {
+            true
+        } else {
+            self.leave();
+            false
+        }
+    }
+
+    /// A vCPU that [`RunState::enter`] let in has left the guest.
+    pub fn leave(&self) {
+        self.in_guest.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// vCPUs in the guest (or about to enter it).
+    pub fn in_guest(&self) -> usize {
+        self.in_guest.load(Ordering::SeqCst)
     }
 
     fn swap(&self, from: Requested, to: Requested) -> Result<(), Requested> {
-        self.0
-            .compare_exchange(from.code(), to.code(), Ordering::AcqRel, Ordering::Acquire)
+        self.state
+            .compare_exchange(from.code(), to.code(), Ordering::SeqCst, Ordering::SeqCst)
             .map(|_| ())
             .map_err(Requested::from_code)
     }
@@ -168,6 +208,21 @@ mod tests {
         assert_eq!(state.resume(), Err(RunStateError::Stopped));
         assert_eq!(state.request_pause(), Err(RunStateError::Stopped));
         assert_eq!(RunStateError::Stopped.to_string(), "the VM is stopped");
+    }
+
+    #[test]
+    fn entries_are_refused_while_paused() {
+        let state = RunState::new();
+        assert!(state.enter());
+        assert_eq!(state.in_guest(), 1);
+        state.request_pause().unwrap();
+        assert!(!state.enter(), "no entry while paused");
+        assert_eq!(state.in_guest(), 1, "the refused entry is counted out");
+        state.leave();
+        assert_eq!(state.in_guest(), 0);
+        state.resume().unwrap();
+        assert!(state.enter());
+        state.leave();
     }
 
     /// The model: what each call must do from each state.

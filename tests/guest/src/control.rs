@@ -31,7 +31,9 @@
 //!    peer's stores show up in it, writes a marker with `MEMORY_WRITE`; moves
 //!    it to [`WINDOW_B`], checks that the marker moved with it, that
 //!    [`WINDOW_A`] is no longer mapped (`NOT_MAPPED`) and that the peer
-//!    writes at the new place; deletes it and checks [`WINDOW_B`] is gone.
+//!    writes at the new place; deletes it and checks [`WINDOW_B`] is gone,
+//!    for the interface (`NOT_MAPPED`) and for the peer (every access to
+//!    both windows aborts from then on).
 //! 5. Pauses the peer: its round counter stands still; resumes it: it moves.
 //! 6. Bogus calls: unknown VM, unknown slot, the caller itself, a slot that
 //!    overlaps the peer's RAM, a reserved register, a buffer outside the
@@ -209,6 +211,20 @@ fn peer_word(client: &Client<Hvc>, vm: u32, ipa: u64) -> Result<u64, CallError> 
     Ok(buffer_word(0))
 }
 
+/// The peer's rounds done and aborts caught, read in one call.
+fn peer_progress(client: &Client<Hvc>, vm: u32) -> Result<(u64, u64), Failure> {
+    ok(
+        "MEMORY_READ peer progress",
+        client.read_memory(MemoryTransfer {
+            vm,
+            ipa: mailbox_ipa(1),
+            buffer: buffer_ipa(),
+            len: 16,
+        }),
+    )?;
+    Ok((buffer_word(0), buffer_word(8)))
+}
+
 /// Polls until `done(word at ipa)` or the step deadline.
 fn wait_for(
     client: &Client<Hvc>,
@@ -380,17 +396,26 @@ pub fn control(platform: &Platform) -> Result<(), Failure> {
         client.delete_slot(vm, SLOT),
         Error::NoSuchSlot,
     )?;
-    let round = ok(
-        "MEMORY_READ peer round",
-        peer_word(&client, vm, mailbox_ipa(1)),
-    )?;
+    // With the slot gone, every page of both windows must abort: the
+    // peer's stage 2 keeps no mapping of the deleted slot.
+    let (round, aborts) = peer_progress(&client, vm)?;
     wait_for(
         &client,
         vm,
         mailbox_ipa(1),
         "peer runs after the delete",
-        |r| r > round + 2,
+        |r| r >= round + 4,
     )?;
+    let (round_after, aborts_after) = peer_progress(&client, vm)?;
+    let per_round = 2 * WINDOW_PAGES;
+    // A snapshot may hold a round's number before its aborts: one round slack.
+    let least = per_round * (round_after - round) - per_round;
+    if aborts_after - aborts < least {
+        return Err(Failure::ControlTimeout {
+            step: "the peer's accesses to the deleted slot abort",
+            last: aborts_after - aborts,
+        });
+    }
     println!("control: slot deleted; the peer runs on");
 
     // Pause and resume.

@@ -36,13 +36,12 @@ pub fn run() -> ! {
         }
         while let Some(byte) = console::read_byte() {
             match byte {
-                b'\r' | b'\n' => {
-                    if len > 0 {
-                        let text = core::str::from_utf8(&line[..len]).unwrap_or("<not UTF-8>");
-                        println!("echo: got {text}");
-                        len = 0;
-                    }
+                b'\r' | b'\n' if len > 0 => {
+                    let text = core::str::from_utf8(&line[..len]).unwrap_or("<not UTF-8>");
+                    println!("echo: got {text}");
+                    len = 0;
                 }
+                b'\r' | b'\n' => {}
                 _ if len < LINE_CAPACITY => {
                     line[len] = byte;
                     len += 1;
