@@ -8,14 +8,17 @@
 //! `focus` on the second VM and a line typed into it, `stop` of the first
 //! and `poweroff`. Every step's reply is checked in the transcript, and the
 //! ticks show that the pause and the stop took effect while the other VM
-//! ran on. The test fails (never skips) when QEMU, the build or the boot
-//! fails.
+//! ran on. A second test boots Linux with the busybox shell as the only VM
+//! and types a command into it: with one VM every typed byte goes to it.
+//! The tests fail (never skip) when QEMU, the build or the boot fails.
 
 use std::time::Duration;
 
 use qemu_runner::console_script::ConsoleScript;
+use qemu_runner::initramfs::INIT_MARKER;
+use qemu_runner::linux::{BusyboxInit, LinuxBoot};
 use qemu_runner::vmspec::VmSpec;
-use qemu_runner::{ConsoleInput, RunConfig, RunReport};
+use qemu_runner::{Boot, ConsoleInput, RunConfig, RunReport};
 
 /// Ctrl-], the console's escape key.
 const ESCAPE: &str = "\x1d";
@@ -170,5 +173,32 @@ fn the_monitor_drives_two_vms_by_keystrokes() {
     let (_, rows) = vms_table(&stopped, 0);
     assert_eq!(rows[0][2], "stopped", "{explain}");
     assert_eq!(rows[1][2], "running", "{explain}");
+    assert!(report.transcript.system_off, "{explain}");
+}
+
+#[test]
+fn typed_bytes_reach_the_only_vm_a_linux_shell() {
+    let script = ConsoleScript::new()
+        .then(INIT_MARKER, "")
+        .then("busybox shell", "echo typed-$((6*7))\r")
+        .then("typed-42", "poweroff -f\r");
+    let config = RunConfig {
+        echo: false,
+        input: ConsoleInput::Script(script),
+        ..RunConfig::linux(Boot::Hypervisor, LinuxBoot::debian(BusyboxInit::Shell))
+    };
+    let report =
+        qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
+    let explain = report.explain();
+    assert!(report.passed(), "{explain}");
+    let text = report.console();
+    assert!(
+        text.lines().any(|l| l.trim_end() == "typed-42"),
+        "the shell ran the typed command\n{explain}"
+    );
+    assert!(
+        !text.contains("[vm0]"),
+        "one VM: its output is not prefixed\n{explain}"
+    );
     assert!(report.transcript.system_off, "{explain}");
 }
