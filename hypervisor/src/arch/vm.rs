@@ -690,7 +690,7 @@ pub fn create_vm(
         ended: AtomicBool::new(false),
     }));
     log::info!(
-        "vm{index} ({name}): {vcpus} vCPU(s) on CPUs {:?}, {} MiB RAM at IPA {GUEST_RAM_BASE:#x} backed by {backing:#x}, VMID {vmid}, \
+        "vm{index}: {vcpus} vCPU(s), name {name}, CPUs {:?}, {} MiB RAM at IPA {GUEST_RAM_BASE:#x} backed by {backing:#x}, VMID {vmid}, \
          kernel {:#x} ({} bytes{}), device tree {:#x}{}{}",
         vm.cpus,
         mem_bytes >> 20,
