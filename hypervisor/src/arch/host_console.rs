@@ -38,6 +38,10 @@ static CONSOLE: Once<Mutex<Console>> = Once::new();
 /// The EL2 physical timer's INTID (0: no poll timer).
 static POLL_INTID: AtomicU32 = AtomicU32::new(0);
 
+/// The CPU that holds the console lock (`usize::MAX`: none), so that a log
+/// line written while it runs the monitor does not wait for itself.
+static OWNER: AtomicUsize = AtomicUsize::new(usize::MAX);
+
 /// What the console CPU runs when it parks.
 static SERVER: Once<fn() -> !> = Once::new();
 
@@ -56,6 +60,7 @@ impl ConsoleOutput for HostUart {
 /// whose interrupt is `poll_intid` (the EL2 physical timer's PPI).
 pub fn install(console: Console, server: fn() -> !, poll_intid: u32) {
     CONSOLE.call_once(|| Mutex::new(console));
+    console::route_lines(host_line);
     CONSOLE_CPU.store(percpu::current().index(), Ordering::Release);
     SERVER.call_once(|| server);
     POLL_INTID.store(poll_intid, Ordering::Release);
@@ -63,9 +68,28 @@ pub fn install(console: Console, server: fn() -> !, poll_intid: u32) {
     arm_poll_timer();
 }
 
-/// The console, if installed.
-pub fn get() -> Option<&'static Mutex<Console>> {
-    CONSOLE.get()
+/// Runs `f` on the console with its lock held (`None`: not installed).
+pub fn with_console<R>(f: impl FnOnce(&mut Console) -> R) -> Option<R> {
+    let mut console = CONSOLE.get()?.lock();
+    OWNER.store(percpu::current().index(), Ordering::Relaxed);
+    let result = f(&mut console);
+    OWNER.store(usize::MAX, Ordering::Relaxed);
+    Some(result)
+}
+
+/// A whole line of the hypervisor's own (its log, `STAT` lines): through
+/// the console, which starts it on a terminal line of its own. On the CPU
+/// that holds the console lock (a monitor command logs) it is written
+/// directly: a command runs after its line's `\n`, at a line start.
+fn host_line(line: &[u8]) {
+    if OWNER.load(Ordering::Relaxed) == percpu::current().index() {
+        console::write_bytes(line);
+        return;
+    }
+    let written = with_console(|console| console.write_host_line(line, &mut HostUart));
+    if written.is_none() {
+        console::write_bytes(line);
+    }
 }
 
 /// Whether `intid` is the console's poll timer.
@@ -88,14 +112,10 @@ pub fn arm_poll_timer() {
 /// Takes one byte of VM `vm`'s console output (written as it comes before
 /// the console is installed).
 pub fn guest_output(vm: usize, byte: u8) {
-    match CONSOLE.get() {
-        // `vm` is an index of the VM table the console was built from.
-        Some(console) => {
-            let _ = console
-                .lock()
-                .on_guest_tx_byte(VmId(vm), byte, &mut HostUart);
-        }
-        None => console::write_bytes(&[byte]),
+    // `vm` is an index of the VM table the console was built from.
+    let written = with_console(|console| console.on_guest_tx_byte(VmId(vm), byte, &mut HostUart));
+    if written.is_none() {
+        console::write_bytes(&[byte]);
     }
 }
 
@@ -103,9 +123,7 @@ pub fn guest_output(vm: usize, byte: u8) {
 /// console lock held: the monitor only requests a stop, the VM's own CPU
 /// ends it.
 pub fn flush_vm(vm: usize) {
-    if let Some(console) = CONSOLE.get() {
-        let _ = console.lock().flush_vm(VmId(vm), &mut HostUart);
-    }
+    with_console(|console| console.flush_vm(VmId(vm), &mut HostUart));
 }
 
 /// This CPU has nothing left to run: the console CPU serves the console

@@ -75,22 +75,18 @@ pub fn host_input() {
         if len == 0 {
             return;
         }
-        let Some(console) = host_console::get() else {
-            continue;
-        };
-        let mut console = console.lock();
-        for &byte in &buf[..len] {
-            console.on_host_rx_byte(byte, &mut HostUart, &mut VmInputs, &mut MachineTarget);
-        }
+        host_console::with_console(|console| {
+            for &byte in &buf[..len] {
+                console.on_host_rx_byte(byte, &mut HostUart, &mut VmInputs, &mut MachineTarget);
+            }
+        });
     }
 }
 
 /// The poll timer's interrupt: re-arms it and runs [`Console::poll`].
 pub fn poll_tick() {
     host_console::arm_poll_timer();
-    if let Some(console) = host_console::get() {
-        console.lock().poll(&mut HostUart);
-    }
+    host_console::with_console(|console| console.poll(&mut HostUart));
 }
 
 /// The console CPU once it has no vCPU to run (`host_console::park`):

@@ -2,18 +2,22 @@
 //! the device tree chose (a PL011 or a 16550-compatible, `crate::drivers::uart`).
 //!
 //! Log records become lines `[hv] <message>` (warnings and errors say so after
-//! the prefix). Guest console lines are written unchanged, after their VM's
-//! `[<name>] ` when there are several VMs. One lock serialises
-//! whole lines so output from several CPUs never interleaves. The panic path
+//! the prefix); once the hypervisor console runs, they and the other whole
+//! lines of [`write_line`] go through it ([`route_lines`]), so that they
+//! start a terminal line of their own. Guest output is written as the
+//! hypervisor console (`crate::arch::host_console`) passes it on. One lock
+//! serialises writes so output from several CPUs never interleaves. The panic path
 //! writes without the lock (another CPU may hold it forever) after giving it a
 //! moment to come free.
 
 use crate::drivers::uart::{AnyUart, MmioBank, Uart, UartKind};
-use boot_payload::vmname::ConsolePrefix;
 use core::fmt::Write;
 use spin::{Mutex, Once};
 
 static CONSOLE: Mutex<Option<AnyUart<MmioBank>>> = Mutex::new(None);
+/// Where whole hypervisor lines go once the hypervisor console runs
+/// ([`route_lines`]).
+static LINE_ROUTE: Once<fn(&[u8])> = Once::new();
 /// The console UART's base and kind, for the panic path.
 static UART: Once<(usize, UartKind)> = Once::new();
 
@@ -28,16 +32,12 @@ impl log::Log for Logger {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let mut guard = CONSOLE.lock();
-        if let Some(uart) = guard.as_mut() {
-            let level = match record.level() {
-                log::Level::Error => "ERROR: ",
-                log::Level::Warn => "WARNING: ",
-                _ => "",
-            };
-            // The UART never fails to take bytes.
-            let _ = writeln!(uart, "[hv] {level}{}", record.args());
-        }
+        let level = match record.level() {
+            log::Level::Error => "ERROR: ",
+            log::Level::Warn => "WARNING: ",
+            _ => "",
+        };
+        write_line(format_args!("[hv] {level}{}", record.args()));
     }
 
     fn flush(&self) {}
@@ -82,26 +82,27 @@ pub fn write_bytes(bytes: &[u8]) {
     }
 }
 
-/// Writes one guest console line, unchanged, after `prefix` (`[<name>] `
-/// when there are several VMs), followed by a newline.
-pub fn write_guest_line(prefix: Option<ConsolePrefix<'_>>, line: &[u8]) {
-    let mut guard = CONSOLE.lock();
-    if let Some(uart) = guard.as_mut() {
-        if let Some(prefix) = prefix {
-            // The UART never fails to take bytes.
-            let _ = write!(uart, "{prefix}");
-        }
-        uart.write_bytes(line);
-        uart.write_bytes(b"\n");
-    }
-}
-
-/// Writes `args` as one line on the console (without the `[hv] ` prefix).
+/// Writes `args` as one line on the console (without the `[hv] ` prefix):
+/// through the route [`route_lines`] set, else straight to the UART.
 pub fn write_line(args: core::fmt::Arguments<'_>) {
+    if let Some(route) = LINE_ROUTE.get() {
+        let mut line = alloc::string::String::new();
+        // Formatting into a string only fails if an argument's `Display` does.
+        let _ = writeln!(line, "{args}");
+        route(line.as_bytes());
+        return;
+    }
     let mut guard = CONSOLE.lock();
     if let Some(uart) = guard.as_mut() {
         let _ = writeln!(uart, "{args}");
     }
+}
+
+/// From now on every line of [`write_line`] and of the logger goes to
+/// `route` (the hypervisor console, which starts it on a terminal line of
+/// its own), as whole bytes ending with `\n`. Once.
+pub fn route_lines(route: fn(&[u8])) {
+    LINE_ROUTE.call_once(|| route);
 }
 
 /// Waits (a bounded time) until the console UART has sent everything, e.g.
