@@ -10,7 +10,7 @@
 //! host UART's receive interrupt and the console's poll timer at EL2
 //! whatever it is doing: as IRQ exits while it runs a vCPU of any VM
 //! (`HCR_EL2.IMO`), in its wait while its vCPU is off, and, once it has no
-//! vCPU left (none given, or its VM ended), in [`serve_forever`]. A typed
+//! vCPU left (none given, or its VM ended), in `serve_forever`. A typed
 //! byte is thus handled within one interrupt whatever the VMs do: a busy
 //! guest on the console CPU is interrupted, a stopped one does not hold it.
 //!
