@@ -127,6 +127,16 @@ pub enum Scenario {
     VgicScarce,
     /// The hostile-guest fuzzer (seed and counts in [`RunConfig::guest_args`]).
     Fuzz,
+    /// Prints `echo: tick N` twice a second and `echo: got <line>` for each
+    /// line typed on its console, forever (no verdict: `expect=running`).
+    Echo,
+    /// A control VM (`control=1`) drives the control interface against a
+    /// `control-peer` VM: memory reads, memslot create / move / delete,
+    /// pause / resume, bogus calls, stop.
+    Control,
+    /// The peer of `control`: refused by the control interface, writes a
+    /// pattern, then touches memory outside its RAM until stopped.
+    ControlPeer,
 }
 
 impl Scenario {
@@ -140,6 +150,9 @@ impl Scenario {
         Scenario::Flood,
         Scenario::VgicScarce,
         Scenario::Fuzz,
+        Scenario::Echo,
+        Scenario::Control,
+        Scenario::ControlPeer,
     ];
 
     /// The scenario's name on the command line and in `test=`.
@@ -153,12 +166,21 @@ impl Scenario {
             Scenario::Flood => "flood",
             Scenario::VgicScarce => "vgic-scarce",
             Scenario::Fuzz => "fuzz",
+            Scenario::Echo => "echo",
+            Scenario::Control => "control",
+            Scenario::ControlPeer => "control-peer",
         }
     }
 
     /// The scenario called `name`.
     pub fn from_name(name: &str) -> Option<Scenario> {
         Scenario::ALL.iter().copied().find(|s| s.name() == name)
+    }
+
+    /// Whether the scenario ends with a `RESULT:` line (the echo scenario
+    /// runs until it is stopped).
+    pub fn reports_result(self) -> bool {
+        self != Scenario::Echo
     }
 
     /// Every scenario's name, comma-separated (for help and error texts).

@@ -271,7 +271,8 @@ pub struct Follow<'a> {
     /// failure report does not end the run; [`Follow::finished`] does.
     pub several_vms: bool,
     /// Whether the transcript shows everything the run waits for; QEMU is
-    /// stopped [`RESULT_GRACE`] after it first does.
+    /// stopped [`RESULT_GRACE`] after it first does once the console script,
+    /// if any, has sent its last step.
     pub finished: Option<&'a dyn Fn(&Transcript) -> bool>,
 }
 
@@ -381,9 +382,13 @@ pub fn run_with(setup: &QemuSetup, watch: Watch, follow: Follow<'_>) -> std::io:
                 } else {
                     grace_after(&kind)
                 };
+                // A console script still running holds the run: its later
+                // steps (a monitor's `poweroff`) are part of what it waits for.
+                let script_done = progress.as_ref().is_none_or(|p| p.waiting_at().is_none());
                 let grace = grace.or_else(|| {
                     let finished = follow.finished?;
-                    (stop_at.is_none() && finished(&transcript)).then_some(RESULT_GRACE)
+                    (stop_at.is_none() && script_done && finished(&transcript))
+                        .then_some(RESULT_GRACE)
                 });
                 if let Some(grace) = grace.filter(|_| !watch.follow_to_exit) {
                     let stop_by = Instant::now() + grace;

@@ -282,7 +282,7 @@ impl VmSpec {
             }
         };
         let reports_result = match &guest {
-            VmGuest::Test { .. } => true,
+            VmGuest::Test { scenario, .. } => scenario.reports_result(),
             VmGuest::Linux(linux) => linux.reports_result(),
         };
         let expect = expect.unwrap_or(if reports_result {

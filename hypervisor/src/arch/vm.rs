@@ -1,8 +1,11 @@
-//! The VM layer: the boot payload and the VM it describes (`run` starts it).
+//! The VM layer: one VM of the boot payload (`arch::machine` holds the
+//! table of them, `run` starts them).
 //!
 //! The boot CPU reads the payload (a cpio newc archive the boot loader passed
-//! as an initrd: `kernel`, optional `initrd`, `cmdline`, `vm.conf`), creates the
-//! VM it describes and runs vCPU 0. A VM owns a VMID, a stage-2 table from
+//! as an initrd: `kernel`, optional `initrd`, `cmdline`, `vm.conf`, or the
+//! same per VM under `vm/<name>/`) and creates each VM it describes
+//! ([`create_vm`]). A VM owns a name, a VMID (its index + 1), guest RAM
+//! allocated for it alone from host frames (zeroed), a stage-2 table from
 //! `pgtable` behind its `Mmu` (empty at start: guest memory is mapped on first
 //! touch, by shared walks, so vCPUs fault in parallel), one
 //! memslot from `memslot` for its RAM (host frames, 2 MiB aligned), the
@@ -13,12 +16,19 @@
 //! table's page provider cleans each page to the point of coherency as it is
 //! mapped (`cache_maint`), so a guest that starts with its MMU off reads the
 //! kernel and device tree the hypervisor wrote. vCPU `n` is pinned to
-//! physical CPU `n`: every other CPU waits (`WFI`, woken by a kick SGI;
-//! `WFE` without a GIC) until the guest starts its vCPU with PSCI `CPU_ON`,
-//! runs it until `CPU_OFF`, and waits again. CPUs beyond the VM's vCPUs halt
-//! with their GIC CPU interface disabled.
-//! Guest `SYSTEM_OFF` prints the counters and powers the machine off; a VM that
-//! must stop (an exit the hypervisor cannot decode) is reported the same way.
+//! physical CPU `cpus[n]` ([`Vm::cpu_of`]; every kick of a vCPU goes through
+//! it): that CPU waits (`WFI`, woken by a kick SGI; `WFE` without a GIC)
+//! until the guest starts its vCPU with PSCI `CPU_ON`, runs it until
+//! `CPU_OFF`, and waits again.
+//!
+//! # Ending a VM
+//!
+//! Guest `SYSTEM_OFF` ([`Vm::system_off`]) and a stop (an exit the hypervisor
+//! cannot handle, [`Vm::stop`]) end this VM only: the VM is marked stopping,
+//! its other vCPUs are kicked (each leaves the guest or its wait, sees the
+//! mark and halts its CPU), its console line is flushed, its counters are
+//! printed and a line says how it ended. The caller (`arch::run`) then tells
+//! the machine, which powers off when no VM is left.
 //! Every log line a guest can cause goes through [`Vm::log_event`], which asks
 //! the VM's `event_log::EventLog` (fixed size, rate-limited per kind, timed by
 //! the system counter) whether to print it.
@@ -29,10 +39,10 @@ use crate::arch::boot::memory;
 use crate::arch::cpu::sysreg;
 use crate::arch::drivers::console;
 use crate::arch::drivers::gic;
+use crate::arch::host_console;
 use crate::arch::stage2::FrameMemory;
-use crate::devices::pl011::{ConsoleLine, Pl011, RxBacklog};
+use crate::devices::pl011::{Pl011, RxBacklog};
 use crate::devices::vgic::{self, Vgic, VgicConfig};
-use crate::exit::flow::StopReason;
 use crate::exit::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::platform::ranges::PhysRange;
 use crate::read_sysreg;
@@ -47,12 +57,15 @@ use crate::vm::layout::{
     GUEST_UART_SIZE, GUEST_UART_SPI, vcpu_mpidr,
 };
 use crate::vm::power::{BootRequest, PowerStates};
+use crate::vm::run_state::{Requested, RunState, RunStateError};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
+use alloc::vec::Vec;
 use boot_payload::image::{self, KernelFormat};
 use boot_payload::vmconf::DEFAULT_MEM_MIB;
-use boot_payload::{PayloadError, PayloadRef};
+use boot_payload::vmname::VmName;
+use boot_payload::{PayloadError, PayloadRef, VmRef};
 use core::sync::atomic::{AtomicBool, Ordering};
 use crossbeam_epoch::Collector;
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, SlotSpec};
@@ -67,12 +80,11 @@ const BACKING_ALIGN: u64 = 2 << 20;
 /// IPA size of every VM.
 const IPA_BITS: u32 = 40;
 
-/// The emulated UART and the line it is collecting.
+/// The emulated UART (its output goes to the hypervisor console,
+/// `arch::host_console`, byte by byte).
 pub struct GuestUart {
     /// Register model.
     pub device: Pl011,
-    /// Output not yet written to the console.
-    pub line: ConsoleLine,
     /// Typed bytes waiting for room in the RX FIFO.
     pub backlog: RxBacklog,
     /// The interrupt line level last given to the vgic.
@@ -81,10 +93,16 @@ pub struct GuestUart {
 
 /// One virtual machine.
 pub struct Vm {
-    /// VM number in reports (`vm<V>`).
+    /// VM number in reports (`vm<V>`): its place in the payload.
     pub index: usize,
+    /// Its name from the payload.
+    pub name: VmName,
+    /// The physical CPU of each vCPU: vCPU `i` runs only on `cpus[i]`.
+    pub cpus: Vec<usize>,
     /// Number of vCPUs.
     pub vcpus: usize,
+    /// It may use the control interface (`control=1` in its `vm.conf`).
+    pub control: bool,
     /// Stage-2 translation: shared walks for faults (read side), range
     /// operations behind the write side.
     pub stage2: Mmu<FrameMemory>,
@@ -110,6 +128,8 @@ pub struct Vm {
     pub vgic: Vgic,
     /// vCPU power states.
     pub power: PowerStates,
+    /// Running, paused or asked to stop by the console monitor.
+    pub run_state: RunState,
     /// Event counters.
     pub counters: &'static VmCounters,
     /// The CPUs have the GICv3 system-register CPU interface (system-wide).
@@ -120,6 +140,9 @@ pub struct Vm {
     /// unknown ids already logged, all of fixed size.
     event_log: Mutex<EventLog>,
     stopping: AtomicBool,
+    /// Set once its end is reported (after `stopping`): nothing of it runs
+    /// or prints any more.
+    ended: AtomicBool,
 }
 
 /// Why a VM could not be created from the payload.
@@ -130,6 +153,13 @@ pub enum VmError {
     Payload(PayloadError),
     /// The kernel is neither an arm64 Image nor a raw binary.
     Kernel(image::ImageError),
+    /// More vCPUs than the CPUs the VM names.
+    MoreVcpusThanCpus {
+        /// vCPUs asked for.
+        vcpus: u32,
+        /// CPUs named in `cpus=`.
+        cpus: u32,
+    },
     /// More vCPUs than online CPUs.
     TooManyVcpus {
         /// vCPUs asked for.
@@ -164,6 +194,10 @@ impl core::fmt::Display for VmError {
                     "vm.conf asks for {asked} vCPUs but only {online} CPUs are online"
                 )
             }
+            Self::MoreVcpusThanCpus { vcpus, cpus } => write!(
+                f,
+                "vm.conf asks for {vcpus} vCPUs but names only {cpus} CPUs to run them"
+            ),
             Self::DoesNotFit(n) => write!(
                 f,
                 "kernel, device tree and initrd need {n:#x} bytes of guest RAM"
@@ -263,50 +297,113 @@ impl Vm {
         self.stopping.load(Ordering::Acquire)
     }
 
-    /// Writes a byte of guest console output.
+    /// True once the VM's end (power-off or stop) is reported.
+    pub fn has_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// The physical CPU that runs vCPU `vcpu`.
+    pub fn cpu_of(&self, vcpu: usize) -> usize {
+        self.cpus[vcpu]
+    }
+
+    /// Sends the kick SGI to the CPU of vCPU `vcpu`.
+    pub fn kick(&self, vcpu: usize) {
+        gic::kick(self.cpu_of(vcpu));
+    }
+
+    /// Writes a byte of guest console output (the hypervisor console
+    /// prefixes and routes it).
     pub fn console_byte(&self, byte: u8) {
-        let mut uart = self.uart.lock();
-        if let Some(line) = uart.line.push(byte) {
-            console::write_guest_line(line);
+        host_console::guest_output(self.index, byte);
+    }
+
+    /// The monitor's `pause`: holds every vCPU at EL2 from its next exit
+    /// (requested, not waited for).
+    pub fn request_pause(&self) -> Result<(), RunStateError> {
+        if self.is_stopping() {
+            return Err(RunStateError::Stopped);
+        }
+        self.run_state.request_pause()?;
+        self.kick_all();
+        Ok(())
+    }
+
+    /// The monitor's `resume` of a paused VM.
+    pub fn resume(&self) -> Result<(), RunStateError> {
+        self.run_state.resume()?;
+        sysreg::send_event();
+        self.kick_all();
+        Ok(())
+    }
+
+    /// The monitor's `stop`: the vCPU that next sees it stops the VM
+    /// (`StopReason::StopRequested`); requested, not waited for.
+    pub fn request_stop(&self) -> Result<(), RunStateError> {
+        if self.is_stopping() {
+            return Err(RunStateError::Stopped);
+        }
+        self.run_state.request_stop()?;
+        sysreg::send_event();
+        self.kick_all();
+        Ok(())
+    }
+
+    /// Whether the VM is paused, running or stopped, as the monitor shows it.
+    pub fn requested_state(&self) -> Requested {
+        if self.is_stopping() {
+            Requested::StopRequested
+        } else {
+            self.run_state.get()
         }
     }
 
-    /// Marks the VM as stopping; a CPU that finds it already stopping (another
-    /// vCPU got there first and is reporting) stops here.
-    fn begin_stop(&self) {
+    fn kick_all(&self) {
+        for vcpu in 0..self.vcpus {
+            self.kick(vcpu);
+        }
+    }
+
+    /// Marks the VM as stopping and kicks its other vCPUs out of the guest
+    /// (or their wait): each sees the mark and halts its CPU. A CPU that
+    /// finds it already stopping (another vCPU got there first and is
+    /// reporting) halts here.
+    fn begin_stop(&self, vcpu: usize) {
         if self.stopping.swap(true, Ordering::AcqRel) {
-            firmware::halt();
+            host_console::park();
+        }
+        sysreg::send_event();
+        for other in (0..self.vcpus).filter(|&other| other != vcpu) {
+            self.kick(other);
         }
     }
 
     fn flush_console(&self) {
-        let mut uart = self.uart.lock();
-        let rest = uart.line.take();
-        if !rest.is_empty() {
-            console::write_guest_line(rest);
-        }
+        host_console::flush_vm(self.index);
     }
 
     fn print_counters(&self) {
         self.report_suppressed_lines();
+        log::info!("vm{} ({}): counters", self.index, self.name);
         for (name, value) in self.counters.snapshot(&self.tlb.counts()) {
             console::write_line(format_args!("STAT vm{} {name} {value}", self.index));
         }
     }
 
-    /// Guest `SYSTEM_OFF`: reports and powers the machine off.
-    pub fn system_off(&self, vcpu: usize) -> ! {
-        self.begin_stop();
+    /// Guest `SYSTEM_OFF`: ends this VM (see the module doc) and reports.
+    pub fn system_off(&self, vcpu: usize) {
+        self.begin_stop(vcpu);
         self.flush_console();
         log::info!("vm{} vcpu{vcpu}: PSCI SYSTEM_OFF", self.index);
         self.print_counters();
-        log::info!("system off");
-        firmware::system_off()
+        log::info!("vm{} ({}): powered off", self.index, self.name);
+        self.ended.store(true, Ordering::Release);
     }
 
-    /// Guest `SYSTEM_RESET`: reports and resets the machine.
+    /// Guest `SYSTEM_RESET` when this is the only VM: reports and resets the
+    /// machine.
     pub fn system_reset(&self, vcpu: usize) -> ! {
-        self.begin_stop();
+        self.begin_stop(vcpu);
         self.flush_console();
         log::info!("vm{} vcpu{vcpu}: PSCI SYSTEM_RESET", self.index);
         self.print_counters();
@@ -314,41 +411,79 @@ impl Vm {
         firmware::system_reset()
     }
 
-    /// Stops the VM because of `reason` (an exit that cannot be handled). The
-    /// hypervisor stays in control: it reports, and with no VM left to run it
-    /// powers the machine off in order.
-    pub fn stop(&self, vcpu: usize, reason: &StopReason) -> ! {
-        self.begin_stop();
+    /// Stops the VM because of `reason` (an exit that cannot be handled, or
+    /// another cause the hypervisor names): ends this VM (see the module
+    /// doc) and reports. The hypervisor stays in control.
+    pub fn stop(&self, vcpu: usize, reason: &dyn core::fmt::Display) {
+        self.begin_stop(vcpu);
         self.flush_console();
         log::error!("vm{} vcpu{vcpu}: stopping the VM: {reason}", self.index);
         self.print_counters();
-        log::info!("no VM left to run");
-        log::info!("system off");
-        firmware::system_off()
+        log::info!("vm{} ({}): stopped: {reason}", self.index, self.name);
+        self.ended.store(true, Ordering::Release);
     }
 }
 
-/// Creates the VM that `payload` describes on the machine `info` describes;
-/// returns it with the boot request of its vCPU 0. The VM keeps what its
-/// vCPUs need of `info`.
-pub fn create_vm(info: &BootInfo, payload: &[u8]) -> Result<(&'static Vm, BootRequest), VmError> {
+/// Why a VM of several stops on its `SYSTEM_RESET`: restarting one VM
+/// alone is not implemented.
+#[derive(Clone, Copy, Debug)]
+pub struct ResetOfOneVm;
+
+impl core::fmt::Display for ResetOfOneVm {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("PSCI SYSTEM_RESET: restarting one VM of several is not supported")
+    }
+}
+
+impl core::error::Error for ResetOfOneVm {}
+
+/// Creates VM `index` of the payload, `vm`, on the machine `info`
+/// describes; returns it with the boot request of its vCPU 0. Its vCPUs run
+/// on the CPUs its `vm.conf` names (`cpus=`), else on CPUs `0..vcpus`. The
+/// VM keeps what its vCPUs need of `info`.
+pub fn create_vm(
+    info: &BootInfo,
+    index: usize,
+    vm: &VmRef<'_>,
+) -> Result<(&'static Vm, BootRequest), VmError> {
+    let name = vm.name;
     let PayloadRef {
         kernel,
         initrd,
         cmdline,
         conf,
-    } = PayloadRef::parse(payload).map_err(VmError::Payload)?;
+    } = vm.payload;
     let (header, kernel_format) = image::parse_kernel(kernel).map_err(VmError::Kernel)?;
-    let vcpus = match conf.vcpus {
-        Some(n) if n as usize > info.cpus_online => {
-            return Err(VmError::TooManyVcpus {
-                asked: n,
-                online: info.cpus_online,
+    let online = info.cpus_online as u32;
+    let vcpu_count = conf.vcpu_count(online);
+    if vcpu_count > online {
+        return Err(VmError::TooManyVcpus {
+            asked: vcpu_count,
+            online: info.cpus_online,
+        });
+    }
+    let cpus: Vec<usize> = match conf.cpus {
+        Some(set) if set.len() < vcpu_count => {
+            return Err(VmError::MoreVcpusThanCpus {
+                vcpus: vcpu_count,
+                cpus: set.len(),
             });
         }
-        Some(n) => n as usize,
-        None => info.cpus_online,
+        Some(set) => set
+            .iter()
+            .take(vcpu_count as usize)
+            .map(|cpu| cpu as usize)
+            .collect(),
+        None => (0..vcpu_count as usize).collect(),
     };
+    if let Some(&cpu) = cpus.iter().find(|&&cpu| cpu >= info.cpus_online) {
+        return Err(VmError::Payload(PayloadError::NoSuchCpu {
+            vm: name,
+            cpu: cpu as u32,
+            host_cpus: online,
+        }));
+    }
+    let vcpus = cpus.len();
     let mem_bytes = conf.mem_mib.unwrap_or(DEFAULT_MEM_MIB) << 20;
     let ram = PhysRange::from_start_size(GUEST_RAM_BASE, mem_bytes);
     // On a GICv2 host the guest gets a GICv2, its CPU interface the
@@ -421,7 +556,6 @@ pub fn create_vm(info: &BootInfo, payload: &[u8]) -> Result<(&'static Vm, BootRe
 
     let features = info.features;
     let vmid16 = features.vmid_bits == 16;
-    let index = 0;
     let vmid = index as u16 + 1;
     let config = Stage2Config::new(IPA_BITS.min(u32::from(features.pa_bits)))
         .map_err(|e| VmError::Stage2(e.into()))?
@@ -525,7 +659,10 @@ pub fn create_vm(info: &BootInfo, payload: &[u8]) -> Result<(&'static Vm, BootRe
     }
     let vm = Box::leak(Box::new(Vm {
         index,
+        name,
+        cpus,
         vcpus,
+        control: conf.control.unwrap_or(false),
         stage2,
         vtcr,
         vttbr,
@@ -537,12 +674,12 @@ pub fn create_vm(info: &BootInfo, payload: &[u8]) -> Result<(&'static Vm, BootRe
         mmio,
         uart: Mutex::new(GuestUart {
             device: Pl011::new(),
-            line: ConsoleLine::new(),
             backlog: RxBacklog::new(),
             irq_level: false,
         }),
         vgic,
         power: PowerStates::new(vcpus),
+        run_state: RunState::new(),
         counters,
         gic_sysregs: features.gic_sysregs,
         host_uart_intid: info.platform.uart_intid,
@@ -550,10 +687,12 @@ pub fn create_vm(info: &BootInfo, payload: &[u8]) -> Result<(&'static Vm, BootRe
             read_sysreg!(cntfrq_el0),
         ))),
         stopping: AtomicBool::new(false),
+        ended: AtomicBool::new(false),
     }));
     log::info!(
-        "vm{index}: {vcpus} vCPU(s), {} MiB RAM at IPA {GUEST_RAM_BASE:#x} backed by {backing:#x}, VMID {vmid}, \
+        "vm{index}: {vcpus} vCPU(s), name {name}, CPUs {:?}, {} MiB RAM at IPA {GUEST_RAM_BASE:#x} backed by {backing:#x}, VMID {vmid}, \
          kernel {:#x} ({} bytes{}), device tree {:#x}{}{}",
+        vm.cpus,
         mem_bytes >> 20,
         placement.kernel.start,
         kernel.len(),

@@ -8,7 +8,9 @@
 //! - [`Console::on_host_rx_byte`] for every byte read from the host UART;
 //! - [`Console::poll`] periodically (every 10 to 100 ms), which writes the
 //!   partial lines of quiet VMs and opens the monitor after a lone escape;
-//! - [`Console::flush_vm`] when a VM stops or restarts.
+//! - [`Console::flush_vm`] when a VM stops or restarts;
+//! - [`Console::write_host_line`] for each line of the hypervisor's own
+//!   log, so that it starts a terminal line whoever had the cursor.
 //!
 //! It provides a [`ConsoleOutput`] (the host UART), a [`GuestInput`] (the
 //! VMs' PL011 receive paths) and a [`MonitorTarget`] (VM and memslot control).
@@ -100,6 +102,13 @@ impl Console {
         let interrupted = self.mux.flush_vm(vm, out)?;
         self.redraw_if(interrupted, out);
         Ok(())
+    }
+
+    /// Writes a line of the hypervisor's own (its log) at a line start; the
+    /// monitor's prompt, if that line was its, is drawn again below it.
+    pub fn write_host_line(&mut self, line: &[u8], out: &mut impl ConsoleOutput) {
+        let interrupted = self.mux.write_host_line(line, out);
+        self.redraw_if(interrupted, out);
     }
 
     /// Takes one byte typed on the host console.

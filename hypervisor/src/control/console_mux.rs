@@ -20,6 +20,10 @@
 //! for input). Nothing else is stored per VM, so a guest that prints forever
 //! without a newline holds at most one buffer.
 //!
+//! The hypervisor's own lines (its log) go through
+//! [`ConsoleMux::write_host_line`], which starts them on a line of their
+//! own like any other writer's.
+//!
 //! The mux remembers who owns the terminal's current line (the cursor):
 //! nobody (line start), one VM (its line was written without its `\n`), or
 //! the monitor (its prompt is showing). A VM's later bytes continue its own
@@ -379,6 +383,19 @@ impl ConsoleMux {
         } else {
             Cursor::Monitor
         };
+    }
+
+    /// Writes a whole line of the hypervisor's own (a log line, ending with
+    /// `\n`) on a line of its own: ends an open guest or monitor line first.
+    /// Returns whether that line was the monitor's (it redraws its prompt).
+    pub fn write_host_line(&mut self, line: &[u8], out: &mut impl ConsoleOutput) -> bool {
+        let interrupted = self.cursor == Cursor::Monitor;
+        self.end_line(out);
+        out.write_bytes(line);
+        if !line.ends_with(b"\n") {
+            out.write_bytes(b"\n");
+        }
+        interrupted
     }
 
     /// Ends whatever line is open (guest or monitor), so the next text starts

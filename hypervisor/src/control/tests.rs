@@ -348,6 +348,29 @@ fn three_vms_prefix_whole_lines() {
 }
 
 #[test]
+fn hypervisor_lines_start_a_line_of_their_own() {
+    let mut rig = Rig::new(&["a", "b"]);
+    // A quiet VM's partial line is out: the log line ends it first, and the
+    // VM's later bytes start a prefixed line again.
+    rig.guest(0, b"a$ ");
+    rig.poll();
+    rig.poll();
+    rig.console
+        .write_host_line(b"[hv] vm1 stopped\n", &mut rig.term);
+    rig.guest(0, b"ls\n");
+    assert_eq!(rig.term.take(), "[a] a$ \n[hv] vm1 stopped\n[a] ls\n");
+    // Over the monitor's prompt: the prompt and the typed text are drawn
+    // again below the log line.
+    rig.command("vms");
+    rig.type_bytes(b"fo");
+    rig.term.take();
+    rig.console.write_host_line(b"[hv] late", &mut rig.term);
+    assert_eq!(rig.term.take(), format!("\n[hv] late\n{PROMPT}fo"));
+    rig.type_bytes(b"cus b\r");
+    assert_eq!(rig.console.focus(), VmId(1));
+}
+
+#[test]
 fn quiet_partial_lines_are_written_at_the_poll_and_continued() {
     let mut rig = Rig::new(&["a", "b"]);
     rig.guest(0, b"a$ ");

@@ -1,9 +1,9 @@
 //! Register model of an emulated Arm PL011 UART.
 //!
 //! The guest's loads and stores to the device's 4 KiB window arrive here as
-//! (offset, value) pairs. Transmission is instantaneous: a byte written to `DR`
-//! goes to the [`ConsoleLine`] at once, so the FIFO is always empty and `FR`
-//! reports TXFE; received bytes wait in a small FIFO. The raw interrupt state
+//! (offset, value) pairs. Transmission is instantaneous: a byte written to
+//! `DR` goes to the hypervisor console at once (`crate::control::console`),
+//! so the FIFO is always empty and `FR` reports TXFE; received bytes wait in a small FIFO. The raw interrupt state
 //! (`RIS`) follows the FIFOs and `MIS = RIS & IMSC`, which is what a virtual
 //! interrupt controller will sample. The PrimeCell peripheral and cell ID
 //! registers answer like a real PL011 (r1p5), because Linux's AMBA bus matches
@@ -244,53 +244,6 @@ impl RxBacklog {
     }
 }
 
-/// Longest line kept before it is flushed without a newline.
-pub const LINE_CAPACITY: usize = 256;
-
-/// Collects a guest's console output into whole lines.
-#[derive(Clone, Debug)]
-pub struct ConsoleLine {
-    buf: [u8; LINE_CAPACITY],
-    len: usize,
-}
-
-impl Default for ConsoleLine {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl ConsoleLine {
-    /// An empty line.
-    pub const fn new() -> Self {
-        Self {
-            buf: [0; LINE_CAPACITY],
-            len: 0,
-        }
-    }
-
-    /// Adds `byte`; returns the finished line (without its `\n`; `\r` dropped)
-    /// when the byte ends it or the buffer is full.
-    pub fn push(&mut self, byte: u8) -> Option<&[u8]> {
-        match byte {
-            b'\r' => None,
-            b'\n' => Some(self.take()),
-            _ => {
-                // `len < LINE_CAPACITY` here: a full buffer was handed out below.
-                self.buf[self.len] = byte;
-                self.len += 1;
-                (self.len == LINE_CAPACITY).then(|| self.take())
-            }
-        }
-    }
-
-    /// Takes whatever is buffered (for a flush at power-off).
-    pub fn take(&mut self) -> &[u8] {
-        let len = core::mem::replace(&mut self.len, 0);
-        &self.buf[..len]
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,25 +340,5 @@ mod tests {
         assert_eq!(uart.read(CR), Ok(0xffff));
         uart.write(LCR_H, 0x70).expect("LCR_H");
         assert_eq!(uart.read(LCR_H), Ok(0x70));
-    }
-
-    #[test]
-    fn lines() {
-        let mut line = ConsoleLine::new();
-        let mut out = Vec::new();
-        for &b in b"RESULT: PASS\r\nnext" {
-            if let Some(done) = line.push(b) {
-                out.push(done.to_vec());
-            }
-        }
-        assert_eq!(out, vec![b"RESULT: PASS".to_vec()]);
-        assert_eq!(line.take(), b"next");
-        let mut long = 0;
-        for _ in 0..LINE_CAPACITY {
-            if line.push(b'a').is_some() {
-                long += 1;
-            }
-        }
-        assert_eq!(long, 1, "a full buffer is flushed as one line");
     }
 }

@@ -178,6 +178,9 @@ pub enum StopReason {
     IdRegister(SysRegEncoding),
     /// Cleaning guest memory to the point of coherency failed.
     FlushGuestMemory(pgtable::Error),
+    /// The hypervisor console's `stop` or a control VM's `VM_STOP` asked for it
+    /// (`crate::vm::run_state`).
+    StopRequested,
 }
 
 impl core::fmt::Display for StopReason {
@@ -189,6 +192,10 @@ impl core::fmt::Display for StopReason {
                 write!(f, "{} timer line: {error:?}", timer.name())
             }
             Self::UartLine(e) => write!(f, "UART interrupt line: {e:?}"),
+            Self::StopRequested => write!(
+                f,
+                "stopped on request (hypervisor console or control interface)"
+            ),
             Self::UnexpectedExit { kind, pc, esr } => write!(
                 f,
                 "unexpected {kind:?} exit at PC {pc:#x} (ESR_EL2 {esr:#x})"

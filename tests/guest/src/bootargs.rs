@@ -34,6 +34,14 @@ pub enum Scenario {
     VgicScarce,
     /// Hostile-guest fuzzer driven by a seed.
     Fuzz,
+    /// A ticker and a line echo on the console, forever (for the
+    /// hypervisor's console monitor).
+    Echo,
+    /// A control VM drives the control interface against its peer.
+    Control,
+    /// The peer of `control`: writes a pattern, then touches two windows
+    /// outside its RAM until stopped.
+    ControlPeer,
 }
 
 impl Scenario {
@@ -47,6 +55,9 @@ impl Scenario {
         Scenario::Flood,
         Scenario::VgicScarce,
         Scenario::Fuzz,
+        Scenario::Echo,
+        Scenario::Control,
+        Scenario::ControlPeer,
     ];
 
     /// The name used in `test=`.
@@ -60,6 +71,9 @@ impl Scenario {
             Scenario::Flood => "flood",
             Scenario::VgicScarce => "vgic-scarce",
             Scenario::Fuzz => "fuzz",
+            Scenario::Echo => "echo",
+            Scenario::Control => "control",
+            Scenario::ControlPeer => "control-peer",
         }
     }
 }

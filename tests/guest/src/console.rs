@@ -16,6 +16,8 @@ const UARTDR: u64 = 0x00;
 /// PL011 flag register offset and its "transmit FIFO full" bit.
 const UARTFR: u64 = 0x18;
 const UARTFR_TXFF: u32 = 1 << 5;
+/// The flag register's "receive FIFO empty" bit.
+const UARTFR_RXFE: u32 = 1 << 4;
 
 static UART_BASE: AtomicU64 = AtomicU64::new(0);
 /// 0 when free, else the owner's CPU index + 1.
@@ -45,6 +47,23 @@ impl Write for Uart {
             self.put(byte);
         }
         Ok(())
+    }
+}
+
+/// Takes one received byte, if the receive FIFO holds one (polled: the
+/// receive interrupt is not used).
+pub fn read_byte() -> Option<u8> {
+    let base = UART_BASE.load(Ordering::Acquire);
+    if base == 0 {
+        return None;
+    }
+    // SAFETY: `base` is the PL011 from the device tree, mapped as device
+    // memory; reading DR while FR.RXFE is clear takes one received byte.
+    unsafe {
+        if core::ptr::read_volatile((base + UARTFR) as *const u32) & UARTFR_RXFE != 0 {
+            return None;
+        }
+        Some(core::ptr::read_volatile((base + UARTDR) as *const u32) as u8)
     }
 }
 

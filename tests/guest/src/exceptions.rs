@@ -234,6 +234,20 @@ pub fn probe(address: u64, access: Access) -> Option<Abort> {
     disarm(cpu)
 }
 
+/// Stores `value` (64 bits) at `address` once and returns the data abort it
+/// raised, if any.
+pub fn probe_store(address: u64, value: u64) -> Option<Abort> {
+    let cpu = arm();
+    // SAFETY: the caller names an address outside the guest's own RAM (a
+    // window where the hypervisor may or may not back memory); the store
+    // either lands there or aborts, and the abort is caught.
+    unsafe {
+        asm!("str {value}, [{address}]", address = in(reg) address, value = in(reg) value,
+             options(nostack));
+    }
+    disarm(cpu)
+}
+
 /// Loads 32 bits from `address` once: the value, or the data abort raised.
 pub fn load_u32(address: u64) -> Result<u32, Abort> {
     let cpu = arm();

@@ -35,8 +35,13 @@
 //! * `fuzz`: a hostile guest on every vCPU, reproducible from `seed=`
 //!   (`seeds=`, `ops=`, `fuzz-allow=`); it checks the answers a guest may
 //!   rely on and counts violations (see `fuzz`).
+//! * `echo` (boot vCPU only): prints a tick twice a second and echoes the
+//!   lines typed on its console, forever, without a `RESULT:` line (for the
+//!   hypervisor's console monitor; see `echo`).
+//! * `control` / `control-peer`: a control VM drives the hypervisor's
+//!   control interface against its peer (see `control`).
 //!
-//! It ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
+//! Every other scenario ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the
 //! hypervisor, bootarg `hypercalls=psci`) and calls PSCI `SYSTEM_OFF`.
 //!
@@ -53,6 +58,10 @@ mod boot;
 mod bootargs;
 #[cfg(target_os = "none")]
 mod console;
+#[cfg(target_os = "none")]
+mod control;
+#[cfg(target_os = "none")]
+mod echo;
 #[cfg(target_os = "none")]
 mod el0;
 #[cfg(target_os = "none")]

@@ -331,6 +331,21 @@ pub enum Failure {
         /// How many.
         violations: u64,
     },
+    /// A control call answered something else than the step expects.
+    Control {
+        /// The step.
+        step: &'static str,
+        /// The status it got (0: success, else the error code), or what it
+        /// checked.
+        code: i64,
+    },
+    /// A control step waited in vain for the peer.
+    ControlTimeout {
+        /// The step.
+        step: &'static str,
+        /// The last value read.
+        last: u64,
+    },
 }
 
 impl Failure {
@@ -371,6 +386,8 @@ impl Failure {
                 Failure::GicState { .. } => 31,
                 Failure::SctlrChanged { .. } => 32,
                 Failure::FuzzViolations { .. } => 33,
+                Failure::Control { .. } => 34,
+                Failure::ControlTimeout { .. } => 35,
             }
     }
 }
@@ -553,6 +570,10 @@ impl fmt::Display for Failure {
             Failure::FuzzViolations { violations } => {
                 write!(f, "fuzz: {violations} violation(s), see the FUZZ lines")
             }
+            Failure::Control { step, code } => write!(f, "control: {step}: got {code}"),
+            Failure::ControlTimeout { step, last } => {
+                write!(f, "control: {step}: not seen in time (last read {last:#x})")
+            }
         }
     }
 }
@@ -597,6 +618,12 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
             SECONDARY_PART.store(SECONDARY_FUZZ, Ordering::Release);
             crate::fuzz::run(platform, options.fuzz)
         }
+        Scenario::Echo => crate::echo::run(),
+        Scenario::Control | Scenario::ControlPeer if !psci::hypervisor_services() => {
+            Err(Failure::NeedsHypervisor)
+        }
+        Scenario::Control => crate::control::control(platform),
+        Scenario::ControlPeer => crate::control::peer(platform),
     }
 }
 

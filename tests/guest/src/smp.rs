@@ -44,6 +44,17 @@ impl Deadline {
         Deadline(now + seconds * frequency)
     }
 
+    /// `millis` milliseconds from now.
+    pub fn after_millis(millis: u64) -> Deadline {
+        let (now, frequency): (u64, u64);
+        // SAFETY: reading the virtual counter and its frequency.
+        unsafe {
+            asm!("isb", "mrs {}, cntvct_el0", "mrs {}, cntfrq_el0", out(reg) now,
+                 out(reg) frequency, options(nomem, nostack));
+        }
+        Deadline(now + millis * frequency / 1000)
+    }
+
     /// The default deadline for one step of the boot vCPU.
     pub fn step() -> Deadline {
         Deadline::after_seconds(STEP_TIMEOUT_SECONDS)

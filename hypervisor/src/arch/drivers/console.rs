@@ -2,8 +2,11 @@
 //! the device tree chose (a PL011 or a 16550-compatible, `crate::drivers::uart`).
 //!
 //! Log records become lines `[hv] <message>` (warnings and errors say so after
-//! the prefix). Guest console lines are written unchanged. One lock serialises
-//! whole lines so output from several CPUs never interleaves. The panic path
+//! the prefix); once the hypervisor console runs, they and the other whole
+//! lines of [`write_line`] go through it ([`route_lines`]), so that they
+//! start a terminal line of their own. Guest output is written as the
+//! hypervisor console (`crate::arch::host_console`) passes it on. One lock
+//! serialises writes so output from several CPUs never interleaves. The panic path
 //! writes without the lock (another CPU may hold it forever) after giving it a
 //! moment to come free.
 
@@ -12,6 +15,9 @@ use core::fmt::Write;
 use spin::{Mutex, Once};
 
 static CONSOLE: Mutex<Option<AnyUart<MmioBank>>> = Mutex::new(None);
+/// Where whole hypervisor lines go once the hypervisor console runs
+/// ([`route_lines`]).
+static LINE_ROUTE: Once<fn(&[u8])> = Once::new();
 /// The console UART's base and kind, for the panic path.
 static UART: Once<(usize, UartKind)> = Once::new();
 
@@ -26,16 +32,12 @@ impl log::Log for Logger {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let mut guard = CONSOLE.lock();
-        if let Some(uart) = guard.as_mut() {
-            let level = match record.level() {
-                log::Level::Error => "ERROR: ",
-                log::Level::Warn => "WARNING: ",
-                _ => "",
-            };
-            // The UART never fails to take bytes.
-            let _ = writeln!(uart, "[hv] {level}{}", record.args());
-        }
+        let level = match record.level() {
+            log::Level::Error => "ERROR: ",
+            log::Level::Warn => "WARNING: ",
+            _ => "",
+        };
+        write_line(format_args!("[hv] {level}{}", record.args()));
     }
 
     fn flush(&self) {}
@@ -71,21 +73,36 @@ pub fn receive(buf: &mut [u8]) -> usize {
     CONSOLE.lock().as_mut().map_or(0, |uart| uart.receive(buf))
 }
 
-/// Writes one guest console line, unchanged, followed by a newline.
-pub fn write_guest_line(line: &[u8]) {
+/// Writes `bytes` as they are (`\n` becomes `\r\n`): the hypervisor
+/// console's terminal output (`crate::arch::monitor`).
+pub fn write_bytes(bytes: &[u8]) {
     let mut guard = CONSOLE.lock();
     if let Some(uart) = guard.as_mut() {
-        uart.write_bytes(line);
-        uart.write_bytes(b"\n");
+        uart.write_bytes(bytes);
     }
 }
 
-/// Writes `args` as one line on the console (without the `[hv] ` prefix).
+/// Writes `args` as one line on the console (without the `[hv] ` prefix):
+/// through the route [`route_lines`] set, else straight to the UART.
 pub fn write_line(args: core::fmt::Arguments<'_>) {
+    if let Some(route) = LINE_ROUTE.get() {
+        let mut line = alloc::string::String::new();
+        // Formatting into a string only fails if an argument's `Display` does.
+        let _ = writeln!(line, "{args}");
+        route(line.as_bytes());
+        return;
+    }
     let mut guard = CONSOLE.lock();
     if let Some(uart) = guard.as_mut() {
         let _ = writeln!(uart, "{args}");
     }
+}
+
+/// From now on every line of [`write_line`] and of the logger goes to
+/// `route` (the hypervisor console, which starts it on a terminal line of
+/// its own), as whole bytes ending with `\n`. Once.
+pub fn route_lines(route: fn(&[u8])) {
+    LINE_ROUTE.call_once(|| route);
 }
 
 /// Waits (a bounded time) until the console UART has sent everything, e.g.

@@ -16,9 +16,10 @@
 //! CPU's redistributor by `GICR_TYPER` affinity in the device tree's regions,
 //! wakes it (`GICR_WAKER`), makes its SGIs and PPIs group 1 and enables the
 //! kick SGI, the maintenance PPI and the PPIs of the guest's two EL1 timers,
-//! virtual and physical (as the device tree names them; the EL2 physical
-//! timer's PPI stays disabled: the hypervisor uses no timer, and all three
-//! timers are turned off first); then the CPU
+//! virtual and physical (as the device tree names them; all three timers
+//! are turned off first, and the EL2 physical timer's PPI stays disabled
+//! except on the boot CPU, where the console's poll timer enables it with
+//! [`set_ppi_enabled`]); then the CPU
 //! interface: `ICC_SRE_EL2` (SRE, Enable for EL1), `ICC_PMR_EL1` open,
 //! `ICC_CTLR_EL1.EOImode` 0 (an EOI at EL2 drops priority and deactivates:
 //! no list register is hardware-linked, every interrupt is finished here) and
@@ -222,7 +223,8 @@ fn init_cpu_v3(index: usize) -> Result<(), GicError> {
 /// waits at EL2.
 fn timers_off() {
     // SAFETY: turning timers off only stops their interrupt outputs; no
-    // guest runs on this CPU yet and the hypervisor uses no timer.
+    // guest runs on this CPU yet and the console's poll timer is armed
+    // only later.
     unsafe {
         crate::write_sysreg!(cntv_ctl_el0, 0);
         crate::write_sysreg!(cntp_ctl_el0, 0);
@@ -390,6 +392,14 @@ impl HostGicOps for V3Driver {
         }
         let bit = 1 << intid;
         if enabled {
+            // SAFETY: byte access to the PPI's priority byte, in this CPU's
+            // SGI frame (`intid` < 32).
+            unsafe {
+                write_volatile(
+                    (sgi + gicr::IPRIORITYR + intid as usize) as *mut u8,
+                    HOST_PRIORITY,
+                );
+            }
             write32(sgi + gicr::ISENABLER0, bit);
         } else {
             write32(sgi + gicr::ICENABLER0, bit);
@@ -458,7 +468,17 @@ impl HostGicOps for HostGicV2 {
     }
 
     fn set_ppi_enabled(&self, intid: u32, enabled: bool) {
-        // ISENABLER0/ICENABLER0 are banked: this CPU's own PPIs.
+        // ISENABLER0/ICENABLER0 and the PPIs' priority bytes are banked:
+        // this CPU's own PPIs.
+        if enabled {
+            // SAFETY: byte access to the PPI's priority byte (`intid` < 32).
+            unsafe {
+                write_volatile(
+                    (self.distributor + gicd::IPRIORITYR + intid as usize) as *mut u8,
+                    HOST_PRIORITY,
+                );
+            }
+        }
         let register = if enabled {
             gicd::ISENABLER
         } else {
@@ -673,6 +693,15 @@ pub fn end_of_interrupt(ack: Acknowledged) {
 pub fn set_timer_masked(timer: TimerId, masked: bool) {
     if let Some(d) = driver() {
         d.set_ppi_enabled(timer_intids()[timer.index()], !masked);
+    }
+}
+
+/// Enables (at the hypervisor's priority; group 1 on a GICv3 and group 0 on
+/// a GICv2, as every PPI) or disables this CPU's PPI `intid`: the console's
+/// poll timer, and what the console CPU turns off when it parks.
+pub fn set_ppi_enabled(intid: u32, enabled: bool) {
+    if let Some(d) = driver() {
+        d.set_ppi_enabled(intid, enabled);
     }
 }
 

@@ -1,9 +1,12 @@
 //! Hypervisor and secure-monitor calls (`HVC`, trapped `SMC`): decoded by
-//! `crate::exit::hypercall`, PSCI answered by `crate::exit::psci`.
+//! `crate::exit::hypercall`, PSCI answered by `crate::exit::psci`. A control
+//! VM's calls of the control interface's range (`control_abi::Function::in_range`)
+//! go to `arch::control`; any other VM's calls of that range are unknown
+//! hypercalls like every other id, answered `NOT_SUPPORTED` (-1).
 
 use super::Vcpu;
+use crate::arch::control;
 use crate::arch::cpu::sysreg;
-use crate::arch::drivers::gic;
 use crate::exit::flow::{Flow, ListRegisterOp, StopReason};
 use crate::exit::hypercall::{GuestCall, NOT_SUPPORTED, SMCCC_VERSION_1_1};
 use crate::exit::psci::{self, PsciCall, PsciOutcome};
@@ -13,6 +16,12 @@ use crate::vm::event_log::Event;
 impl Vcpu {
     pub(super) fn guest_call(&mut self) -> Result<Flow, StopReason> {
         let x = &self.regs.x;
+        if self.vm.control && control_abi::Function::in_range(x[0]) {
+            let regs = [x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]];
+            let out = control::handle_call(self.vm, &self.epoch, &regs);
+            self.regs.x[..4].copy_from_slice(&out);
+            return Ok(Flow::Resume);
+        }
         let call = GuestCall::decode([x[0], x[1], x[2], x[3]]);
         let result = match call {
             GuestCall::Psci(psci) => return self.psci(psci),
@@ -58,7 +67,7 @@ impl Vcpu {
                 // The target's CPU waits in WFI (WFE without a GIC) for its
                 // request.
                 sysreg::send_event();
-                gic::kick(target);
+                vm.kick(target);
                 0
             }
             PsciOutcome::CpuOff => {

@@ -4,13 +4,15 @@
 //! off).
 
 use super::Vcpu;
-use crate::arch::drivers::{console, gic};
-use crate::arch::vm::GuestUart;
+use crate::arch::drivers::gic;
+use crate::arch::host_console;
+use crate::arch::monitor;
 use crate::devices::timer::{TimerId, timer_line};
 use crate::devices::vgic::VcpuSet;
 use crate::drivers::gic::HostIrq;
 use crate::exit::flow::{ListRegisterOp, StopReason};
 use crate::read_sysreg;
+use crate::vm::run_state::Requested;
 
 /// The guest's `CNTV_CTL_EL0` or `CNTP_CTL_EL0` (live in this CPU: the
 /// vCPU never leaves it).
@@ -108,7 +110,7 @@ impl Vcpu {
     pub(super) fn send_kicks(&mut self) {
         let kicks = core::mem::take(&mut self.kicks).without(self.index);
         for vcpu in kicks.iter() {
-            gic::kick(vcpu);
+            self.vm.kick(vcpu);
         }
     }
 
@@ -175,7 +177,10 @@ impl Vcpu {
                         self.set_timer_line(timer, true)?;
                     }
                 }
-                HostIrq::UartReceive => self.console_input()?,
+                HostIrq::UartReceive => monitor::host_input(),
+                HostIrq::Unexpected(intid) if host_console::is_poll_timer(intid) => {
+                    monitor::poll_tick();
+                }
                 HostIrq::Unexpected(other) => log::warn!(
                     "vm{} vcpu{}: unexpected host interrupt {other}",
                     self.vm.index,
@@ -186,25 +191,32 @@ impl Vcpu {
         }
     }
 
-    /// Moves the bytes typed on the host console into the emulated PL011's
-    /// backlog and FIFO (the backlog refills the FIFO as the guest reads it)
-    /// and updates its interrupt line.
-    pub(super) fn console_input(&mut self) -> Result<(), StopReason> {
-        let mut buf = [0u8; 64];
-        loop {
-            let len = console::receive(&mut buf);
-            if len == 0 {
-                break;
-            }
-            let mut uart = self.vm.uart.lock();
-            let GuestUart {
-                device, backlog, ..
-            } = &mut *uart;
-            for &byte in &buf[..len] {
-                backlog.push(byte);
-            }
-            backlog.drain_into(device);
+    /// Before an entry: holds the vCPU at EL2 while the console monitor
+    /// has its VM paused (`crate::vm::run_state`), handling its host
+    /// interrupts (on the console CPU: the console's too) and waiting for a
+    /// kick in between; a stop request ends the run. The maintenance
+    /// interrupt is disabled meanwhile (its level stays high until a refill,
+    /// which comes after the pause) and the list registers refilled after.
+    pub(super) fn wait_while_paused(&mut self) -> Result<(), StopReason> {
+        match self.vm.run_state.get() {
+            Requested::Running => return Ok(()),
+            Requested::StopRequested => return Err(StopReason::StopRequested),
+            Requested::Paused => {}
         }
-        self.update_uart_line()
+        let maintenance = gic::maintenance_intid();
+        gic::set_ppi_enabled(maintenance, false);
+        let result = loop {
+            if let Err(reason) = self.handle_interrupts_while_off() {
+                break Err(reason);
+            }
+            match self.vm.run_state.get() {
+                Requested::Running => break Ok(()),
+                Requested::StopRequested => break Err(StopReason::StopRequested),
+                Requested::Paused => gic::wait_for_wakeup(),
+            }
+        };
+        gic::set_ppi_enabled(maintenance, true);
+        self.needs_fill = true;
+        result
     }
 }

@@ -4,7 +4,7 @@
 
 use super::Vcpu;
 use crate::arch::boot::exceptions::{ExitKind, enter_guest};
-use crate::arch::boot::firmware;
+use crate::arch::host_console;
 use crate::exit::flow::{Flow, StopReason, UnexpectedExit};
 use crate::exit::sync::{self, SyncExit};
 use crate::vm::counters::Counter;
@@ -19,12 +19,20 @@ impl Vcpu {
         self.load(boot)?;
         loop {
             if self.vm.is_stopping() {
-                firmware::halt();
+                host_console::park();
             }
+            self.wait_while_paused()?;
             self.prepare_entry()?;
+            // Counted in the guest until the exit (`vm::run_state`): a pause
+            // that lands meanwhile refuses the entry, and its waiter sees
+            // this vCPU until it leaves.
+            if !self.vm.run_state.enter() {
+                continue;
+            }
             // SAFETY: `load` set this CPU's stage-2 translation and traps for
             // this VM, so the guest reaches only its own memory.
             let kind = unsafe { enter_guest(&mut self.regs) };
+            self.vm.run_state.leave();
             let flow = self.handle_exit(kind)?;
             if matches!(flow, Flow::SystemOff | Flow::SystemReset) {
                 return Ok(flow);

@@ -65,7 +65,7 @@ fn run<M: CallerMemory + ?Sized>(
         Call::Version => Version::CURRENT.to_regs(),
         Call::CallUid => function::UID.map(u64::from),
         Call::Capabilities => Capabilities {
-            bits: Capabilities::ALL_1_0,
+            bits: target.capabilities(),
             max_transfer: MAX_TRANSFER,
             record_size: RECORD_SIZE as u64,
         }

@@ -33,6 +33,11 @@ pub struct NewSlot {
 /// that names a VM answers [`Error::NoSuchVm`] for an id that names none; the
 /// dispatcher never passes the caller's own id.
 pub trait ControlTarget {
+    /// The capability bits (`control_abi::Capabilities`) of the function
+    /// groups this machine layer implements; a group it leaves out answers
+    /// [`Error::NotSupported`].
+    fn capabilities(&self) -> u64;
+
     /// VMs the hypervisor runs (in any state).
     fn vm_count(&self) -> usize;
 

@@ -146,6 +146,10 @@ impl Fake {
 }
 
 impl ControlTarget for Fake {
+    fn capabilities(&self) -> u64 {
+        Capabilities::ALL_1_0
+    }
+
     fn vm_count(&self) -> usize {
         self.vms.len()
     }

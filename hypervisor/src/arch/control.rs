@@ -1,0 +1,243 @@
+//! The control interface on the machine: [`ControlTarget`] over the VM
+//! table, and the entry the hypercall exit calls.
+//!
+//! A control call runs on the CPU of the calling vCPU, inside its `HVC`
+//! exit. [`handle_call`] pins the caller's memslots for the calls that name
+//! a buffer (`LIST_VMS`, `MEMORY_READ`, `MEMORY_WRITE`) and hands the
+//! published set to the pure dispatcher (`crate::control::abi::dispatch`) as
+//! the caller's memory; every other call gets an empty caller memory and
+//! pins nothing of the caller, so a control VM that deletes another control
+//! VM's slot while that one deletes one of its own cannot wait on each
+//! other's grace periods.
+//!
+//! [`Machine`] implements the calls:
+//! - VM ids are indices in the VM table (`arch::machine`); pause, resume
+//!   and stop are `arch::vm_ops` over the VM's run state
+//!   (`vm::run_state`): `VM_PAUSE` returns once no vCPU of the VM runs
+//!   guest code, `VM_STOP` once the VM's own CPU carried the stop out and
+//!   reported it (bounded: `vm_ops::STOP_WAIT_SECONDS`);
+//! - memslot changes and guest memory copies are `arch::vm_ops` (shared
+//!   with the console monitor), run here, on a CPU that runs none of the
+//!   target's vCPUs and holds none of its locks or pins;
+//! - vCPU registers are not offered: a paused vCPU's EL1 system registers
+//!   stay live in its own CPU, which no other CPU can read. Both register
+//!   calls answer `NOT_SUPPORTED` and `CAPABILITIES` leaves out the
+//!   `REGISTERS` bit.
+
+use crate::arch::machine::Machine as VmTable;
+use crate::arch::vm::Vm;
+use crate::arch::vm_ops::{self, HostPiece, VmOpError};
+use crate::control::abi::{
+    Caller, CallerMemory, CallerPage, ControlTarget, HostSpan, NewSlot, VmId, buffer::MAX_SPANS,
+    dispatch, memslot_error,
+};
+use crate::vm::run_state::Requested;
+use control_abi::reply::Capabilities;
+use control_abi::vm_info::{VmInfo, VmState};
+use control_abi::{Error, Function, RegisterId};
+use crossbeam_epoch::LocalHandle;
+use memslot::{Gfn, HostPhysAddr, SlotFlags, SlotId};
+use spin::Once;
+
+/// The capability bits this hypervisor offers: all of 1.0 but vCPU
+/// registers.
+pub const CAPABILITIES: u64 = Capabilities::ALL_1_0 & !Capabilities::REGISTERS;
+
+/// The VM table, once the boot CPU created it.
+static VMS: Once<&'static [&'static Vm]> = Once::new();
+
+/// Publishes `table`'s VMs to the control calls. Once, before any vCPU runs.
+pub fn start(table: &'static VmTable) {
+    VMS.call_once(|| table.vms());
+}
+
+/// The VMs, in id order (empty before [`start`]: no vCPU runs then).
+fn vms() -> &'static [&'static Vm] {
+    VMS.get().copied().unwrap_or(&[])
+}
+
+/// Caller memory with no pages: the calls that name no buffer.
+struct NoBuffer;
+
+impl CallerMemory for NoBuffer {
+    fn page(&self, _gfn: Gfn) -> Option<CallerPage> {
+        None
+    }
+
+    fn mark_written(&self, _gfn: Gfn) {}
+}
+
+/// Answers the control call in `regs` (`x0..x7`) of a vCPU of `caller`
+/// whose handle of the caller's memslot collector is `epoch` (unpinned);
+/// returns `x0..x3`.
+pub fn handle_call(caller: &'static Vm, epoch: &LocalHandle, regs: &[u64; 8]) -> [u64; 4] {
+    let id = caller.index as VmId;
+    let mut machine = Machine { fwb: caller.fwb };
+    let needs_buffer = matches!(
+        Function::from_x0(regs[0]),
+        Some(Function::ListVms | Function::MemoryRead | Function::MemoryWrite)
+    );
+    if !(caller.control && needs_buffer) {
+        let call = Caller {
+            vm: id,
+            control: caller.control,
+            memory: &NoBuffer,
+        };
+        return dispatch(&call, regs, &mut machine);
+    }
+    let guard = epoch.pin();
+    match caller.memslots.slots(&guard) {
+        Ok(slots) => {
+            let call = Caller {
+                vm: id,
+                control: true,
+                memory: slots,
+            };
+            dispatch(&call, regs, &mut machine)
+        }
+        Err(_) => control_abi::reply::error(Error::Internal),
+    }
+}
+
+/// The machine side of the control calls.
+pub struct Machine {
+    /// Stage 2 forces write-back (FEAT_S2FWB): no cache maintenance.
+    fwb: bool,
+}
+
+fn vm(id: VmId) -> Result<&'static Vm, Error> {
+    usize::try_from(id)
+        .ok()
+        .and_then(|index| vms().get(index))
+        .copied()
+        .ok_or(Error::NoSuchVm)
+}
+
+fn op_error(e: VmOpError) -> Error {
+    match e {
+        VmOpError::Memslot(e) => memslot_error(e),
+        VmOpError::NoMemory => Error::NoMemory,
+        VmOpError::Unmap(_) => Error::Internal,
+        VmOpError::NotMapped { .. } => Error::NotMapped,
+        VmOpError::BadRange => Error::InvalidParameters,
+    }
+}
+
+/// The host spans as `vm_ops` pieces.
+fn pieces(spans: &[HostSpan]) -> Result<([HostPiece; MAX_SPANS], usize), Error> {
+    let mut out = [HostPiece {
+        host: HostPhysAddr(0),
+        len: 0,
+    }; MAX_SPANS];
+    for (slot, span) in out.iter_mut().zip(spans) {
+        *slot = HostPiece {
+            host: span.host,
+            len: span.len,
+        };
+    }
+    if spans.len() > MAX_SPANS {
+        return Err(Error::Internal);
+    }
+    Ok((out, spans.len()))
+}
+
+impl ControlTarget for Machine {
+    fn capabilities(&self) -> u64 {
+        CAPABILITIES
+    }
+
+    fn vm_count(&self) -> usize {
+        vms().len()
+    }
+
+    fn vm_info(&self, index: usize) -> Option<VmInfo> {
+        let vm = *vms().get(index)?;
+        // Cannot fail: the handle is of the VM's own collector.
+        let (ram_pages, slots) = vm_ops::slot_totals(vm).ok()?;
+        Some(VmInfo {
+            id: index as u32,
+            state: match vm.requested_state() {
+                Requested::Running => VmState::Running,
+                Requested::Paused => VmState::Paused,
+                Requested::StopRequested => VmState::Stopped,
+            },
+            vcpus: vm.vcpus as u32,
+            control: vm.control,
+            ram_pages,
+            slots,
+        })
+    }
+
+    fn pause(&mut self, id: VmId) -> Result<(), Error> {
+        vm_ops::pause(vm(id)?).map_err(|_| Error::BadState)
+    }
+
+    fn resume(&mut self, id: VmId) -> Result<(), Error> {
+        vm_ops::resume(vm(id)?).map_err(|_| Error::BadState)
+    }
+
+    fn stop(&mut self, id: VmId) -> Result<(), Error> {
+        let target = vm(id)?;
+        if vm_ops::stop(target) == vm_ops::StopWait::Requested {
+            log::warn!(
+                "vm{}: stop requested by a control VM; not carried out within {} s",
+                target.index,
+                vm_ops::STOP_WAIT_SECONDS
+            );
+        }
+        Ok(())
+    }
+
+    fn create_slot(&mut self, id: VmId, slot: NewSlot) -> Result<(), Error> {
+        vm_ops::create_slot(vm(id)?, slot.id, slot.base_gfn, slot.npages, slot.flags)
+            .map_err(op_error)
+    }
+
+    fn delete_slot(&mut self, id: VmId, slot: SlotId) -> Result<(), Error> {
+        vm_ops::delete_slot(vm(id)?, slot)
+            .map(|_| ())
+            .map_err(op_error)
+    }
+
+    fn move_slot(&mut self, id: VmId, slot: SlotId, base_gfn: Gfn) -> Result<(), Error> {
+        vm_ops::move_slot(vm(id)?, slot, base_gfn)
+            .map(|_| ())
+            .map_err(op_error)
+    }
+
+    fn set_slot_flags(&mut self, id: VmId, slot: SlotId, flags: SlotFlags) -> Result<(), Error> {
+        vm_ops::set_slot_flags(vm(id)?, slot, flags).map_err(op_error)
+    }
+
+    fn read_memory(&mut self, id: VmId, ipa: u64, dst: &[HostSpan]) -> Result<(), Error> {
+        let target = vm(id)?;
+        let (pieces, count) = pieces(dst)?;
+        vm_ops::read_guest(target, ipa, &pieces[..count]).map_err(op_error)
+    }
+
+    fn write_memory(&mut self, id: VmId, ipa: u64, src: &[HostSpan]) -> Result<(), Error> {
+        let target = vm(id)?;
+        let (pieces, count) = pieces(src)?;
+        vm_ops::write_guest(target, ipa, &pieces[..count]).map_err(op_error)
+    }
+
+    fn write_host(&mut self, dst: HostPhysAddr, bytes: &[u8]) {
+        vm_ops::write_host(dst, bytes, self.fwb);
+    }
+
+    fn get_register(&mut self, id: VmId, _vcpu: u32, _reg: RegisterId) -> Result<u64, Error> {
+        vm(id)?;
+        Err(Error::NotSupported)
+    }
+
+    fn set_register(
+        &mut self,
+        id: VmId,
+        _vcpu: u32,
+        _reg: RegisterId,
+        _value: u64,
+    ) -> Result<(), Error> {
+        vm(id)?;
+        Err(Error::NotSupported)
+    }
+}
