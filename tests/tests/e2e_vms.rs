@@ -3,20 +3,33 @@
 //!
 //! * Two test guests run the `memory` scenario at once, each on its own
 //!   CPUs: both pass, each under its own VMID and backing.
+//! * A test guest (`memory`) and Debian's Linux (the unattended tmpfs md5
+//!   check, 2 vCPUs, 384 MiB) run at once: both pass.
+//! * A bad guest beside a good one: the bad one makes its hostile accesses
+//!   (aborts are injected into it) and then asks for PSCI `SYSTEM_RESET`,
+//!   which with several VMs stops that VM alone; or the operator stops it
+//!   from the console monitor (Ctrl-] then `stop bad`). Either way the good
+//!   VM reaches `RESULT: PASS` afterwards and the machine powers off after it.
 //!
 //! Each VM powers itself off (`[hv] vm<i> (<name>): powered off`); the
 //! machine powers off after the last (`[hv] no VM left to run`).
 
 use std::time::Duration;
 
+use qemu_runner::console_script::ConsoleScript;
 use qemu_runner::vmspec::VmSpec;
-use qemu_runner::{RunConfig, RunReport};
+use qemu_runner::{ConsoleInput, RunConfig, RunReport};
 
 fn run(smp: u32, specs: &[&str], timeout: Duration) -> RunReport {
+    run_with_input(smp, specs, timeout, ConsoleInput::Closed)
+}
+
+fn run_with_input(smp: u32, specs: &[&str], timeout: Duration, input: ConsoleInput) -> RunReport {
     let config = RunConfig {
         smp,
         echo: false,
         timeout,
+        input,
         vms: specs
             .iter()
             .enumerate()
@@ -79,4 +92,117 @@ fn two_memory_guests_pass_side_by_side() {
     // Both VMs' counters are reported.
     assert!(report.counters().get(0, "stage2_faults").is_some());
     assert!(report.counters().get(1, "stage2_faults").is_some());
+}
+
+/// Index of the first hypervisor log line containing `text`.
+fn log_position(report: &RunReport, text: &str) -> usize {
+    report
+        .hypervisor_log()
+        .iter()
+        .position(|line| line.contains(text))
+        .unwrap_or_else(|| panic!("no `{text}`\n{}", report.explain()))
+}
+
+#[test]
+fn test_guest_and_linux_pass_side_by_side() {
+    let report = run(
+        4,
+        &[
+            "memory,cpus=0-1,name=guest",
+            "linux,cpus=2-3,mem=384,name=linux",
+        ],
+        Duration::from_secs(240),
+    );
+    assert!(report.passed(), "{}", report.explain());
+    for line in [
+        "[linux] LINUX-INIT: 2 CPUs online (0-1)",
+        "[linux] LINUX-INIT: 128 MiB written through tmpfs and verified",
+        "[linux] RESULT: PASS",
+        "[guest] RESULT: PASS",
+    ] {
+        assert!(
+            report.console().lines().any(|l| l.trim() == line),
+            "no `{line}`\n{}",
+            report.explain()
+        );
+    }
+    assert_ne!(backing(&report, 0), backing(&report, 1));
+    for vm in [
+        "vm0 (guest): powered off",
+        "vm1 (linux): powered off",
+        "no VM left to run",
+    ] {
+        assert!(log_has(&report, vm), "no `{vm}`\n{}", report.explain());
+    }
+    assert!(report.transcript.system_off, "{}", report.explain());
+}
+
+/// Checks a run where VM 0 (`bad`) was stopped for `reason` and VM 1
+/// (`good`) passed after it, the machine powering off after the good one.
+fn check_bad_stopped_good_passed(report: &RunReport, reason: &str) {
+    assert!(report.passed(), "{}", report.explain());
+    let stopped = log_position(report, "vm0 (bad): stopped");
+    let line = &report.hypervisor_log()[stopped];
+    assert!(line.contains(reason), "`{line}` lacks `{reason}`");
+    let good = log_position(report, "vm1 (good): powered off");
+    let last = log_position(report, "no VM left to run");
+    assert!(stopped < good && good < last, "{}", report.explain());
+    assert!(
+        !report.console().contains("[bad] RESULT:"),
+        "{}",
+        report.explain()
+    );
+    assert!(
+        report.console().contains("[good] RESULT: PASS"),
+        "{}",
+        report.explain()
+    );
+    assert!(report.transcript.system_off, "{}", report.explain());
+}
+
+#[test]
+fn bad_guest_reset_stops_it_alone_and_the_good_one_passes() {
+    let report = run(
+        2,
+        &[
+            "bad-guest,cpus=0,name=bad,expect=stopped,args=bad-exit=reset",
+            "memory,cpus=1,name=good",
+        ],
+        Duration::from_secs(240),
+    );
+    check_bad_stopped_good_passed(
+        &report,
+        "PSCI SYSTEM_RESET: restarting one VM of several is not supported",
+    );
+    // The hostile accesses came first, each answered with an abort.
+    for line in [
+        "[bad] test-guest: caught abort on Read",
+        "[bad] test-guest: caught abort on Write",
+        "[bad] test-guest: bad-exit=reset: PSCI SYSTEM_RESET",
+    ] {
+        assert!(
+            report.console().contains(line),
+            "no `{line}`\n{}",
+            report.explain()
+        );
+    }
+}
+
+#[test]
+fn operator_stops_a_guest_and_the_other_one_passes() {
+    let script = ConsoleScript::new()
+        .then("[bad] echo: ready", "\x1dstop bad\r")
+        .then("ok: bad stopped", "exit\r");
+    let report = run_with_input(
+        2,
+        &[
+            "echo,cpus=0,name=bad,expect=stopped",
+            // 512 MiB to walk: the good VM is still at work when the stop
+            // is typed.
+            "memory,cpus=1,mem=512,name=good",
+        ],
+        Duration::from_secs(240),
+        ConsoleInput::Script(script),
+    );
+    check_bad_stopped_good_passed(&report, "");
 }

@@ -8,7 +8,9 @@
 //! `fuzz-allow=a,b,...` and `fuzz-deny=a,b,...` (operation families added to
 //! or taken out of the default mix, in the order given, see
 //! [`FuzzOptions::ALLOW_NAMES`]) and `fuzz-verbose=1` (a progress line
-//! before every operation, to find the one a hang is in). Numbers are decimal or `0x` hex. Other
+//! before every operation, to find the one a hang is in). The bad guest reads
+//! `bad-exit=reset` (end with PSCI `SYSTEM_RESET` after the hostile accesses,
+//! instead of printing a result; `bad-exit=result` is the default). Numbers are decimal or `0x` hex. Other
 //! words are ignored, as a kernel ignores parameters it does not know. Pure
 //! code, tested on the host.
 
@@ -173,6 +175,9 @@ pub struct Options {
     pub hypervisor_services: bool,
     /// Options of the fuzz scenario.
     pub fuzz: FuzzOptions,
+    /// `bad-exit=reset`: the bad guest ends with PSCI `SYSTEM_RESET` after its
+    /// hostile accesses instead of printing its result.
+    pub bad_exit_reset: bool,
 }
 
 impl Options {
@@ -181,6 +186,7 @@ impl Options {
     pub fn parse(bootargs: &str) -> Result<Options, &str> {
         let mut scenario = Scenario::Memory;
         let mut fuzz = FuzzOptions::DEFAULT;
+        let mut bad_exit_reset = false;
         for word in bootargs.split_ascii_whitespace() {
             let Some((key, value)) = word.split_once('=') else {
                 continue;
@@ -192,6 +198,13 @@ impl Options {
                         .copied()
                         .find(|scenario| scenario.name() == value)
                         .ok_or(value)?;
+                }
+                "bad-exit" => {
+                    bad_exit_reset = match value {
+                        "reset" => true,
+                        "result" => false,
+                        _ => return Err(word),
+                    }
                 }
                 "seed" => fuzz.seed = number(value).ok_or(word)?,
                 "seeds" => fuzz.seeds = number(value).ok_or(word)?,
@@ -217,6 +230,7 @@ impl Options {
             scenario,
             hypervisor_services: !Options::psci_only(bootargs),
             fuzz,
+            bad_exit_reset,
         })
     }
 
@@ -238,6 +252,7 @@ mod tests {
             scenario: Scenario::Memory,
             hypervisor_services: true,
             fuzz: FuzzOptions::DEFAULT,
+            bad_exit_reset: false,
         };
         assert_eq!(Options::parse(""), Ok(default));
         assert_eq!(Options::parse("console=ttyAMA0 test=memory"), Ok(default));
@@ -247,8 +262,12 @@ mod tests {
                 scenario: Scenario::BadGuest,
                 hypervisor_services: false,
                 fuzz: FuzzOptions::DEFAULT,
+                bad_exit_reset: false,
             })
         );
+        assert!(Options::parse("test=bad-guest bad-exit=reset").unwrap().bad_exit_reset);
+        assert!(!Options::parse("bad-exit=result").unwrap().bad_exit_reset);
+        assert_eq!(Options::parse("bad-exit=crash"), Err("bad-exit=crash"));
         assert_eq!(
             Options::parse("test=memory test=bad-guest")
                 .unwrap()

@@ -19,6 +19,8 @@ pub mod function {
     pub const MIGRATE_INFO_TYPE: u32 = 0x8400_0006;
     /// SYSTEM_OFF.
     pub const SYSTEM_OFF: u32 = 0x8400_0008;
+    /// `SYSTEM_RESET`.
+    pub const SYSTEM_RESET: u32 = 0x8400_0009;
     /// PSCI_FEATURES.
     pub const PSCI_FEATURES: u32 = 0x8400_000a;
     /// SMCCC_VERSION.
@@ -95,6 +97,12 @@ pub fn cpu_off() -> ! {
 /// PSCI `SYSTEM_OFF`; parks the CPU should the call return.
 pub fn system_off() -> ! {
     call(function::SYSTEM_OFF, 0, 0, 0);
+    park()
+}
+
+/// PSCI `SYSTEM_RESET`; parks the CPU should the call return.
+pub fn system_reset() -> ! {
+    call(function::SYSTEM_RESET, 0, 0, 0);
     park()
 }
 

@@ -602,7 +602,7 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
     }
     match scenario {
         Scenario::Memory => memory(platform),
-        Scenario::BadGuest => bad_guest(platform),
+        Scenario::BadGuest => bad_guest(platform, options.bad_exit_reset),
         Scenario::Aarch32El0 => aarch32_el0(platform),
         Scenario::Timers => {
             SECONDARY_PART.store(SECONDARY_TIMERS, Ordering::Release);
@@ -842,7 +842,7 @@ fn check_abort(address: u64, abort: exceptions::Abort, access: Access) -> Result
     }
 }
 
-fn bad_guest(platform: &Platform) -> Result<(), Failure> {
+fn bad_guest(platform: &Platform, exit_by_reset: bool) -> Result<(), Failure> {
     if !psci::hypervisor_services() {
         return Err(Failure::NeedsHypervisor);
     }
@@ -862,6 +862,10 @@ fn bad_guest(platform: &Platform) -> Result<(), Failure> {
         "test-guest: unknown hypercall {:#x} returned NOT_SUPPORTED",
         function::UNKNOWN
     );
+    if exit_by_reset {
+        println!("test-guest: bad-exit=reset: PSCI SYSTEM_RESET");
+        psci::system_reset();
+    }
     Ok(())
 }
 
