@@ -265,7 +265,11 @@ mod tests {
                 bad_exit_reset: false,
             })
         );
-        assert!(Options::parse("test=bad-guest bad-exit=reset").unwrap().bad_exit_reset);
+        assert!(
+            Options::parse("test=bad-guest bad-exit=reset")
+                .unwrap()
+                .bad_exit_reset
+        );
         assert!(!Options::parse("bad-exit=result").unwrap().bad_exit_reset);
         assert_eq!(Options::parse("bad-exit=crash"), Err("bad-exit=crash"));
         assert_eq!(
