@@ -139,14 +139,21 @@ fn test_guest_and_linux_pass_side_by_side() {
 
 /// Checks a run where VM 0 (`bad`) was stopped for `reason` and VM 1
 /// (`good`) passed after it, the machine powering off after the good one.
-fn check_bad_stopped_good_passed(report: &RunReport, reason: &str) {
+/// Checks that the bad VM was stopped (its stop line contains `reason`) and
+/// the good one passed, the machine powering off after both; with
+/// `stop_first`, also that the stop came while the good VM still ran.
+fn check_bad_stopped_good_passed(report: &RunReport, reason: &str, stop_first: bool) {
     assert!(report.passed(), "{}", report.explain());
     let stopped = log_position(report, "vm0 (bad): stopped");
     let line = &report.hypervisor_log()[stopped];
     assert!(line.contains(reason), "`{line}` lacks `{reason}`");
     let good = log_position(report, "vm1 (good): powered off");
     let last = log_position(report, "no VM left to run");
-    assert!(stopped < good && good < last, "{}", report.explain());
+    assert!(
+        stopped < last && good < last && (!stop_first || stopped < good),
+        "{}",
+        report.explain()
+    );
     assert!(
         !report.console().contains("[bad] RESULT:"),
         "{}",
@@ -173,6 +180,7 @@ fn bad_guest_reset_stops_it_alone_and_the_good_one_passes() {
     check_bad_stopped_good_passed(
         &report,
         "PSCI SYSTEM_RESET: restarting one VM of several is not supported",
+        true,
     );
     // The hostile accesses came first, each answered with an abort.
     for line in [
@@ -204,5 +212,8 @@ fn operator_stops_a_guest_and_the_other_one_passes() {
         Duration::from_secs(240),
         ConsoleInput::Script(script),
     );
-    check_bad_stopped_good_passed(&report, "");
+    // The stop is typed while the good VM works, but how long the monitor
+    // takes beside it is the host's business: the order is not checked
+    // here (e2e_console checks that the other VM goes on after a stop).
+    check_bad_stopped_good_passed(&report, "", false);
 }
