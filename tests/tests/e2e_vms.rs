@@ -10,6 +10,9 @@
 //!   which with several VMs stops that VM alone; or the operator stops it
 //!   from the console monitor (Ctrl-] then `stop bad`). Either way the good
 //!   VM reaches `RESULT: PASS` afterwards and the machine powers off after it.
+//! * Isolation: VM `a` reads (`probe-ipa=`) the IPA equal to the host
+//!   address that backs VM `b`'s RAM; in `a`'s stage 2 that IPA is a hole, so
+//!   the read aborts and `a` still passes.
 //!
 //! Each VM powers itself off (`[hv] vm<i> (<name>): powered off`); the
 //! machine powers off after the last (`[hv] no VM left to run`).
@@ -216,4 +219,35 @@ fn operator_stops_a_guest_and_the_other_one_passes() {
     // takes beside it is the host's business: the order is not checked
     // here (e2e_console checks that the other VM goes on after a stop).
     check_bad_stopped_good_passed(&report, "", false);
+}
+
+#[test]
+fn a_guest_reading_the_other_vms_backing_address_gets_an_abort() {
+    let specs = |probe: &str| {
+        [
+            format!("memory,cpus=0-1,mem=64,name=a{probe}"),
+            "memory,cpus=2-3,mem=64,name=b".to_string(),
+        ]
+    };
+    // First boot: where the hypervisor backs `b` (the same every boot of
+    // the same VM sizes on the same machine; checked below).
+    let plain = specs("");
+    let first = run(4, &[&plain[0], &plain[1]], Duration::from_secs(180));
+    assert!(first.passed(), "{}", first.explain());
+    let target = backing(&first, 1);
+    let probed = specs(&format!(",args=probe-ipa={target:#x}"));
+    let report = run(4, &[&probed[0], &probed[1]], Duration::from_secs(180));
+    assert!(report.passed(), "{}", report.explain());
+    assert_eq!(
+        backing(&report, 1),
+        target,
+        "b moved between boots\n{}",
+        report.explain()
+    );
+    let expected = format!("[a] test-guest: isolation: reading probe IPA {target:#x} aborted");
+    assert!(
+        report.console().contains(&expected),
+        "no `{expected}`\n{}",
+        report.explain()
+    );
 }

@@ -5,6 +5,8 @@
 //! calls (`TEST_REPORT`, SMCCC `VERSION`) must not be made. The fuzz scenario
 //! reads `seed=N` (first seed, default 1), `seeds=K` (consecutive seeds run in
 //! one boot, default 1), `ops=M` (operations per seed and vCPU, default 500)
+//! `probe-ipa=ADDR` (the memory scenario also reads that address and must
+//! catch the abort: an isolation check),
 //! `fuzz-allow=a,b,...` and `fuzz-deny=a,b,...` (operation families added to
 //! or taken out of the default mix, in the order given, see
 //! [`FuzzOptions::ALLOW_NAMES`]) and `fuzz-verbose=1` (a progress line
@@ -178,6 +180,11 @@ pub struct Options {
     /// `bad-exit=reset`: the bad guest ends with PSCI `SYSTEM_RESET` after its
     /// hostile accesses instead of printing its result.
     pub bad_exit_reset: bool,
+    /// `probe-ipa=ADDR`: the memory scenario also reads this address,
+    /// which must be a hole of this VM (an isolation check: the test passes
+    /// the host address that backs another VM's RAM), and must catch the
+    /// abort.
+    pub probe_ipa: Option<u64>,
 }
 
 impl Options {
@@ -187,6 +194,7 @@ impl Options {
         let mut scenario = Scenario::Memory;
         let mut fuzz = FuzzOptions::DEFAULT;
         let mut bad_exit_reset = false;
+        let mut probe_ipa = None;
         for word in bootargs.split_ascii_whitespace() {
             let Some((key, value)) = word.split_once('=') else {
                 continue;
@@ -209,6 +217,7 @@ impl Options {
                 "seed" => fuzz.seed = number(value).ok_or(word)?,
                 "seeds" => fuzz.seeds = number(value).ok_or(word)?,
                 "ops" => fuzz.ops = number(value).ok_or(word)?,
+                "probe-ipa" => probe_ipa = Some(number(value).ok_or(word)?),
                 "fuzz-verbose" => fuzz.verbose = number(value).ok_or(word)? != 0,
                 "fuzz-allow" | "fuzz-deny" => {
                     for name in value.split(',').filter(|n| !n.is_empty()) {
@@ -231,6 +240,7 @@ impl Options {
             hypervisor_services: !Options::psci_only(bootargs),
             fuzz,
             bad_exit_reset,
+            probe_ipa,
         })
     }
 
@@ -253,6 +263,7 @@ mod tests {
             hypervisor_services: true,
             fuzz: FuzzOptions::DEFAULT,
             bad_exit_reset: false,
+            probe_ipa: None,
         };
         assert_eq!(Options::parse(""), Ok(default));
         assert_eq!(Options::parse("console=ttyAMA0 test=memory"), Ok(default));
@@ -263,6 +274,7 @@ mod tests {
                 hypervisor_services: false,
                 fuzz: FuzzOptions::DEFAULT,
                 bad_exit_reset: false,
+                probe_ipa: None,
             })
         );
         assert!(
@@ -272,6 +284,11 @@ mod tests {
         );
         assert!(!Options::parse("bad-exit=result").unwrap().bad_exit_reset);
         assert_eq!(Options::parse("bad-exit=crash"), Err("bad-exit=crash"));
+        assert_eq!(
+            Options::parse("probe-ipa=0x4c000000").unwrap().probe_ipa,
+            Some(0x4c00_0000)
+        );
+        assert_eq!(Options::parse("probe-ipa=x"), Err("probe-ipa=x"));
         assert_eq!(
             Options::parse("test=memory test=bad-guest")
                 .unwrap()

@@ -171,6 +171,11 @@ pub enum Failure {
         /// The value read.
         found: u64,
     },
+    /// The isolation probe address (`probe-ipa=`) is in this VM's RAM.
+    ProbeInRam {
+        /// The address.
+        address: u64,
+    },
     /// An access that must abort did not.
     NoAbort {
         /// The address accessed.
@@ -388,6 +393,7 @@ impl Failure {
                 Failure::FuzzViolations { .. } => 33,
                 Failure::Control { .. } => 34,
                 Failure::ControlTimeout { .. } => 35,
+                Failure::ProbeInRam { .. } => 36,
             }
     }
 }
@@ -423,6 +429,10 @@ impl fmt::Display for Failure {
                 "vcpu{cpu} read {found:#x} at {address:#x}, expected {expected:#x}"
             ),
             Failure::NoAbort { address } => write!(f, "access to {address:#x} did not abort"),
+            Failure::ProbeInRam { address } => write!(
+                f,
+                "probe-ipa {address:#x} is in this VM's RAM: the isolation probe needs a hole"
+            ),
             Failure::WrongAbort { address, esr, far } => write!(
                 f,
                 "access to {address:#x} aborted with ESR {esr:#x} FAR {far:#x}, expected a \
@@ -601,7 +611,7 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
         });
     }
     match scenario {
-        Scenario::Memory => memory(platform),
+        Scenario::Memory => memory(platform, options.probe_ipa),
         Scenario::BadGuest => bad_guest(platform, options.bad_exit_reset),
         Scenario::Aarch32El0 => aarch32_el0(platform),
         Scenario::Timers => {
@@ -693,7 +703,7 @@ fn page_words(page: u64) -> [(u64, u64); 2] {
     [(0, pattern(page)), (PAGE - 8, !pattern(page))]
 }
 
-fn memory(platform: &Platform) -> Result<(), Failure> {
+fn memory(platform: &Platform, probe_ipa: Option<u64>) -> Result<(), Failure> {
     check_firmware()?;
     let free = platform.largest_free_range().ok_or(Failure::NoFreeRam)?;
     let workers = platform.cpus().len();
@@ -764,8 +774,26 @@ fn memory(platform: &Platform) -> Result<(), Failure> {
         "test-guest: caught abort reading {outside:#x}: ESR {:#x} FAR {:#x}",
         abort.esr, abort.far
     );
+    if let Some(address) = probe_ipa {
+        probe_hole(platform, address)?;
+    }
     smp::wait_secondaries_off(platform)?;
     println!("test-guest: all secondary vCPUs off");
+    Ok(())
+}
+
+/// The isolation probe (`probe-ipa=`): `address` must be outside this VM's
+/// RAM (else the check proves nothing) and reading it must abort.
+fn probe_hole(platform: &Platform, address: u64) -> Result<(), Failure> {
+    if platform.is_ram(address) {
+        return Err(Failure::ProbeInRam { address });
+    }
+    let abort = exceptions::probe(address, Access::Read).ok_or(Failure::NoAbort { address })?;
+    check_abort(address, abort, Access::Read)?;
+    println!(
+        "test-guest: isolation: reading probe IPA {address:#x} aborted: ESR {:#x} FAR {:#x}",
+        abort.esr, abort.far
+    );
     Ok(())
 }
 
