@@ -19,14 +19,16 @@
 //! - memslot changes and guest memory copies are `arch::vm_ops` (shared
 //!   with the console monitor), run here, on a CPU that runs none of the
 //!   target's vCPUs and holds none of its locks or pins;
-//! - vCPU registers are not offered: a paused vCPU's EL1 system registers
-//!   stay live in its own CPU, which no other CPU can read. Both register
-//!   calls answer `NOT_SUPPORTED` and `CAPABILITIES` leaves out the
-//!   `REGISTERS` bit.
+//! - vCPU registers of a paused VM: each vCPU parks a copy of `x0..x30`, PC
+//!   and PSTATE in `Vm::parked` and takes it back when the VM resumes
+//!   (`control::abi::registers`); the EL1 system registers stay live in the
+//!   vCPU's own CPU, which no other CPU can read, and answer
+//!   `NOT_SUPPORTED`.
 
 use crate::arch::machine::Machine as VmTable;
 use crate::arch::vm::Vm;
 use crate::arch::vm_ops::{self, HostPiece, VmOpError};
+use crate::control::abi::registers::ParkedRegisters;
 use crate::control::abi::{
     Caller, CallerMemory, CallerPage, ControlTarget, HostSpan, NewSlot, VmId, buffer::MAX_SPANS,
     dispatch, memslot_error,
@@ -41,7 +43,7 @@ use spin::Once;
 
 /// The capability bits this hypervisor offers: all of 1.0 but vCPU
 /// registers.
-pub const CAPABILITIES: u64 = Capabilities::ALL_1_0 & !Capabilities::REGISTERS;
+pub const CAPABILITIES: u64 = Capabilities::ALL_1_0;
 
 /// The VM table, once the boot CPU created it.
 static VMS: Once<&'static [&'static Vm]> = Once::new();
@@ -103,6 +105,23 @@ pub fn handle_call(caller: &'static Vm, epoch: &LocalHandle, regs: &[u64; 8]) ->
 pub struct Machine {
     /// Stage 2 forces write-back (FEAT_S2FWB): no cache maintenance.
     fwb: bool,
+}
+
+/// Runs `f` on the registers of `vm`'s paused vCPU `vcpu`: `NO_SUCH_VCPU`
+/// for a vCPU the VM lacks, `BAD_STATE` unless the VM is paused, `BUSY` while
+/// the vCPU has not parked yet (it is on its way out of the guest, or it is
+/// off and never will: the caller retries a bounded number of times).
+fn with_parked<T>(
+    vm: &Vm,
+    vcpu: u32,
+    f: impl FnOnce(&mut ParkedRegisters) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let slot = vm.parked.get(vcpu as usize).ok_or(Error::NoSuchVcpu)?;
+    if vm.run_state.get() != Requested::Paused {
+        return Err(Error::BadState);
+    }
+    let mut parked = slot.lock();
+    f(parked.as_mut().ok_or(Error::Busy)?)
 }
 
 fn vm(id: VmId) -> Result<&'static Vm, Error> {
@@ -225,19 +244,17 @@ impl ControlTarget for Machine {
         vm_ops::write_host(dst, bytes, self.fwb);
     }
 
-    fn get_register(&mut self, id: VmId, _vcpu: u32, _reg: RegisterId) -> Result<u64, Error> {
-        vm(id)?;
-        Err(Error::NotSupported)
+    fn get_register(&mut self, id: VmId, vcpu: u32, reg: RegisterId) -> Result<u64, Error> {
+        with_parked(vm(id)?, vcpu, |regs| regs.get(reg))
     }
 
     fn set_register(
         &mut self,
         id: VmId,
-        _vcpu: u32,
-        _reg: RegisterId,
-        _value: u64,
+        vcpu: u32,
+        reg: RegisterId,
+        value: u64,
     ) -> Result<(), Error> {
-        vm(id)?;
-        Err(Error::NotSupported)
+        with_parked(vm(id)?, vcpu, |regs| regs.set(reg, value))
     }
 }

@@ -41,6 +41,7 @@ use crate::arch::drivers::console;
 use crate::arch::drivers::gic;
 use crate::arch::host_console;
 use crate::arch::stage2::FrameMemory;
+use crate::control::abi::registers::ParkedRegisters;
 use crate::devices::pl011::{Pl011, RxBacklog};
 use crate::devices::vgic::{self, Vgic, VgicConfig};
 use crate::exit::mmio::{DeviceId, MmioBus, MmioRegion};
@@ -130,6 +131,10 @@ pub struct Vm {
     pub power: PowerStates,
     /// Running, paused or asked to stop by the console monitor.
     pub run_state: RunState,
+    /// Per vCPU: its registers while it waits paused (`Some` from the time
+    /// it parks until it resumes), which the control interface reads and
+    /// writes (`control::abi::registers`).
+    pub parked: Box<[Mutex<Option<ParkedRegisters>>]>,
     /// Event counters.
     pub counters: &'static VmCounters,
     /// The CPUs have the GICv3 system-register CPU interface (system-wide).
@@ -680,6 +685,7 @@ pub fn create_vm(
         vgic,
         power: PowerStates::new(vcpus),
         run_state: RunState::new(),
+        parked: (0..vcpus).map(|_| Mutex::new(None)).collect(),
         counters,
         gic_sysregs: features.gic_sysregs,
         host_uart_intid: info.platform.uart_intid,

@@ -34,11 +34,14 @@
 //!    writes at the new place; deletes it and checks [`WINDOW_B`] is gone,
 //!    for the interface (`NOT_MAPPED`) and for the peer (every access to
 //!    both windows aborts from then on).
-//! 5. Pauses the peer: its round counter stands still; resumes it: it moves.
+//! 5. Pauses the peer: its round counter stands still; while paused, its
+//!    vCPU 0's PC is read (in RAM), `x9` written, read back and restored,
+//!    `SP_EL1` is `NOT_SUPPORTED` and vCPU 7 `NO_SUCH_VCPU`; resumes it: it
+//!    moves.
 //! 6. Bogus calls: unknown VM, unknown slot, the caller itself, a slot that
 //!    overlaps the peer's RAM, a reserved register, a buffer outside the
 //!    caller's RAM (`BAD_ADDRESS`), an oversized transfer; `VCPU_GET_REGISTER`
-//!    must be `NOT_SUPPORTED` (this hypervisor keeps no register access).
+//!    of the running peer is `BAD_STATE`.
 //! 7. Stops the peer, checks `LIST_VMS` reports it stopped, and passes.
 
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -164,6 +167,56 @@ fn ok<T>(step: &'static str, result: Result<T, CallError>) -> Result<T, Failure>
         step,
         code: code::<()>(Err(e)),
     })
+}
+
+/// The registers of the paused peer's vCPU 0: its PC is in guest RAM, a
+/// general register written reads back and is restored, `SP_EL1` is not
+/// kept and a vCPU the peer lacks is refused.
+fn paused_registers(client: &Client<Hvc>, vm: u32) -> Result<(), Failure> {
+    let reg = |reg| VcpuRegister { vm, vcpu: 0, reg };
+    // The vCPU parks right after it leaves the guest: BUSY until then.
+    let mut pc = Err(CallError::Refused(Error::Busy));
+    for _ in 0..1000 {
+        pc = client.get_register(reg(RegisterId::PC));
+        if !matches!(pc, Err(CallError::Refused(Error::Busy))) {
+            break;
+        }
+    }
+    let pc = ok("VCPU_GET_REGISTER PC", pc)?;
+    if pc < 0x4000_0000 {
+        return Err(Failure::ControlTimeout {
+            step: "the paused peer's PC is in its RAM",
+            last: pc,
+        });
+    }
+    let x9 = RegisterId::x(9).expect("x9");
+    let old = ok("VCPU_GET_REGISTER x9", client.get_register(reg(x9)))?;
+    let new = old ^ 0x5a5a_0000_1234;
+    ok("VCPU_SET_REGISTER x9", client.set_register(reg(x9), new))?;
+    let back = ok("VCPU_GET_REGISTER x9", client.get_register(reg(x9)))?;
+    ok("VCPU_SET_REGISTER x9", client.set_register(reg(x9), old))?;
+    if back != new {
+        return Err(Failure::ControlTimeout {
+            step: "a written register reads back",
+            last: back,
+        });
+    }
+    refused(
+        "VCPU_GET_REGISTER SP_EL1",
+        client.get_register(reg(RegisterId::SP_EL1)),
+        Error::NotSupported,
+    )?;
+    refused(
+        "VCPU_GET_REGISTER of vCPU 7",
+        client.get_register(VcpuRegister {
+            vm,
+            vcpu: 7,
+            reg: RegisterId::PC,
+        }),
+        Error::NoSuchVcpu,
+    )?;
+    println!("control: the paused peer's PC {pc:#x}; x9 written and read back");
+    Ok(())
 }
 
 /// `result` must be the refusal `expected`.
@@ -437,6 +490,7 @@ pub fn control(platform: &Platform) -> Result<(), Failure> {
         });
     }
     ok("VM_PAUSE twice", client.pause(vm))?;
+    paused_registers(&client, vm)?;
     ok("VM_RESUME", client.resume(vm))?;
     wait_for(&client, vm, mailbox_ipa(1), "peer runs after resume", |r| {
         r > paused
@@ -520,13 +574,13 @@ pub fn control(platform: &Platform) -> Result<(), Failure> {
         Error::NotMapped,
     )?;
     refused(
-        "VCPU_GET_REGISTER",
+        "VCPU_GET_REGISTER of a running VM",
         client.get_register(VcpuRegister {
             vm,
             vcpu: 0,
             reg: RegisterId::PC,
         }),
-        Error::NotSupported,
+        Error::BadState,
     )?;
     let reserved = Hvc.call([
         u64::from(control_abi::function::VM_PAUSE),

@@ -7,6 +7,7 @@ use super::Vcpu;
 use crate::arch::drivers::gic;
 use crate::arch::host_console;
 use crate::arch::monitor;
+use crate::control::abi::registers::ParkedRegisters;
 use crate::devices::timer::{TimerId, timer_line};
 use crate::devices::vgic::VcpuSet;
 use crate::drivers::gic::HostIrq;
@@ -205,6 +206,12 @@ impl Vcpu {
         }
         let maintenance = gic::maintenance_intid();
         gic::set_ppi_enabled(maintenance, false);
+        // Registers the control interface may read and write while paused.
+        *self.vm.parked[self.index].lock() = Some(ParkedRegisters {
+            x: self.regs.x,
+            pc: self.regs.pc,
+            pstate: self.regs.pstate,
+        });
         let result = loop {
             if let Err(reason) = self.handle_interrupts_while_off() {
                 break Err(reason);
@@ -215,6 +222,11 @@ impl Vcpu {
                 Requested::Paused => gic::wait_for_wakeup(),
             }
         };
+        if let Some(parked) = self.vm.parked[self.index].lock().take() {
+            self.regs.x = parked.x;
+            self.regs.pc = parked.pc;
+            self.regs.pstate = parked.pstate;
+        }
         gic::set_ppi_enabled(maintenance, true);
         self.needs_fill = true;
         result

@@ -24,6 +24,7 @@
 //! `x0..x7` and writes the four results to `x0..x3`.
 
 pub mod buffer;
+pub mod registers;
 pub mod server;
 pub mod target;
 
