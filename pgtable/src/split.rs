@@ -87,6 +87,19 @@ impl core::ops::AddAssign for SplitStats {
     }
 }
 
+/// The step past an entry a split leaves alone: a page (with skip hints on,
+/// its siblings are pages too) or an invalid entry; `None` for a block.
+fn step_past(ctx: &VisitContext<'_>, hints: SkipHints) -> Option<Step> {
+    if ctx.level == LAST_LEVEL {
+        return Some(if hints == SkipHints::On {
+            Step::SkipSiblings
+        } else {
+            Step::Continue
+        });
+    }
+    (!ctx.old.is_valid()).then_some(Step::Continue)
+}
+
 struct SplitVisitor<'a, M: PageTableMemory, T: TlbInvalidate> {
     env: Env<'a, M, T>,
     cache: &'a mut PageCache,
@@ -97,16 +110,8 @@ struct SplitVisitor<'a, M: PageTableMemory, T: TlbInvalidate> {
 impl<M: PageTableMemory, T: TlbInvalidate> Visitor for SplitVisitor<'_, M, T> {
     fn visit(&mut self, ctx: &mut VisitContext<'_>, _: VisitKind) -> Result<Step, WalkError> {
         self.stats.visits += 1;
-        let hints = self.hints == SkipHints::On;
-        if ctx.level == LAST_LEVEL {
-            return Ok(if hints {
-                Step::SkipSiblings
-            } else {
-                Step::Continue
-            });
-        }
-        if !ctx.old.is_valid() {
-            return Ok(Step::Continue);
+        if let Some(step) = step_past(ctx, self.hints) {
+            return Ok(step);
         }
         let block = ctx.old;
         if self.cache.len() < pages_to_split_to_pages(ctx.level) {
@@ -120,7 +125,7 @@ impl<M: PageTableMemory, T: TlbInvalidate> Visitor for SplitVisitor<'_, M, T> {
         self.env.flush_entry(ctx.base(), ctx.level, block);
         self.env.make_entry(ctx, block, Descriptor::table(subtree));
         self.stats.blocks_split += 1;
-        Ok(if hints {
+        Ok(if self.hints == SkipHints::On {
             Step::SkipChildren
         } else {
             Step::Continue
@@ -150,16 +155,8 @@ struct BreakVisitor<'a, M: PageTableMemory, T: TlbInvalidate> {
 impl<M: PageTableMemory, T: TlbInvalidate> Visitor for BreakVisitor<'_, M, T> {
     fn visit(&mut self, ctx: &mut VisitContext<'_>, _: VisitKind) -> Result<Step, WalkError> {
         self.stats.visits += 1;
-        let hints = self.hints == SkipHints::On;
-        if ctx.level == LAST_LEVEL {
-            return Ok(if hints {
-                Step::SkipSiblings
-            } else {
-                Step::Continue
-            });
-        }
-        if !ctx.old.is_valid() {
-            return Ok(Step::Continue);
+        if let Some(step) = step_past(ctx, self.hints) {
+            return Ok(step);
         }
         if self.cache.len() < pages_to_split_to_pages(ctx.level) {
             return Err(WalkError::NoMemory);
