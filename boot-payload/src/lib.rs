@@ -862,7 +862,7 @@ mod tests {
                 .into_iter()
                 .enumerate()
                 .map(|(i, (suffix, kernel, initrd, cmdline, mem_mib, cpus, control))| NamedPayload {
-                    name: format!("{i}{suffix}"),
+                    name: format!("v{i}{suffix}"),
                     payload: Payload {
                         kernel,
                         initrd,

@@ -4,7 +4,8 @@
 //! ([`VmName::new`]): it is a directory name in the payload (`vm/<name>/`),
 //! a word in log lines and the console prefix. The names `hv` and `u-boot`
 //! are taken: `[hv] ` starts the hypervisor's own log lines and `[u-boot] `
-//! the runner's U-Boot boot command's.
+//! the runner's U-Boot boot command's. A name of digits only is refused: the
+//! hypervisor console's monitor takes a VM by name or by index.
 //!
 //! # Console prefix
 //!
@@ -44,6 +45,8 @@ pub enum VmNameError {
     BadCharacter(char),
     /// The name is one of [`RESERVED_NAMES`].
     Reserved,
+    /// The name is digits only (it would read as a VM index).
+    AllDigits,
 }
 
 impl core::fmt::Display for VmNameError {
@@ -61,6 +64,10 @@ impl core::fmt::Display for VmNameError {
             Self::Reserved => write!(
                 f,
                 "the VM names {RESERVED_NAMES:?} are taken by other console lines"
+            ),
+            Self::AllDigits => write!(
+                f,
+                "a VM name may not be digits only (the console reads that as an index)"
             ),
         }
     }
@@ -91,6 +98,9 @@ impl VmName {
         }
         if RESERVED_NAMES.contains(&name) {
             return Err(VmNameError::Reserved);
+        }
+        if name.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(VmNameError::AllDigits);
         }
         let mut bytes = [0; MAX_NAME_LEN];
         bytes[..name.len()].copy_from_slice(name.as_bytes());
@@ -163,6 +173,8 @@ mod tests {
         );
         assert!(VmName::new("abcdefghijklmnop").is_ok());
         assert_eq!(VmName::new("hv"), Err(VmNameError::Reserved));
+        assert_eq!(VmName::new("12"), Err(VmNameError::AllDigits));
+        assert!(VmName::new("vm12").is_ok());
         assert_eq!(VmName::new("u-boot"), Err(VmNameError::Reserved));
     }
 
@@ -178,6 +190,7 @@ mod tests {
         #[test]
         fn prefixed_lines_split_back(name in "[A-Za-z0-9_-]{1,16}", text in "[ -~]{0,40}") {
             prop_assume!(!RESERVED_NAMES.contains(&name.as_str()));
+            prop_assume!(!name.bytes().all(|b| b.is_ascii_digit()));
             let vm = VmName::new(&name).unwrap();
             let line = format!("{}{text}", vm.console_prefix());
             prop_assert_eq!(split_console_prefix(&line), Some((vm, text.as_str())));

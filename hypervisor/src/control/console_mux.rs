@@ -47,6 +47,7 @@
 
 use alloc::string::String;
 use alloc::vec::Vec;
+use boot_payload::vmname::{VmName, VmNameError};
 use core::fmt;
 
 /// The escape key: Ctrl-] (ASCII GS, 0x1d).
@@ -55,8 +56,8 @@ pub const ESCAPE: u8 = 0x1d;
 /// Bytes of a VM's output line held before it is written without its `\n`.
 pub const LINE_CAPACITY: usize = 256;
 
-/// Longest VM name.
-pub const MAX_NAME_LEN: usize = 16;
+/// Longest VM name (the payload's rule, `boot_payload::vmname`).
+pub use boot_payload::vmname::MAX_NAME_LEN;
 
 /// Most VMs a console serves.
 pub const MAX_VMS: usize = 64;
@@ -85,9 +86,9 @@ pub enum ConsoleError {
     NoVms,
     /// More than [`MAX_VMS`] VMs.
     TooManyVms(usize),
-    /// A name that is empty, longer than [`MAX_NAME_LEN`], all digits (it
-    /// would read as an id) or has a byte other than `A-Z a-z 0-9 _ - .`.
-    BadName(String),
+    /// A name the payload's rule (`boot_payload::vmname::VmName::new`)
+    /// refuses, with why.
+    BadName(String, VmNameError),
     /// Two VMs with one name.
     DuplicateName(String),
     /// A VM id the console does not have.
@@ -99,10 +100,7 @@ impl fmt::Display for ConsoleError {
         match self {
             Self::NoVms => write!(f, "a console needs at least one VM"),
             Self::TooManyVms(n) => write!(f, "{n} VMs; a console serves at most {MAX_VMS}"),
-            Self::BadName(name) => write!(
-                f,
-                "bad VM name {name:?}: 1 to {MAX_NAME_LEN} bytes of A-Z a-z 0-9 _ - ., not all digits"
-            ),
+            Self::BadName(name, why) => write!(f, "bad VM name {name:?}: {why}"),
             Self::DuplicateName(name) => write!(f, "two VMs are named {name:?}"),
             Self::NoSuchVm(vm) => write!(f, "no VM with id {vm}"),
         }
@@ -111,18 +109,11 @@ impl fmt::Display for ConsoleError {
 
 impl core::error::Error for ConsoleError {}
 
-/// Checks a VM name against the rules of [`ConsoleError::BadName`].
+/// Checks a VM name against the payload's rule ([`VmName::new`]).
 pub fn check_name(name: &str) -> Result<(), ConsoleError> {
-    let bytes = name.as_bytes();
-    let allowed = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.');
-    if bytes.is_empty()
-        || bytes.len() > MAX_NAME_LEN
-        || !bytes.iter().all(allowed)
-        || bytes.iter().all(u8::is_ascii_digit)
-    {
-        return Err(ConsoleError::BadName(String::from(name)));
-    }
-    Ok(())
+    VmName::new(name)
+        .map(|_| ())
+        .map_err(|why| ConsoleError::BadName(String::from(name), why))
 }
 
 /// What a typed byte (outside the monitor) turned into.
