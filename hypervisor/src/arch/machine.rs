@@ -16,10 +16,11 @@
 //! Every VM counts as running from creation until it ends (powered off or
 //! stopped, `arch::vm`); [`Machine::vm_ended`] takes one off the count and
 //! the CPU that takes the last one powers the machine off. A VM's end never
-//! touches another VM: its own vCPUs halt their own CPUs.
+//! touches another VM: its own vCPUs halt on their own CPUs. A VM that ended
+//! and is restarted counts again ([`Machine::vm_restarted`]); once the
+//! machine has powered off nothing restarts.
 
 use crate::arch::boot::firmware;
-use crate::arch::host_console;
 use crate::arch::vm::Vm;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -111,14 +112,19 @@ impl Machine {
         Some((self.vms[vm], vcpu))
     }
 
-    /// Called once per VM, by the CPU that ended it: powers the machine off
-    /// if it was the last VM running, else halts this CPU.
-    pub fn vm_ended(&self) -> ! {
+    /// Called once per end of a VM, by the CPU that ended it: powers the
+    /// machine off if it was the last VM running, else returns (the CPU
+    /// halts in `arch::run`, waiting for a restart).
+    pub fn vm_ended(&self) {
         if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             log::info!("no VM left to run");
             log::info!("system off");
             firmware::system_off()
         }
-        host_console::park()
+    }
+
+    /// A VM that had ended was restarted: it counts as running again.
+    pub fn vm_restarted(&self) {
+        self.running.fetch_add(1, Ordering::AcqRel);
     }
 }

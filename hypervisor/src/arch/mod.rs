@@ -11,7 +11,7 @@
 //! (system registers, the running CPU's features, per-CPU data), `drivers`
 //! (the host GIC and console), `vcpu` (a vCPU: its state, run loop and the
 //! machine side of exit handling); `stage2`, `host_console`, `vm`,
-//! `vm_ops`, `machine`, `monitor` and `run` are files.
+//! `vm_ops`, `machine`, `monitor`, `restart` and `run` are files.
 //!
 //! # Dependency order
 //!
@@ -35,11 +35,12 @@
 //!    console): the VM table and the per-CPU record.
 //! 7. `monitor` (machine, VM, VM operations, host console, drivers): the
 //!    console's input and the monitor's machine; `control` (machine, VM, VM
-//!    operations): the control interface's machine side.
+//!    operations): the control interface's machine side; `restart` (VM, VM
+//!    operations, system registers): rebuilding a VM for a restart.
 //! 8. `vcpu` (the VM, monitor, control, host console, exception entry, firmware,
 //!    drivers, stage 2, features).
-//! 9. `run` (boot information, machine, monitor, VM, vCPU): starts them on
-//!    every CPU.
+//! 9. `run` (boot information, machine, monitor, restart, VM, vCPU): starts
+//!    them on every CPU, halts and restarts VMs.
 //! 10. `boot` (the boot sequence itself), which hands over to `run`.
 
 pub mod boot;
@@ -49,6 +50,7 @@ pub mod drivers;
 pub mod host_console;
 pub mod machine;
 pub mod monitor;
+pub mod restart;
 pub mod run;
 pub mod stage2;
 pub mod vcpu;

@@ -40,6 +40,7 @@ use crate::control::console::{Console, GuestInput};
 use crate::control::console_mux::{ConsoleError, VmId};
 use crate::control::monitor::{MonitorTarget, SlotInfo, SlotRequest, VmInfo, VmState};
 use crate::drivers::gic::HostIrq;
+use crate::vm::lifecycle::RestartError;
 use crate::vm::run_state::{Requested, RunStateError};
 use alloc::vec::Vec;
 use core::fmt;
@@ -167,9 +168,8 @@ pub enum MonitorError {
     NoSuchVm(usize),
     /// The VM's run state does not allow it (`resume` of a running VM, ...).
     State(RunStateError),
-    /// `restart` is not supported: a VM is created once, from the boot
-    /// payload, and cannot be rebuilt.
-    RestartNotSupported,
+    /// A restart of the VM is under way already.
+    Restart(RestartError),
     /// A memslot change failed.
     Slot(VmOpError),
     /// The slot's address or size is not a whole number of pages.
@@ -184,10 +184,7 @@ impl fmt::Display for MonitorError {
         match self {
             Self::NoSuchVm(vm) => write!(f, "no VM with id {vm}"),
             Self::State(e) => write!(f, "{e}"),
-            Self::RestartNotSupported => write!(
-                f,
-                "restart is not supported: a VM is built once from the boot payload (stop ends it)"
-            ),
+            Self::Restart(e) => write!(f, "{e}"),
             Self::Slot(e) => write!(f, "{e}"),
             Self::Unaligned { value } => {
                 write!(f, "{value:#x} is not a multiple of the 4 KiB page size")
@@ -201,6 +198,7 @@ impl core::error::Error for MonitorError {
         match self {
             Self::State(e) => Some(e),
             Self::Slot(e) => Some(e),
+            Self::Restart(e) => Some(e),
             _ => None,
         }
     }
@@ -255,6 +253,7 @@ impl MonitorTarget for MachineTarget {
         let cpus = vm.cpus.iter().fold(0u64, |mask, &cpu| mask | 1 << cpu);
         Ok(VmInfo {
             state: match vm.requested_state() {
+                _ if vm.is_restarting() => VmState::Restarting,
                 Requested::Running => VmState::Running,
                 Requested::Paused => VmState::Paused,
                 Requested::StopRequested => VmState::Stopped,
@@ -286,9 +285,12 @@ impl MonitorTarget for MachineTarget {
         vm_at(vm)?.request_stop().map_err(MonitorError::State)
     }
 
+    /// Requested, not waited for: the VM's own CPUs halt and rebuild it
+    /// (`arch::run`), and say so on the console.
     fn restart(&mut self, vm: VmId) -> Result<(), MonitorError> {
-        vm_at(vm)?;
-        Err(MonitorError::RestartNotSupported)
+        vm_at(vm)?
+            .request_restart(&"monitor restart")
+            .map_err(MonitorError::Restart)
     }
 
     fn slots(&self, vm: VmId, each: &mut dyn FnMut(SlotInfo)) -> Result<(), MonitorError> {

@@ -6,8 +6,19 @@
 //! The one place where the boot sequence reaches the VM and vCPU layers, and
 //! the one place that ends a VM: a vCPU's run returns a `Flow` or a
 //! `StopReason` (`crate::exit::flow`), and `run_cpu` stops the VM or powers it
-//! off (the machine powers off with its last VM, `arch::machine`), or resets
-//! the machine when its only VM asks.
+//! off (the machine powers off with its last VM, `arch::machine`), resets
+//! the machine when its only VM asks, or restarts the VM alone when it is one
+//! of several.
+//!
+//! # Halting and restarting
+//!
+//! A vCPU whose VM is ending or restarting leaves the guest (or its wait)
+//! and *halts* here: its guest timers off, counted halted in the VM's
+//! `vm::lifecycle`, waiting on its CPU (still serving this CPU's host
+//! interrupts, so the console CPU keeps serving the console). The halted
+//! vCPU that finds every vCPU halted and a restart requested rebuilds the
+//! VM (`arch::restart`) and hands vCPU 0 its boot request; every halted
+//! vCPU then waits for `CPU_ON` again, as at boot.
 //!
 //! # Starting the VMs
 //!
@@ -27,9 +38,11 @@ use crate::arch::drivers::gic;
 use crate::arch::host_console;
 use crate::arch::machine::Machine;
 use crate::arch::monitor;
+use crate::arch::restart;
 use crate::arch::vcpu::Vcpu;
-use crate::arch::vm::{ResetOfOneVm, Vm, create_vm};
+use crate::arch::vm::{Vm, create_vm};
 use crate::exit::flow::{Flow, StopReason};
+use crate::vm::lifecycle::AfterRebuild;
 use crate::vm::power::BootRequest;
 use crate::vm::run_state::Requested;
 use alloc::vec::Vec;
@@ -59,7 +72,8 @@ pub fn run_boot_cpu(info: &BootInfo) -> ! {
     };
     // SAFETY: the boot loader placed the payload there; it was excluded from
     // the frame allocator and is covered by the identity map.
-    let bytes =
+    // It stays there for good: VMs keep their kernels in it for restarts.
+    let bytes: &'static [u8] =
         unsafe { core::slice::from_raw_parts(payload.start as *const u8, payload.size() as usize) };
     let vms = VmsRef::parse(bytes).unwrap_or_else(|e| cannot_start(&e));
     if let Err(e) = vms.check_cpus(info.cpus_online as u32) {
@@ -125,10 +139,10 @@ pub fn run_secondary_cpu(index: usize) -> ! {
 }
 
 /// Runs vCPU `index` of `vm` on this CPU: from `first` if given, then
-/// whenever the guest starts it with CPU_ON, forever. The one place that
-/// acts on how a vCPU's run ended: it stops the VM with the vCPU's
-/// [`StopReason`], powers the VM off, or resets the machine when its only
-/// VM asked.
+/// whenever the guest starts it with CPU_ON, forever; halts while its VM
+/// ends or restarts. The one place that acts on how a vCPU's run ended: it
+/// stops the VM with the vCPU's [`StopReason`], powers the VM off, resets
+/// the machine when its only VM asked, or restarts the VM.
 fn run_cpu(
     machine: &'static Machine,
     vm: &'static Vm,
@@ -137,52 +151,124 @@ fn run_cpu(
 ) -> ! {
     let mut vcpu = match Vcpu::new(vm, index) {
         Ok(vcpu) => vcpu,
-        Err(reason) => stop(machine, vm, index, &reason),
+        Err(reason) => {
+            // Without its vCPU this CPU can take no part in the VM, nor
+            // in a restart of it.
+            stop(machine, vm, index, &reason);
+            host_console::park()
+        }
     };
-    if let Some(request) = first {
-        after_run(machine, vm, index, vcpu.run(request));
-    }
+    let mut next = first;
     loop {
+        if let Some(request) = next.take() {
+            after_run(machine, vm, index, vcpu.run(request));
+        }
         if vm.is_stopping() {
-            host_console::park();
+            halt(machine, vm, &mut vcpu);
+            continue;
         }
         if vm.run_state.get() == Requested::StopRequested {
             stop(machine, vm, index, &StopReason::StopRequested);
+            continue;
         }
         // Handle first, then look for a request, then wait: a CPU_ON that
         // lands after the look leaves its kick pending, which ends the wait.
         if let Err(reason) = vcpu.handle_interrupts_while_off() {
             stop(machine, vm, index, &reason);
+            continue;
         }
         match vm.power.take_pending(index) {
-            Some(request) => after_run(machine, vm, index, vcpu.run(request)),
+            Some(request) => next = Some(request),
             None => gic::wait_for_wakeup(),
         }
     }
 }
 
-/// Stops `vm` (vCPU `index` found `reason`) and tells the machine.
-fn stop(machine: &Machine, vm: &Vm, index: usize, reason: &StopReason) -> ! {
-    vm.stop(index, reason);
-    machine.vm_ended()
+/// Stops `vm` (vCPU `index` found `reason`) and tells the machine, unless
+/// the VM was ending already.
+fn stop(machine: &Machine, vm: &Vm, index: usize, reason: &StopReason) {
+    if vm.stop(index, reason) {
+        machine.vm_ended();
+    }
 }
 
 /// Acts on how a run of vCPU `index` ended: a vCPU that turned off waits for
-/// the next `CPU_ON`; the rest ends the VM. `SYSTEM_RESET` resets the machine
-/// when the VM is its only one, else stops the VM (restarting one VM alone
-/// is not implemented).
+/// the next `CPU_ON`; a halt waits for a restart; `SYSTEM_OFF` and a
+/// [`StopReason`] end the VM; `SYSTEM_RESET` resets the machine when the VM
+/// is its only one, else restarts the VM.
 fn after_run(machine: &Machine, vm: &'static Vm, index: usize, end: Result<Flow, StopReason>) {
     match end {
-        Ok(Flow::Resume | Flow::Off) => {}
+        Ok(Flow::Resume | Flow::Off | Flow::Halt) => {}
         Ok(Flow::SystemOff) => {
-            vm.system_off(index);
-            machine.vm_ended()
+            if vm.system_off(index) {
+                machine.vm_ended();
+            }
         }
         Ok(Flow::SystemReset) if machine.vms().len() == 1 => vm.system_reset(index),
         Ok(Flow::SystemReset) => {
-            vm.stop(index, &ResetOfOneVm);
-            machine.vm_ended()
+            // Refused only while a restart is under way: this reset joins it.
+            let _ = vm.request_restart(&format_args!("PSCI SYSTEM_RESET from vcpu{index}"));
         }
         Err(reason) => stop(machine, vm, index, &reason),
+    }
+}
+
+/// Halts vCPU `vcpu` while its VM ends or restarts (see the module doc);
+/// returns once the VM was rebuilt, the vCPU off and waiting for `CPU_ON`.
+fn halt(machine: &Machine, vm: &Vm, vcpu: &mut Vcpu) {
+    vcpu.quiesce_for_halt();
+    let generation = vm.lifecycle.arrive();
+    while vm.lifecycle.generation() == generation {
+        if vm.lifecycle.claim_rebuild(vm.vcpus) {
+            rebuild(machine, vm);
+            continue;
+        }
+        // On the console CPU this serves the console; a halted vCPU has
+        // nothing of its own pending (its timers are off).
+        let _ = vcpu.handle_interrupts_while_off();
+        if vm.lifecycle.generation() == generation {
+            gic::wait_for_wakeup();
+        }
+    }
+    vcpu.end_halt();
+}
+
+/// Rebuilds `vm` (the caller claimed it, every vCPU halted) and starts it
+/// again, or says why it cannot.
+fn rebuild(machine: &Machine, vm: &Vm) {
+    let was_ended = vm.has_ended();
+    match restart::rebuild(vm) {
+        Ok(boot) => {
+            if was_ended {
+                machine.vm_restarted();
+            }
+            log::info!("vm{} ({}): restarted", vm.index, vm.name);
+            match vm.lifecycle.finish() {
+                AfterRebuild::Boot => {
+                    if vm.power.request_on(0, boot).is_err() {
+                        log::error!("vm{}: vcpu0 is not off after a restart", vm.index);
+                    }
+                }
+                AfterRebuild::Stop => {
+                    // A stop arrived during the restart: the fresh VM stops
+                    // at its vCPUs' next look at the run state.
+                    let _ = vm.run_state.request_stop();
+                }
+            }
+            sysreg::send_event();
+            for other in 0..vm.vcpus {
+                vm.kick(other);
+            }
+        }
+        Err(e) => {
+            log::error!("vm{} ({}): restart failed: {e}", vm.index, vm.name);
+            vm.lifecycle.abandon();
+            if !was_ended {
+                // It halted for the restart without reporting an end: the
+                // failed restart is its end.
+                vm.report_end(&format_args!("restart failed: {e}"));
+                machine.vm_ended();
+            }
+        }
     }
 }

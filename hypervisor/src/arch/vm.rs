@@ -28,7 +28,17 @@
 //! its other vCPUs are kicked (each leaves the guest or its wait, sees the
 //! mark and halts its CPU), its console line is flushed, its counters are
 //! printed and a line says how it ended. The caller (`arch::run`) then tells
-//! the machine, which powers off when no VM is left.
+//! the machine, which powers off when no VM is left. The VM's CPUs do not
+//! power off: they halt in `arch::run`, waiting for a restart.
+//!
+//! # Restarting
+//!
+//! Guest `SYSTEM_RESET` while other VMs run, and the monitor's `restart`,
+//! rebuild the VM in place ([`Vm::request_restart`], `vm::lifecycle` for
+//! the protocol, `arch::restart` for the rebuild). The VM keeps what a
+//! rebuild needs from its creation ([`BootImage`]: the kernel and initrd as
+//! the payload holds them, which stays in memory, and the device tree it
+//! built).
 //! Every log line a guest can cause goes through [`Vm::log_event`], which asks
 //! the VM's `event_log::EventLog` (fixed size, rate-limited per kind, timed by
 //! the system counter) whether to print it.
@@ -57,6 +67,7 @@ use crate::vm::layout::{
     GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE, GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE,
     GUEST_UART_SIZE, GUEST_UART_SPI, vcpu_mpidr,
 };
+use crate::vm::lifecycle::{Lifecycle, RestartError};
 use crate::vm::power::{BootRequest, PowerStates};
 use crate::vm::run_state::{Requested, RunState, RunStateError};
 use alloc::boxed::Box;
@@ -90,6 +101,24 @@ pub struct GuestUart {
     pub backlog: RxBacklog,
     /// The interrupt line level last given to the vgic.
     pub irq_level: bool,
+}
+
+/// What the VM boots from, kept for its restarts.
+pub struct BootImage {
+    /// The kernel as the payload holds it.
+    pub kernel: &'static [u8],
+    /// The initrd as the payload holds it.
+    pub initrd: Option<&'static [u8]>,
+    /// The device tree built for the VM.
+    pub dtb: Vec<u8>,
+    /// Where the kernel goes in guest RAM.
+    pub kernel_ipa: u64,
+    /// Where the initrd goes.
+    pub initrd_ipa: Option<u64>,
+    /// Where the device tree goes.
+    pub dtb_ipa: u64,
+    /// vCPU 0's boot request: the kernel's entry, the device tree in `x0`.
+    pub request: BootRequest,
 }
 
 /// One virtual machine.
@@ -137,6 +166,10 @@ pub struct Vm {
     pub parked: Box<[Mutex<Option<ParkedRegisters>>]>,
     /// Event counters.
     pub counters: &'static VmCounters,
+    /// What it boots from.
+    pub boot: BootImage,
+    /// Its restarts (`vm::lifecycle`).
+    pub lifecycle: Lifecycle,
     /// The CPUs have the GICv3 system-register CPU interface (system-wide).
     pub gic_sysregs: bool,
     /// The host console UART's interrupt, if it has one.
@@ -345,6 +378,12 @@ impl Vm {
     /// The monitor's `stop`: the vCPU that next sees it stops the VM
     /// (`StopReason::StopRequested`); requested, not waited for.
     pub fn request_stop(&self) -> Result<(), RunStateError> {
+        // A restart under way ends in this stop instead of a boot.
+        if self.lifecycle.stop_after_restart() {
+            sysreg::send_event();
+            self.kick_all();
+            return Ok(());
+        }
         if self.is_stopping() {
             return Err(RunStateError::Stopped);
         }
@@ -363,6 +402,49 @@ impl Vm {
         }
     }
 
+    /// Asks for a restart of the VM (see the module doc): from a running or
+    /// paused VM its vCPUs halt first; a VM that ended is rebuilt at once.
+    /// Requested, not waited for: the rebuild runs on one of the VM's own
+    /// CPUs. `why` is logged.
+    pub fn request_restart(&self, why: &dyn core::fmt::Display) -> Result<(), RestartError> {
+        self.lifecycle.request_restart()?;
+        if self.stopping.swap(true, Ordering::AcqRel) {
+            log::info!(
+                "vm{} ({}): restart requested ({why})",
+                self.index,
+                self.name
+            );
+        } else {
+            log::info!("vm{} ({}): restarting ({why})", self.index, self.name);
+        }
+        sysreg::send_event();
+        self.kick_all();
+        Ok(())
+    }
+
+    /// Whether the VM is ending or restarting, as the monitor shows it.
+    pub fn is_restarting(&self) -> bool {
+        self.lifecycle.restart_pending()
+    }
+
+    /// Called by the rebuilder (`arch::restart`) with every vCPU halted:
+    /// the VM runs again from here (not stopping, not ended, running, no
+    /// registers parked).
+    pub fn reset_run_flags(&self) {
+        self.run_state.reset();
+        self.power.reset();
+        for parked in self.parked.iter() {
+            *parked.lock() = None;
+        }
+        self.ended.store(false, Ordering::Release);
+        self.stopping.store(false, Ordering::Release);
+    }
+
+    /// Writes out the VM's unfinished console line (before a restart).
+    pub fn flush_console_line(&self) {
+        self.flush_console();
+    }
+
     fn kick_all(&self) {
         for vcpu in 0..self.vcpus {
             self.kick(vcpu);
@@ -370,17 +452,18 @@ impl Vm {
     }
 
     /// Marks the VM as stopping and kicks its other vCPUs out of the guest
-    /// (or their wait): each sees the mark and halts its CPU. A CPU that
-    /// finds it already stopping (another vCPU got there first and is
-    /// reporting) halts here.
-    fn begin_stop(&self, vcpu: usize) {
+    /// (or their wait): each sees the mark and halts. False when it was
+    /// stopping already (another vCPU got there first and reports, or a
+    /// restart is under way): the caller reports nothing.
+    fn begin_stop(&self, vcpu: usize) -> bool {
         if self.stopping.swap(true, Ordering::AcqRel) {
-            host_console::park();
+            return false;
         }
         sysreg::send_event();
         for other in (0..self.vcpus).filter(|&other| other != vcpu) {
             self.kick(other);
         }
+        true
     }
 
     fn flush_console(&self) {
@@ -395,20 +478,27 @@ impl Vm {
         }
     }
 
-    /// Guest `SYSTEM_OFF`: ends this VM (see the module doc) and reports.
-    pub fn system_off(&self, vcpu: usize) {
-        self.begin_stop(vcpu);
+    /// Guest `SYSTEM_OFF`: ends this VM (see the module doc) and reports;
+    /// false when the VM was ending already (nothing reported).
+    #[must_use]
+    pub fn system_off(&self, vcpu: usize) -> bool {
+        if !self.begin_stop(vcpu) {
+            return false;
+        }
         self.flush_console();
         log::info!("vm{} vcpu{vcpu}: PSCI SYSTEM_OFF", self.index);
         self.print_counters();
         log::info!("vm{} ({}): powered off", self.index, self.name);
         self.ended.store(true, Ordering::Release);
+        true
     }
 
     /// Guest `SYSTEM_RESET` when this is the only VM: reports and resets the
     /// machine.
     pub fn system_reset(&self, vcpu: usize) -> ! {
-        self.begin_stop(vcpu);
+        if !self.begin_stop(vcpu) {
+            host_console::park();
+        }
         self.flush_console();
         log::info!("vm{} vcpu{vcpu}: PSCI SYSTEM_RESET", self.index);
         self.print_counters();
@@ -418,29 +508,27 @@ impl Vm {
 
     /// Stops the VM because of `reason` (an exit that cannot be handled, or
     /// another cause the hypervisor names): ends this VM (see the module
-    /// doc) and reports. The hypervisor stays in control.
-    pub fn stop(&self, vcpu: usize, reason: &dyn core::fmt::Display) {
-        self.begin_stop(vcpu);
-        self.flush_console();
+    /// doc) and reports; false when the VM was ending already (nothing
+    /// reported). The hypervisor stays in control.
+    #[must_use]
+    pub fn stop(&self, vcpu: usize, reason: &dyn core::fmt::Display) -> bool {
+        if !self.begin_stop(vcpu) {
+            return false;
+        }
         log::error!("vm{} vcpu{vcpu}: stopping the VM: {reason}", self.index);
+        self.report_end(reason);
+        true
+    }
+
+    /// Reports the end of a VM already marked stopping (its vCPUs halt):
+    /// console line, counters, the line that says why.
+    pub fn report_end(&self, reason: &dyn core::fmt::Display) {
+        self.flush_console();
         self.print_counters();
         log::info!("vm{} ({}): stopped: {reason}", self.index, self.name);
         self.ended.store(true, Ordering::Release);
     }
 }
-
-/// Why a VM of several stops on its `SYSTEM_RESET`: restarting one VM
-/// alone is not implemented.
-#[derive(Clone, Copy, Debug)]
-pub struct ResetOfOneVm;
-
-impl core::fmt::Display for ResetOfOneVm {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str("PSCI SYSTEM_RESET: restarting one VM of several is not supported")
-    }
-}
-
-impl core::error::Error for ResetOfOneVm {}
 
 /// Creates VM `index` of the payload, `vm`, on the machine `info`
 /// describes; returns it with the boot request of its vCPU 0. Its vCPUs run
@@ -449,7 +537,7 @@ impl core::error::Error for ResetOfOneVm {}
 pub fn create_vm(
     info: &BootInfo,
     index: usize,
-    vm: &VmRef<'_>,
+    vm: &VmRef<'static>,
 ) -> Result<(&'static Vm, BootRequest), VmError> {
     let name = vm.name;
     let PayloadRef {
@@ -553,6 +641,19 @@ pub fn create_vm(
         return Err(VmError::DoesNotFit(dtb.len() as u64));
     }
     guest_ram[at(placement.dtb.start)..][..dtb.len()].copy_from_slice(&dtb);
+    let boot_request = BootRequest {
+        entry: placement.kernel.start,
+        context_id: placement.dtb.start,
+    };
+    let boot = BootImage {
+        kernel,
+        initrd,
+        dtb,
+        kernel_ipa: placement.kernel.start,
+        initrd_ipa: placement.initrd.map(|range| range.start),
+        dtb_ipa: placement.dtb.start,
+        request: boot_request,
+    };
     // The guest starts with its MMU off: its accesses bypass the caches,
     // unless stage 2 forces them write-back cacheable (FEAT_S2FWB). Without
     // FWB each page is cleaned to the point of coherency when it is mapped
@@ -687,6 +788,8 @@ pub fn create_vm(
         run_state: RunState::new(),
         parked: (0..vcpus).map(|_| Mutex::new(None)).collect(),
         counters,
+        boot,
+        lifecycle: Lifecycle::new(),
         gic_sysregs: features.gic_sysregs,
         host_uart_intid: info.platform.uart_intid,
         event_log: Mutex::new(EventLog::new(RatePolicy::for_counter_frequency(
@@ -735,9 +838,5 @@ pub fn create_vm(
             ""
         },
     );
-    let boot = BootRequest {
-        entry: placement.kernel.start,
-        context_id: placement.dtb.start,
-    };
-    Ok((vm, boot))
+    Ok((vm, boot_request))
 }

@@ -23,6 +23,9 @@ pub enum Flow {
     SystemOff,
     /// The guest asked to reset the machine (PSCI `SYSTEM_RESET`).
     SystemReset,
+    /// The VM is ending or restarting (`crate::vm::lifecycle`): the vCPU
+    /// leaves the guest for good and halts until a restart.
+    Halt,
 }
 
 /// An asynchronous exit the hypervisor never expects from a guest.

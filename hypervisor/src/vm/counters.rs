@@ -61,11 +61,13 @@ pub enum Counter {
     CmoVmRegTraps,
     /// Guest-driven log lines dropped by the VM's rate limit (`event_log`).
     LogLinesSuppressed,
+    /// Times the VM was restarted in place (`vm::lifecycle`).
+    Restarts,
 }
 
 impl Counter {
     /// Every counter, in report order.
-    pub const ALL: [Counter; 21] = [
+    pub const ALL: [Counter; 22] = [
         Counter::Stage2Faults,
         Counter::MappedPages4k,
         Counter::MappedBlocks2m,
@@ -87,6 +89,7 @@ impl Counter {
         Counter::CmoFullFlushes,
         Counter::CmoVmRegTraps,
         Counter::LogLinesSuppressed,
+        Counter::Restarts,
     ];
 
     /// The name printed in the report.
@@ -113,6 +116,7 @@ impl Counter {
             Counter::CmoFullFlushes => "cmo_full_flushes",
             Counter::CmoVmRegTraps => "cmo_vmreg_traps",
             Counter::LogLinesSuppressed => "log_lines_suppressed",
+            Counter::Restarts => "restarts",
         }
     }
 }
@@ -224,6 +228,7 @@ mod tests {
                 "cmo_full_flushes",
                 "cmo_vmreg_traps",
                 "log_lines_suppressed",
+                "restarts",
             ]
         );
         assert_eq!(snap[0], ("stage2_faults", 1));

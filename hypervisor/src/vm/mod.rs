@@ -1,10 +1,12 @@
 //! The guest-facing description of a VM: its physical address layout, the
 //! device tree it boots with, its vCPUs' power states, its run state (the
-//! console monitor's pause and stop), its counters and its event log.
+//! console monitor's pause and stop), its restart protocol (`lifecycle`),
+//! its counters and its event log.
 
 pub mod counters;
 pub mod device_tree;
 pub mod event_log;
 pub mod layout;
+pub mod lifecycle;
 pub mod power;
 pub mod run_state;

@@ -136,6 +136,15 @@ impl PowerStates {
         self.states[vcpu].store(PowerState::On as u8, Ordering::Release);
     }
 
+    /// Every vCPU off with no request pending, as at creation (a restart
+    /// of the VM; no vCPU runs meanwhile).
+    pub fn reset(&self) {
+        for (state, request) in self.states.iter().zip(&self.requests) {
+            *request.lock() = None;
+            state.store(PowerState::Off as u8, Ordering::Release);
+        }
+    }
+
     /// CPU_OFF: marks `vcpu` off.
     pub fn mark_off(&self, vcpu: usize) {
         self.states[vcpu].store(PowerState::Off as u8, Ordering::Release);

@@ -11,8 +11,8 @@
 //! is off): `Paused` makes it wait at EL2 (still handling its host
 //! interrupts) until the state moves on; `StopRequested` makes it stop the
 //! VM as a [`crate::exit::flow::StopReason::StopRequested`], which the VM's
-//! own CPU carries out (report, console flush, CPUs parked). The state
-//! never leaves `StopRequested`. A VM that ends by itself (power-off, a
+//! own CPU carries out (report, console flush, CPUs halted). The state
+//! leaves `StopRequested` only when the VM restarts ([`RunState::reset`]). A VM that ends by itself (power-off, a
 //! stop for an exit) is `Stopped` through its own stopping flag, which the
 //! machine layer combines with this state for the monitor.
 //!
@@ -111,6 +111,14 @@ impl RunState {
             state: AtomicU8::new(Requested::Running.code()),
             in_guest: AtomicUsize::new(0),
         }
+    }
+
+    /// Running again, as at creation: a restart of the VM (no vCPU is in
+    /// the guest meanwhile).
+    pub fn reset(&self) {
+        debug_assert_eq!(self.in_guest(), 0);
+        self.state
+            .store(Requested::Running.code(), Ordering::SeqCst);
     }
 
     /// The state now.

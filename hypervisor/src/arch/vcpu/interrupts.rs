@@ -216,6 +216,10 @@ impl Vcpu {
             if let Err(reason) = self.handle_interrupts_while_off() {
                 break Err(reason);
             }
+            // Ending or restarting: the run loop halts the vCPU.
+            if self.vm.is_stopping() {
+                break Ok(());
+            }
             match self.vm.run_state.get() {
                 Requested::Running => break Ok(()),
                 Requested::StopRequested => break Err(StopReason::StopRequested),
@@ -230,5 +234,30 @@ impl Vcpu {
         gic::set_ppi_enabled(maintenance, true);
         self.needs_fill = true;
         result
+    }
+
+    /// Before the vCPU halts while its VM ends or restarts (`arch::run`):
+    /// the guest's timers off and their interrupts masked, the maintenance
+    /// interrupt disabled, so nothing of the guest interrupts this CPU any
+    /// more; the next `CPU_ON` loads everything again.
+    pub fn quiesce_for_halt(&mut self) {
+        // SAFETY: turning the guest's timers off only stops their
+        // interrupts; the guest does not run on this CPU until its next
+        // load, which resets them.
+        unsafe {
+            crate::write_sysreg!(cntv_ctl_el0, 0);
+            crate::write_sysreg!(cntp_ctl_el0, 0);
+        }
+        for timer in TimerId::ALL {
+            gic::set_timer_masked(timer, true);
+        }
+        gic::set_ppi_enabled(gic::maintenance_intid(), false);
+    }
+
+    /// After a halt, the VM restarted: the maintenance interrupt back on,
+    /// the list registers refilled before the next entry.
+    pub fn end_halt(&mut self) {
+        gic::set_ppi_enabled(gic::maintenance_intid(), true);
+        self.needs_fill = true;
     }
 }

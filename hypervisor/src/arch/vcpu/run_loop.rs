@@ -4,22 +4,22 @@
 
 use super::Vcpu;
 use crate::arch::boot::exceptions::{ExitKind, enter_guest};
-use crate::arch::host_console;
 use crate::exit::flow::{Flow, StopReason, UnexpectedExit};
 use crate::exit::sync::{self, SyncExit};
 use crate::vm::counters::Counter;
 use crate::vm::power::BootRequest;
 
 impl Vcpu {
-    /// Runs the vCPU from `boot` until it turns itself off or the guest
-    /// powers the machine off or resets it (the [`Flow`] says which), or
+    /// Runs the vCPU from `boot` until it turns itself off, the guest
+    /// powers the machine off or resets it, or the VM ends or restarts
+    /// (the [`Flow`] says which), or
     /// until an exit stops the VM (the [`StopReason`] says why). The caller
     /// acts on the answer; nothing here stops the VM.
     pub fn run(&mut self, boot: BootRequest) -> Result<Flow, StopReason> {
         self.load(boot)?;
         loop {
             if self.vm.is_stopping() {
-                host_console::park();
+                return Ok(Flow::Halt);
             }
             self.wait_while_paused()?;
             self.prepare_entry()?;

@@ -270,21 +270,37 @@ impl VcpuSet {
 #[derive(Debug)]
 pub struct Vgic {
     state: spin::Mutex<VgicState>,
+    /// What it was created with, for [`Vgic::reset`].
+    config: VgicConfig,
 }
 
 impl Vgic {
     /// A virtual GIC in its reset state.
     pub fn new(config: VgicConfig) -> Result<Self, VgicError> {
         Ok(Self {
-            state: spin::Mutex::new(VgicState::new(config)?),
+            state: spin::Mutex::new(VgicState::new(config.clone())?),
+            config,
         })
     }
 
     /// A virtual GICv2 in its reset state.
     pub fn new_v2(config: VgicConfig) -> Result<Self, VgicError> {
         Ok(Self {
-            state: spin::Mutex::new(VgicState::new_v2(config)?),
+            state: spin::Mutex::new(VgicState::new_v2(config.clone())?),
+            config,
         })
+    }
+
+    /// Back to the reset state it was created in (a restart of the VM):
+    /// every interrupt disabled, inactive and not pending, priorities,
+    /// routes and the distributor's control as at creation.
+    pub fn reset(&self) -> Result<(), VgicError> {
+        let mut state = self.state.lock();
+        *state = match state.version() {
+            VgicVersion::V2 => VgicState::new_v2(self.config.clone())?,
+            VgicVersion::V3 => VgicState::new(self.config.clone())?,
+        };
+        Ok(())
     }
 
     /// Locks the state. Keep the guard for one operation; send the kicks it
@@ -298,4 +314,63 @@ impl Vgic {
 /// Aff0 \[7:0\]) of an `MPIDR_EL1` or `GICD_IROUTER` value.
 pub const fn affinity_of(mpidr: u64) -> u64 {
     mpidr & 0xff_00ff_ffff
+}
+
+#[cfg(test)]
+mod reset_tests {
+    use super::*;
+
+    fn config() -> VgicConfig {
+        VgicConfig {
+            distributor_base: 0x0800_0000,
+            redistributor_base: 0x080a_0000,
+            spi_count: 64,
+            vcpu_mpidrs: alloc::vec![0, 1],
+        }
+    }
+
+    /// `GICD_ISENABLER1`: SPIs 32..64.
+    const ISENABLER1: u64 = 0x104;
+    /// `GICD_CTLR`.
+    const CTLR: u64 = 0;
+
+    fn read(state: &VgicState, offset: u64) -> u64 {
+        match state.version() {
+            VgicVersion::V2 => state.distributor_v2_read(0, offset, 4).unwrap(),
+            VgicVersion::V3 => state.distributor_read(offset, 4).unwrap(),
+        }
+    }
+
+    fn write(state: &mut VgicState, offset: u64, value: u64) {
+        match state.version() {
+            VgicVersion::V2 => state.distributor_v2_write(0, offset, 4, value).unwrap(),
+            VgicVersion::V3 => state.distributor_write(offset, 4, value).unwrap(),
+        };
+    }
+
+    #[test]
+    fn reset_returns_to_the_state_at_creation() {
+        for v2 in [false, true] {
+            let gic = if v2 {
+                Vgic::new_v2(config())
+            } else {
+                Vgic::new(config())
+            }
+            .unwrap();
+            let fresh_ctlr = read(&gic.lock(), CTLR);
+            {
+                let mut state = gic.lock();
+                write(&mut state, ISENABLER1, 0b1010);
+                write(&mut state, CTLR, 0x1);
+                assert_eq!(read(&state, ISENABLER1), 0b1010);
+                assert_ne!(read(&state, CTLR), fresh_ctlr);
+            }
+            gic.reset().unwrap();
+            let state = gic.lock();
+            assert_eq!(read(&state, ISENABLER1), 0);
+            assert_eq!(read(&state, CTLR), fresh_ctlr);
+            let expected = if v2 { VgicVersion::V2 } else { VgicVersion::V3 };
+            assert_eq!(state.version(), expected);
+        }
+    }
 }

@@ -1,0 +1,132 @@
+//! Rebuilding a VM in place for a restart (`vm::lifecycle` says who runs it
+//! and when: one of the VM's own CPUs, with every vCPU of the VM halted).
+//!
+//! # Steps
+//!
+//! 1. The VM's unfinished console line is written out.
+//! 2. Every memslot is deleted with `vm_ops::delete_slot`: each unmaps its
+//!    IPA range at stage 2 with one deferred range flush (a VM with only its
+//!    RAM slot is emptied with one flush) and frees its backing. The stage 2
+//!    keeps only what is not guest RAM (a GICv2 host's `GICV` window).
+//! 3. The RAM slot is created again as at boot (slot 0, the VM's RAM range,
+//!    no flags): fresh host frames, zeroed, so nothing of the previous run
+//!    survives, whatever the control interface did to the slots meanwhile.
+//! 4. The kernel, initrd and device tree are copied in again from the boot
+//!    image the VM kept ([`BootImage`]), cleaned to the point of coherency
+//!    without FEAT_S2FWB (the guest starts with its MMU off), and the
+//!    instruction cache is invalidated.
+//! 5. The virtual GIC, the PL011 (and its receive backlog), the power
+//!    states, the run state and the parked registers go back to their state
+//!    at creation. The counters keep counting across restarts
+//!    (`restarts` counts them).
+//!
+//! Each vCPU's CPU state (EL1 registers, timers, list registers) is reset by
+//! its next `CPU_ON`, as for every start of a vCPU.
+
+use crate::arch::cpu::sysreg;
+use crate::arch::vm::{BootImage, GuestUart, Vm};
+use crate::arch::vm_ops::{self, VmOpError};
+use crate::devices::pl011::{Pl011, RxBacklog};
+use crate::devices::vgic::VgicError;
+use crate::vm::counters::Counter;
+use crate::vm::power::BootRequest;
+use alloc::vec::Vec;
+use core::fmt;
+use memslot::{Gfn, PAGE_SHIFT, SlotFlags, SlotId};
+
+/// Why a VM could not be rebuilt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RebuildError {
+    /// A slot could not be deleted, or the RAM slot created again.
+    Slots(VmOpError),
+    /// The virtual GIC refused its own configuration.
+    Vgic(VgicError),
+}
+
+impl fmt::Display for RebuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Slots(e) => write!(f, "guest memory: {e}"),
+            Self::Vgic(e) => write!(f, "virtual GIC: {e}"),
+        }
+    }
+}
+
+impl core::error::Error for RebuildError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Slots(e) => Some(e),
+            Self::Vgic(e) => Some(e),
+        }
+    }
+}
+
+/// The slot the VM's RAM is in at boot.
+const RAM_SLOT: u32 = 0;
+
+/// Rebuilds `vm` (see the module doc) and returns vCPU 0's boot request.
+/// Only with every vCPU of `vm` halted.
+pub fn rebuild(vm: &Vm) -> Result<BootRequest, RebuildError> {
+    vm.flush_console_line();
+    let ids: Vec<SlotId> = {
+        let handle = vm.collector.register();
+        let guard = handle.pin();
+        let slots = vm
+            .memslots
+            .slots(&guard)
+            .map_err(|e| RebuildError::Slots(VmOpError::Memslot(e)))?;
+        slots.iter().map(|slot| slot.id()).collect()
+    };
+    for id in ids {
+        vm_ops::delete_slot(vm, id).map_err(RebuildError::Slots)?;
+    }
+    let ram_slot = SlotId::new(RAM_SLOT).map_err(|e| RebuildError::Slots(VmOpError::Memslot(e)))?;
+    let base_gfn = Gfn::from_ipa(vm.ram.start);
+    vm_ops::create_slot(
+        vm,
+        ram_slot,
+        base_gfn,
+        vm.ram.size() >> PAGE_SHIFT,
+        SlotFlags::NONE,
+    )
+    .map_err(RebuildError::Slots)?;
+    let backing = ram_backing(vm, base_gfn)?;
+    load_boot_image(vm, &vm.boot, backing);
+    vm.vgic.reset().map_err(RebuildError::Vgic)?;
+    *vm.uart.lock() = GuestUart {
+        device: Pl011::new(),
+        backlog: RxBacklog::new(),
+        irq_level: false,
+    };
+    vm.reset_run_flags();
+    vm.counters.bump(Counter::Restarts);
+    Ok(vm.boot.request)
+}
+
+/// The host address backing the RAM slot's first page.
+fn ram_backing(vm: &Vm, base_gfn: Gfn) -> Result<u64, RebuildError> {
+    let handle = vm.collector.register();
+    let guard = handle.pin();
+    let slots = vm
+        .memslots
+        .slots(&guard)
+        .map_err(|e| RebuildError::Slots(VmOpError::Memslot(e)))?;
+    let slot = slots
+        .find(base_gfn)
+        .ok_or(RebuildError::Slots(VmOpError::NotMapped {
+            ipa: vm.ram.start,
+        }))?;
+    Ok(slot.backing().0)
+}
+
+/// Copies the kernel, initrd and device tree into the RAM backed from
+/// `backing` (the VM's RAM range, zeroed), as `create_vm` placed them.
+fn load_boot_image(vm: &Vm, image: &BootImage, backing: u64) {
+    let host = |ipa: u64| memslot::HostPhysAddr(backing + (ipa - vm.ram.start));
+    vm_ops::write_host(host(image.kernel_ipa), image.kernel, vm.fwb);
+    if let (Some(ipa), Some(initrd)) = (image.initrd_ipa, image.initrd) {
+        vm_ops::write_host(host(ipa), initrd, vm.fwb);
+    }
+    vm_ops::write_host(host(image.dtb_ipa), &image.dtb, vm.fwb);
+    sysreg::invalidate_icache_all();
+}

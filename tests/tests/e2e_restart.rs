@@ -1,0 +1,139 @@
+//! End-to-end: restarting one VM while another runs (`vm::lifecycle`,
+//! `arch::restart`).
+//!
+//! * A bad guest beside a good one makes its hostile accesses (aborts are
+//!   injected into it) and then asks for PSCI `SYSTEM_RESET`: with several
+//!   VMs that restarts the bad VM alone, from a zeroed RAM with its kernel
+//!   copied in again, so it runs the same way again and resets again. After
+//!   two restarts the operator stops it from the console monitor (the stop
+//!   may land during a restart: the restart then ends in the stop). The good
+//!   VM passes meanwhile and the machine powers off after both.
+//! * The operator restarts VMs from the monitor: `a` (the `memory`
+//!   scenario) once it passed and powered off (a restart of an ended VM:
+//!   the machine counts it as running again), and it passes a second time; then `b` (the
+//!   `echo` guest, still running), which boots again to its prompt; then
+//!   stops `b`. The restart empties the VM's stage 2 with one range flush
+//!   per memslot, which the `tlbi_range` counter shows on `-cpu max`.
+
+use std::time::Duration;
+
+use qemu_runner::console_script::ConsoleScript;
+use qemu_runner::vmspec::VmSpec;
+use qemu_runner::{ConsoleInput, RunConfig, RunReport};
+
+fn run(smp: u32, specs: &[&str], script: ConsoleScript) -> RunReport {
+    let config = RunConfig {
+        smp,
+        echo: false,
+        timeout: Duration::from_secs(240),
+        input: ConsoleInput::Script(script),
+        vms: specs
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| VmSpec::parse(spec, i).expect("valid spec"))
+            .collect(),
+        ..RunConfig::default()
+    };
+    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+}
+
+/// How many times `text` appears on the console.
+fn times(report: &RunReport, text: &str) -> usize {
+    report.console().matches(text).count()
+}
+
+/// Where the first hypervisor log line containing `text` is.
+fn log_position(report: &RunReport, text: &str) -> usize {
+    report
+        .hypervisor_log()
+        .iter()
+        .position(|line| line.contains(text))
+        .unwrap_or_else(|| panic!("no `{text}` in the log\n{}", report.explain()))
+}
+
+/// The last value of VM `vm`'s counter `name` (printed at each of its ends).
+fn counter(report: &RunReport, vm: u32, name: &str) -> u64 {
+    report
+        .counters()
+        .get(vm, name)
+        .unwrap_or_else(|| panic!("no `STAT vm{vm} {name}`\n{}", report.explain()))
+}
+
+#[test]
+fn a_guest_reset_restarts_that_vm_alone() {
+    let script = ConsoleScript::new()
+        .then("vm0 (bad): restarted", "")
+        .then("vm0 (bad): restarted", "\x1dstop bad\r")
+        .then("ok: bad stopped", "exit\r");
+    let report = run(
+        2,
+        &[
+            "bad-guest,cpus=0,name=bad,expect=stopped,args=bad-exit=reset",
+            "memory,cpus=1,mem=512,name=good",
+        ],
+        script,
+    );
+    assert!(report.passed(), "{}", report.explain());
+    // Each run of the bad guest made its hostile accesses and reset again:
+    // the restarted VM starts from its boot image, not where it left off.
+    for line in [
+        "[bad] test-guest: caught abort on Read",
+        "[bad] test-guest: caught abort on Write",
+        "[bad] test-guest: bad-exit=reset: PSCI SYSTEM_RESET",
+    ] {
+        assert!(
+            times(&report, line) >= 2,
+            "`{line}` not seen twice\n{}",
+            report.explain()
+        );
+    }
+    assert!(counter(&report, 0, "restarts") >= 2, "{}", report.explain());
+    let stopped = log_position(&report, "vm0 (bad): stopped");
+    let last = log_position(&report, "no VM left to run");
+    assert!(stopped < last, "{}", report.explain());
+    assert!(
+        report.console().contains("[good] RESULT: PASS"),
+        "{}",
+        report.explain()
+    );
+    assert!(!report.console().contains("[bad] RESULT:"));
+    assert!(report.transcript.system_off, "{}", report.explain());
+}
+
+#[test]
+fn the_operator_restarts_a_finished_vm_and_a_running_one() {
+    let script = ConsoleScript::new()
+        .then("vm0 (a): powered off", "\x1drestart a\r")
+        .then("ok: a restarting", "exit\r")
+        .then("[a] RESULT: PASS", "\x1drestart b\r")
+        .then("ok: b restarting", "exit\r")
+        .then("[b] echo: ready", "\x1dstop b\r")
+        .then("ok: b stopped", "exit\r");
+    let report = run(
+        2,
+        &["memory,cpus=0,name=a", "echo,cpus=1,name=b,expect=stopped"],
+        script,
+    );
+    assert!(report.passed(), "{}", report.explain());
+    assert_eq!(
+        times(&report, "[a] RESULT: PASS"),
+        2,
+        "{}",
+        report.explain()
+    );
+    assert_eq!(times(&report, "[b] echo: ready"), 2, "{}", report.explain());
+    assert_eq!(counter(&report, 0, "restarts"), 1, "{}", report.explain());
+    assert_eq!(counter(&report, 1, "restarts"), 1, "{}", report.explain());
+    // Emptying the stage 2 of the RAM slot: one range flush on `-cpu max`
+    // (a memory guest's own run issues none).
+    assert!(
+        counter(&report, 0, "tlbi_range") >= 1,
+        "{}",
+        report.explain()
+    );
+    let a_restarted = log_position(&report, "vm0 (a): restarted");
+    let b_stopped = log_position(&report, "vm1 (b): stopped");
+    let last = log_position(&report, "no VM left to run");
+    assert!(a_restarted < b_stopped && b_stopped < last);
+    assert!(report.transcript.system_off, "{}", report.explain());
+}
