@@ -193,6 +193,40 @@ pub struct MemoryTransfer {
     pub len: u64,
 }
 
+/// `DIRTY_LOG_GET`'s arguments: `x1` VM, `x2` slot, `x3` buffer (caller
+/// guest address), `x4` buffer length in bytes (a multiple of 8, at most
+/// `MAX_TRANSFER`; it must hold the slot's whole bitmap, one bit per page).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DirtyLogGet {
+    /// The VM.
+    pub vm: u32,
+    /// The slot.
+    pub slot: u32,
+    /// Guest address of the buffer in the caller's memory.
+    pub buffer: u64,
+    /// Buffer length in bytes.
+    pub len: u64,
+}
+
+/// `DIRTY_LOG_CLEAR`'s arguments: `x1` VM, `x2` slot, `x3` first page of
+/// the mask (a multiple of 64), `x4` buffer, `x5` length in bytes (a
+/// multiple of 8, at most `MAX_TRANSFER`). Bit `i` of the mask is page
+/// `first_page + i` of the slot; on return the buffer holds the pages that
+/// were dirty (and are now write-protected).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DirtyLogClear {
+    /// The VM.
+    pub vm: u32,
+    /// The slot.
+    pub slot: u32,
+    /// The mask's first page, a multiple of 64.
+    pub first_page: u64,
+    /// Guest address of the mask in the caller's memory.
+    pub buffer: u64,
+    /// Mask length in bytes.
+    pub len: u64,
+}
+
 /// A vCPU register of a VM (`x1` VM, `x2` vCPU index, `x3` register id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct VcpuRegister {
@@ -276,6 +310,21 @@ pub enum Call {
         /// The value to write.
         value: u64,
     },
+    /// `DIRTY_LOG_GET`: `x1..x4`, see [`DirtyLogGet`].
+    DirtyLogGet(DirtyLogGet),
+    /// `DIRTY_LOG_CLEAR`: `x1..x5`, see [`DirtyLogClear`].
+    DirtyLogClear(DirtyLogClear),
+    /// `DIRTY_LOG_CONFIG`: `x1` VM, `x2` mode (bit 0 manual protection, bit
+    /// 1 initially all set, which needs bit 0), `x3` eager split chunk size
+    /// in bytes (0: off; a multiple of 4 KiB).
+    DirtyLogConfig {
+        /// The VM.
+        vm: u32,
+        /// The mode bits.
+        mode: u8,
+        /// Eager split chunk size in bytes.
+        eager_chunk: u64,
+    },
     /// `CALL_UID`, no arguments.
     CallUid,
 }
@@ -313,6 +362,17 @@ fn transfer_len(x: u64) -> Result<u64, Error> {
     } else {
         Err(Error::InvalidParameters)
     }
+}
+
+/// A bitmap buffer: a multiple of 8 bytes, at most `MAX_TRANSFER`, inside
+/// the IPA space.
+fn bitmap_buffer(buffer: u64, len: u64) -> Result<u64, Error> {
+    let len = transfer_len(len)?;
+    if len == 0 || !len.is_multiple_of(8) {
+        return Err(Error::InvalidParameters);
+    }
+    guest_range(buffer, len)?;
+    Ok(len)
 }
 
 fn vcpu_register(x1: u64, x2: u64, x3: u64) -> Result<VcpuRegister, Error> {
@@ -353,6 +413,9 @@ impl Call {
             Self::MemoryWrite(_) => Function::MemoryWrite,
             Self::VcpuGetRegister(_) => Function::VcpuGetRegister,
             Self::VcpuSetRegister { .. } => Function::VcpuSetRegister,
+            Self::DirtyLogGet(_) => Function::DirtyLogGet,
+            Self::DirtyLogClear(_) => Function::DirtyLogClear,
+            Self::DirtyLogConfig { .. } => Function::DirtyLogConfig,
             Self::CallUid => Function::CallUid,
         }
     }
@@ -366,7 +429,10 @@ impl Call {
             | Self::VmStop { vm }
             | Self::SlotDelete { vm, .. }
             | Self::SlotMove { vm, .. }
-            | Self::SlotSetFlags { vm, .. } => Some(vm),
+            | Self::SlotSetFlags { vm, .. }
+            | Self::DirtyLogConfig { vm, .. } => Some(vm),
+            Self::DirtyLogGet(g) => Some(g.vm),
+            Self::DirtyLogClear(c) => Some(c.vm),
             Self::SlotCreate(r) => Some(r.vm),
             Self::MemoryRead(t) | Self::MemoryWrite(t) => Some(t.vm),
             Self::VcpuGetRegister(r) | Self::VcpuSetRegister { reg: r, .. } => Some(r.vm),
@@ -401,6 +467,21 @@ impl Call {
             Self::VcpuGetRegister(r) => {
                 [r.vm.into(), r.vcpu.into(), r.reg.get().into(), 0, 0, 0, 0]
             }
+            Self::DirtyLogGet(g) => [g.vm.into(), g.slot.into(), g.buffer, g.len, 0, 0, 0],
+            Self::DirtyLogClear(c) => [
+                c.vm.into(),
+                c.slot.into(),
+                c.first_page,
+                c.buffer,
+                c.len,
+                0,
+                0,
+            ],
+            Self::DirtyLogConfig {
+                vm,
+                mode,
+                eager_chunk,
+            } => [vm.into(), mode.into(), eager_chunk, 0, 0, 0, 0],
             Self::VcpuSetRegister { reg: r, value } => [
                 r.vm.into(),
                 r.vcpu.into(),
@@ -428,9 +509,13 @@ impl Call {
             Function::ListVms
             | Function::SlotMove
             | Function::SlotSetFlags
-            | Function::VcpuGetRegister => 3,
-            Function::MemoryRead | Function::MemoryWrite | Function::VcpuSetRegister => 4,
-            Function::SlotCreate => 5,
+            | Function::VcpuGetRegister
+            | Function::DirtyLogConfig => 3,
+            Function::MemoryRead
+            | Function::MemoryWrite
+            | Function::VcpuSetRegister
+            | Function::DirtyLogGet => 4,
+            Function::SlotCreate | Function::DirtyLogClear => 5,
         };
         if regs[1 + used..].iter().any(|&r| r != 0) {
             return Err(Error::InvalidParameters);
@@ -486,6 +571,36 @@ impl Call {
                 reg: vcpu_register(x1, x2, x3)?,
                 value: x4,
             },
+            Function::DirtyLogGet => Self::DirtyLogGet(DirtyLogGet {
+                vm: vm_id(x1)?,
+                slot: slot_id(x2)?,
+                buffer: x3,
+                len: bitmap_buffer(x3, x4)?,
+            }),
+            Function::DirtyLogClear => {
+                if !x3.is_multiple_of(64) || x3 > MAX_SLOT_PAGES {
+                    return Err(Error::InvalidParameters);
+                }
+                Self::DirtyLogClear(DirtyLogClear {
+                    vm: vm_id(x1)?,
+                    slot: slot_id(x2)?,
+                    first_page: x3,
+                    buffer: x4,
+                    len: bitmap_buffer(x4, x5)?,
+                })
+            }
+            Function::DirtyLogConfig => {
+                let mode = u8::try_from(x2).map_err(|_| Error::InvalidParameters)?;
+                // Only bits 0 and 1; "initially all set" needs manual protection.
+                if mode > 3 || mode == 2 || !x3.is_multiple_of(PAGE_SIZE) {
+                    return Err(Error::InvalidParameters);
+                }
+                Self::DirtyLogConfig {
+                    vm: vm_id(x1)?,
+                    mode,
+                    eager_chunk: x3,
+                }
+            }
         })
     }
 }
@@ -569,7 +684,85 @@ mod tests {
             vcpu_reg().prop_map(Call::VcpuGetRegister),
             (vcpu_reg(), any::<u64>())
                 .prop_map(|(reg, value)| Call::VcpuSetRegister { reg, value }),
+            (any::<u32>(), 0..=MAX_SLOT_ID, 1..=MAX_TRANSFER / 8).prop_flat_map(
+                |(vm, slot, words)| {
+                    (0..=IPA_LIMIT - words * 8).prop_map(move |buffer| {
+                        Call::DirtyLogGet(DirtyLogGet {
+                            vm,
+                            slot,
+                            buffer,
+                            len: words * 8,
+                        })
+                    })
+                }
+            ),
+            (
+                any::<u32>(),
+                0..=MAX_SLOT_ID,
+                0..=MAX_SLOT_PAGES / 64,
+                1..=MAX_TRANSFER / 8
+            )
+                .prop_flat_map(|(vm, slot, first, words)| {
+                    (0..=IPA_LIMIT - words * 8).prop_map(move |buffer| {
+                        Call::DirtyLogClear(DirtyLogClear {
+                            vm,
+                            slot,
+                            first_page: first * 64,
+                            buffer,
+                            len: words * 8,
+                        })
+                    })
+                }),
+            (
+                any::<u32>(),
+                prop::sample::select(vec![0u8, 1, 3]),
+                0u64..1 << 30
+            )
+                .prop_map(|(vm, mode, pages)| Call::DirtyLogConfig {
+                    vm,
+                    mode,
+                    eager_chunk: pages * PAGE_SIZE
+                }),
         ]
+    }
+
+    #[test]
+    fn dirty_log_arguments_are_checked() {
+        let get = |len| Call::decode(&[function::DIRTY_LOG_GET.into(), 1, 0, 0x1000, len, 0, 0, 0]);
+        assert!(get(8).is_ok());
+        assert_eq!(get(0), Err(Error::InvalidParameters));
+        assert_eq!(get(12), Err(Error::InvalidParameters));
+        assert_eq!(get(MAX_TRANSFER + 8), Err(Error::InvalidParameters));
+        let clear = |first| {
+            Call::decode(&[
+                function::DIRTY_LOG_CLEAR.into(),
+                1,
+                0,
+                first,
+                0x1000,
+                8,
+                0,
+                0,
+            ])
+        };
+        assert!(clear(128).is_ok());
+        assert_eq!(clear(100), Err(Error::InvalidParameters));
+        let config = |mode, chunk| {
+            Call::decode(&[
+                function::DIRTY_LOG_CONFIG.into(),
+                1,
+                mode,
+                chunk,
+                0,
+                0,
+                0,
+                0,
+            ])
+        };
+        assert!(config(3, 2 << 20).is_ok());
+        assert_eq!(config(2, 0), Err(Error::InvalidParameters));
+        assert_eq!(config(4, 0), Err(Error::InvalidParameters));
+        assert_eq!(config(0, 100), Err(Error::InvalidParameters));
     }
 
     proptest! {
@@ -604,9 +797,10 @@ mod tests {
                 Function::VmPause | Function::VmResume | Function::VmStop => 1,
                 Function::SlotDelete => 2,
                 Function::ListVms | Function::SlotMove | Function::SlotSetFlags
-                | Function::VcpuGetRegister => 3,
-                Function::MemoryRead | Function::MemoryWrite | Function::VcpuSetRegister => 4,
-                Function::SlotCreate => 5,
+                | Function::VcpuGetRegister | Function::DirtyLogConfig => 3,
+                Function::MemoryRead | Function::MemoryWrite | Function::VcpuSetRegister
+                | Function::DirtyLogGet => 4,
+                Function::SlotCreate | Function::DirtyLogClear => 5,
             };
             prop_assume!(which > used);
             regs[which] = junk;

@@ -6,7 +6,9 @@
 //! addresses are guest physical addresses of the caller's own memory.
 //! `Hvc` is the conduit of a guest: `hvc #0`. Tests use their own conduit.
 
-use crate::call::{Call, MemoryTransfer, SlotFlags, SlotRequest, VcpuRegister};
+use crate::call::{
+    Call, DirtyLogClear, DirtyLogGet, MemoryTransfer, SlotFlags, SlotRequest, VcpuRegister,
+};
 use crate::error::{CallError, status};
 use crate::reply::{Capabilities, ListVmsReply, Version, results};
 
@@ -157,6 +159,26 @@ impl<C: Conduit> Client<C> {
     /// `VCPU_SET_REGISTER`.
     pub fn set_register(&self, reg: VcpuRegister, value: u64) -> Result<(), CallError> {
         self.unit(Call::VcpuSetRegister { reg, value })
+    }
+
+    /// `DIRTY_LOG_GET`: returns the number of dirty pages reported.
+    pub fn dirty_log_get(&self, get: DirtyLogGet) -> Result<u64, CallError> {
+        self.value(Call::DirtyLogGet(get))
+    }
+
+    /// `DIRTY_LOG_CLEAR`: returns the number of pages cleared and
+    /// write-protected again.
+    pub fn dirty_log_clear(&self, clear: DirtyLogClear) -> Result<u64, CallError> {
+        self.value(Call::DirtyLogClear(clear))
+    }
+
+    /// `DIRTY_LOG_CONFIG`.
+    pub fn dirty_log_config(&self, vm: u32, mode: u8, eager_chunk: u64) -> Result<(), CallError> {
+        self.unit(Call::DirtyLogConfig {
+            vm,
+            mode,
+            eager_chunk,
+        })
     }
 }
 

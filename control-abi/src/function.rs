@@ -40,6 +40,14 @@ pub const MEMORY_WRITE: u32 = 0xC600_001A;
 pub const VCPU_GET_REGISTER: u32 = 0xC600_001B;
 /// `VCPU_SET_REGISTER`: sets one register of a vCPU of a paused VM.
 pub const VCPU_SET_REGISTER: u32 = 0xC600_001C;
+/// `DIRTY_LOG_GET`: the dirty bitmap of a slot that logs, into the
+/// caller's buffer (taken and re-protected unless manual protection).
+pub const DIRTY_LOG_GET: u32 = 0xC600_0020;
+/// `DIRTY_LOG_CLEAR`: manual protection: clears and re-protects the pages
+/// of a mask in the caller's buffer.
+pub const DIRTY_LOG_CLEAR: u32 = 0xC600_0021;
+/// `DIRTY_LOG_CONFIG`: a VM's dirty-log mode and eager split chunk size.
+pub const DIRTY_LOG_CONFIG: u32 = 0xC600_0022;
 /// `CALL_UID`: the interface's UID in `x0..x3` (SMCCC general service query).
 pub const CALL_UID: u32 = 0x8600_FF01;
 
@@ -78,13 +86,19 @@ pub enum Function {
     VcpuGetRegister,
     /// [`VCPU_SET_REGISTER`].
     VcpuSetRegister,
+    /// [`DIRTY_LOG_GET`].
+    DirtyLogGet,
+    /// [`DIRTY_LOG_CLEAR`].
+    DirtyLogClear,
+    /// [`DIRTY_LOG_CONFIG`].
+    DirtyLogConfig,
     /// [`CALL_UID`].
     CallUid,
 }
 
 impl Function {
     /// Every function, in id order.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 18] = [
         Self::Version,
         Self::Capabilities,
         Self::ListVms,
@@ -99,6 +113,9 @@ impl Function {
         Self::MemoryWrite,
         Self::VcpuGetRegister,
         Self::VcpuSetRegister,
+        Self::DirtyLogGet,
+        Self::DirtyLogClear,
+        Self::DirtyLogConfig,
         Self::CallUid,
     ];
 
@@ -119,6 +136,9 @@ impl Function {
             Self::MemoryWrite => MEMORY_WRITE,
             Self::VcpuGetRegister => VCPU_GET_REGISTER,
             Self::VcpuSetRegister => VCPU_SET_REGISTER,
+            Self::DirtyLogGet => DIRTY_LOG_GET,
+            Self::DirtyLogClear => DIRTY_LOG_CLEAR,
+            Self::DirtyLogConfig => DIRTY_LOG_CONFIG,
             Self::CallUid => CALL_UID,
         }
     }
@@ -155,7 +175,7 @@ mod tests {
             assert_eq!(Function::from_x0(u64::from(f.id())), Some(f));
             assert!(Function::in_range(u64::from(f.id())), "{f:?}");
         }
-        let mut ids: [u32; 15] = Function::ALL.map(Function::id);
+        let mut ids: [u32; 18] = Function::ALL.map(Function::id);
         ids.sort_unstable();
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids are distinct");
     }

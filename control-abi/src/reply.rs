@@ -86,9 +86,13 @@ impl Capabilities {
     pub const MEMORY: u64 = 1 << 3;
     /// `VCPU_GET_REGISTER`, `VCPU_SET_REGISTER`.
     pub const REGISTERS: u64 = 1 << 4;
+    /// `DIRTY_LOG_GET`, `DIRTY_LOG_CLEAR`, `DIRTY_LOG_CONFIG` (1.1).
+    pub const DIRTY_LOG: u64 = 1 << 5;
     /// Every capability of version 1.0.
     pub const ALL_1_0: u64 =
         Self::LIST_VMS | Self::LIFECYCLE | Self::MEMSLOTS | Self::MEMORY | Self::REGISTERS;
+    /// Every capability of version 1.1.
+    pub const ALL_1_1: u64 = Self::ALL_1_0 | Self::DIRTY_LOG;
 
     /// The registers that carry it.
     pub const fn to_regs(self) -> [u64; 4] {
@@ -157,6 +161,6 @@ mod tests {
             );
         }
         assert_eq!(results([5, 0, 0, 0]), Err(CallError::UnknownCode(5)));
-        assert_eq!(Version::CURRENT.to_regs()[0], 0x1_0000);
+        assert_eq!(Version::CURRENT.to_regs()[0], 0x1_0001);
     }
 }

@@ -69,6 +69,8 @@ pub enum MemslotError {
     ManualProtectDisabled,
     /// `initially_all_set` asked for without manual protection (as KVM, it needs it).
     InitiallySetNeedsManualProtect,
+    /// The dirty-log mode cannot change while a slot logs.
+    LoggingActive(SlotId),
     /// The caller's dirty-log buffer holds fewer words than the bitmap.
     DirtyBufferTooSmall {
         /// Words the bitmap has.
@@ -142,6 +144,10 @@ impl fmt::Display for MemslotError {
                 write!(f, "the read-only flag of live slot {id} cannot change")
             }
             Self::NotLogging(id) => write!(f, "slot {id} is not logging dirty pages"),
+            Self::LoggingActive(id) => write!(
+                f,
+                "slot {id} is logging dirty pages: the dirty-log mode cannot change"
+            ),
             Self::ManualProtectDisabled => {
                 write!(f, "clearing the dirty log needs manual protection")
             }

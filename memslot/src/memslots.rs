@@ -45,7 +45,7 @@
 
 use alloc::sync::Arc;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_epoch::{Collector, Guard, LocalHandle};
 
@@ -62,6 +62,22 @@ pub struct DirtyLogMode {
     pub manual_protect: bool,
     /// Bitmaps start all-set when logging is enabled (needs `manual_protect`).
     pub initially_all_set: bool,
+}
+
+impl DirtyLogMode {
+    /// Bit 0 `manual_protect`, bit 1 `initially_all_set` (as the control
+    /// interface passes them).
+    pub const fn bits(self) -> u8 {
+        self.manual_protect as u8 | (self.initially_all_set as u8) << 1
+    }
+
+    /// The mode of [`bits`](Self::bits); other bits are ignored.
+    pub const fn from_bits(bits: u8) -> Self {
+        Self {
+            manual_protect: bits & 1 != 0,
+            initially_all_set: bits & 2 != 0,
+        }
+    }
 }
 
 /// What a [`Memslots::set_region`] call did.
@@ -115,7 +131,9 @@ pub struct Memslots {
     /// The largest generation `g` such that no reader can still see the set
     /// that generation `g` replaced. Written by deferred functions.
     retired_through: Arc<AtomicU64>,
-    mode: DirtyLogMode,
+    /// The dirty-log mode ([`DirtyLogMode::bits`]); read and changed under
+    /// `writer`'s lock.
+    mode: AtomicU8,
 }
 
 // SAFETY: the sets in `UnsafeCell`s are shared with readers only through
@@ -143,13 +161,37 @@ impl Memslots {
                 generation: 0,
             }),
             retired_through: Arc::new(AtomicU64::new(0)),
-            mode,
+            mode: AtomicU8::new(mode.bits()),
         })
     }
 
-    /// The dirty-log mode this VM was created with.
+    /// The dirty-log mode.
     pub fn dirty_log_mode(&self) -> DirtyLogMode {
-        self.mode
+        DirtyLogMode::from_bits(self.mode.load(Ordering::Acquire))
+    }
+
+    /// Changes the dirty-log mode (KVM enables its manual-protect
+    /// capability per VM the same way); refused while a slot logs, so that
+    /// every live bitmap was made and is read under one mode.
+    pub fn set_dirty_log_mode(
+        &self,
+        handle: &LocalHandle,
+        mode: DirtyLogMode,
+    ) -> Result<(), MemslotError> {
+        self.check_handle(handle)?;
+        if mode.initially_all_set && !mode.manual_protect {
+            return Err(MemslotError::InitiallySetNeedsManualProtect);
+        }
+        let _writer = self.writer.lock();
+        if let Some(slot) = self
+            .active_set()
+            .iter()
+            .find(|slot| slot.dirty_bitmap().is_some())
+        {
+            return Err(MemslotError::LoggingActive(slot.id()));
+        }
+        self.mode.store(mode.bits(), Ordering::Release);
+        Ok(())
     }
 
     /// The published set, readable for as long as `guard` stays pinned.
@@ -271,7 +313,10 @@ impl Memslots {
     }
 
     fn new_bitmap(&self, npages: u64) -> Arc<DirtyBitmap> {
-        Arc::new(DirtyBitmap::new(npages, self.mode.initially_all_set))
+        Arc::new(DirtyBitmap::new(
+            npages,
+            self.dirty_log_mode().initially_all_set,
+        ))
     }
 
     fn check_guest_range(set: &MemslotSet, spec: &SlotSpec) -> Result<(), MemslotError> {
@@ -489,7 +534,7 @@ impl Memslots {
             .get(id)
             .ok_or(MemslotError::NoSuchSlot(id))?;
         let bitmap = slot.dirty_bitmap().ok_or(MemslotError::NotLogging(id))?;
-        if self.mode.manual_protect {
+        if self.dirty_log_mode().manual_protect {
             bitmap.snapshot(out)
         } else {
             bitmap.take(out)
@@ -507,7 +552,7 @@ impl Memslots {
         mask: &mut [u64],
     ) -> Result<u64, MemslotError> {
         self.check_handle(handle)?;
-        if !self.mode.manual_protect {
+        if !self.dirty_log_mode().manual_protect {
             return Err(MemslotError::ManualProtectDisabled);
         }
         let _writer = self.writer.lock();

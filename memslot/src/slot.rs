@@ -127,6 +127,11 @@ impl SlotFlags {
     pub const fn union(self, other: Self) -> Self {
         Self(self.0 | other.0)
     }
+
+    /// These flags without those of `other`.
+    pub const fn difference(self, other: Self) -> Self {
+        Self(self.0 & !other.0)
+    }
 }
 
 /// What a caller asks for: a slot before it is validated and built.

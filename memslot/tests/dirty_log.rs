@@ -295,3 +295,45 @@ fn repeating_a_region_publishes_nothing() {
     let mut words = [0u64];
     assert_eq!(vm.get_dirty_log(&handle, id, &mut words), Ok(1));
 }
+
+#[test]
+fn the_mode_changes_only_while_no_slot_logs() {
+    let collector = Collector::new();
+    let handle = collector.register();
+    let vm = Memslots::new(&collector, DirtyLogMode::default()).unwrap();
+    vm.create(&handle, spec(1, 128, SlotFlags::NONE)).unwrap();
+    let manual = DirtyLogMode {
+        manual_protect: true,
+        initially_all_set: true,
+    };
+    assert_eq!(
+        vm.set_dirty_log_mode(
+            &handle,
+            DirtyLogMode {
+                manual_protect: false,
+                initially_all_set: true
+            }
+        ),
+        Err(MemslotError::InitiallySetNeedsManualProtect)
+    );
+    vm.set_dirty_log_mode(&handle, manual).unwrap();
+    assert_eq!(vm.dirty_log_mode(), manual);
+    assert_eq!(DirtyLogMode::from_bits(manual.bits()), manual);
+    // Initially all set: the new bitmap reports every page.
+    vm.set_flags(&handle, SlotId::new(1).unwrap(), SlotFlags::LOG_DIRTY)
+        .unwrap();
+    let mut out = [0u64; 2];
+    assert_eq!(
+        vm.get_dirty_log(&handle, SlotId::new(1).unwrap(), &mut out),
+        Ok(128)
+    );
+    assert_eq!(
+        vm.set_dirty_log_mode(&handle, DirtyLogMode::default()),
+        Err(MemslotError::LoggingActive(SlotId::new(1).unwrap()))
+    );
+    vm.set_flags(&handle, SlotId::new(1).unwrap(), SlotFlags::NONE)
+        .unwrap();
+    vm.set_dirty_log_mode(&handle, DirtyLogMode::default())
+        .unwrap();
+    assert_eq!(vm.dirty_log_mode(), DirtyLogMode::default());
+}

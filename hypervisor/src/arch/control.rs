@@ -25,6 +25,7 @@
 //!   vCPU's own CPU, which no other CPU can read, and answer
 //!   `NOT_SUPPORTED`.
 
+use crate::arch::dirty_log;
 use crate::arch::machine::Machine as VmTable;
 use crate::arch::vm::Vm;
 use crate::arch::vm_ops::{self, HostPiece, VmOpError};
@@ -38,12 +39,12 @@ use control_abi::reply::Capabilities;
 use control_abi::vm_info::{VmInfo, VmState};
 use control_abi::{Error, Function, RegisterId};
 use crossbeam_epoch::LocalHandle;
-use memslot::{Gfn, HostPhysAddr, SlotFlags, SlotId};
+use memslot::{DirtyLogMode, Gfn, HostPhysAddr, SlotFlags, SlotId};
 use spin::Once;
 
 /// The capability bits this hypervisor offers: all of 1.0 but vCPU
 /// registers.
-pub const CAPABILITIES: u64 = Capabilities::ALL_1_0;
+pub const CAPABILITIES: u64 = Capabilities::ALL_1_1;
 
 /// The VM table, once the boot CPU created it.
 static VMS: Once<&'static [&'static Vm]> = Once::new();
@@ -77,7 +78,13 @@ pub fn handle_call(caller: &'static Vm, epoch: &LocalHandle, regs: &[u64; 8]) ->
     let mut machine = Machine { fwb: caller.fwb };
     let needs_buffer = matches!(
         Function::from_x0(regs[0]),
-        Some(Function::ListVms | Function::MemoryRead | Function::MemoryWrite)
+        Some(
+            Function::ListVms
+                | Function::MemoryRead
+                | Function::MemoryWrite
+                | Function::DirtyLogGet
+                | Function::DirtyLogClear
+        )
     );
     if !(caller.control && needs_buffer) {
         let call = Caller {
@@ -138,7 +145,9 @@ fn op_error(e: VmOpError) -> Error {
         VmOpError::NoMemory => Error::NoMemory,
         VmOpError::Unmap(_) => Error::Internal,
         VmOpError::NotMapped { .. } => Error::NotMapped,
-        VmOpError::BadRange => Error::InvalidParameters,
+        VmOpError::BadRange | VmOpError::BadChunk(_) => Error::InvalidParameters,
+        VmOpError::Stage2(pgtable::Error::NoMemory) => Error::NoMemory,
+        VmOpError::Stage2(_) => Error::Internal,
     }
 }
 
@@ -225,7 +234,7 @@ impl ControlTarget for Machine {
     }
 
     fn set_slot_flags(&mut self, id: VmId, slot: SlotId, flags: SlotFlags) -> Result<(), Error> {
-        vm_ops::set_slot_flags(vm(id)?, slot, flags).map_err(op_error)
+        dirty_log::set_slot_flags(vm(id)?, slot, flags).map_err(op_error)
     }
 
     fn read_memory(&mut self, id: VmId, ipa: u64, dst: &[HostSpan]) -> Result<(), Error> {
@@ -242,6 +251,33 @@ impl ControlTarget for Machine {
 
     fn write_host(&mut self, dst: HostPhysAddr, bytes: &[u8]) {
         vm_ops::write_host(dst, bytes, self.fwb);
+    }
+
+    fn read_host(&mut self, src: HostPhysAddr, out: &mut [u8]) {
+        vm_ops::read_host(src, out, self.fwb);
+    }
+
+    fn dirty_log_get(&mut self, id: VmId, slot: SlotId, out: &mut [u64]) -> Result<u64, Error> {
+        dirty_log::get(vm(id)?, slot, out).map_err(op_error)
+    }
+
+    fn dirty_log_clear(
+        &mut self,
+        id: VmId,
+        slot: SlotId,
+        first_page: u64,
+        mask: &mut [u64],
+    ) -> Result<u64, Error> {
+        dirty_log::clear(vm(id)?, slot, first_page, mask).map_err(op_error)
+    }
+
+    fn dirty_log_config(
+        &mut self,
+        id: VmId,
+        mode: DirtyLogMode,
+        eager_chunk: u64,
+    ) -> Result<(), Error> {
+        dirty_log::configure(vm(id)?, mode, eager_chunk).map_err(op_error)
     }
 
     fn get_register(&mut self, id: VmId, vcpu: u32, reg: RegisterId) -> Result<u64, Error> {

@@ -11,7 +11,8 @@
 //! (system registers, the running CPU's features, per-CPU data), `drivers`
 //! (the host GIC and console), `vcpu` (a vCPU: its state, run loop and the
 //! machine side of exit handling); `stage2`, `host_console`, `vm`,
-//! `vm_ops`, `machine`, `monitor`, `restart` and `run` are files.
+//! `vm_ops`, `dirty_log`, `machine`, `monitor`, `restart` and `run` are
+//! files.
 //!
 //! # Dependency order
 //!
@@ -32,7 +33,8 @@
 //!    at creation.
 //! 6. `vm_ops` (the VM, host memory, stage 2): memslot changes and guest
 //!    memory copies from outside the VM; `machine` (the VM, firmware, host
-//!    console): the VM table and the per-CPU record.
+//!    console): the VM table and the per-CPU record; `dirty_log` (the VM,
+//!    VM operations, stage 2): dirty logging of a slot.
 //! 7. `monitor` (machine, VM, VM operations, host console, drivers): the
 //!    console's input and the monitor's machine; `control` (machine, VM, VM
 //!    operations): the control interface's machine side; `restart` (VM, VM
@@ -46,6 +48,7 @@
 pub mod boot;
 pub mod control;
 pub mod cpu;
+pub mod dirty_log;
 pub mod drivers;
 pub mod host_console;
 pub mod machine;

@@ -31,6 +31,7 @@
 //! the CPUs of the vCPUs that must see it are kicked.
 
 use crate::arch::boot::firmware;
+use crate::arch::dirty_log;
 use crate::arch::drivers::{console, gic};
 use crate::arch::host_console::{self, HostUart};
 use crate::arch::machine::Machine;
@@ -331,7 +332,7 @@ impl MonitorTarget for MachineTarget {
         slot: SlotId,
         flags: SlotFlags,
     ) -> Result<(), MonitorError> {
-        vm_ops::set_slot_flags(vm_at(vm)?, slot, flags).map_err(MonitorError::Slot)
+        dirty_log::set_slot_flags(vm_at(vm)?, slot, flags).map_err(MonitorError::Slot)
     }
 
     fn power_off(&mut self) -> Result<(), MonitorError> {

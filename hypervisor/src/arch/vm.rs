@@ -170,6 +170,9 @@ pub struct Vm {
     pub boot: BootImage,
     /// Its restarts (`vm::lifecycle`).
     pub lifecycle: Lifecycle,
+    /// Eager split chunk size for dirty logging in bytes; 0: off
+    /// (`arch::dirty_log`).
+    pub eager_split_chunk: core::sync::atomic::AtomicU64,
     /// The CPUs have the GICv3 system-register CPU interface (system-wide).
     pub gic_sysregs: bool,
     /// The host console UART's interrupt, if it has one.
@@ -278,7 +281,26 @@ impl Vm {
             ipa: slot.base_gfn().0 << memslot::PAGE_SHIFT,
             size: slot.npages() << memslot::PAGE_SHIFT,
             backing: slot.backing().0,
+            logging: slot.flags().contains(SlotFlags::LOG_DIRTY),
         })
+    }
+
+    /// Marks the page of `ipa` dirty in the log of the slot that holds it;
+    /// true when the mark is new (false also when the slot does not log).
+    pub fn mark_dirty(
+        &self,
+        handle: &crossbeam_epoch::LocalHandle,
+        ipa: u64,
+        cache: &mut memslot::VcpuSlotCache,
+    ) -> bool {
+        let guard = handle.pin();
+        let Ok(slots) = self.memslots.slots(&guard) else {
+            return false;
+        };
+        let gfn = Gfn::from_ipa(ipa);
+        slots
+            .find_cached(gfn, cache)
+            .is_some_and(|slot| slot.mark_dirty(gfn))
     }
 
     /// Logs `args` at `level` as a line of vCPU `vcpu` about the
@@ -790,6 +812,7 @@ pub fn create_vm(
         counters,
         boot,
         lifecycle: Lifecycle::new(),
+        eager_split_chunk: core::sync::atomic::AtomicU64::new(0),
         gic_sysregs: features.gic_sysregs,
         host_uart_intid: info.platform.uart_intid,
         event_log: Mutex::new(EventLog::new(RatePolicy::for_counter_frequency(

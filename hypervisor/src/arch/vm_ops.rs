@@ -76,6 +76,10 @@ pub enum VmOpError {
     },
     /// The guest range wraps or is longer than the host spans given.
     BadRange,
+    /// A stage-2 operation (write-protect, split) failed.
+    Stage2(pgtable::Error),
+    /// An eager split chunk size that is not a multiple of 4 KiB.
+    BadChunk(u64),
 }
 
 impl fmt::Display for VmOpError {
@@ -89,6 +93,10 @@ impl fmt::Display for VmOpError {
             ),
             Self::NotMapped { ipa } => write!(f, "guest address {ipa:#x} is not RAM of the VM"),
             Self::BadRange => write!(f, "the guest range wraps or does not match the buffer"),
+            Self::Stage2(e) => write!(f, "stage 2: {e}"),
+            Self::BadChunk(chunk) => {
+                write!(f, "eager split chunk {chunk:#x} is not a multiple of 4 KiB")
+            }
         }
     }
 }
@@ -97,7 +105,7 @@ impl core::error::Error for VmOpError {
     fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
         match self {
             Self::Memslot(e) => Some(e),
-            Self::Unmap(e) => Some(e),
+            Self::Unmap(e) | Self::Stage2(e) => Some(e),
             _ => None,
         }
     }
@@ -185,17 +193,6 @@ pub fn move_slot(vm: &Vm, id: SlotId, base_gfn: Gfn) -> Result<SlotSpec, VmOpErr
     );
     cache.release(&FrameMemory::TABLES);
     Ok(result?)
-}
-
-/// Changes the flags of slot `id` of `vm` (dirty logging on or off). The
-/// stage-2 mappings stay: write protection for dirty logging is the dirty
-/// logging engine's job.
-pub fn set_slot_flags(vm: &Vm, id: SlotId, flags: SlotFlags) -> Result<(), VmOpError> {
-    let handle = vm.collector.register();
-    vm.memslots
-        .set_flags(&handle, id, flags)
-        .map(|_| ())
-        .map_err(VmOpError::Memslot)
 }
 
 /// A piece of host memory: `len` bytes at `host` (identity mapped).
@@ -333,6 +330,20 @@ pub fn write_host(dst: HostPhysAddr, bytes: &[u8], fwb: bool) {
     if !fwb {
         sysreg::clean_inval_dcache_to_poc(addr, bytes.len(), caps.dline);
     }
+}
+
+/// Reads `out.len()` bytes of host memory at `src` (a translated span of a
+/// caller's buffer), cleaned and invalidated to the point of coherency first
+/// without FEAT_S2FWB (the caller may have written it non-cacheable).
+pub fn read_host(src: HostPhysAddr, out: &mut [u8], fwb: bool) {
+    let addr = src.0 as usize;
+    if !fwb {
+        let caps = CacheCaps::from_ctr(read_sysreg!(ctr_el0));
+        sysreg::clean_inval_dcache_to_poc(addr, out.len(), caps.dline);
+    }
+    // SAFETY: `src` is identity-mapped RAM of the caller's translated buffer,
+    // at least `out.len()` bytes long (one span).
+    unsafe { core::ptr::copy(addr as *const u8, out.as_mut_ptr(), out.len()) };
 }
 
 /// Pages in all of `vm`'s memslots, and how many slots it has (one view of

@@ -59,6 +59,7 @@ mod tests {
         ipa: 0x4000_0000,
         size: 0x1000_0000,
         backing: 0x8000_0000,
+        logging: false,
     };
 
     fn abort(kind: FaultKind) -> InstructionAbort {

@@ -63,11 +63,15 @@ pub enum Counter {
     LogLinesSuppressed,
     /// Times the VM was restarted in place (`vm::lifecycle`).
     Restarts,
+    /// Pages a fault marked dirty in a logging slot (new marks only).
+    DirtyPagesMarked,
+    /// Tables collapsed back into a block by a fault after dirty logging.
+    Stage2Collapses,
 }
 
 impl Counter {
     /// Every counter, in report order.
-    pub const ALL: [Counter; 22] = [
+    pub const ALL: [Counter; 24] = [
         Counter::Stage2Faults,
         Counter::MappedPages4k,
         Counter::MappedBlocks2m,
@@ -90,6 +94,8 @@ impl Counter {
         Counter::CmoVmRegTraps,
         Counter::LogLinesSuppressed,
         Counter::Restarts,
+        Counter::DirtyPagesMarked,
+        Counter::Stage2Collapses,
     ];
 
     /// The name printed in the report.
@@ -117,6 +123,8 @@ impl Counter {
             Counter::CmoVmRegTraps => "cmo_vmreg_traps",
             Counter::LogLinesSuppressed => "log_lines_suppressed",
             Counter::Restarts => "restarts",
+            Counter::DirtyPagesMarked => "dirty_pages_marked",
+            Counter::Stage2Collapses => "stage2_collapses",
         }
     }
 }
@@ -229,6 +237,8 @@ mod tests {
                 "cmo_vmreg_traps",
                 "log_lines_suppressed",
                 "restarts",
+                "dirty_pages_marked",
+                "stage2_collapses",
             ]
         );
         assert_eq!(snap[0], ("stage2_faults", 1));

@@ -3,14 +3,17 @@
 
 use super::Vcpu;
 use crate::arch::stage2::FrameMemory;
+use crate::arch::vm::Vm;
 use crate::exit::data_abort::{self, DataAbortRoute};
 use crate::exit::esr::{DataAbort, FaultKind, InstructionAbort};
 use crate::exit::flow::{Flow, StopReason};
 use crate::exit::inject::InjectKind;
 use crate::exit::instruction_abort::{self, InstructionAbortRoute};
-use crate::stage2::fault::{self, MappedFault, SlotView};
+use crate::stage2::fault::{self, Access, MappedFault, MappedLeaf, SlotView};
 use crate::vm::counters::Counter;
-use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, FaultTicket, Perms, PhysAddr};
+use crossbeam_epoch::LocalHandle;
+use memslot::VcpuSlotCache;
+use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, FaultTicket, PhysAddr};
 
 impl Vcpu {
     /// A stage-2 data abort, routed by `exit::data_abort`.
@@ -20,7 +23,15 @@ impl Vcpu {
         let ticket = self.vm.stage2.fault_ticket();
         let slot = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache);
         match data_abort::route(&abort, ipa, self.regs.pc, slot, &self.vm.mmio)? {
-            DataAbortRoute::FaultIn { slot, kind } => self.fault_in(ticket, slot, ipa, kind, false),
+            DataAbortRoute::FaultIn { slot, kind } => {
+                // A stage-1 walk counts as a write (it may set flags).
+                let access = if abort.write || abort.stage1_walk {
+                    Access::Write
+                } else {
+                    Access::Read
+                };
+                self.fault_in(ticket, slot, ipa, kind, access)
+            }
             DataAbortRoute::Uart { access, offset } => {
                 self.uart_access(abort.write, access, offset)
             }
@@ -43,7 +54,7 @@ impl Vcpu {
         let slot = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache);
         match instruction_abort::route(&abort, ipa, self.regs.pc, slot)? {
             InstructionAbortRoute::FaultIn { slot, kind } => {
-                self.fault_in(ticket, slot, ipa, kind, true)
+                self.fault_in(ticket, slot, ipa, kind, Access::Exec)
             }
             InstructionAbortRoute::InjectAbort(cause) => {
                 self.inject_abort(InjectKind::InstructionAbort, ipa, cause)?;
@@ -61,14 +72,19 @@ impl Vcpu {
     /// instruction cache first where the CPU needs it). The leaf is installed
     /// only if no slot was deleted or moved since `ticket` was taken, before
     /// the slot lookup (`pgtable::invalidate`); otherwise the guest retries.
+    /// While the slot logs dirty pages, faults map pages only, reads map
+    /// read-only and a write marks its page dirty inside the same read-side
+    /// section (`stage2::fault`, "Dirty logging").
     pub(super) fn fault_in(
         &mut self,
         ticket: FaultTicket,
         slot: SlotView,
         ipa: u64,
         kind: FaultKind,
-        exec: bool,
+        access: Access,
     ) -> Result<Flow, StopReason> {
+        let logging = slot.logging;
+        let dirty = fault::marks_dirty(access, logging);
         self.bump(Counter::Stage2Faults);
         if kind == FaultKind::AccessFlag {
             let result = self
@@ -82,7 +98,7 @@ impl Vcpu {
                 Err(error) => Err(StopReason::AccessFlag { ipa, error }),
             };
         }
-        let Some(leaf) = fault::fault_leaf(slot, ipa, 1 << 30) else {
+        let Some(leaf) = fault::fault_leaf(slot, ipa, fault::max_leaf(logging)) else {
             return Err(StopReason::LeftMemslot { ipa });
         };
         if self
@@ -96,23 +112,36 @@ impl Vcpu {
             Ok(mmu) => mmu,
             Err(error) => return Err(StopReason::Stage2ReadSide { ipa, error }),
         };
+        let mut collapse = false;
         if let Some(mapping) = mmu.lookup(ipa) {
             // Mapped already (a permission fault, or another vCPU mapped or
             // relaxed it since this one faulted): widen the leaf if this
-            // access needs it and drop this CPU's stale entry.
-            return match fault::on_mapped(kind == FaultKind::Permission, exec, mapping.perms()) {
-                MappedFault::Resume => Ok(Flow::Resume),
-                MappedFault::RelaxAndInvalidateLocal(perms) => {
-                    match mmu.relax_perms(ipa, perms, &self.vm.tlb) {
-                        // Relaxed, or the leaf is gone or busy: the access
-                        // faults again if it still needs to.
-                        Ok(()) | Err(pgtable::Error::Again) => Ok(Flow::Resume),
-                        Err(error) => Err(StopReason::RelaxPermissions { ipa, error }),
-                    }
-                }
+            // access needs it and drop this CPU's stale entry, or map anew.
+            let mapped = MappedLeaf {
+                perms: mapping.perms(),
+                size: mapping.leaf_size(),
             };
+            let permission = kind == FaultKind::Permission;
+            match fault::on_mapped(permission, access, mapped, logging, leaf.size) {
+                MappedFault::Resume => return Ok(Flow::Resume),
+                MappedFault::RelaxAndInvalidateLocal(perms) => {
+                    return match mmu.relax_perms(ipa, perms, &self.vm.tlb) {
+                        Ok(()) => {
+                            if dirty {
+                                mark_dirty(self.vm, &self.epoch, &mut self.slot_cache, ipa);
+                            }
+                            Ok(Flow::Resume)
+                        }
+                        // The leaf is gone or busy: the access faults
+                        // again if it still needs to.
+                        Err(pgtable::Error::Again) => Ok(Flow::Resume),
+                        Err(error) => Err(StopReason::RelaxPermissions { ipa, error }),
+                    };
+                }
+                MappedFault::Remap => collapse = mapped.size < leaf.size,
+            }
         }
-        let perms = if exec { Perms::RWX } else { Perms::RW };
+        let perms = fault::new_leaf_perms(access, logging);
         let result = mmu.map_checked(
             ticket,
             FaultMapping {
@@ -124,9 +153,15 @@ impl Vcpu {
             &mut self.page_cache,
             &self.vm.tlb,
         );
+        if result.is_ok() && dirty {
+            mark_dirty(self.vm, &self.epoch, &mut self.slot_cache, ipa);
+        }
         drop(mmu);
         match result {
             Ok(()) => {
+                if collapse {
+                    self.bump(Counter::Stage2Collapses);
+                }
                 self.bump(match leaf.size {
                     0x4000_0000 => Counter::MappedBlocks1g,
                     0x20_0000 => Counter::MappedBlocks2m,
@@ -143,5 +178,13 @@ impl Vcpu {
                 error,
             }),
         }
+    }
+}
+
+/// Marks the page of `ipa` dirty in its slot's log (called inside the
+/// read-side section that made it writable), counting new marks.
+fn mark_dirty(vm: &Vm, epoch: &LocalHandle, cache: &mut VcpuSlotCache, ipa: u64) {
+    if vm.mark_dirty(epoch, ipa, cache) {
+        vm.counters.bump(Counter::DirtyPagesMarked);
     }
 }

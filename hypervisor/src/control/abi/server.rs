@@ -16,10 +16,12 @@
 //! 5. The [`ControlTarget`] does the work; its error, if any, is the result.
 //!    Pages of the caller written by the hypervisor are then marked dirty.
 
+use alloc::vec;
+use alloc::vec::Vec;
 use control_abi::reply::{self, Capabilities, ListVmsReply, Version};
 use control_abi::vm_info::RECORD_SIZE;
 use control_abi::{Call, Error, MAX_TRANSFER, MemoryTransfer, SlotRequest, function};
-use memslot::{Gfn, HostPhysAddr, SlotFlags, SlotId};
+use memslot::{DirtyLogMode, Gfn, HostPhysAddr, SlotFlags, SlotId};
 
 use crate::control::abi::buffer::{Access, Buffer, CallerMemory};
 use crate::control::abi::target::{ControlTarget, NewSlot, VmId};
@@ -104,7 +106,59 @@ fn run<M: CallerMemory + ?Sized>(
         Call::VcpuSetRegister { reg: r, value } => target
             .set_register(r.vm, r.vcpu, r.reg, value)
             .map(|()| done)?,
+        Call::DirtyLogGet(g) => {
+            let buffer = Buffer::translate(caller.memory, g.buffer, g.len, Access::Write)?;
+            let mut words = vec![0u64; (g.len / 8) as usize];
+            let count = target.dirty_log_get(g.vm, slot_id(g.slot)?, &mut words)?;
+            write_words(target, &buffer, &words);
+            buffer.mark_written(caller.memory);
+            reply::success(count, 0, 0)
+        }
+        Call::DirtyLogClear(c) => {
+            // Read, then written back: the pages that were dirty.
+            let buffer = Buffer::translate(caller.memory, c.buffer, c.len, Access::Write)?;
+            let mut words = read_words(target, &buffer);
+            let count = target.dirty_log_clear(c.vm, slot_id(c.slot)?, c.first_page, &mut words)?;
+            write_words(target, &buffer, &words);
+            buffer.mark_written(caller.memory);
+            reply::success(count, 0, 0)
+        }
+        Call::DirtyLogConfig {
+            vm,
+            mode,
+            eager_chunk,
+        } => target
+            .dirty_log_config(vm, DirtyLogMode::from_bits(mode), eager_chunk)
+            .map(|()| done)?,
     })
+}
+
+/// Writes `words` (little-endian) into the buffer's spans, in order.
+fn write_words(target: &mut impl ControlTarget, buffer: &Buffer, words: &[u64]) {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let mut at = 0;
+    for span in buffer.spans() {
+        let len = span.len as usize;
+        target.write_host(span.host, &bytes[at..at + len]);
+        at += len;
+    }
+}
+
+/// Reads the buffer's spans, in order, as little-endian words (the buffer
+/// is a whole number of words).
+fn read_words(target: &mut impl ControlTarget, buffer: &Buffer) -> Vec<u64> {
+    let len: u64 = buffer.spans().iter().map(|span| span.len).sum();
+    let mut bytes = vec![0u8; len as usize];
+    let mut at = 0;
+    for span in buffer.spans() {
+        let len = span.len as usize;
+        target.read_host(span.host, &mut bytes[at..at + len]);
+        at += len;
+    }
+    bytes
+        .chunks_exact(8)
+        .map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes")))
+        .collect()
 }
 
 fn transferred(t: &MemoryTransfer) -> [u64; 4] {

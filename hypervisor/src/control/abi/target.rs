@@ -9,7 +9,7 @@
 //! interface errors through [`memslot_error`].
 
 use control_abi::{Error, RegisterId, VmInfo};
-use memslot::{Gfn, HostPhysAddr, MemslotError, SlotFlags, SlotId};
+use memslot::{DirtyLogMode, Gfn, HostPhysAddr, MemslotError, SlotFlags, SlotId};
 
 use crate::control::abi::buffer::HostSpan;
 
@@ -101,6 +101,39 @@ pub trait ControlTarget {
         reg: RegisterId,
         value: u64,
     ) -> Result<(), Error>;
+
+    /// Reads `out.len()` bytes of host memory at `src`: a span the
+    /// dispatcher translated from the caller's buffer (`DIRTY_LOG_CLEAR`'s
+    /// mask).
+    fn read_host(&mut self, src: HostPhysAddr, out: &mut [u8]);
+
+    /// `DIRTY_LOG_GET`: the slot's dirty bitmap into `out` (bit `i` is page
+    /// `i` of the slot); returns the pages reported. Without manual
+    /// protection the reported pages are taken and write-protected again.
+    /// [`Error::InvalidParameters`] when the slot does not log or `out` is
+    /// shorter than the bitmap.
+    fn dirty_log_get(&mut self, vm: VmId, id: SlotId, out: &mut [u64]) -> Result<u64, Error>;
+
+    /// `DIRTY_LOG_CLEAR` (manual protection): clears the pages of `mask`
+    /// (bit `i` is page `first_page + i`) from the slot's log and
+    /// write-protects those that were dirty, which `mask` holds on return;
+    /// returns how many.
+    fn dirty_log_clear(
+        &mut self,
+        vm: VmId,
+        id: SlotId,
+        first_page: u64,
+        mask: &mut [u64],
+    ) -> Result<u64, Error>;
+
+    /// `DIRTY_LOG_CONFIG`: the VM's dirty-log mode (refused while one of its
+    /// slots logs) and eager split chunk size in bytes (0: off).
+    fn dirty_log_config(
+        &mut self,
+        vm: VmId,
+        mode: DirtyLogMode,
+        eager_chunk: u64,
+    ) -> Result<(), Error>;
 }
 
 /// The interface error for a refused memslot operation.
@@ -122,6 +155,7 @@ pub fn memslot_error(e: MemslotError) -> Error {
         | MemslotError::NotLogging(_)
         | MemslotError::ManualProtectDisabled
         | MemslotError::InitiallySetNeedsManualProtect
+        | MemslotError::LoggingActive(_)
         | MemslotError::DirtyBufferTooSmall { .. }
         | MemslotError::DirtyClearUnaligned(_)
         | MemslotError::DirtyClearOutOfRange { .. }

@@ -267,6 +267,46 @@ impl ControlTarget for Fake {
         self.host(dst.0, bytes.len() as u64).copy_from_slice(bytes);
     }
 
+    fn read_host(&mut self, src: HostPhysAddr, out: &mut [u8]) {
+        self.log.push("read_host");
+        out.copy_from_slice(self.host(src.0, out.len() as u64));
+    }
+
+    fn dirty_log_get(&mut self, vm: VmId, id: SlotId, out: &mut [u64]) -> Result<u64, Error> {
+        self.log.push("dirty_log_get");
+        let vm = self.vm(vm)?;
+        vm.slots
+            .get_dirty_log(&vm.handle, id, out)
+            .map_err(memslot_error)
+    }
+
+    fn dirty_log_clear(
+        &mut self,
+        vm: VmId,
+        id: SlotId,
+        first_page: u64,
+        mask: &mut [u64],
+    ) -> Result<u64, Error> {
+        self.log.push("dirty_log_clear");
+        let vm = self.vm(vm)?;
+        vm.slots
+            .clear_dirty_log(&vm.handle, id, first_page, mask)
+            .map_err(memslot_error)
+    }
+
+    fn dirty_log_config(
+        &mut self,
+        vm: VmId,
+        mode: DirtyLogMode,
+        _eager_chunk: u64,
+    ) -> Result<(), Error> {
+        self.log.push("dirty_log_config");
+        let vm = self.vm(vm)?;
+        vm.slots
+            .set_dirty_log_mode(&vm.handle, mode)
+            .map_err(memslot_error)
+    }
+
     fn get_register(&mut self, vm: VmId, vcpu: u32, reg: RegisterId) -> Result<u64, Error> {
         self.log.push("get_register");
         let vm = self.vm(vm)?;
