@@ -137,6 +137,13 @@ pub enum Scenario {
     /// The peer of `control`: refused by the control interface, writes a
     /// pattern, then touches memory outside its RAM until stopped.
     ControlPeer,
+    /// A control VM (`control=1`) checks a `dirty-writer` VM's dirty log
+    /// against its memory, round after round (`dirty-mode=`,
+    /// `eager-split=` in [`RunConfig::guest_args`]).
+    DirtyLog,
+    /// The peer of `dirty-log`: writes and reads random pages of a region
+    /// until stopped.
+    DirtyWriter,
 }
 
 impl Scenario {
@@ -153,6 +160,8 @@ impl Scenario {
         Scenario::Echo,
         Scenario::Control,
         Scenario::ControlPeer,
+        Scenario::DirtyLog,
+        Scenario::DirtyWriter,
     ];
 
     /// The scenario's name on the command line and in `test=`.
@@ -169,6 +178,8 @@ impl Scenario {
             Scenario::Echo => "echo",
             Scenario::Control => "control",
             Scenario::ControlPeer => "control-peer",
+            Scenario::DirtyLog => "dirty-log",
+            Scenario::DirtyWriter => "dirty-writer",
         }
     }
 

@@ -125,6 +125,14 @@ pub fn enable(vm: &Vm, id: SlotId) -> Result<EnableReport, VmOpError> {
         cache.release(&FrameMemory::TABLES);
         result.map_err(VmOpError::Stage2)?
     };
+    log::info!(
+        "vm{} ({}): dirty logging on for slot {}: {protected:#x} bytes write-protected, {} blocks split in {} chunks",
+        vm.index,
+        vm.name,
+        id.get(),
+        split.blocks_split,
+        split.chunks
+    );
     Ok(EnableReport { protected, split })
 }
 

@@ -1,18 +1,18 @@
 //! Where a stage-2 data abort goes.
 //!
 //! [`route`] decides from the abort's syndrome, the memslot holding the IPA
-//! (if any) and the VM's device windows: a translation or access-flag fault
-//! in guest RAM is faulted in; an access that lies wholly in a device's
-//! window and carries an instruction syndrome is emulated by that device;
-//! anything else gets an abort injected, with the [`AbortCause`] the log line
-//! gives. Any other fault status stops the VM: the hypervisor maps guest RAM
-//! read-write, so no permission or other fault can come from a guest's data
-//! access.
+//! (if any) and the VM's device windows: a translation, access-flag or
+//! permission fault in guest RAM is faulted in (a permission fault: a write
+//! to a page write-protected for dirty logging, or a stale entry of a leaf
+//! relaxed meanwhile); an access that lies wholly in a device's window and
+//! carries an instruction syndrome is emulated by that device; anything else
+//! gets an abort injected, with the [`AbortCause`] the log line gives. Any
+//! other fault status (address size, external) stops the VM.
 //!
 //! # Algorithm
 //!
-//! 1. The fault status must be a translation or access-flag fault, or the VM
-//!    stops ([`StopReason::DataAbortStatus`]).
+//! 1. The fault status must be a translation, access-flag or permission
+//!    fault, or the VM stops ([`StopReason::DataAbortStatus`]).
 //! 2. In a memslot: fault in.
 //! 3. A fault on a stage-1 table walk outside RAM: inject (nothing to emulate).
 //! 4. With an access description (`ISV`): the whole access, not only its
@@ -113,7 +113,9 @@ pub fn route(
 ) -> Result<DataAbortRoute, StopReason> {
     let kind = abort.status.kind;
     match kind {
-        FaultKind::Translation | FaultKind::AccessFlag => {}
+        // Permission: a write to a page write-protected for dirty logging
+        // (or a leaf another vCPU relaxed meanwhile): the fault path fixes it.
+        FaultKind::Translation | FaultKind::AccessFlag | FaultKind::Permission => {}
         other => {
             return Err(StopReason::DataAbortStatus {
                 ipa,
@@ -216,13 +218,25 @@ mod tests {
     }
 
     #[test]
-    fn other_fault_status_stops() {
+    fn a_permission_fault_in_ram_is_faulted_in() {
         let a = abort(FaultKind::Permission, None);
+        assert_eq!(
+            route(&a, RAM.ipa, 0x80, Some(RAM), &bus()),
+            Ok(DataAbortRoute::FaultIn {
+                slot: RAM,
+                kind: FaultKind::Permission
+            })
+        );
+    }
+
+    #[test]
+    fn other_fault_status_stops() {
+        let a = abort(FaultKind::AddressSize, None);
         assert_eq!(
             route(&a, RAM.ipa, 0x80, Some(RAM), &bus()),
             Err(StopReason::DataAbortStatus {
                 ipa: RAM.ipa,
-                kind: FaultKind::Permission,
+                kind: FaultKind::AddressSize,
                 level: Some(3),
                 pc: 0x80
             })

@@ -12,7 +12,9 @@
 //! [`FuzzOptions::ALLOW_NAMES`]) and `fuzz-verbose=1` (a progress line
 //! before every operation, to find the one a hang is in). The bad guest reads
 //! `bad-exit=reset` (end with PSCI `SYSTEM_RESET` after the hostile accesses,
-//! instead of printing a result; `bad-exit=result` is the default). Numbers are decimal or `0x` hex. Other
+//! instead of printing a result; `bad-exit=result` is the default). The
+//! dirty-log scenario reads `dirty-mode=plain|manual|all-set` and
+//! `eager-split=SIZE` ([`DirtyOptions`]). Numbers are decimal or `0x` hex. Other
 //! words are ignored, as a kernel ignores parameters it does not know. Pure
 //! code, tested on the host.
 
@@ -46,6 +48,12 @@ pub enum Scenario {
     /// The peer of `control`: writes a pattern, then touches two windows
     /// outside its RAM until stopped.
     ControlPeer,
+    /// A control VM checks a peer's dirty log against its memory, round
+    /// after round (`dirty_log`).
+    DirtyLog,
+    /// The peer of `dirty-log`: writes and reads random pages of a region
+    /// until stopped.
+    DirtyWriter,
 }
 
 impl Scenario {
@@ -62,6 +70,8 @@ impl Scenario {
         Scenario::Echo,
         Scenario::Control,
         Scenario::ControlPeer,
+        Scenario::DirtyLog,
+        Scenario::DirtyWriter,
     ];
 
     /// The name used in `test=`.
@@ -78,6 +88,8 @@ impl Scenario {
             Scenario::Echo => "echo",
             Scenario::Control => "control",
             Scenario::ControlPeer => "control-peer",
+            Scenario::DirtyLog => "dirty-log",
+            Scenario::DirtyWriter => "dirty-writer",
         }
     }
 }
@@ -185,6 +197,21 @@ pub struct Options {
     /// the host address that backs another VM's RAM), and must catch the
     /// abort.
     pub probe_ipa: Option<u64>,
+    /// The dirty-log scenario's settings.
+    pub dirty: DirtyOptions,
+}
+
+/// The `dirty-log` scenario's settings: `dirty-mode=plain|manual|all-set`
+/// (the peer's dirty-log mode: harvest clears, manual protection, manual
+/// protection with bitmaps that start all set) and `eager-split=SIZE`
+/// (eager split chunk size in bytes, 0: off).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirtyOptions {
+    /// Mode bits as `DIRTY_LOG_CONFIG` takes them (bit 0 manual
+    /// protection, bit 1 initially all set).
+    pub mode: u8,
+    /// Eager split chunk size in bytes.
+    pub eager_split: u64,
 }
 
 impl Options {
@@ -195,6 +222,7 @@ impl Options {
         let mut fuzz = FuzzOptions::DEFAULT;
         let mut bad_exit_reset = false;
         let mut probe_ipa = None;
+        let mut dirty = DirtyOptions::default();
         for word in bootargs.split_ascii_whitespace() {
             let Some((key, value)) = word.split_once('=') else {
                 continue;
@@ -218,6 +246,15 @@ impl Options {
                 "seeds" => fuzz.seeds = number(value).ok_or(word)?,
                 "ops" => fuzz.ops = number(value).ok_or(word)?,
                 "probe-ipa" => probe_ipa = Some(number(value).ok_or(word)?),
+                "dirty-mode" => {
+                    dirty.mode = match value {
+                        "plain" => 0,
+                        "manual" => 1,
+                        "all-set" => 3,
+                        _ => return Err(word),
+                    }
+                }
+                "eager-split" => dirty.eager_split = number(value).ok_or(word)?,
                 "fuzz-verbose" => fuzz.verbose = number(value).ok_or(word)? != 0,
                 "fuzz-allow" | "fuzz-deny" => {
                     for name in value.split(',').filter(|n| !n.is_empty()) {
@@ -241,6 +278,7 @@ impl Options {
             fuzz,
             bad_exit_reset,
             probe_ipa,
+            dirty,
         })
     }
 
@@ -289,6 +327,17 @@ mod tests {
             Some(0x4c00_0000)
         );
         assert_eq!(Options::parse("probe-ipa=x"), Err("probe-ipa=x"));
+        let dirty =
+            Options::parse("test=dirty-log dirty-mode=all-set eager-split=0x200000").unwrap();
+        assert_eq!(dirty.scenario, Scenario::DirtyLog);
+        assert_eq!(
+            dirty.dirty,
+            DirtyOptions {
+                mode: 3,
+                eager_split: 0x20_0000
+            }
+        );
+        assert_eq!(Options::parse("dirty-mode=x"), Err("dirty-mode=x"));
         assert_eq!(
             Options::parse("test=memory test=bad-guest")
                 .unwrap()

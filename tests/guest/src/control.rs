@@ -153,7 +153,7 @@ pub fn peer(_platform: &Platform) -> Result<(), Failure> {
 }
 
 /// An outcome as a number for a failure report: 0 or the error code.
-fn code<T>(result: Result<T, CallError>) -> i64 {
+pub(crate) fn code<T>(result: Result<T, CallError>) -> i64 {
     match result {
         Ok(_) => 0,
         Err(CallError::Refused(e)) => e.code(),
@@ -162,7 +162,7 @@ fn code<T>(result: Result<T, CallError>) -> i64 {
 }
 
 /// `result` must be `Ok`.
-fn ok<T>(step: &'static str, result: Result<T, CallError>) -> Result<T, Failure> {
+pub(crate) fn ok<T>(step: &'static str, result: Result<T, CallError>) -> Result<T, Failure> {
     result.map_err(|e| Failure::Control {
         step,
         code: code::<()>(Err(e)),
@@ -299,7 +299,7 @@ fn wait_for(
 }
 
 /// The peer's record from `LIST_VMS` (the VM without the control flag).
-fn find_peer(client: &Client<Hvc>) -> Result<VmInfo, Failure> {
+pub(crate) fn find_peer(client: &Client<Hvc>) -> Result<VmInfo, Failure> {
     // The records straddle the buffer's page boundary.
     let start = buffer_ipa() + PAGE - RECORD_SIZE as u64;
     let reply = ok(

@@ -61,6 +61,8 @@ mod console;
 #[cfg(target_os = "none")]
 mod control;
 #[cfg(target_os = "none")]
+mod dirty_log;
+#[cfg(target_os = "none")]
 mod echo;
 #[cfg(target_os = "none")]
 mod el0;

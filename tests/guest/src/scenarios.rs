@@ -634,6 +634,11 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
         }
         Scenario::Control => crate::control::control(platform),
         Scenario::ControlPeer => crate::control::peer(platform),
+        Scenario::DirtyLog | Scenario::DirtyWriter if !psci::hypervisor_services() => {
+            Err(Failure::NeedsHypervisor)
+        }
+        Scenario::DirtyLog => crate::dirty_log::control(options.dirty),
+        Scenario::DirtyWriter => crate::dirty_log::writer(),
     }
 }
 

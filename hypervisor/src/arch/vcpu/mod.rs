@@ -47,7 +47,9 @@
 //!
 //! Stage-2 faults map guest RAM read-write on data accesses and add execute
 //! permission on the first instruction fetch (as KVM does), so instruction
-//! cache maintenance covers only executed memory. Without FEAT_S2FWB the
+//! cache maintenance covers only executed memory; in a slot that logs dirty
+//! pages they map 4 KiB pages, reads read-only, and a write marks its page
+//! (`stage2::fault`, `arch::dirty_log`). Without FEAT_S2FWB the
 //! guest's set/way cache maintenance is trapped (`HCR_EL2.TSW`) and turned
 //! into flushes of guest memory by address, and while set/way is tracked the
 //! virtual-memory control registers are trapped (`HCR_EL2.TVM`) so that the

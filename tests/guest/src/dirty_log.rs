@@ -1,0 +1,361 @@
+//! The `dirty-log` and `dirty-writer` scenarios: a control VM checks the
+//! hypervisor's dirty log of a peer against the peer's memory, round after
+//! round, as KVM's `dirty_log_test` does.
+//!
+//! # `dirty-writer` (one vCPU)
+//!
+//! Writes every page of [`REGION`] once (so that its RAM is mapped with
+//! blocks before logging starts), sets the ready magic in [`MAILBOX`], then
+//! loops forever: a pseudo-random page of the region is written (a word of
+//! it gets the next sequence number, so its content always changes) or
+//! read; the sequence number goes to the mailbox every [`PROGRESS_EVERY`]
+//! operations.
+//!
+//! # `dirty-log` (one vCPU, `control=1`)
+//!
+//! 1. Finds the peer, waits for its ready magic, sets its dirty-log mode and
+//!    eager split chunk (`DIRTY_LOG_CONFIG`, from `dirty-mode=` and
+//!    `eager-split=`) and turns logging on for its RAM slot (slot 0,
+//!    `SLOT_SET_FLAGS`), then reads the region.
+//! 2. [`ROUNDS`] rounds while the peer writes: `DIRTY_LOG_GET` (with manual
+//!    protection also `DIRTY_LOG_CLEAR` of what it reported), then reads the
+//!    region again. A page that changed since the last read must be
+//!    reported in this round, or, if it changed after the harvest (the read
+//!    follows it), in the next one: a page changed and reported in neither
+//!    is a lost write, and fails the scenario with its address.
+//! 3. A last round with the peer paused (`VM_PAUSE`): no write can follow
+//!    the harvest, so every page that changed must be reported now.
+//! 4. With `all-set`, the first harvest must report every page of the slot.
+//! 5. Turns logging off, lets the peer write on (its write faults now map
+//!    blocks again: the hypervisor's `stage2_collapses` counter shows it),
+//!    stops the peer and passes.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use control_abi::{
+    Client, DirtyLogClear, DirtyLogGet, Hvc, MAX_TRANSFER, MemoryTransfer, SlotFlags,
+};
+
+use crate::bootargs::DirtyOptions;
+use crate::control::{code, find_peer, ok};
+use crate::memory_map::PAGE;
+use crate::println;
+use crate::scenarios::Failure;
+use crate::smp::Deadline;
+
+/// The peer's RAM starts here (its slot 0).
+const RAM_BASE: u64 = 0x4000_0000;
+/// The region the writer changes: 64 MiB into its RAM (two 2 MiB blocks).
+pub const REGION: u64 = 0x4400_0000;
+/// Pages of the region.
+pub const REGION_PAGES: usize = 1024;
+const REGION_BYTES: usize = REGION_PAGES * PAGE as usize;
+/// The region's first page as a page of slot 0.
+const REGION_FIRST: u64 = (REGION - RAM_BASE) / PAGE;
+/// Checked rounds while the peer runs.
+const ROUNDS: u32 = 6;
+/// The writer publishes its sequence number this often.
+const PROGRESS_EVERY: u64 = 64;
+/// Writes the peer makes between two harvests, at least.
+const WRITES_PER_ROUND: u64 = 256;
+/// The writer's ready magic.
+const READY: u64 = 0x4449_5254_5952_4459;
+/// Words of the largest slot-0 bitmap this scenario handles (512 MiB).
+const BITMAP_WORDS: usize = 2048;
+
+/// `[0]` ready magic, `[1]` the writer's sequence number.
+#[repr(C, align(4096))]
+struct Mailbox([AtomicU64; 512]);
+
+static MAILBOX: Mailbox = Mailbox([const { AtomicU64::new(0) }; 512]);
+
+/// A copy of the region, page-aligned.
+#[repr(C, align(4096))]
+struct RegionCopy([u8; REGION_BYTES]);
+
+static mut COPIES: [RegionCopy; 2] = [RegionCopy([0; REGION_BYTES]), RegionCopy([0; REGION_BYTES])];
+
+#[repr(C, align(4096))]
+struct Bitmap([u64; BITMAP_WORDS]);
+
+static mut BITMAP: Bitmap = Bitmap([0; BITMAP_WORDS]);
+static mut MASK: Bitmap = Bitmap([0; BITMAP_WORDS]);
+
+fn mailbox_ipa(word: usize) -> u64 {
+    MAILBOX.0.as_ptr() as u64 + word as u64 * 8
+}
+
+/// The `dirty-writer` scenario; never returns (the control VM stops it).
+pub fn writer() -> Result<(), Failure> {
+    for page in 0..REGION_PAGES as u64 {
+        // SAFETY: the region is RAM of this VM that nothing else uses.
+        unsafe { core::ptr::write_volatile((REGION + page * PAGE) as *mut u64, 1) };
+    }
+    MAILBOX.0[0].store(READY, Ordering::Release);
+    println!("dirty-writer: writing {REGION_PAGES} pages at {REGION:#x}");
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut sequence = 2u64;
+    loop {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let page = x % REGION_PAGES as u64;
+        let word = (x >> 20) % (PAGE / 8);
+        let address = REGION + page * PAGE + word * 8;
+        if x & (1 << 40) != 0 {
+            // SAFETY: inside the region.
+            unsafe { core::ptr::write_volatile(address as *mut u64, sequence) };
+            sequence += 1;
+            if sequence.is_multiple_of(PROGRESS_EVERY) {
+                MAILBOX.0[1].store(sequence, Ordering::Release);
+            }
+        } else {
+            // SAFETY: inside the region.
+            let _ = unsafe { core::ptr::read_volatile(address as *const u64) };
+        }
+    }
+}
+
+fn copy_ipa(which: usize) -> u64 {
+    // SAFETY: only the address is taken.
+    unsafe { (&raw const COPIES[which]) as u64 }
+}
+
+fn copy_page(which: usize, page: usize) -> &'static [u8] {
+    let start = copy_ipa(which) + page as u64 * PAGE;
+    // SAFETY: the page lies inside copy `which`, which the hypervisor wrote
+    // in calls that returned before; only this vCPU uses it and nothing
+    // writes it while the slice lives (the next read goes to the other copy).
+    unsafe { core::slice::from_raw_parts(start as *const u8, PAGE as usize) }
+}
+
+fn bitmap_ipa() -> u64 {
+    (&raw const BITMAP) as u64
+}
+
+fn mask_ipa() -> u64 {
+    (&raw const MASK) as u64
+}
+
+fn bit(bitmap: *const Bitmap, page: u64) -> bool {
+    // SAFETY: `page / 64` is inside the bitmap (checked against the slot's
+    // size by the caller); the hypervisor wrote it in a call that returned.
+    let word = unsafe { core::ptr::read_volatile(&raw const (*bitmap).0[(page / 64) as usize]) };
+    word & (1 << (page % 64)) != 0
+}
+
+/// Reads the peer's region into copy `which`.
+fn read_region(client: &Client<Hvc>, vm: u32, which: usize) -> Result<(), Failure> {
+    let mut done = 0;
+    while done < REGION_BYTES as u64 {
+        let len = MAX_TRANSFER.min(REGION_BYTES as u64 - done);
+        ok(
+            "MEMORY_READ of the peer's region",
+            client.read_memory(MemoryTransfer {
+                vm,
+                ipa: REGION + done,
+                buffer: copy_ipa(which) + done,
+                len,
+            }),
+        )?;
+        done += len;
+    }
+    Ok(())
+}
+
+fn peer_word(client: &Client<Hvc>, vm: u32, word: usize) -> Result<u64, Failure> {
+    // The first word of the mask buffer is scratch here.
+    ok(
+        "MEMORY_READ of the peer's mailbox",
+        client.read_memory(MemoryTransfer {
+            vm,
+            ipa: mailbox_ipa(word),
+            buffer: mask_ipa(),
+            len: 8,
+        }),
+    )?;
+    // SAFETY: written by the call that just returned.
+    Ok(unsafe { core::ptr::read_volatile(&raw const MASK.0[0]) })
+}
+
+/// Waits until the writer made `writes` more writes.
+fn let_peer_write(client: &Client<Hvc>, vm: u32, writes: u64) -> Result<(), Failure> {
+    let start = peer_word(client, vm, 1)?;
+    let deadline = Deadline::after_seconds(60);
+    loop {
+        let now = peer_word(client, vm, 1)?;
+        if now >= start + writes {
+            return Ok(());
+        }
+        if deadline.passed() {
+            return Err(Failure::ControlTimeout {
+                step: "the dirty writer makes progress",
+                last: now,
+            });
+        }
+    }
+}
+
+/// Harvests slot 0's log (with manual protection also clears what it
+/// reported); returns the count `DIRTY_LOG_GET` gave.
+fn harvest(client: &Client<Hvc>, vm: u32, words: usize, manual: bool) -> Result<u64, Failure> {
+    let len = words as u64 * 8;
+    let count = ok(
+        "DIRTY_LOG_GET",
+        client.dirty_log_get(DirtyLogGet {
+            vm,
+            slot: 0,
+            buffer: bitmap_ipa(),
+            len,
+        }),
+    )?;
+    if manual {
+        for i in 0..words {
+            // SAFETY: both bitmaps are this vCPU's; BITMAP was written by
+            // the call that returned.
+            unsafe {
+                let word = core::ptr::read_volatile(&raw const BITMAP.0[i]);
+                core::ptr::write_volatile(&raw mut MASK.0[i], word);
+            }
+        }
+        let cleared = ok(
+            "DIRTY_LOG_CLEAR",
+            client.dirty_log_clear(DirtyLogClear {
+                vm,
+                slot: 0,
+                first_page: 0,
+                buffer: mask_ipa(),
+                len,
+            }),
+        )?;
+        if cleared > count {
+            return Err(Failure::ControlTimeout {
+                step: "DIRTY_LOG_CLEAR clears no more than DIRTY_LOG_GET reported",
+                last: cleared,
+            });
+        }
+    }
+    Ok(count)
+}
+
+/// One checked round: see the module doc. `pending` holds the pages that
+/// changed after the last harvest and must be reported now; `strict`: the
+/// peer is paused, every change must be reported now.
+fn check_round(
+    round: u32,
+    old: usize,
+    pending: &mut [bool; REGION_PAGES],
+    strict: bool,
+) -> Result<(usize, usize), Failure> {
+    let new = 1 - old;
+    let (mut changed, mut reported) = (0, 0);
+    for (page, pending) in pending.iter_mut().enumerate() {
+        let dirty = bit(&raw const BITMAP, REGION_FIRST + page as u64);
+        let differs = copy_page(old, page) != copy_page(new, page);
+        reported += usize::from(dirty);
+        changed += usize::from(differs);
+        if (*pending || (strict && differs)) && !dirty {
+            println!(
+                "dirty-log: round {round}: page {:#x} changed but was not reported",
+                REGION + page as u64 * PAGE
+            );
+            return Err(Failure::Control {
+                step: "every changed page is reported dirty",
+                code: (REGION + page as u64 * PAGE) as i64,
+            });
+        }
+        *pending = differs && !dirty;
+    }
+    Ok((changed, reported))
+}
+
+/// The `dirty-log` scenario.
+pub fn control(options: DirtyOptions) -> Result<(), Failure> {
+    let client = Client::new(Hvc);
+    let peer = find_peer(&client)?;
+    let vm = peer.id;
+    let words = (peer.ram_pages as usize).div_ceil(64);
+    if words > BITMAP_WORDS || REGION_FIRST + REGION_PAGES as u64 > peer.ram_pages {
+        return Err(Failure::Control {
+            step: "the peer's RAM holds the region and its bitmap fits",
+            code: peer.ram_pages as i64,
+        });
+    }
+    let deadline = Deadline::after_seconds(60);
+    while peer_word(&client, vm, 0)? != READY {
+        if deadline.passed() {
+            return Err(Failure::ControlTimeout {
+                step: "the dirty writer is ready",
+                last: 0,
+            });
+        }
+    }
+    let manual = options.mode & 1 != 0;
+    let all_set = options.mode & 2 != 0;
+    ok(
+        "DIRTY_LOG_CONFIG",
+        client.dirty_log_config(vm, options.mode, options.eager_split),
+    )?;
+    ok(
+        "SLOT_SET_FLAGS LOG_DIRTY",
+        client.set_slot_flags(vm, 0, SlotFlags::LOG_DIRTY),
+    )?;
+    println!(
+        "dirty-log: logging the peer's slot 0 (mode {}, eager split {:#x})",
+        options.mode, options.eager_split
+    );
+    read_region(&client, vm, 0)?;
+    let mut pending = [false; REGION_PAGES];
+    let mut old = 0;
+    for round in 1..=ROUNDS + 1 {
+        let last = round == ROUNDS + 1;
+        let_peer_write(&client, vm, WRITES_PER_ROUND)?;
+        if last {
+            ok("VM_PAUSE", client.pause(vm))?;
+        }
+        let count = harvest(&client, vm, words, manual)?;
+        if all_set && round == 1 && count < peer.ram_pages {
+            return Err(Failure::Control {
+                step: "an all-set log reports every page first",
+                code: count as i64,
+            });
+        }
+        read_region(&client, vm, 1 - old)?;
+        let (changed, reported) = check_round(round, old, &mut pending, last)?;
+        println!(
+            "dirty-log: round {round}: {count} dirty pages reported, {reported} in the region, {changed} changed{}",
+            if last { " (peer paused)" } else { "" }
+        );
+        if reported == 0 {
+            return Err(Failure::Control {
+                step: "a round reports the pages the writer wrote",
+                code: 0,
+            });
+        }
+        if last {
+            ok("VM_RESUME", client.resume(vm))?;
+        }
+        old = 1 - old;
+    }
+    ok(
+        "SLOT_SET_FLAGS off",
+        client.set_slot_flags(vm, 0, SlotFlags::NONE),
+    )?;
+    let_peer_write(&client, vm, WRITES_PER_ROUND)?;
+    let refused = client.dirty_log_get(DirtyLogGet {
+        vm,
+        slot: 0,
+        buffer: bitmap_ipa(),
+        len: words as u64 * 8,
+    });
+    if refused.is_ok() {
+        return Err(Failure::Control {
+            step: "DIRTY_LOG_GET of a slot that stopped logging is refused",
+            code: code(refused),
+        });
+    }
+    println!("dirty-log: logging off, the peer writes on");
+    ok("VM_STOP", client.stop(vm))?;
+    println!("dirty-log: every changed page was reported");
+    Ok(())
+}
