@@ -302,6 +302,7 @@ mod tests {
             fuzz: FuzzOptions::DEFAULT,
             bad_exit_reset: false,
             probe_ipa: None,
+            dirty: DirtyOptions::default(),
         };
         assert_eq!(Options::parse(""), Ok(default));
         assert_eq!(Options::parse("console=ttyAMA0 test=memory"), Ok(default));
@@ -313,6 +314,7 @@ mod tests {
                 fuzz: FuzzOptions::DEFAULT,
                 bad_exit_reset: false,
                 probe_ipa: None,
+                dirty: DirtyOptions::default(),
             })
         );
         assert!(
