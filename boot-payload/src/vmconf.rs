@@ -8,6 +8,7 @@
 //! | `mem_mib` | guest RAM in MiB, a positive decimal number | [`DEFAULT_MEM_MIB`] |
 //! | `cpus` | the physical CPUs that run the vCPUs, a CPU list ([`crate::cpuset`]), one vCPU per CPU | every host CPU |
 //! | `control` | `1`: the VM may use the hypervisor's control interface; `0`: it may not | `0` |
+//! | `start` | `0`: the VM is created but does not boot: it waits as the destination of a live migration; `1`: it boots | `1` |
 //!
 //! Blank lines and lines starting with `#` are skipped; spaces around keys
 //! and values are ignored. An unknown key, a repeated key or a bad value is
@@ -39,7 +40,7 @@ pub enum VmConfError {
     RepeatedKey(usize),
     /// Line `.0` has a `cpus` value that is not a CPU list.
     BadCpus(usize, CpuListError),
-    /// Line `.0` has a `control` value other than `0` or `1`.
+    /// Line `.0` has a `control` or `start` value other than `0` or `1`.
     BadFlag(usize),
     /// `vcpus` is not the number of CPUs `cpus` names.
     VcpusDisagree {
@@ -60,12 +61,12 @@ impl core::fmt::Display for VmConfError {
             Self::UnknownKey(l) => {
                 write!(
                     f,
-                    "vm.conf line {l}: unknown key (known: vcpus, mem_mib, cpus, control)"
+                    "vm.conf line {l}: unknown key (known: vcpus, mem_mib, cpus, control, start)"
                 )
             }
             Self::RepeatedKey(l) => write!(f, "vm.conf line {l}: the key is set twice"),
             Self::BadCpus(l, error) => write!(f, "vm.conf line {l}: cpus: {error}"),
-            Self::BadFlag(l) => write!(f, "vm.conf line {l}: control is 0 or 1"),
+            Self::BadFlag(l) => write!(f, "vm.conf line {l}: control and start are 0 or 1"),
             Self::VcpusDisagree { vcpus, cpus } => write!(
                 f,
                 "vm.conf: vcpus={vcpus} but cpus names {cpus} CPUs (one vCPU runs on each)"
@@ -90,6 +91,8 @@ pub struct VmConf {
     pub cpus: Option<CpuSet>,
     /// Whether the VM may use the hypervisor's control interface.
     pub control: Option<bool>,
+    /// Whether the VM boots (`false`: it waits as a migration destination).
+    pub start: Option<bool>,
 }
 
 impl VmConf {
@@ -118,6 +121,7 @@ impl VmConf {
                 "mem_mib" if conf.mem_mib.is_some() => return Err(repeated),
                 "cpus" if conf.cpus.is_some() => return Err(repeated),
                 "control" if conf.control.is_some() => return Err(repeated),
+                "start" if conf.start.is_some() => return Err(repeated),
                 "vcpus" => {
                     conf.vcpus = Some(
                         u32::try_from(number_value()?)
@@ -131,12 +135,17 @@ impl VmConf {
                             .map_err(|error| VmConfError::BadCpus(number, error))?,
                     )
                 }
-                "control" => {
-                    conf.control = Some(match value {
+                "control" | "start" => {
+                    let flag = match value {
                         "0" => false,
                         "1" => true,
                         _ => return Err(VmConfError::BadFlag(number)),
-                    })
+                    };
+                    if key.trim() == "control" {
+                        conf.control = Some(flag);
+                    } else {
+                        conf.start = Some(flag);
+                    }
                 }
                 _ => return Err(VmConfError::UnknownKey(number)),
             }
@@ -166,6 +175,9 @@ impl VmConf {
         }
         if let Some(control) = self.control {
             text.push_str(&format!("control={}\n", u8::from(control)));
+        }
+        if let Some(start) = self.start {
+            text.push_str(&format!("start={}\n", u8::from(start)));
         }
         text
     }
@@ -241,10 +253,11 @@ mod tests {
             mem_mib in proptest::option::of(1u64..),
             cpus in proptest::option::of(1u64..),
             control in proptest::option::of(proptest::bool::ANY),
+            start in proptest::option::of(proptest::bool::ANY),
         ) {
             let cpus = cpus.and_then(CpuSet::from_mask);
             let vcpus = if cpus.is_some() { vcpus.and(cpus.map(CpuSet::len)) } else { vcpus };
-            let conf = VmConf { vcpus, mem_mib, cpus, control };
+            let conf = VmConf { vcpus, mem_mib, cpus, control, start };
             proptest::prop_assert_eq!(VmConf::parse(conf.to_text().as_bytes()), Ok(conf));
         }
     }

@@ -49,6 +49,9 @@ pub const UBOOT_ERROR_PREFIX: &str = "[u-boot] ERROR: ";
 /// `vm<V> vcpu<C>`).
 pub const VM_STOP_MARKER: &str = ": stopping the VM: ";
 
+/// What the hypervisor's end line of a live migration's source contains.
+pub const VM_MIGRATED_MARKER: &str = ": stopped: migrated to ";
+
 /// How a line that reports a guest kernel failure starts (after the printk
 /// timestamp): oopses, warnings, panics, `BUG:` reports and the fault report
 /// that precedes an oops.
@@ -161,6 +164,14 @@ pub fn classify(line: &str) -> Line {
         && error.contains(VM_STOP_MARKER)
     {
         return Line::VmStopped(error.to_string());
+    }
+    // A source VM that a live migration ended: `vm<V> (<name>): stopped:
+    // migrated to ...`.
+    if let Some(end) = line.strip_prefix(HV_PREFIX)
+        && end.starts_with("vm")
+        && end.contains(VM_MIGRATED_MARKER)
+    {
+        return Line::VmStopped(end.to_string());
     }
     if line.starts_with(HV_PREFIX) {
         return Line::HypervisorLog;

@@ -144,6 +144,9 @@ pub enum Scenario {
     /// The peer of `dirty-log`: writes and reads random pages of a region
     /// until stopped.
     DirtyWriter,
+    /// Writes pages for 4 s, to be live-migrated meanwhile, then checks
+    /// every page it wrote.
+    Migrate,
 }
 
 impl Scenario {
@@ -162,6 +165,7 @@ impl Scenario {
         Scenario::ControlPeer,
         Scenario::DirtyLog,
         Scenario::DirtyWriter,
+        Scenario::Migrate,
     ];
 
     /// The scenario's name on the command line and in `test=`.
@@ -180,6 +184,7 @@ impl Scenario {
             Scenario::ControlPeer => "control-peer",
             Scenario::DirtyLog => "dirty-log",
             Scenario::DirtyWriter => "dirty-writer",
+            Scenario::Migrate => "migrate",
         }
     }
 
@@ -1048,6 +1053,7 @@ pub fn vms_payload(vms: &[VmSpec], files: Vec<VmFiles>) -> Result<Vec<u8>, Runne
                     mem_mib: Some(u64::from(vm.mem_mib_or_default())),
                     cpus: vm.cpus,
                     control: vm.control.then_some(true),
+                    start: (!vm.start).then_some(false),
                 },
             },
         })

@@ -20,7 +20,7 @@
 
 use boot_payload::vmname::split_console_prefix;
 
-use crate::console::{GuestResult, Line, Transcript, VM_STOP_MARKER, classify};
+use crate::console::{GuestResult, Line, Transcript, VM_MIGRATED_MARKER, VM_STOP_MARKER, classify};
 use crate::qemu::Ending;
 use crate::vmspec::VmExpect;
 
@@ -132,9 +132,12 @@ pub fn settles(transcript: &Transcript, names: &[&str], expects: &[VmExpect]) ->
     (result || stop) && VmConsoles::read(transcript, names).settled(expects)
 }
 
-/// The VM index of a stop line `vm<V> vcpu<C>: stopping the VM: <why>`.
+/// The VM index of a stop line `vm<V> vcpu<C>: stopping the VM: <why>`
+/// or `vm<V> (<name>): stopped: migrated to ...`.
 fn stopped_vm(line: &str) -> Option<usize> {
-    let (place, _) = line.split_once(VM_STOP_MARKER)?;
+    let (place, _) = line
+        .split_once(VM_STOP_MARKER)
+        .or_else(|| line.split_once(VM_MIGRATED_MARKER))?;
     place
         .split_ascii_whitespace()
         .next()?

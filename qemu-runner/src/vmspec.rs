@@ -17,6 +17,7 @@
 //! | `mem=MIB` | its RAM (default: the hypervisor's 128 MiB; 512 for `linux`) |
 //! | `name=NAME` | its name (default `vm<i>`, `i` its place among the `--vm`s) |
 //! | `control=0\|1` | whether it may use the hypervisor's control interface |
+//! | `start=0\|1` | `0`: the VM does not boot; it waits as the destination of a live migration |
 //! | `expect=pass\|stopped\|running` | what the run expects of it: its `RESULT: PASS` (default for guests that print one), to be stopped by the hypervisor (a bad guest), or to run without a verdict |
 //!
 //! A CPU list's own commas are read as part of `cpus=`: `cpus=2,3,mem=64`
@@ -80,6 +81,8 @@ pub struct VmSpec {
     pub mem_mib: Option<u32>,
     /// Whether it may use the control interface.
     pub control: bool,
+    /// Whether it boots (`false`: it waits as a migration destination).
+    pub start: bool,
     /// What the run expects of it.
     pub expect: VmExpect,
 }
@@ -156,6 +159,7 @@ impl VmSpec {
             (None, None, None, None, None, None);
         let (mut cpus, mut mem_mib, mut name, mut control, mut expect) =
             (None, None, None, false, None);
+        let mut start = true;
         for (key, value) in &items {
             let key = key.as_str();
             let slot = match (key, value) {
@@ -214,6 +218,13 @@ impl VmSpec {
                         _ => return Err(fail(format!("control={flag}: 0 or 1"))),
                     }
                 }
+                ("start", Some(flag)) => {
+                    start = match flag {
+                        "0" => false,
+                        "1" => true,
+                        _ => return Err(fail(format!("start={flag}: 0 or 1"))),
+                    }
+                }
                 ("expect", Some(what)) => {
                     expect = Some(
                         [VmExpect::Pass, VmExpect::Stopped, VmExpect::Running]
@@ -227,7 +238,7 @@ impl VmSpec {
                 (key, Some(_)) => {
                     return Err(fail(format!(
                         "unknown key `{key}=` (guest, args, kernel, initrd, cmdline, cpus, mem, \
-                         name, control, expect)"
+                         name, control, start, expect)"
                     )));
                 }
             }
@@ -301,6 +312,7 @@ impl VmSpec {
             cpus,
             mem_mib,
             control,
+            start,
             expect,
         })
     }

@@ -11,8 +11,8 @@
 //! (system registers, the running CPU's features, per-CPU data), `drivers`
 //! (the host GIC and console), `vcpu` (a vCPU: its state, run loop and the
 //! machine side of exit handling); `stage2`, `host_console`, `vm`,
-//! `vm_ops`, `dirty_log`, `machine`, `monitor`, `restart` and `run` are
-//! files.
+//! `vm_ops`, `dirty_log`, `machine`, `migrate`, `monitor`, `restart` and
+//! `run` are files.
 //!
 //! # Dependency order
 //!
@@ -38,7 +38,9 @@
 //! 7. `monitor` (machine, VM, VM operations, host console, drivers): the
 //!    console's input and the monitor's machine; `control` (machine, VM, VM
 //!    operations): the control interface's machine side; `restart` (VM, VM
-//!    operations, system registers): rebuilding a VM for a restart.
+//!    operations, system registers): rebuilding a VM for a restart;
+//!    `migrate` (machine, VM, VM operations, dirty logging, drivers): live
+//!    migration.
 //! 8. `vcpu` (the VM, monitor, control, host console, exception entry, firmware,
 //!    drivers, stage 2, features).
 //! 9. `run` (boot information, machine, monitor, restart, VM, vCPU): starts
@@ -52,6 +54,7 @@ pub mod dirty_log;
 pub mod drivers;
 pub mod host_console;
 pub mod machine;
+pub mod migrate;
 pub mod monitor;
 pub mod restart;
 pub mod run;

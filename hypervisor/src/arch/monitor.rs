@@ -35,6 +35,7 @@ use crate::arch::dirty_log;
 use crate::arch::drivers::{console, gic};
 use crate::arch::host_console::{self, HostUart};
 use crate::arch::machine::Machine;
+use crate::arch::migrate::{self, MigrateError};
 use crate::arch::vm::{GuestUart, Vm};
 use crate::arch::vm_ops::{self, VmOpError};
 use crate::control::console::{Console, GuestInput};
@@ -171,6 +172,8 @@ pub enum MonitorError {
     State(RunStateError),
     /// A restart of the VM is under way already.
     Restart(RestartError),
+    /// A migration was refused.
+    Migrate(MigrateError),
     /// A memslot change failed.
     Slot(VmOpError),
     /// The slot's address or size is not a whole number of pages.
@@ -186,6 +189,7 @@ impl fmt::Display for MonitorError {
             Self::NoSuchVm(vm) => write!(f, "no VM with id {vm}"),
             Self::State(e) => write!(f, "{e}"),
             Self::Restart(e) => write!(f, "{e}"),
+            Self::Migrate(e) => write!(f, "{e}"),
             Self::Slot(e) => write!(f, "{e}"),
             Self::Unaligned { value } => {
                 write!(f, "{value:#x} is not a multiple of the 4 KiB page size")
@@ -200,6 +204,7 @@ impl core::error::Error for MonitorError {
             Self::State(e) => Some(e),
             Self::Slot(e) => Some(e),
             Self::Restart(e) => Some(e),
+            Self::Migrate(e) => Some(e),
             _ => None,
         }
     }
@@ -292,6 +297,11 @@ impl MonitorTarget for MachineTarget {
         vm_at(vm)?
             .request_restart(&"monitor restart")
             .map_err(MonitorError::Restart)
+    }
+
+    /// Posted to the destination's vCPU 0 (`arch::migrate`), which reports.
+    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), MonitorError> {
+        migrate::request(vm_at(src)?, vm_at(dst)?).map_err(MonitorError::Migrate)
     }
 
     fn slots(&self, vm: VmId, each: &mut dyn FnMut(SlotInfo)) -> Result<(), MonitorError> {

@@ -37,6 +37,7 @@ use crate::arch::cpu::sysreg;
 use crate::arch::drivers::gic;
 use crate::arch::host_console;
 use crate::arch::machine::Machine;
+use crate::arch::migrate;
 use crate::arch::monitor;
 use crate::arch::restart;
 use crate::arch::vcpu::Vcpu;
@@ -105,6 +106,14 @@ pub fn run_boot_cpu(info: &BootInfo) -> ! {
     }
     let mut here = None;
     for (vm, boot) in machine.vms().iter().zip(boots) {
+        if !vm.start {
+            log::info!(
+                "vm{} ({}): not started (start=0): waiting as a migration destination",
+                vm.index,
+                vm.name
+            );
+            continue;
+        }
         if vm.cpu_of(0) == this_cpu {
             vm.power.mark_on(0);
             here = Some((*vm, boot));
@@ -176,6 +185,15 @@ fn run_cpu(
         if let Err(reason) = vcpu.handle_interrupts_while_off() {
             stop(machine, vm, index, &reason);
             continue;
+        }
+        // A migration into this VM runs on its vCPU 0's CPU while the
+        // vCPU waits for its start (`arch::migrate`).
+        if index == 0 {
+            let job = vm.migration_job.lock().take();
+            if let Some(source) = job {
+                migrate::run(machine, source, vm);
+                continue;
+            }
         }
         match vm.power.take_pending(index) {
             Some(request) => next = Some(request),

@@ -70,6 +70,7 @@ use crate::vm::layout::{
 use crate::vm::lifecycle::{Lifecycle, RestartError};
 use crate::vm::power::{BootRequest, PowerStates};
 use crate::vm::run_state::{Requested, RunState, RunStateError};
+use crate::vm::vcpu_state::VcpuState;
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
@@ -173,6 +174,17 @@ pub struct Vm {
     /// Eager split chunk size for dirty logging in bytes; 0: off
     /// (`arch::dirty_log`).
     pub eager_split_chunk: core::sync::atomic::AtomicU64,
+    /// It boots (`start=1`, the default); else it waits as a migration
+    /// destination until one arrives.
+    pub start: bool,
+    /// A migration destination that has not received one yet.
+    pub awaiting_migration: AtomicBool,
+    /// Per vCPU: the whole state captured for a migration (source) or to
+    /// restore at its start (destination) (`arch::migrate`).
+    pub vcpu_states: Box<[Mutex<Option<Box<VcpuState>>>]>,
+    /// The source VM of a migration this VM's vCPU 0 is to carry out.
+    pub migration_job: Mutex<Option<&'static Vm>>,
+    capture_requested: AtomicBool,
     /// The CPUs have the GICv3 system-register CPU interface (system-wide).
     pub gic_sysregs: bool,
     /// The host console UART's interrupt, if it has one.
@@ -444,6 +456,21 @@ impl Vm {
         Ok(())
     }
 
+    /// Asks (or stops asking) the VM's parked vCPUs to capture their whole
+    /// state into [`Vm::vcpu_states`] (a migration; see `arch::migrate`).
+    pub fn set_capture_requested(&self, on: bool) {
+        self.capture_requested.store(on, Ordering::Release);
+        if on {
+            sysreg::send_event();
+            self.kick_all();
+        }
+    }
+
+    /// Whether a migration asks for the vCPUs' whole state.
+    pub fn capture_requested(&self) -> bool {
+        self.capture_requested.load(Ordering::Acquire)
+    }
+
     /// Whether the VM is ending or restarting, as the monitor shows it.
     pub fn is_restarting(&self) -> bool {
         self.lifecycle.restart_pending()
@@ -458,6 +485,10 @@ impl Vm {
         for parked in self.parked.iter() {
             *parked.lock() = None;
         }
+        for state in self.vcpu_states.iter() {
+            *state.lock() = None;
+        }
+        self.capture_requested.store(false, Ordering::Release);
         self.ended.store(false, Ordering::Release);
         self.stopping.store(false, Ordering::Release);
     }
@@ -538,6 +569,18 @@ impl Vm {
             return false;
         }
         log::error!("vm{} vcpu{vcpu}: stopping the VM: {reason}", self.index);
+        self.report_end(reason);
+        true
+    }
+
+    /// Ends the VM after a migration moved it elsewhere (its vCPUs, parked,
+    /// halt): reported like a stop with `reason`. False when it was ending
+    /// already.
+    #[must_use]
+    pub fn end_migrated(&self, reason: &dyn core::fmt::Display) -> bool {
+        if !self.begin_stop(self.vcpus) {
+            return false;
+        }
         self.report_end(reason);
         true
     }
@@ -813,6 +856,11 @@ pub fn create_vm(
         boot,
         lifecycle: Lifecycle::new(),
         eager_split_chunk: core::sync::atomic::AtomicU64::new(0),
+        start: conf.start.unwrap_or(true),
+        awaiting_migration: AtomicBool::new(!conf.start.unwrap_or(true)),
+        vcpu_states: (0..vcpus).map(|_| Mutex::new(None)).collect(),
+        migration_job: Mutex::new(None),
+        capture_requested: AtomicBool::new(false),
         gic_sysregs: features.gic_sysregs,
         host_uart_intid: info.platform.uart_intid,
         event_log: Mutex::new(EventLog::new(RatePolicy::for_counter_frequency(

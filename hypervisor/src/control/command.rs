@@ -8,6 +8,7 @@
 //! ```text
 //! help | vms | list | poweroff | exit
 //! focus|counters|pause|resume|stop|restart|slots VM
+//! migrate VM VM
 //! slot add VM SLOT IPA SIZE [rw|ro|log]
 //! slot delete VM SLOT
 //! slot move VM SLOT IPA
@@ -63,6 +64,14 @@ pub enum Command<'a> {
     Stop(VmRef<'a>),
     /// `restart VM`.
     Restart(VmRef<'a>),
+    /// `migrate SRC DST`: live-migrate SRC into DST (a VM waiting with
+    /// `start=0`).
+    Migrate {
+        /// The running VM.
+        src: VmRef<'a>,
+        /// The waiting VM.
+        dst: VmRef<'a>,
+    },
     /// `slots VM`: the VM's memslot table.
     Slots(VmRef<'a>),
     /// `slot add VM SLOT IPA SIZE [FLAGS]`.
@@ -119,6 +128,10 @@ pub const USAGE: &[(&str, &str)] = &[
     ("resume VM", "run a paused VM again"),
     ("stop VM", "stop VM for good"),
     ("restart VM", "reboot VM from its boot image"),
+    (
+        "migrate SRC DST",
+        "live-migrate SRC into DST (waiting, start=0)",
+    ),
     ("slots VM", "VM's memslot table"),
     ("slot add VM SLOT IPA SIZE [rw|ro|log]", "add a memslot"),
     ("slot delete VM SLOT", "delete a memslot"),
@@ -293,6 +306,16 @@ pub fn parse(line: &str) -> Result<Command<'_>, CommandError<'_>> {
         "restart" => vm_command(name, Command::Restart, words),
         "slots" => vm_command(name, Command::Slots, words),
         "slot" => parse_slot(words),
+        "migrate" => {
+            let mut args = Args {
+                words,
+                usage: usage(name),
+            };
+            let src = args.vm()?;
+            let dst = args.vm()?;
+            args.end()?;
+            Ok(Command::Migrate { src, dst })
+        }
         _ => Err(CommandError::Unknown(name)),
     }
 }

@@ -138,6 +138,9 @@ pub trait MonitorTarget {
     fn stop(&mut self, vm: VmId) -> Result<(), Self::Error>;
     /// Reboots `vm` from its boot image.
     fn restart(&mut self, vm: VmId) -> Result<(), Self::Error>;
+    /// Starts a live migration of `src` into `dst` (requested, not waited
+    /// for: the hypervisor reports how it went).
+    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), Self::Error>;
     /// Calls `each` with every memslot of `vm`, by ascending id.
     fn slots(&self, vm: VmId, each: &mut dyn FnMut(SlotInfo)) -> Result<(), Self::Error>;
     /// Adds a memslot to `vm`; returns the backing address chosen.
@@ -439,6 +442,13 @@ fn execute<'a, T: MonitorTarget, O: ConsoleOutput>(
         Command::Resume(vm) => act(w, target, vm, "resumed", T::resume)?,
         Command::Stop(vm) => act(w, target, vm, "stopped", T::stop)?,
         Command::Restart(vm) => act(w, target, vm, "restarting", T::restart)?,
+        Command::Migrate { src, dst } => {
+            let src = vm_of(w, src)?;
+            let dst = vm_of(w, dst)?;
+            target.migrate(src, dst).map_err(Failure::Target)?;
+            let (from, to) = (name_of(w, src), name_of(w, dst));
+            let _ = writeln!(w, "ok: migrating {from} to {to}");
+        }
         Command::Slots(vm) => {
             let vm = vm_of(w, vm)?;
             let mut rows = String::new();

@@ -99,6 +99,7 @@ struct FakeMachine {
     vms: Vec<FakeVm>,
     next_backing: u64,
     powered_off: bool,
+    migrations: Vec<(usize, usize)>,
 }
 
 impl FakeMachine {
@@ -135,6 +136,7 @@ impl FakeMachine {
             vms,
             next_backing: 0x8_0000_0000,
             powered_off: false,
+            migrations: Vec::new(),
         }
     }
 
@@ -203,6 +205,11 @@ impl MonitorTarget for FakeMachine {
         let all = [VmState::Running, VmState::Paused, VmState::Stopped];
         self.transition(vm, &all, VmState::Running)?;
         self.vm(vm).restarts += 1;
+        Ok(())
+    }
+
+    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), FakeError> {
+        self.migrations.push((src.0, dst.0));
         Ok(())
     }
 
@@ -598,6 +605,16 @@ fn counters_include_dropped_input() {
         ]
     );
     assert_eq!(rig.command("counters 0")[4], "console_rx_dropped       0");
+}
+
+#[test]
+fn migrate_names_both_vms() {
+    let mut rig = Rig::new(&["a", "b", "c"]);
+    assert_eq!(rig.command("migrate a c"), ["ok: migrating a to c"]);
+    assert_eq!(rig.machine.migrations, [(0, 2)]);
+    assert!(rig.command("migrate a")[0].starts_with("error:"));
+    assert!(rig.command("migrate a nosuch")[0].starts_with("error:"));
+    assert_eq!(rig.machine.migrations.len(), 1);
 }
 
 #[test]

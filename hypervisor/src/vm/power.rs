@@ -131,6 +131,15 @@ impl PowerStates {
         Some(request)
     }
 
+    /// The request of `vcpu` while it is on-pending (`CPU_ON` issued, not yet
+    /// taken), without taking it.
+    pub fn pending_request(&self, vcpu: usize) -> Option<BootRequest> {
+        let slot = self.requests[vcpu].lock();
+        (self.state(vcpu) == PowerState::OnPending)
+            .then_some(*slot)
+            .flatten()
+    }
+
     /// Marks `vcpu` on without a request (the boot vCPU).
     pub fn mark_on(&self, vcpu: usize) {
         self.states[vcpu].store(PowerState::On as u8, Ordering::Release);

@@ -54,6 +54,9 @@ pub enum Scenario {
     /// The peer of `dirty-log`: writes and reads random pages of a region
     /// until stopped.
     DirtyWriter,
+    /// Writes pages for a few seconds while it is live-migrated, then checks
+    /// every page it wrote.
+    Migrate,
 }
 
 impl Scenario {
@@ -72,6 +75,7 @@ impl Scenario {
         Scenario::ControlPeer,
         Scenario::DirtyLog,
         Scenario::DirtyWriter,
+        Scenario::Migrate,
     ];
 
     /// The name used in `test=`.
@@ -90,6 +94,7 @@ impl Scenario {
             Scenario::ControlPeer => "control-peer",
             Scenario::DirtyLog => "dirty-log",
             Scenario::DirtyWriter => "dirty-writer",
+            Scenario::Migrate => "migrate",
         }
     }
 }

@@ -79,6 +79,8 @@ mod gic_regs;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod memory_map;
 #[cfg(target_os = "none")]
+mod migrate;
+#[cfg(target_os = "none")]
 mod mmu;
 #[cfg(target_os = "none")]
 mod platform;

@@ -351,6 +351,13 @@ pub enum Failure {
         /// The last value read.
         last: u64,
     },
+    /// The migrated guest found something lost.
+    Migrate {
+        /// What it checked.
+        step: &'static str,
+        /// The page that failed (0 when none).
+        page: u64,
+    },
 }
 
 impl Failure {
@@ -394,6 +401,7 @@ impl Failure {
                 Failure::Control { .. } => 34,
                 Failure::ControlTimeout { .. } => 35,
                 Failure::ProbeInRam { .. } => 36,
+                Failure::Migrate { .. } => 37,
             }
     }
 }
@@ -584,6 +592,7 @@ impl fmt::Display for Failure {
             Failure::ControlTimeout { step, last } => {
                 write!(f, "control: {step}: not seen in time (last read {last:#x})")
             }
+            Failure::Migrate { step, page } => write!(f, "migrate: {step}: page {page:#x}"),
         }
     }
 }
@@ -639,6 +648,7 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
         }
         Scenario::DirtyLog => crate::dirty_log::control(options.dirty),
         Scenario::DirtyWriter => crate::dirty_log::writer(),
+        Scenario::Migrate => crate::migrate::run(),
     }
 }
 

@@ -220,6 +220,16 @@ impl Vcpu {
             if self.vm.is_stopping() {
                 break Ok(());
             }
+            // A migration asks for this vCPU's whole state (`arch::migrate`).
+            if self.vm.capture_requested() && self.vm.vcpu_states[self.index].lock().is_none() {
+                match self.capture_state() {
+                    Ok(state) => {
+                        *self.vm.vcpu_states[self.index].lock() =
+                            Some(alloc::boxed::Box::new(state));
+                    }
+                    Err(reason) => break Err(reason),
+                }
+            }
             match self.vm.run_state.get() {
                 Requested::Running => break Ok(()),
                 Requested::StopRequested => break Err(StopReason::StopRequested),

@@ -132,6 +132,11 @@ impl Vcpu {
             ..GuestRegs::default()
         };
         self.regs.x[0] = boot.context_id;
+        // A migrated vCPU continues where its source stopped.
+        let migrated = self.vm.vcpu_states[self.index].lock().take();
+        if let Some(state) = migrated {
+            self.restore_state(&state);
+        }
         Ok(())
     }
 

@@ -61,7 +61,8 @@
 //! This file holds the vCPU's state and its register context; the rest is by
 //! concern, each a thin machine-side half of a pure decision in `crate::exit`:
 //! `load` (EL2 configuration and EL1 reset when the vCPU starts), `run_loop`
-//! (entry, exit dispatch), `interrupts` (list registers, timers, kicks, the
+//! (entry, exit dispatch), `state` (a vCPU's whole state captured and
+//! restored for a live migration), `interrupts` (list registers, timers, kicks, the
 //! host's interrupts), `aborts` (stage-2 data and instruction aborts, fault
 //! in), `device_access` (emulated UART and GIC accesses), `guest_call`
 //! (HVC/SMC and PSCI), `sysreg_access` (trapped system registers, set/way and
@@ -77,6 +78,7 @@ mod injection;
 mod interrupts;
 mod load;
 mod run_loop;
+mod state;
 mod sysreg_access;
 
 use crate::arch::boot::exceptions::GuestRegs;

@@ -1,0 +1,452 @@
+//! Live migration of a running VM into a waiting one (`start=0` in its
+//! `vm.conf`), with the algorithm of `vm::migration`: pre-copy with dirty
+//! logging (`arch::dirty_log`), stop-and-copy with the vCPUs' whole state
+//! (`vm::vcpu_state`, captured by the source's parked vCPUs on their own
+//! CPUs), a byte-for-byte check of the destination's memory, then the
+//! destination starts and the source ends.
+//!
+//! # Where it runs
+//!
+//! [`request`] (the console monitor's `migrate`, from interrupt context with
+//! the console lock held, or the control interface) only checks and posts
+//! the job to the destination; the destination's vCPU 0 carries it out on
+//! its own CPU ([`run`], from `arch::run` while that vCPU waits for its
+//! start), so the copies never hold the console and the source runs on its
+//! CPUs meanwhile.
+
+use crate::arch::cpu::sysreg;
+use crate::arch::dirty_log;
+use crate::arch::drivers::gic;
+use crate::arch::machine::Machine;
+use crate::arch::vm::Vm;
+use crate::arch::vm_ops::{self, VmOpError};
+use crate::read_sysreg;
+use crate::stage2::cache_maint::CacheCaps;
+use crate::vm::migration::{MigrationReport, Next, PrecopyPlan};
+use crate::vm::power::{BootRequest, PowerState};
+use crate::vm::run_state::RunStateError;
+use crate::vm::vcpu_state::MigrationBlocker;
+use alloc::format;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+use core::sync::atomic::Ordering;
+use memslot::{PAGE_SHIFT, SlotFlags, SlotSpec};
+
+/// Why a migration was refused or failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MigrateError {
+    /// Source and destination are the same VM.
+    SameVm,
+    /// The destination is not a waiting destination (`start=0`, not
+    /// migrated into yet).
+    NotWaiting,
+    /// A migration into the destination is posted already.
+    Busy,
+    /// The source is ending, restarting, or itself a waiting destination.
+    SourceNotRunning,
+    /// The VMs differ in vCPUs or RAM.
+    Shape(&'static str),
+    /// Something of the source's state cannot be carried.
+    Blocked(MigrationBlocker),
+    /// A memslot or dirty-log operation failed.
+    Op(VmOpError),
+    /// The source could not be paused.
+    Pause(RunStateError),
+    /// vCPU `.0` of the source did not hand over its state in time.
+    CaptureTimeout(usize),
+    /// Pages of the destination differ from the source after the copy.
+    Differences(u64),
+}
+
+impl fmt::Display for MigrateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::SameVm => f.write_str("source and destination are the same VM"),
+            Self::NotWaiting => f.write_str(
+                "the destination is not waiting for a migration (start=0 in its vm.conf, not migrated into yet)",
+            ),
+            Self::Busy => f.write_str("a migration into the destination is under way"),
+            Self::SourceNotRunning => f.write_str("the source is not running"),
+            Self::Shape(what) => write!(f, "the VMs differ: {what}"),
+            Self::Blocked(e) => write!(f, "{e}"),
+            Self::Op(e) => write!(f, "{e}"),
+            Self::Pause(e) => write!(f, "pausing the source: {e}"),
+            Self::CaptureTimeout(vcpu) => {
+                write!(f, "vcpu{vcpu} of the source did not hand over its state")
+            }
+            Self::Differences(pages) => write!(
+                f,
+                "{pages} pages of the destination differ from the source after the copy"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for MigrateError {}
+
+impl From<VmOpError> for MigrateError {
+    fn from(e: VmOpError) -> Self {
+        Self::Op(e)
+    }
+}
+
+/// How long the source's vCPUs have to hand over their state, in seconds.
+const CAPTURE_WAIT_SECONDS: u64 = 5;
+
+/// Checks a migration of `src` into `dst` and posts it to `dst`'s vCPU 0
+/// (see the module doc). Returns at once.
+pub fn request(src: &'static Vm, dst: &'static Vm) -> Result<(), MigrateError> {
+    if core::ptr::eq(src, dst) {
+        return Err(MigrateError::SameVm);
+    }
+    if !dst.awaiting_migration.load(Ordering::Acquire) || dst.is_stopping() {
+        return Err(MigrateError::NotWaiting);
+    }
+    if src.is_stopping() || src.awaiting_migration.load(Ordering::Acquire) {
+        return Err(MigrateError::SourceNotRunning);
+    }
+    if src.vcpus != dst.vcpus {
+        return Err(MigrateError::Shape("vCPU count"));
+    }
+    if src.ram != dst.ram {
+        return Err(MigrateError::Shape("RAM size"));
+    }
+    if gic::is_v2() {
+        return Err(MigrateError::Blocked(MigrationBlocker::Gicv2));
+    }
+    let mut job = dst.migration_job.lock();
+    if job.is_some() {
+        return Err(MigrateError::Busy);
+    }
+    *job = Some(src);
+    drop(job);
+    log::info!(
+        "vm{} ({}) -> vm{} ({}): migration requested",
+        src.index,
+        src.name,
+        dst.index,
+        dst.name
+    );
+    sysreg::send_event();
+    dst.kick(0);
+    Ok(())
+}
+
+/// Carries out the migration of `src` into `dst` on `dst`'s vCPU 0's CPU,
+/// and says how it went.
+pub fn run(machine: &Machine, src: &'static Vm, dst: &'static Vm) {
+    let prefix = format!(
+        "vm{} ({}) -> vm{} ({})",
+        src.index, src.name, dst.index, dst.name
+    );
+    match migrate(machine, src, dst) {
+        Ok(report) => log::info!("{prefix}: migrated: {report}"),
+        Err(e) => log::error!("{prefix}: migration failed, the source runs on: {e}"),
+    }
+}
+
+/// Microseconds since `start` (system counter).
+fn micros_since(start: u64) -> u64 {
+    let frequency = read_sysreg!(cntfrq_el0).max(1);
+    let ticks = read_sysreg!(cntpct_el0).wrapping_sub(start);
+    (u128::from(ticks) * 1_000_000 / u128::from(frequency)) as u64
+}
+
+/// A source slot and where its copy lives in the destination.
+struct SlotPair {
+    spec: SlotSpec,
+    dst_backing: u64,
+    /// Its dirty log is on for the migration.
+    logging: bool,
+}
+
+/// Copies `pages` pages from page `first` of `pair`'s source backing to the
+/// destination's, with cache maintenance without FEAT_S2FWB (the guest may
+/// run with caches off).
+fn copy_pages(pair: &SlotPair, first: u64, pages: u64, fwb: bool, caps: &CacheCaps) {
+    let offset = first << PAGE_SHIFT;
+    let len = (pages << PAGE_SHIFT) as usize;
+    let from = (pair.spec.backing.0 + offset) as usize;
+    let to = (pair.dst_backing + offset) as usize;
+    if !fwb {
+        sysreg::clean_inval_dcache_to_poc(from, len, caps.dline);
+    }
+    // SAFETY: both ranges are inside their slots' backings (host RAM,
+    // identity mapped), distinct VMs' memory, so they do not overlap; the
+    // destination's vCPUs do not run yet.
+    unsafe { core::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, len) };
+    if !fwb {
+        sysreg::clean_inval_dcache_to_poc(to, len, caps.dline);
+    }
+}
+
+/// Harvests `pair`'s dirty log and copies the pages it reports; returns
+/// how many.
+fn copy_dirty(src: &Vm, pair: &SlotPair, fwb: bool, caps: &CacheCaps) -> Result<u64, MigrateError> {
+    if !pair.logging {
+        return Ok(0);
+    }
+    let words = pair.spec.npages.div_ceil(64) as usize;
+    let mut bits = vec![0u64; words];
+    dirty_log::get(src, pair.spec.id, &mut bits)?;
+    if src.memslots.dirty_log_mode().manual_protect {
+        let mut mask = bits.clone();
+        dirty_log::clear(src, pair.spec.id, 0, &mut mask)?;
+    }
+    let mut copied = 0;
+    for (index, &word) in bits.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            let bit = u64::from(word.trailing_zeros());
+            word &= word - 1;
+            let page = index as u64 * 64 + bit;
+            if page < pair.spec.npages {
+                copy_pages(pair, page, 1, fwb, caps);
+                copied += 1;
+            }
+        }
+    }
+    Ok(copied)
+}
+
+/// Pages of `pair` whose copy differs from the source.
+fn differences(pair: &SlotPair) -> u64 {
+    let page = 1usize << PAGE_SHIFT;
+    (0..pair.spec.npages)
+        .filter(|&p| {
+            let offset = (p << PAGE_SHIFT) as usize;
+            // SAFETY: both pages are inside their slots' backings (host RAM,
+            // identity mapped); neither VM runs (the source is paused).
+            let (a, b) = unsafe {
+                (
+                    core::slice::from_raw_parts(
+                        (pair.spec.backing.0 as usize + offset) as *const u8,
+                        page,
+                    ),
+                    core::slice::from_raw_parts(
+                        (pair.dst_backing as usize + offset) as *const u8,
+                        page,
+                    ),
+                )
+            };
+            a != b
+        })
+        .count() as u64
+}
+
+/// The destination's slots made to match the source's: a slot the
+/// destination lacks is created (fresh backing), one it has must have the
+/// same place and size.
+fn pair_slots(src: &Vm, dst: &Vm) -> Result<Vec<SlotPair>, MigrateError> {
+    let specs: Vec<SlotSpec> = {
+        let handle = src.collector.register();
+        let guard = handle.pin();
+        let slots = src
+            .memslots
+            .slots(&guard)
+            .map_err(|e| MigrateError::Op(VmOpError::Memslot(e)))?;
+        slots.iter().map(|slot| slot.spec()).collect()
+    };
+    let mut pairs = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let existing = {
+            let handle = dst.collector.register();
+            let guard = handle.pin();
+            let slots = dst
+                .memslots
+                .slots(&guard)
+                .map_err(|e| MigrateError::Op(VmOpError::Memslot(e)))?;
+            slots.get(spec.id).map(|slot| slot.spec())
+        };
+        let dst_spec = match existing {
+            Some(have) if have.base_gfn == spec.base_gfn && have.npages == spec.npages => have,
+            Some(_) => return Err(MigrateError::Shape("a memslot's place or size")),
+            None => {
+                let flags = spec.flags.difference(SlotFlags::LOG_DIRTY);
+                vm_ops::create_slot(dst, spec.id, spec.base_gfn, spec.npages, flags)?;
+                let handle = dst.collector.register();
+                let guard = handle.pin();
+                let slots = dst
+                    .memslots
+                    .slots(&guard)
+                    .map_err(|e| MigrateError::Op(VmOpError::Memslot(e)))?;
+                slots
+                    .get(spec.id)
+                    .map(|slot| slot.spec())
+                    .ok_or(MigrateError::Shape("a memslot could not be made"))?
+            }
+        };
+        pairs.push(SlotPair {
+            spec,
+            dst_backing: dst_spec.backing.0,
+            logging: !spec.flags.contains(SlotFlags::READ_ONLY),
+        });
+    }
+    Ok(pairs)
+}
+
+/// Turns the migration's dirty logging off again (on failure or after the
+/// stop), keeping slots that logged before the migration logging.
+fn stop_logging(src: &Vm, pairs: &[SlotPair]) {
+    for pair in pairs.iter().filter(|p| p.logging) {
+        if !pair.spec.flags.contains(SlotFlags::LOG_DIRTY)
+            && let Err(e) = dirty_log::disable(src, pair.spec.id)
+        {
+            log::warn!(
+                "vm{}: dirty logging of slot {} stays on: {e}",
+                src.index,
+                pair.spec.id.get()
+            );
+        }
+    }
+}
+
+/// Lets the source run again after a failed stop-and-copy.
+fn resume_source(src: &Vm) {
+    src.set_capture_requested(false);
+    for state in src.vcpu_states.iter() {
+        *state.lock() = None;
+    }
+    if let Err(e) = vm_ops::resume(src) {
+        log::error!(
+            "vm{}: could not resume after the failed migration: {e}",
+            src.index
+        );
+    }
+}
+
+fn migrate(
+    machine: &Machine,
+    src: &'static Vm,
+    dst: &'static Vm,
+) -> Result<MigrationReport, MigrateError> {
+    let start = read_sysreg!(cntpct_el0);
+    let fwb = src.fwb;
+    let caps = CacheCaps::from_ctr(read_sysreg!(ctr_el0));
+    let pairs = pair_slots(src, dst)?;
+    for pair in pairs.iter().filter(|p| p.logging) {
+        if let Err(e) = dirty_log::enable(src, pair.spec.id) {
+            stop_logging(src, &pairs);
+            return Err(e.into());
+        }
+    }
+    let mut report = MigrationReport::default();
+    // Iteration 0: everything, while the source runs.
+    for pair in &pairs {
+        copy_pages(pair, 0, pair.spec.npages, fwb, &caps);
+    }
+    report
+        .pages_per_iteration
+        .push(pairs.iter().map(|p| p.spec.npages).sum());
+    let plan = PrecopyPlan::DEFAULT;
+    let mut iteration = 1;
+    loop {
+        let mut dirty = 0;
+        for pair in &pairs {
+            match copy_dirty(src, pair, fwb, &caps) {
+                Ok(pages) => dirty += pages,
+                Err(e) => {
+                    stop_logging(src, &pairs);
+                    return Err(e);
+                }
+            }
+        }
+        report.pages_per_iteration.push(dirty);
+        if plan.next(iteration, dirty) == Next::StopAndCopy {
+            break;
+        }
+        iteration += 1;
+    }
+    // Stop-and-copy.
+    let paused_at = read_sysreg!(cntpct_el0);
+    if let Err(e) = vm_ops::pause(src) {
+        stop_logging(src, &pairs);
+        return Err(MigrateError::Pause(e));
+    }
+    src.set_capture_requested(true);
+    let frequency = read_sysreg!(cntfrq_el0);
+    for vcpu in 0..src.vcpus {
+        if src.power.state(vcpu) != PowerState::On {
+            continue;
+        }
+        let waited = read_sysreg!(cntpct_el0);
+        while src.vcpu_states[vcpu].lock().is_none() {
+            if read_sysreg!(cntpct_el0).wrapping_sub(waited) > CAPTURE_WAIT_SECONDS * frequency {
+                stop_logging(src, &pairs);
+                resume_source(src);
+                return Err(MigrateError::CaptureTimeout(vcpu));
+            }
+            core::hint::spin_loop();
+        }
+        let blocked = src.vcpu_states[vcpu]
+            .lock()
+            .as_ref()
+            .map_or(Ok(()), |state| state.check(vcpu));
+        if let Err(e) = blocked {
+            stop_logging(src, &pairs);
+            resume_source(src);
+            return Err(MigrateError::Blocked(e));
+        }
+    }
+    let mut last = 0;
+    for pair in &pairs {
+        match copy_dirty(src, pair, fwb, &caps) {
+            Ok(pages) => last += pages,
+            Err(e) => {
+                stop_logging(src, &pairs);
+                resume_source(src);
+                return Err(e);
+            }
+        }
+    }
+    report.pages_per_iteration.push(last);
+    stop_logging(src, &pairs);
+    report.differences = pairs.iter().map(differences).sum();
+    if report.differences != 0 {
+        resume_source(src);
+        return Err(MigrateError::Differences(report.differences));
+    }
+    // The devices and vCPUs.
+    *dst.vgic.lock() = src.vgic.lock().clone();
+    {
+        let from = src.uart.lock();
+        let mut to = dst.uart.lock();
+        to.device = from.device.clone();
+        to.backlog = from.backlog.clone();
+        to.irq_level = from.irq_level;
+    }
+    for vcpu in 0..src.vcpus {
+        match src.power.state(vcpu) {
+            PowerState::On => {
+                let state = src.vcpu_states[vcpu].lock().take();
+                if let Some(state) = state {
+                    let request = BootRequest {
+                        entry: state.pc,
+                        context_id: state.x[0],
+                    };
+                    *dst.vcpu_states[vcpu].lock() = Some(state);
+                    let _ = dst.power.request_on(vcpu, request);
+                }
+            }
+            PowerState::OnPending => {
+                if let Some(request) = src.power.pending_request(vcpu) {
+                    let _ = dst.power.request_on(vcpu, request);
+                }
+            }
+            PowerState::Off => {}
+        }
+    }
+    src.set_capture_requested(false);
+    dst.awaiting_migration.store(false, Ordering::Release);
+    if src.end_migrated(&format_args!("migrated to vm{} ({})", dst.index, dst.name)) {
+        machine.vm_ended();
+    }
+    sysreg::send_event();
+    for vcpu in 1..dst.vcpus {
+        dst.kick(vcpu);
+    }
+    report.downtime_us = micros_since(paused_at);
+    report.total_us = micros_since(start);
+    Ok(report)
+}

@@ -1,0 +1,73 @@
+//! End-to-end: live migration of a running test guest into a waiting VM.
+//!
+//! `src` runs the `migrate` scenario (it writes pseudo-random pages of an
+//! 8 MiB region for 4 s, recording what it wrote, then checks every page);
+//! `dst` is created with `start=0` and waits. As soon as `src` says it is
+//! writing, the console monitor is told `migrate src dst`: the hypervisor
+//! pre-copies with dirty logging while `src` writes, pauses it, copies the
+//! last dirty pages and the vCPU state (registers, EL1 system registers,
+//! FP/SIMD, timers, the virtual CPU interface), checks the destination's
+//! memory byte for byte (0 differences), copies the vgic and PL011 state and
+//! starts `dst`, and ends `src` (`stopped: migrated to vm1 (dst)`). The
+//! guest then finishes on `dst`: its check of every page it wrote passes,
+//! and its console lines carry `[dst]`. On `-cpu max` (FEAT_S2FWB) and on
+//! `cortex-a57` (no FWB: every copy is cleaned to the point of coherency).
+
+use std::time::Duration;
+
+use qemu_runner::console_script::ConsoleScript;
+use qemu_runner::vmspec::VmSpec;
+use qemu_runner::{Boot, ConsoleInput, RunConfig, RunReport};
+
+fn run(cpu: &str) -> RunReport {
+    let script = ConsoleScript::new()
+        .then("[src] migrate: writing", "\x1dmigrate src dst\r")
+        .then("ok: migrating src to dst", "exit\r");
+    let config = RunConfig {
+        boot: Boot::Hypervisor,
+        smp: 2,
+        cpu: cpu.to_string(),
+        timeout: Duration::from_secs(240),
+        echo: false,
+        input: ConsoleInput::Script(script),
+        vms: vec![
+            VmSpec::parse("guest=migrate,cpus=0,name=src,expect=stopped", 0).expect("valid spec"),
+            VmSpec::parse("guest=migrate,cpus=1,name=dst,start=0", 1).expect("valid spec"),
+        ],
+        ..RunConfig::default()
+    };
+    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+}
+
+fn check(report: &RunReport) {
+    let explain = report.explain();
+    assert!(report.passed(), "{explain}");
+    let migrated = report
+        .hypervisor_log()
+        .iter()
+        .find(|line| line.contains("vm0 (src) -> vm1 (dst): migrated:"))
+        .unwrap_or_else(|| panic!("no migration report\n{explain}"));
+    assert!(migrated.contains(", 0 differences"), "{migrated}");
+    assert!(
+        report
+            .hypervisor_log()
+            .iter()
+            .any(|line| line.contains("vm0 (src): stopped: migrated to vm1 (dst)")),
+        "{explain}"
+    );
+    // The guest finished on the destination.
+    let console = report.console();
+    assert!(console.contains("[dst] migrate: all"), "{explain}");
+    assert!(console.contains("[dst] RESULT: PASS"), "{explain}");
+    assert!(!console.contains("[src] RESULT:"), "{explain}");
+}
+
+#[test]
+fn a_writing_guest_migrates_on_cpu_max() {
+    check(&run("max"));
+}
+
+#[test]
+fn a_writing_guest_migrates_on_cortex_a57() {
+    check(&run("cortex-a57"));
+}
