@@ -325,6 +325,13 @@ pub enum Call {
         /// Eager split chunk size in bytes.
         eager_chunk: u64,
     },
+    /// `VM_MIGRATE`: `x1` the running VM, `x2` the VM waiting for it.
+    VmMigrate {
+        /// The source.
+        src: u32,
+        /// The destination.
+        dst: u32,
+    },
     /// `CALL_UID`, no arguments.
     CallUid,
 }
@@ -416,6 +423,7 @@ impl Call {
             Self::DirtyLogGet(_) => Function::DirtyLogGet,
             Self::DirtyLogClear(_) => Function::DirtyLogClear,
             Self::DirtyLogConfig { .. } => Function::DirtyLogConfig,
+            Self::VmMigrate { .. } => Function::VmMigrate,
             Self::CallUid => Function::CallUid,
         }
     }
@@ -432,6 +440,7 @@ impl Call {
             | Self::SlotSetFlags { vm, .. }
             | Self::DirtyLogConfig { vm, .. } => Some(vm),
             Self::DirtyLogGet(g) => Some(g.vm),
+            Self::VmMigrate { src, .. } => Some(src),
             Self::DirtyLogClear(c) => Some(c.vm),
             Self::SlotCreate(r) => Some(r.vm),
             Self::MemoryRead(t) | Self::MemoryWrite(t) => Some(t.vm),
@@ -468,6 +477,7 @@ impl Call {
                 [r.vm.into(), r.vcpu.into(), r.reg.get().into(), 0, 0, 0, 0]
             }
             Self::DirtyLogGet(g) => [g.vm.into(), g.slot.into(), g.buffer, g.len, 0, 0, 0],
+            Self::VmMigrate { src, dst } => [src.into(), dst.into(), 0, 0, 0, 0, 0],
             Self::DirtyLogClear(c) => [
                 c.vm.into(),
                 c.slot.into(),
@@ -505,7 +515,7 @@ impl Call {
         let used = match function {
             Function::Version | Function::Capabilities | Function::CallUid => 0,
             Function::VmPause | Function::VmResume | Function::VmStop => 1,
-            Function::SlotDelete => 2,
+            Function::SlotDelete | Function::VmMigrate => 2,
             Function::ListVms
             | Function::SlotMove
             | Function::SlotSetFlags
@@ -570,6 +580,10 @@ impl Call {
             Function::VcpuSetRegister => Self::VcpuSetRegister {
                 reg: vcpu_register(x1, x2, x3)?,
                 value: x4,
+            },
+            Function::VmMigrate => Self::VmMigrate {
+                src: vm_id(x1)?,
+                dst: vm_id(x2)?,
             },
             Function::DirtyLogGet => Self::DirtyLogGet(DirtyLogGet {
                 vm: vm_id(x1)?,
@@ -675,6 +689,7 @@ mod tests {
                 }
             ),
             (any::<u32>(), 0..=MAX_SLOT_ID).prop_map(|(vm, slot)| Call::SlotDelete { vm, slot }),
+            (any::<u32>(), any::<u32>()).prop_map(|(src, dst)| Call::VmMigrate { src, dst }),
             (any::<u32>(), 0..=MAX_SLOT_ID, page)
                 .prop_map(|(vm, slot, base_ipa)| { Call::SlotMove { vm, slot, base_ipa } }),
             (any::<u32>(), 0..=MAX_SLOT_ID, flags())
@@ -795,7 +810,7 @@ mod tests {
             let used = match c.function() {
                 Function::Version | Function::Capabilities | Function::CallUid => 0,
                 Function::VmPause | Function::VmResume | Function::VmStop => 1,
-                Function::SlotDelete => 2,
+                Function::SlotDelete | Function::VmMigrate => 2,
                 Function::ListVms | Function::SlotMove | Function::SlotSetFlags
                 | Function::VcpuGetRegister | Function::DirtyLogConfig => 3,
                 Function::MemoryRead | Function::MemoryWrite | Function::VcpuSetRegister

@@ -172,6 +172,11 @@ impl<C: Conduit> Client<C> {
         self.value(Call::DirtyLogClear(clear))
     }
 
+    /// `VM_MIGRATE`: the migration starts; the hypervisor reports how it went.
+    pub fn migrate(&self, src: u32, dst: u32) -> Result<(), CallError> {
+        self.unit(Call::VmMigrate { src, dst })
+    }
+
     /// `DIRTY_LOG_CONFIG`.
     pub fn dirty_log_config(&self, vm: u32, mode: u8, eager_chunk: u64) -> Result<(), CallError> {
         self.unit(Call::DirtyLogConfig {

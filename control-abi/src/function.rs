@@ -48,6 +48,9 @@ pub const DIRTY_LOG_GET: u32 = 0xC600_0020;
 pub const DIRTY_LOG_CLEAR: u32 = 0xC600_0021;
 /// `DIRTY_LOG_CONFIG`: a VM's dirty-log mode and eager split chunk size.
 pub const DIRTY_LOG_CONFIG: u32 = 0xC600_0022;
+/// `VM_MIGRATE`: starts a live migration of a running VM into a VM waiting
+/// for one (`start=0`).
+pub const VM_MIGRATE: u32 = 0xC600_0030;
 /// `CALL_UID`: the interface's UID in `x0..x3` (SMCCC general service query).
 pub const CALL_UID: u32 = 0x8600_FF01;
 
@@ -92,13 +95,15 @@ pub enum Function {
     DirtyLogClear,
     /// [`DIRTY_LOG_CONFIG`].
     DirtyLogConfig,
+    /// [`VM_MIGRATE`].
+    VmMigrate,
     /// [`CALL_UID`].
     CallUid,
 }
 
 impl Function {
     /// Every function, in id order.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::Version,
         Self::Capabilities,
         Self::ListVms,
@@ -116,6 +121,7 @@ impl Function {
         Self::DirtyLogGet,
         Self::DirtyLogClear,
         Self::DirtyLogConfig,
+        Self::VmMigrate,
         Self::CallUid,
     ];
 
@@ -139,6 +145,7 @@ impl Function {
             Self::DirtyLogGet => DIRTY_LOG_GET,
             Self::DirtyLogClear => DIRTY_LOG_CLEAR,
             Self::DirtyLogConfig => DIRTY_LOG_CONFIG,
+            Self::VmMigrate => VM_MIGRATE,
             Self::CallUid => CALL_UID,
         }
     }
@@ -175,7 +182,7 @@ mod tests {
             assert_eq!(Function::from_x0(u64::from(f.id())), Some(f));
             assert!(Function::in_range(u64::from(f.id())), "{f:?}");
         }
-        let mut ids: [u32; 18] = Function::ALL.map(Function::id);
+        let mut ids: [u32; 19] = Function::ALL.map(Function::id);
         ids.sort_unstable();
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids are distinct");
     }

@@ -88,11 +88,13 @@ impl Capabilities {
     pub const REGISTERS: u64 = 1 << 4;
     /// `DIRTY_LOG_GET`, `DIRTY_LOG_CLEAR`, `DIRTY_LOG_CONFIG` (1.1).
     pub const DIRTY_LOG: u64 = 1 << 5;
+    /// `VM_MIGRATE` (1.1).
+    pub const MIGRATE: u64 = 1 << 6;
     /// Every capability of version 1.0.
     pub const ALL_1_0: u64 =
         Self::LIST_VMS | Self::LIFECYCLE | Self::MEMSLOTS | Self::MEMORY | Self::REGISTERS;
     /// Every capability of version 1.1.
-    pub const ALL_1_1: u64 = Self::ALL_1_0 | Self::DIRTY_LOG;
+    pub const ALL_1_1: u64 = Self::ALL_1_0 | Self::DIRTY_LOG | Self::MIGRATE;
 
     /// The registers that carry it.
     pub const fn to_regs(self) -> [u64; 4] {

@@ -545,4 +545,16 @@ mod tests {
         );
         assert_eq!(transcript.log_lines_containing("boot").count(), 1);
     }
+
+    #[test]
+    fn a_migrated_source_reads_as_stopped() {
+        assert!(matches!(
+            classify("[hv] vm0 (src): stopped: migrated to vm1 (dst)"),
+            Line::VmStopped(_)
+        ));
+        assert!(matches!(
+            classify("[hv] vm0 (src): stopped: stop requested"),
+            Line::HypervisorLog
+        ));
+    }
 }

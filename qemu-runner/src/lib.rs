@@ -1483,6 +1483,7 @@ mod tests {
                 mem_mib: Some(128),
                 cpus: vms[0].cpus,
                 control: None,
+                start: None,
             }
         );
         assert_eq!(web.name.as_str(), "web");

@@ -422,6 +422,7 @@ mod tests {
             ("memory,name=a b", "name="),
             ("memory,name=hv", "taken"),
             ("memory,control=2", "0 or 1"),
+            ("memory,start=yes", "0 or 1"),
             ("memory,expect=maybe", "pass, stopped or running"),
             ("memory,colour=red", "unknown key"),
             ("memory,initrd=/r", "test guest"),
@@ -441,5 +442,11 @@ mod tests {
         assert_eq!(default_smp(&vms, false), 5);
         assert_eq!(default_smp(&vms, true), 6);
         assert_eq!(default_smp(&[spec("memory")], false), 1);
+    }
+
+    #[test]
+    fn a_waiting_destination() {
+        assert!(spec("memory").start);
+        assert!(!spec("migrate,start=0").start);
     }
 }

@@ -27,6 +27,7 @@
 
 use crate::arch::dirty_log;
 use crate::arch::machine::Machine as VmTable;
+use crate::arch::migrate::{self, MigrateError};
 use crate::arch::vm::Vm;
 use crate::arch::vm_ops::{self, HostPiece, VmOpError};
 use crate::control::abi::registers::ParkedRegisters;
@@ -251,6 +252,15 @@ impl ControlTarget for Machine {
 
     fn write_host(&mut self, dst: HostPhysAddr, bytes: &[u8]) {
         vm_ops::write_host(dst, bytes, self.fwb);
+    }
+
+    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), Error> {
+        migrate::request(vm(src)?, vm(dst)?).map_err(|e| match e {
+            MigrateError::SameVm | MigrateError::Shape(_) => Error::InvalidParameters,
+            MigrateError::Busy => Error::Busy,
+            MigrateError::Blocked(_) => Error::NotSupported,
+            _ => Error::BadState,
+        })
     }
 
     fn read_host(&mut self, src: HostPhysAddr, out: &mut [u8]) {

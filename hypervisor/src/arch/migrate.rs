@@ -402,7 +402,9 @@ fn migrate(
     }
     report.pages_per_iteration.push(last);
     stop_logging(src, &pairs);
+    let verify_start = read_sysreg!(cntpct_el0);
     report.differences = pairs.iter().map(differences).sum();
+    report.verify_us = micros_since(verify_start);
     if report.differences != 0 {
         resume_source(src);
         return Err(MigrateError::Differences(report.differences));

@@ -69,6 +69,9 @@ pub struct MigrationReport {
     pub total_us: u64,
     /// From the pause to the destination's start, microseconds.
     pub downtime_us: u64,
+    /// The part of the downtime spent comparing the destination's memory
+    /// with the source's, microseconds.
+    pub verify_us: u64,
     /// Pages that differed after stop-and-copy (0, or the migration failed).
     pub differences: u64,
 }
@@ -89,9 +92,10 @@ impl fmt::Display for MigrationReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "total {} us, downtime {} us, {} pre-copy iterations, pages per iteration",
+            "total {} us, downtime {} us (verify {} us), {} pre-copy iterations, pages per iteration",
             self.total_us,
             self.downtime_us,
+            self.verify_us,
             self.iterations()
         )?;
         for (i, pages) in self.pages_per_iteration.iter().enumerate() {
@@ -127,13 +131,14 @@ mod tests {
             pages_per_iteration: vec![32768, 900, 120, 7],
             total_us: 1500,
             downtime_us: 300,
+            verify_us: 200,
             differences: 0,
         };
         assert_eq!(report.iterations(), 2);
         assert_eq!(report.pages_copied(), 33795);
         assert_eq!(
             report.to_string(),
-            "total 1500 us, downtime 300 us, 2 pre-copy iterations, pages per iteration 32768/900/120/7, 33795 pages copied, 0 differences"
+            "total 1500 us, downtime 300 us (verify 200 us), 2 pre-copy iterations, pages per iteration 32768/900/120/7, 33795 pages copied, 0 differences"
         );
     }
 }

@@ -123,6 +123,13 @@ fn run<M: CallerMemory + ?Sized>(
             buffer.mark_written(caller.memory);
             reply::success(count, 0, 0)
         }
+        Call::VmMigrate { src, dst } => {
+            // Neither end may be the caller.
+            if dst == caller.vm {
+                return Err(Error::Denied);
+            }
+            target.migrate(src, dst).map(|()| done)?
+        }
         Call::DirtyLogConfig {
             vm,
             mode,

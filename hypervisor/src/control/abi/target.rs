@@ -102,6 +102,14 @@ pub trait ControlTarget {
         value: u64,
     ) -> Result<(), Error>;
 
+    /// Starts a live migration of `src` into `dst` (a VM waiting for one);
+    /// returns once it is posted ([`Error::BadState`] when `dst` is not
+    /// waiting or `src` not running, [`Error::Busy`] when a migration into
+    /// `dst` is posted already, [`Error::InvalidParameters`] when the VMs
+    /// differ, [`Error::NotSupported`] when the source's state cannot be
+    /// carried).
+    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), Error>;
+
     /// Reads `out.len()` bytes of host memory at `src`: a span the
     /// dispatcher translated from the caller's buffer (`DIRTY_LOG_CLEAR`'s
     /// mask).

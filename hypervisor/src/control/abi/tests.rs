@@ -147,7 +147,7 @@ impl Fake {
 
 impl ControlTarget for Fake {
     fn capabilities(&self) -> u64 {
-        Capabilities::ALL_1_0
+        Capabilities::ALL_1_1
     }
 
     fn vm_count(&self) -> usize {
@@ -265,6 +265,13 @@ impl ControlTarget for Fake {
     fn write_host(&mut self, dst: HostPhysAddr, bytes: &[u8]) {
         self.log.push("write_host");
         self.host(dst.0, bytes.len() as u64).copy_from_slice(bytes);
+    }
+
+    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), Error> {
+        self.log.push("migrate");
+        self.vm(src)?;
+        self.vm(dst)?;
+        Ok(())
     }
 
     fn read_host(&mut self, src: HostPhysAddr, out: &mut [u8]) {
@@ -494,7 +501,7 @@ fn version_uid_and_capabilities() {
         function::UID.map(u64::from)
     );
     let caps = Capabilities::from_regs(call(&caller, &mut fake, Call::Capabilities)).unwrap();
-    assert_eq!(caps.bits, Capabilities::ALL_1_0);
+    assert_eq!(caps.bits, Capabilities::ALL_1_1);
     assert_eq!(caps.max_transfer, MAX_TRANSFER);
     assert_eq!(caps.record_size, RECORD_SIZE as u64);
 }
