@@ -1,8 +1,10 @@
 //! The benchmark suites, one module each, and the table that names them.
 
+pub mod dirty_log;
 pub mod faults;
 pub mod linux_boot;
 pub mod memslots;
+pub mod migrate;
 pub mod split;
 pub mod tlb;
 pub mod unmap;
@@ -43,6 +45,16 @@ pub const SUITES: &[Suite] = &[
         name: "faults",
         about: "Fault-in throughput of 1 GiB with 1..N threads: shared walks vs one write lock",
         run: faults::run,
+    },
+    Suite {
+        name: "dirty_log",
+        about: "Dirty logging in QEMU: enable time, round-1 write rate and harvest time, eager split off vs on",
+        run: dirty_log::run,
+    },
+    Suite {
+        name: "migrate",
+        about: "Live migration of the writing test guest in QEMU: total time, downtime, iterations",
+        run: migrate::run,
     },
     Suite {
         name: "unmap",

@@ -38,6 +38,7 @@
 use crate::arch::stage2::FrameMemory;
 use crate::arch::vm::Vm;
 use crate::arch::vm_ops::VmOpError;
+use crate::read_sysreg;
 use core::sync::atomic::Ordering;
 use memslot::{DirtyLogMode, MemslotError, PAGE_SHIFT, SlotFlags, SlotId, SlotSpec};
 use pgtable::{PAGE_SIZE, PageCache, SplitStats};
@@ -89,6 +90,7 @@ pub fn enable(vm: &Vm, id: SlotId) -> Result<EnableReport, VmOpError> {
     if spec.flags.contains(SlotFlags::LOG_DIRTY) {
         return Ok(EnableReport::default());
     }
+    let started = read_sysreg!(cntpct_el0);
     let handle = vm.collector.register();
     let token = vm.stage2.begin_invalidate();
     if let Err(e) = vm
@@ -125,8 +127,10 @@ pub fn enable(vm: &Vm, id: SlotId) -> Result<EnableReport, VmOpError> {
         cache.release(&FrameMemory::TABLES);
         result.map_err(VmOpError::Stage2)?
     };
+    let ticks = read_sysreg!(cntpct_el0).wrapping_sub(started);
+    let micros = ticks.saturating_mul(1_000_000) / read_sysreg!(cntfrq_el0).max(1);
     log::info!(
-        "vm{} ({}): dirty logging on for slot {}: {protected:#x} bytes write-protected, {} blocks split in {} chunks",
+        "vm{} ({}): dirty logging on for slot {}: {protected:#x} bytes write-protected, {} blocks split in {} chunks in {micros} us",
         vm.index,
         vm.name,
         id.get(),

@@ -1,0 +1,84 @@
+//! `migrate`: live migration of the test guest inside QEMU.
+//!
+//! Each run boots the hypervisor on `-cpu max` with the `migrate` scenario in
+//! `src` (128 MiB, writing an 8 MiB region continuously) and a waiting `dst`
+//! (`start=0`), and types `migrate src dst` on the console monitor as soon as
+//! the guest writes (as `tests/tests/e2e_migrate.rs` does). The figures come
+//! from the hypervisor's report: total time, downtime and the part of it
+//! spent on the byte-for-byte check, pre-copy iterations and pages copied;
+//! [`RUNS`] runs, medians.
+
+use qemu_runner::console_script::ConsoleScript;
+use qemu_runner::vmspec::VmSpec;
+use qemu_runner::{Boot, ConsoleInput, RunConfig};
+use std::time::Duration;
+
+use crate::measure::{median, report};
+
+/// Runs.
+const RUNS: usize = 3;
+
+/// The report's numbers: total, downtime, verify (us), iterations, pages.
+fn migrate_once() -> Result<[f64; 5], String> {
+    let script = ConsoleScript::new()
+        .then("[src] migrate: writing", "\x1dmigrate src dst\r")
+        .then("ok: migrating src to dst", "exit\r");
+    let config = RunConfig {
+        boot: Boot::Hypervisor,
+        smp: 2,
+        timeout: Duration::from_secs(240),
+        echo: false,
+        input: ConsoleInput::Script(script),
+        vms: vec![
+            VmSpec::parse("guest=migrate,cpus=0,name=src,expect=stopped", 0)
+                .map_err(|e| e.to_string())?,
+            VmSpec::parse("guest=migrate,cpus=1,name=dst,start=0", 1).map_err(|e| e.to_string())?,
+        ],
+        ..RunConfig::default()
+    };
+    let run = qemu_runner::run(&config).map_err(|e| format!("could not run: {e}"))?;
+    if !run.passed() {
+        return Err(run.explain());
+    }
+    let line = run
+        .hypervisor_log()
+        .iter()
+        .find(|l| l.contains(": migrated: "))
+        .ok_or("no migration report")?
+        .clone();
+    let before = |unit: &str| -> Option<f64> {
+        let head = line.split(unit).next()?;
+        head.rsplit([' ', '(']).next()?.parse().ok()
+    };
+    let total = before(" us, downtime").ok_or("no total")?;
+    let downtime = before(" us (verify").ok_or("no downtime")?;
+    let verify = before(" us), ").ok_or("no verify time")?;
+    let iterations = before(" pre-copy iterations").ok_or("no iterations")?;
+    let pages = before(" pages copied").ok_or("no pages")?;
+    Ok([total, downtime, verify, iterations, pages])
+}
+
+/// Prints the figures; exits with status 1 when a run fails.
+pub fn run() {
+    let mut samples: [Vec<f64>; 5] = Default::default();
+    for round in 1..=RUNS {
+        eprintln!("migrate: run {round}/{RUNS}");
+        let figures = migrate_once().unwrap_or_else(|why| {
+            eprintln!("migrate: the run failed: {why}");
+            std::process::exit(1);
+        });
+        for (sample, value) in samples.iter_mut().zip(figures) {
+            sample.push(value);
+        }
+    }
+    let [total, downtime, verify, iterations, pages] = &mut samples;
+    report("migrate/test_guest/total", median(total) / 1000.0, "ms");
+    report(
+        "migrate/test_guest/downtime",
+        median(downtime) / 1000.0,
+        "ms",
+    );
+    report("migrate/test_guest/verify", median(verify) / 1000.0, "ms");
+    report("migrate/test_guest/iterations", median(iterations), "count");
+    report("migrate/test_guest/pages_copied", median(pages), "pages");
+}
