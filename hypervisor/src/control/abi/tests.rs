@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::vec::Vec;
 
-use control_abi::reply::{Capabilities, ListVmsReply, Version};
+use control_abi::reply::{self, Capabilities, ListVmsReply, Version};
 use control_abi::vm_info::RECORD_SIZE;
 use control_abi::{
     Call, Error, Function, MAX_TRANSFER, MemoryTransfer, RegisterId, SlotRequest, VcpuRegister,
@@ -573,10 +573,48 @@ fn a_caller_may_not_name_itself() {
         Call::MemoryWrite(transfer),
         Call::VcpuGetRegister(me),
         Call::VcpuSetRegister { reg: me, value: 1 },
+        Call::VmMigrate { src: 0, dst: 1 },
+        Call::VmMigrate { src: 1, dst: 0 },
     ] {
         assert_eq!(call(&caller, &mut fake, c), err(Error::Denied), "{c:?}");
     }
     assert!(fake.log.is_empty());
+}
+
+#[test]
+fn dirty_log_get_writes_the_bitmap_into_the_callers_buffer() {
+    let caller = CallerVm::new();
+    let mut fake = Fake::new();
+    {
+        let vm = &fake.vms[1];
+        let guard = vm.handle.pin();
+        let gfn = Gfn::from_ipa(0x20_1000);
+        let set = vm.slots.slots(&guard).unwrap();
+        assert!(set.find(gfn).unwrap().mark_dirty(gfn));
+    }
+    // The 8-byte buffer straddles the caller's slot 0 / slot 1 boundary.
+    let buffer = CALLER_SLOT1 - 4;
+    let get = |slot| {
+        Call::DirtyLogGet(control_abi::DirtyLogGet {
+            vm: 1,
+            slot,
+            buffer,
+            len: 8,
+        })
+    };
+    assert_eq!(call(&caller, &mut fake, get(2)), reply::success(1, 0, 0));
+    let bytes = read_caller(&mut fake, buffer, 8);
+    assert_eq!(u64::from_le_bytes(bytes.try_into().unwrap()), 0b10);
+    // Taken: the next harvest reports nothing.
+    assert_eq!(call(&caller, &mut fake, get(2)), reply::success(0, 0, 0));
+    // A slot that does not log is refused.
+    assert_eq!(
+        call(&caller, &mut fake, get(0)),
+        err(Error::InvalidParameters)
+    );
+    // The caller's written buffer pages are marked in its own dirty log only
+    // where they log (slots 0 and 1 do not).
+    assert_eq!(caller.dirty(3), vec![0]);
 }
 
 #[test]
