@@ -1,12 +1,14 @@
-//! `migrate`: live migration of the test guest inside QEMU.
+//! `migrate`: live migration inside QEMU, of the test guest and of Linux.
 //!
-//! Each run boots the hypervisor on `-cpu max` with the `migrate` scenario in
-//! `src` (128 MiB, writing an 8 MiB region continuously) and a waiting `dst`
-//! (`start=0`), and types `migrate src dst` on the console monitor as soon as
-//! the guest writes (as `tests/tests/e2e_migrate.rs` does). The figures come
-//! from the hypervisor's report: total time, downtime and the part of it
-//! spent on the byte-for-byte check, pre-copy iterations and pages copied;
-//! [`RUNS`] runs, medians.
+//! Each run boots the hypervisor with a running `src` and a waiting `dst`
+//! (`start=0`) and types `migrate src dst` on the console monitor at a
+//! marker line (as `tests/tests/e2e_migrate.rs` does): the test guest's
+//! `migrate` scenario (128 MiB, writing an 8 MiB region continuously,
+//! `-cpu max`), and Debian's Linux (2 vCPUs, 512 MiB, in its tmpfs md5
+//! check, `-cpu max` without SVE and SME, whose state is not migrated). The
+//! figures come from the hypervisor's report: total time, downtime and the
+//! part of it spent on the byte-for-byte check, pre-copy iterations and
+//! pages copied; [`RUNS`] runs per guest, medians.
 
 use qemu_runner::console_script::ConsoleScript;
 use qemu_runner::vmspec::VmSpec;
