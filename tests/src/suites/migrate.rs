@@ -17,24 +17,57 @@ use std::time::Duration;
 
 use crate::measure::{median, report};
 
-/// Runs.
+/// Runs per guest.
 const RUNS: usize = 3;
 
+/// A guest to migrate.
+struct Case {
+    name: &'static str,
+    smp: u32,
+    cpu: &'static str,
+    mem_mib: u32,
+    marker: &'static str,
+    src: &'static str,
+    dst: &'static str,
+}
+
+const CASES: [Case; 2] = [
+    Case {
+        name: "test_guest",
+        smp: 2,
+        cpu: qemu_runner::DEFAULT_CPU,
+        mem_mib: 1024,
+        marker: "[src] migrate: writing",
+        src: "guest=migrate,cpus=0,name=src,expect=stopped",
+        dst: "guest=migrate,cpus=1,name=dst,start=0",
+    },
+    Case {
+        name: "linux_512m",
+        smp: 4,
+        cpu: "max,pauth=off,sve=off,sme=off",
+        mem_mib: 2048,
+        marker: "[src] LINUX-INIT: 2 CPUs online",
+        src: "linux,cpus=0-1,mem=512,name=src,expect=stopped",
+        dst: "linux,cpus=2-3,mem=512,name=dst,start=0",
+    },
+];
+
 /// The report's numbers: total, downtime, verify (us), iterations, pages.
-fn migrate_once() -> Result<[f64; 5], String> {
+fn migrate_once(case: &Case) -> Result<[f64; 5], String> {
     let script = ConsoleScript::new()
-        .then("[src] migrate: writing", "\x1dmigrate src dst\r")
+        .then(case.marker, "\x1dmigrate src dst\r")
         .then("ok: migrating src to dst", "exit\r");
     let config = RunConfig {
         boot: Boot::Hypervisor,
-        smp: 2,
-        timeout: Duration::from_secs(240),
+        smp: case.smp,
+        cpu: case.cpu.to_string(),
+        mem_mib: case.mem_mib,
+        timeout: Duration::from_secs(300),
         echo: false,
         input: ConsoleInput::Script(script),
         vms: vec![
-            VmSpec::parse("guest=migrate,cpus=0,name=src,expect=stopped", 0)
-                .map_err(|e| e.to_string())?,
-            VmSpec::parse("guest=migrate,cpus=1,name=dst,start=0", 1).map_err(|e| e.to_string())?,
+            VmSpec::parse(case.src, 0).map_err(|e| e.to_string())?,
+            VmSpec::parse(case.dst, 1).map_err(|e| e.to_string())?,
         ],
         ..RunConfig::default()
     };
@@ -62,25 +95,44 @@ fn migrate_once() -> Result<[f64; 5], String> {
 
 /// Prints the figures; exits with status 1 when a run fails.
 pub fn run() {
-    let mut samples: [Vec<f64>; 5] = Default::default();
-    for round in 1..=RUNS {
-        eprintln!("migrate: run {round}/{RUNS}");
-        let figures = migrate_once().unwrap_or_else(|why| {
-            eprintln!("migrate: the run failed: {why}");
-            std::process::exit(1);
-        });
-        for (sample, value) in samples.iter_mut().zip(figures) {
-            sample.push(value);
+    for case in &CASES {
+        let name = case.name;
+        let mut samples: [Vec<f64>; 5] = Default::default();
+        for round in 1..=RUNS {
+            eprintln!("migrate: {name} run {round}/{RUNS}");
+            let figures = migrate_once(case).unwrap_or_else(|why| {
+                eprintln!("migrate: {name}: the run failed: {why}");
+                std::process::exit(1);
+            });
+            for (sample, value) in samples.iter_mut().zip(figures) {
+                sample.push(value);
+            }
         }
+        let [total, downtime, verify, iterations, pages] = &mut samples;
+        report(
+            &format!("migrate/{name}/total"),
+            median(total) / 1000.0,
+            "ms",
+        );
+        report(
+            &format!("migrate/{name}/downtime"),
+            median(downtime) / 1000.0,
+            "ms",
+        );
+        report(
+            &format!("migrate/{name}/verify"),
+            median(verify) / 1000.0,
+            "ms",
+        );
+        report(
+            &format!("migrate/{name}/iterations"),
+            median(iterations),
+            "count",
+        );
+        report(
+            &format!("migrate/{name}/pages_copied"),
+            median(pages),
+            "pages",
+        );
     }
-    let [total, downtime, verify, iterations, pages] = &mut samples;
-    report("migrate/test_guest/total", median(total) / 1000.0, "ms");
-    report(
-        "migrate/test_guest/downtime",
-        median(downtime) / 1000.0,
-        "ms",
-    );
-    report("migrate/test_guest/verify", median(verify) / 1000.0, "ms");
-    report("migrate/test_guest/iterations", median(iterations), "count");
-    report("migrate/test_guest/pages_copied", median(pages), "pages");
 }
