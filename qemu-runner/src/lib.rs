@@ -144,7 +144,7 @@ pub enum Scenario {
     /// The peer of `dirty-log`: writes and reads random pages of a region
     /// until stopped.
     DirtyWriter,
-    /// Writes pages for 4 s, to be live-migrated meanwhile, then checks
+    /// Writes pages for 8 s, to be live-migrated meanwhile, then checks
     /// every page it wrote.
     Migrate,
 }

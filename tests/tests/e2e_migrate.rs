@@ -1,7 +1,7 @@
 //! End-to-end: live migration of a running test guest into a waiting VM.
 //!
 //! `src` runs the `migrate` scenario (it writes pseudo-random pages of an
-//! 8 MiB region for 4 s, recording what it wrote, then checks every page);
+//! 8 MiB region for 8 s, recording what it wrote, then checks every page);
 //! `dst` is created with `start=0` and waits. As soon as `src` says it is
 //! writing, the console monitor is told `migrate src dst`: the hypervisor
 //! pre-copies with dirty logging while `src` writes, pauses it, copies the

@@ -22,7 +22,7 @@ const PAGES: usize = 2048;
 /// Words of each page the guest writes.
 const WORDS: u64 = 8;
 /// How long the guest writes before it checks.
-const RUN_SECONDS: u64 = 4;
+const RUN_SECONDS: u64 = 8;
 /// Writes between two progress lines.
 const PROGRESS_EVERY: u64 = 1 << 17;
 

@@ -12,7 +12,7 @@
 //! faults, and without eager splitting the first write into a 2 MiB block
 //! also splits it), the harvest time (`DIRTY_LOG_GET` as the control VM
 //! times it, with the re-protect and its range flush), and the writer's TLB
-//! invalidations by kind. [`RUNS`] runs per setting, medians;
+//! invalidations by kind. Three runs per setting, medians;
 //! `iter1_speedup_eager` is the round-1 write rate with eager splitting over
 //! the rate without.
 

@@ -8,7 +8,7 @@
 //! check, `-cpu max` without SVE and SME, whose state is not migrated). The
 //! figures come from the hypervisor's report: total time, downtime and the
 //! part of it spent on the byte-for-byte check, pre-copy iterations and
-//! pages copied; [`RUNS`] runs per guest, medians.
+//! pages copied; three runs per guest, medians.
 
 use qemu_runner::console_script::ConsoleScript;
 use qemu_runner::vmspec::VmSpec;
