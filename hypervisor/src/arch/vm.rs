@@ -489,6 +489,10 @@ impl Vm {
             *state.lock() = None;
         }
         self.capture_requested.store(false, Ordering::Release);
+        // It boots now: a destination that waited (`start=0`) waits no more,
+        // so no migration can land on the running VM.
+        self.awaiting_migration.store(false, Ordering::Release);
+        *self.migration_job.lock() = None;
         self.ended.store(false, Ordering::Release);
         self.stopping.store(false, Ordering::Release);
     }
