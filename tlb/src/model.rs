@@ -486,9 +486,9 @@ impl TlbInvalidate for ModelTlb {
         let end = (ipa + size) >> PAGE_SHIFT;
         let mut state = self.state();
         let vmid = target.vmid;
-        state
-            .broken
-            .retain(|b| !(b.vmid == vmid && b.first == first && b.end == end));
+        // No earlier record of the same range is dropped: a walker still in
+        // a table another walker unlinked may break an entry of the same
+        // range as one in the live table, and each make needs its break.
         state.broken.push(Broken {
             vmid,
             first,
@@ -503,10 +503,13 @@ impl TlbInvalidate for ModelTlb {
         let end = (ipa + size) >> PAGE_SHIFT;
         let mut state = self.state();
         let vmid = target.vmid;
+        let matches = |b: &Broken| b.vmid == vmid && b.first == first && b.end == end;
+        // Of several breaks of the range, a flushed one answers this make.
         let Some(at) = state
             .broken
             .iter()
-            .position(|b| b.vmid == vmid && b.first == first && b.end == end)
+            .position(|b| matches(b) && b.flushed)
+            .or_else(|| state.broken.iter().position(matches))
         else {
             drop(state);
             panic!(
