@@ -22,27 +22,43 @@ use qemu_runner::console_script::ConsoleScript;
 use qemu_runner::vmspec::VmSpec;
 use qemu_runner::{Boot, ConsoleInput, RunConfig, RunReport};
 
-fn run(cpu: &str) -> RunReport {
+/// Boots `src` and a waiting `dst` and types `migrate src dst` on the
+/// console monitor once `marker` appears.
+fn migrate(cpu: &str, smp: u32, mem_mib: u32, marker: &str, src: &str, dst: &str) -> RunReport {
     let script = ConsoleScript::new()
-        .then("[src] migrate: writing", "\x1dmigrate src dst\r")
+        .then(marker, "\x1dmigrate src dst\r")
         .then("ok: migrating src to dst", "exit\r");
     let config = RunConfig {
         boot: Boot::Hypervisor,
-        smp: 2,
+        smp,
         cpu: cpu.to_string(),
-        timeout: Duration::from_secs(240),
+        mem_mib,
+        timeout: Duration::from_secs(300),
         echo: false,
         input: ConsoleInput::Script(script),
         vms: vec![
-            VmSpec::parse("guest=migrate,cpus=0,name=src,expect=stopped", 0).expect("valid spec"),
-            VmSpec::parse("guest=migrate,cpus=1,name=dst,start=0", 1).expect("valid spec"),
+            VmSpec::parse(src, 0).expect("valid spec"),
+            VmSpec::parse(dst, 1).expect("valid spec"),
         ],
         ..RunConfig::default()
     };
     qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
 }
 
-fn check(report: &RunReport) {
+fn run(cpu: &str) -> RunReport {
+    migrate(
+        cpu,
+        2,
+        1024,
+        "[src] migrate: writing",
+        "guest=migrate,cpus=0,name=src,expect=stopped",
+        "guest=migrate,cpus=1,name=dst,start=0",
+    )
+}
+
+/// The run passed and the hypervisor reports a migration without
+/// differences.
+fn check_migrated(report: &RunReport) {
     let explain = report.explain();
     assert!(report.passed(), "{explain}");
     let migrated = report
@@ -51,6 +67,11 @@ fn check(report: &RunReport) {
         .find(|line| line.contains("vm0 (src) -> vm1 (dst): migrated:"))
         .unwrap_or_else(|| panic!("no migration report\n{explain}"));
     assert!(migrated.contains(", 0 differences"), "{migrated}");
+}
+
+fn check(report: &RunReport) {
+    check_migrated(report);
+    let explain = report.explain();
     assert!(
         report
             .hypervisor_log()
@@ -82,34 +103,17 @@ fn a_writing_guest_migrates_on_cortex_a57() {
 /// refused, and the source runs on).
 #[test]
 fn linux_migrates_in_the_middle_of_its_md5_check() {
-    let script = ConsoleScript::new()
-        .then("[src] LINUX-INIT: 2 CPUs online", "\x1dmigrate src dst\r")
-        .then("ok: migrating src to dst", "exit\r");
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        smp: 4,
-        cpu: "max,pauth=off,sve=off,sme=off".to_string(),
-        // Each VM's RAM is allocated as a power of two (512 MiB).
-        mem_mib: 2048,
-        timeout: Duration::from_secs(300),
-        echo: false,
-        input: ConsoleInput::Script(script),
-        vms: vec![
-            VmSpec::parse("linux,cpus=0-1,mem=384,name=src,expect=stopped", 0).expect("valid spec"),
-            VmSpec::parse("linux,cpus=2-3,mem=384,name=dst,start=0", 1).expect("valid spec"),
-        ],
-        ..RunConfig::default()
-    };
-    let report =
-        qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
+    // Each VM's RAM is allocated as a power of two (512 MiB).
+    let report = migrate(
+        "max,pauth=off,sve=off,sme=off",
+        4,
+        2048,
+        "[src] LINUX-INIT: 2 CPUs online",
+        "linux,cpus=0-1,mem=384,name=src,expect=stopped",
+        "linux,cpus=2-3,mem=384,name=dst,start=0",
+    );
+    check_migrated(&report);
     let explain = report.explain();
-    assert!(report.passed(), "{explain}");
-    let migrated = report
-        .hypervisor_log()
-        .iter()
-        .find(|line| line.contains("vm0 (src) -> vm1 (dst): migrated:"))
-        .unwrap_or_else(|| panic!("no migration report\n{explain}"));
-    assert!(migrated.contains(", 0 differences"), "{migrated}");
     let console = report.console();
     assert!(
         console.contains("[dst] LINUX-INIT: 128 MiB written through tmpfs and verified"),

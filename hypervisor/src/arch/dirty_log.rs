@@ -37,7 +37,7 @@
 
 use crate::arch::stage2::FrameMemory;
 use crate::arch::vm::Vm;
-use crate::arch::vm_ops::VmOpError;
+use crate::arch::vm_ops::{self, VmOpError};
 use crate::read_sysreg;
 use core::sync::atomic::Ordering;
 use memslot::{DirtyLogMode, MemslotError, PAGE_SHIFT, SlotFlags, SlotId, SlotSpec};
@@ -55,13 +55,7 @@ pub struct EnableReport {
 
 /// The live spec of slot `id` of `vm`.
 fn live_spec(vm: &Vm, id: SlotId) -> Result<SlotSpec, VmOpError> {
-    let handle = vm.collector.register();
-    let guard = handle.pin();
-    let slots = vm.memslots.slots(&guard).map_err(VmOpError::Memslot)?;
-    slots
-        .get(id)
-        .map(|slot| slot.spec())
-        .ok_or(VmOpError::Memslot(MemslotError::NoSuchSlot(id)))
+    vm_ops::slot_spec(vm, id)?.ok_or(VmOpError::Memslot(MemslotError::NoSuchSlot(id)))
 }
 
 /// The IPA range of a slot.

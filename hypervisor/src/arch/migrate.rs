@@ -241,41 +241,16 @@ fn differences(pair: &SlotPair) -> u64 {
 /// destination lacks is created (fresh backing), one it has must have the
 /// same place and size.
 fn pair_slots(src: &Vm, dst: &Vm) -> Result<Vec<SlotPair>, MigrateError> {
-    let specs: Vec<SlotSpec> = {
-        let handle = src.collector.register();
-        let guard = handle.pin();
-        let slots = src
-            .memslots
-            .slots(&guard)
-            .map_err(|e| MigrateError::Op(VmOpError::Memslot(e)))?;
-        slots.iter().map(|slot| slot.spec()).collect()
-    };
+    let specs = vm_ops::slot_specs(src)?;
     let mut pairs = Vec::with_capacity(specs.len());
     for spec in specs {
-        let existing = {
-            let handle = dst.collector.register();
-            let guard = handle.pin();
-            let slots = dst
-                .memslots
-                .slots(&guard)
-                .map_err(|e| MigrateError::Op(VmOpError::Memslot(e)))?;
-            slots.get(spec.id).map(|slot| slot.spec())
-        };
-        let dst_spec = match existing {
+        let dst_spec = match vm_ops::slot_spec(dst, spec.id)? {
             Some(have) if have.base_gfn == spec.base_gfn && have.npages == spec.npages => have,
             Some(_) => return Err(MigrateError::Shape("a memslot's place or size")),
             None => {
                 let flags = spec.flags.difference(SlotFlags::LOG_DIRTY);
                 vm_ops::create_slot(dst, spec.id, spec.base_gfn, spec.npages, flags)?;
-                let handle = dst.collector.register();
-                let guard = handle.pin();
-                let slots = dst
-                    .memslots
-                    .slots(&guard)
-                    .map_err(|e| MigrateError::Op(VmOpError::Memslot(e)))?;
-                slots
-                    .get(spec.id)
-                    .map(|slot| slot.spec())
+                vm_ops::slot_spec(dst, spec.id)?
                     .ok_or(MigrateError::Shape("a memslot could not be made"))?
             }
         };

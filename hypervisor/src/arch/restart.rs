@@ -68,15 +68,11 @@ const RAM_SLOT: u32 = 0;
 /// Only with every vCPU of `vm` halted.
 pub fn rebuild(vm: &Vm) -> Result<BootRequest, RebuildError> {
     vm.flush_console_line();
-    let ids: Vec<SlotId> = {
-        let handle = vm.collector.register();
-        let guard = handle.pin();
-        let slots = vm
-            .memslots
-            .slots(&guard)
-            .map_err(|e| RebuildError::Slots(VmOpError::Memslot(e)))?;
-        slots.iter().map(|slot| slot.id()).collect()
-    };
+    let ids: Vec<SlotId> = vm_ops::slot_specs(vm)
+        .map_err(RebuildError::Slots)?
+        .iter()
+        .map(|spec| spec.id)
+        .collect();
     for id in ids {
         vm_ops::delete_slot(vm, id).map_err(RebuildError::Slots)?;
     }
@@ -90,7 +86,7 @@ pub fn rebuild(vm: &Vm) -> Result<BootRequest, RebuildError> {
         SlotFlags::NONE,
     )
     .map_err(RebuildError::Slots)?;
-    let backing = ram_backing(vm, base_gfn)?;
+    let backing = ram_backing(vm, ram_slot)?;
     load_boot_image(vm, &vm.boot, backing);
     vm.vgic.reset().map_err(RebuildError::Vgic)?;
     *vm.uart.lock() = GuestUart {
@@ -104,19 +100,13 @@ pub fn rebuild(vm: &Vm) -> Result<BootRequest, RebuildError> {
 }
 
 /// The host address backing the RAM slot's first page.
-fn ram_backing(vm: &Vm, base_gfn: Gfn) -> Result<u64, RebuildError> {
-    let handle = vm.collector.register();
-    let guard = handle.pin();
-    let slots = vm
-        .memslots
-        .slots(&guard)
-        .map_err(|e| RebuildError::Slots(VmOpError::Memslot(e)))?;
-    let slot = slots
-        .find(base_gfn)
+fn ram_backing(vm: &Vm, id: SlotId) -> Result<u64, RebuildError> {
+    vm_ops::slot_spec(vm, id)
+        .map_err(RebuildError::Slots)?
+        .map(|spec| spec.backing.0)
         .ok_or(RebuildError::Slots(VmOpError::NotMapped {
             ipa: vm.ram.start,
-        }))?;
-    Ok(slot.backing().0)
+        }))
 }
 
 /// Copies the kernel, initrd and device tree into the RAM backed from

@@ -42,6 +42,7 @@ use crate::arch::vm::Vm;
 use crate::read_sysreg;
 use crate::stage2::cache_maint::{CacheCaps, IcacheInval};
 use crate::vm::run_state::{Requested, RunStateError};
+use alloc::vec::Vec;
 use core::fmt;
 use memslot::{Gfn, HostPhysAddr, MemslotError, PAGE_SHIFT, SlotFlags, SlotId, SlotSpec};
 use pgtable::{PAGE_SIZE, PageCache, SLOT_UNMAP_CACHE_PAGES, SlotSyncError};
@@ -344,6 +345,22 @@ pub fn read_host(src: HostPhysAddr, out: &mut [u8], fwb: bool) {
     // SAFETY: `src` is identity-mapped RAM of the caller's translated buffer,
     // at least `out.len()` bytes long (one span).
     unsafe { core::ptr::copy(addr as *const u8, out.as_mut_ptr(), out.len()) };
+}
+
+/// The specs of every memslot of `vm`, in one view of its published set.
+pub fn slot_specs(vm: &Vm) -> Result<Vec<SlotSpec>, VmOpError> {
+    let handle = vm.collector.register();
+    let guard = handle.pin();
+    let slots = vm.memslots.slots(&guard).map_err(VmOpError::Memslot)?;
+    Ok(slots.iter().map(|slot| slot.spec()).collect())
+}
+
+/// The spec of memslot `id` of `vm`, if it exists.
+pub fn slot_spec(vm: &Vm, id: SlotId) -> Result<Option<SlotSpec>, VmOpError> {
+    let handle = vm.collector.register();
+    let guard = handle.pin();
+    let slots = vm.memslots.slots(&guard).map_err(VmOpError::Memslot)?;
+    Ok(slots.get(id).map(|slot| slot.spec()))
 }
 
 /// Pages in all of `vm`'s memslots, and how many slots it has (one view of

@@ -41,7 +41,7 @@ use crate::control::{code, find_peer, ok};
 use crate::memory_map::PAGE;
 use crate::println;
 use crate::scenarios::Failure;
-use crate::smp::Deadline;
+use crate::smp::{Deadline, micros};
 
 /// The peer's RAM starts here (its slot 0).
 const RAM_BASE: u64 = 0x4000_0000;
@@ -176,23 +176,6 @@ fn peer_word(client: &Client<Hvc>, vm: u32, word: usize) -> Result<u64, Failure>
     )?;
     // SAFETY: written by the call that just returned.
     Ok(unsafe { core::ptr::read_volatile(&raw const MASK.0[0]) })
-}
-
-/// The virtual counter in microseconds.
-fn micros() -> u64 {
-    let (now, frequency): (u64, u64);
-    // SAFETY: reading the virtual counter and its frequency.
-    unsafe {
-        core::arch::asm!(
-            "isb",
-            "mrs {}, cntvct_el0",
-            "mrs {}, cntfrq_el0",
-            out(reg) now,
-            out(reg) frequency,
-            options(nomem, nostack)
-        );
-    }
-    (u128::from(now) * 1_000_000 / u128::from(frequency.max(1))) as u64
 }
 
 /// Waits until the writer made `writes` more writes; returns how many it

@@ -14,6 +14,7 @@
 use crate::memory_map::PAGE;
 use crate::println;
 use crate::scenarios::Failure;
+use crate::smp::virtual_counter;
 
 /// The region written: 64 MiB into the VM's RAM.
 const REGION: u64 = 0x4400_0000;
@@ -34,25 +35,9 @@ fn word(page: u64, sequence: u64, index: u64) -> u64 {
         .wrapping_mul(0xff51_afd7_ed55_8ccd)
 }
 
-fn counter() -> (u64, u64) {
-    let (now, frequency): (u64, u64);
-    // SAFETY: reading the virtual counter and its frequency.
-    unsafe {
-        core::arch::asm!(
-            "isb",
-            "mrs {}, cntvct_el0",
-            "mrs {}, cntfrq_el0",
-            out(reg) now,
-            out(reg) frequency,
-            options(nomem, nostack)
-        );
-    }
-    (now, frequency)
-}
-
 /// The scenario.
 pub fn run() -> Result<(), Failure> {
-    let (start, frequency) = counter();
+    let (start, frequency) = virtual_counter();
     let end = start + RUN_SECONDS * frequency;
     println!("migrate: writing {PAGES} pages at {REGION:#x} for {RUN_SECONDS} s");
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -82,7 +67,7 @@ pub fn run() -> Result<(), Failure> {
                 .write(sequence)
         };
         if sequence.is_multiple_of(1024) {
-            let (now, _) = counter();
+            let (now, _) = virtual_counter();
             if now < last {
                 println!("migrate: the virtual counter went back from {last:#x} to {now:#x}");
                 return Err(Failure::Migrate {

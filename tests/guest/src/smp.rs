@@ -28,6 +28,23 @@ pub fn current_cpu() -> usize {
     index as usize
 }
 
+/// The virtual counter now and its frequency (ticks per second).
+pub fn virtual_counter() -> (u64, u64) {
+    let (now, frequency): (u64, u64);
+    // SAFETY: reading the virtual counter and its frequency.
+    unsafe {
+        asm!("isb", "mrs {}, cntvct_el0", "mrs {}, cntfrq_el0", out(reg) now,
+             out(reg) frequency, options(nomem, nostack));
+    }
+    (now, frequency)
+}
+
+/// The virtual counter in microseconds.
+pub fn micros() -> u64 {
+    let (now, frequency) = virtual_counter();
+    (u128::from(now) * 1_000_000 / u128::from(frequency.max(1))) as u64
+}
+
 /// A point in time on the virtual counter.
 #[derive(Clone, Copy)]
 pub struct Deadline(u64);
@@ -35,23 +52,13 @@ pub struct Deadline(u64);
 impl Deadline {
     /// `seconds` from now.
     pub fn after_seconds(seconds: u64) -> Deadline {
-        let (now, frequency): (u64, u64);
-        // SAFETY: reading the virtual counter and its frequency.
-        unsafe {
-            asm!("isb", "mrs {}, cntvct_el0", "mrs {}, cntfrq_el0", out(reg) now,
-                 out(reg) frequency, options(nomem, nostack));
-        }
+        let (now, frequency) = virtual_counter();
         Deadline(now + seconds * frequency)
     }
 
     /// `millis` milliseconds from now.
     pub fn after_millis(millis: u64) -> Deadline {
-        let (now, frequency): (u64, u64);
-        // SAFETY: reading the virtual counter and its frequency.
-        unsafe {
-            asm!("isb", "mrs {}, cntvct_el0", "mrs {}, cntfrq_el0", out(reg) now,
-                 out(reg) frequency, options(nomem, nostack));
-        }
+        let (now, frequency) = virtual_counter();
         Deadline(now + millis * frequency / 1000)
     }
 
