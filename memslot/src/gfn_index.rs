@@ -11,11 +11,20 @@
 //! `n / BLOCK_MIN + 1` keys, so a change moves at most a few KiB.
 //!
 //! A block keeps its keys in an array of their own, so the binary search
-//! touches few cache lines; its entries carry `base_gfn`, `npages` and the
-//! slot itself, so a lookup tests containment and returns the slot without
-//! another indirection.
+//! touches few cache lines; its entries are the slots themselves, stored by
+//! value (a [`Memslot`] is a few words: range, backing, flags and a shared
+//! pointer to the dirty bitmap), so a lookup tests containment and returns the
+//! slot from the one cache line it reads after the searches, with no pointer
+//! to follow. A sorted array of slots needs about `log2 n` probes spread over
+//! the whole array; here the top array is small enough to stay cached, and the
+//! block search reads one 1 KiB key array.
+//!
+//! # Positions
+//!
+//! A [`Position`] names an entry (block, index in block) packed in a `u32`.
+//! It is valid only for the index it came from, until the next change: a
+//! vCPU's cache carries the generation of the set it was filled from.
 
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::slot::Memslot;
@@ -25,33 +34,46 @@ pub const BLOCK_MAX: usize = 128;
 /// A block with fewer entries merges into a neighbour when they fit in one.
 pub const BLOCK_MIN: usize = 32;
 
-/// One slot in the index.
-#[derive(Clone, Debug)]
-pub(crate) struct GfnEntry {
-    pub(crate) base_gfn: u64,
-    pub(crate) npages: u64,
-    pub(crate) index: u32,
-    pub(crate) slot: Arc<Memslot>,
+/// Bits of a packed [`Position`] that hold the index within the block.
+const AT_BITS: u32 = 8;
+const _: () = assert!(BLOCK_MAX < 1 << AT_BITS);
+
+/// An entry's place in one index: block and index within it, packed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Position(u32);
+
+impl Position {
+    /// No entry: never returned by a lookup, never found by [`GfnIndex::at`].
+    pub(crate) const NONE: Self = Self(u32::MAX);
+
+    fn new(block: usize, at: usize) -> Self {
+        Self(((block as u32) << AT_BITS) | at as u32)
+    }
+
+    fn block(self) -> usize {
+        (self.0 >> AT_BITS) as usize
+    }
+
+    fn at(self) -> usize {
+        (self.0 & ((1 << AT_BITS) - 1)) as usize
+    }
 }
 
-/// A position: block, entry within it.
-type Position = (usize, usize);
-
 /// A leaf: the keys alone (so a binary search touches few cache lines) and
-/// the entries, in the same order.
+/// the slots, in the same order.
 #[derive(Debug, Default)]
 struct Block {
     keys: Vec<u64>,
-    entries: Vec<GfnEntry>,
+    entries: Vec<Memslot>,
 }
 
 impl Block {
-    fn insert(&mut self, at: usize, entry: GfnEntry) {
-        self.keys.insert(at, entry.base_gfn);
+    fn insert(&mut self, at: usize, entry: Memslot) {
+        self.keys.insert(at, entry.base_gfn().0);
         self.entries.insert(at, entry);
     }
 
-    fn remove(&mut self, at: usize) -> GfnEntry {
+    fn remove(&mut self, at: usize) -> Memslot {
         self.keys.remove(at);
         self.entries.remove(at)
     }
@@ -93,9 +115,9 @@ impl GfnIndex {
         self.len
     }
 
-    /// The position of the last entry with `base_gfn <= key`.
+    /// The block and index of the last entry with `base_gfn <= key`.
     #[inline]
-    fn floor(&self, key: u64) -> Option<Position> {
+    fn floor(&self, key: u64) -> Option<(usize, usize)> {
         let block = self
             .firsts
             .partition_point(|&first| first <= key)
@@ -105,12 +127,12 @@ impl GfnIndex {
         Some((block, at))
     }
 
-    fn get(&self, (block, at): Position) -> Option<&GfnEntry> {
+    fn get(&self, (block, at): (usize, usize)) -> Option<&Memslot> {
         self.blocks.get(block)?.entries.get(at)
     }
 
-    /// The position after `pos` (may be one past the end).
-    fn next(&self, (block, at): Position) -> Position {
+    /// The place after `(block, at)` (may be one past the end).
+    fn next(&self, (block, at): (usize, usize)) -> (usize, usize) {
         if at + 1 < self.blocks[block].len() {
             (block, at + 1)
         } else {
@@ -118,21 +140,34 @@ impl GfnIndex {
         }
     }
 
+    /// The entry with the largest `base_gfn <= key`, and its position.
+    #[inline]
+    pub(crate) fn locate(&self, key: u64) -> Option<(Position, &Memslot)> {
+        let (block, at) = self.floor(key)?;
+        Some((Position::new(block, at), &self.blocks[block].entries[at]))
+    }
+
+    /// The entry at `position`, if it names one.
+    #[inline]
+    pub(crate) fn at(&self, position: Position) -> Option<&Memslot> {
+        self.get((position.block(), position.at()))
+    }
+
     /// The entry with the largest `base_gfn <= key`.
     #[inline]
-    pub(crate) fn at_or_below(&self, key: u64) -> Option<&GfnEntry> {
+    pub(crate) fn at_or_below(&self, key: u64) -> Option<&Memslot> {
         self.floor(key).and_then(|p| self.get(p))
     }
 
     /// The entry with the largest `base_gfn < key`.
-    pub(crate) fn below(&self, key: u64) -> Option<&GfnEntry> {
+    pub(crate) fn below(&self, key: u64) -> Option<&Memslot> {
         self.at_or_below(key.checked_sub(1)?)
     }
 
     /// Entries with `base_gfn >= key`, in order.
     pub(crate) fn from(&self, key: u64) -> Iter<'_> {
         let position = match self.floor(key) {
-            Some(p) if self.get(p).is_some_and(|e| e.base_gfn >= key) => p,
+            Some(p) if self.get(p).is_some_and(|e| e.base_gfn().0 >= key) => p,
             Some(p) => self.next(p),
             None => (0, 0),
         };
@@ -143,9 +178,9 @@ impl GfnIndex {
     }
 
     /// Adds an entry whose `base_gfn` is not in the index.
-    pub(crate) fn insert(&mut self, entry: GfnEntry) {
+    pub(crate) fn insert(&mut self, entry: Memslot) {
         self.len += 1;
-        let key = entry.base_gfn;
+        let key = entry.base_gfn().0;
         if self.blocks.is_empty() {
             self.firsts.push(key);
             self.blocks.push(Block {
@@ -171,7 +206,7 @@ impl GfnIndex {
     }
 
     /// Removes the entry with `base_gfn == key`, which must be present.
-    pub(crate) fn remove(&mut self, key: u64) -> GfnEntry {
+    pub(crate) fn remove(&mut self, key: u64) -> Memslot {
         let (block, at) = self.floor(key).expect("removing a present key");
         let entries = &mut self.blocks[block];
         debug_assert_eq!(entries.keys[at], key, "removing an absent key");
@@ -211,9 +246,9 @@ impl GfnIndex {
             assert_eq!(entries.keys.len(), entries.entries.len());
             assert_eq!(*first, entries.keys[0]);
             for (k, e) in entries.keys.iter().zip(&entries.entries) {
-                assert_eq!(*k, e.base_gfn);
-                assert!(previous.is_none_or(|p| p < e.base_gfn), "keys out of order");
-                previous = Some(e.base_gfn);
+                assert_eq!(*k, e.base_gfn().0);
+                assert!(previous.is_none_or(|p| p < *k), "keys out of order");
+                previous = Some(*k);
                 count += 1;
             }
         }
@@ -225,13 +260,13 @@ impl GfnIndex {
 /// Entries in key order from a position.
 pub(crate) struct Iter<'a> {
     index: &'a GfnIndex,
-    position: Position,
+    position: (usize, usize),
 }
 
 impl<'a> Iterator for Iter<'a> {
-    type Item = &'a GfnEntry;
+    type Item = &'a Memslot;
 
-    fn next(&mut self) -> Option<&'a GfnEntry> {
+    fn next(&mut self) -> Option<&'a Memslot> {
         let entry = self.index.get(self.position)?;
         self.position = self.index.next(self.position);
         Some(entry)
@@ -247,7 +282,7 @@ mod tests {
     use std::collections::BTreeSet;
     use std::vec::Vec;
 
-    fn entry(key: u64) -> GfnEntry {
+    fn entry(key: u64) -> Memslot {
         let spec = SlotSpec {
             id: SlotId::new(0).unwrap(),
             base_gfn: Gfn(key),
@@ -255,12 +290,7 @@ mod tests {
             backing: HostPhysAddr(0),
             flags: SlotFlags::NONE,
         };
-        GfnEntry {
-            base_gfn: key,
-            npages: 1,
-            index: 0,
-            slot: Arc::new(Memslot::new(&spec, None)),
-        }
+        Memslot::new(&spec, None)
     }
 
     proptest! {
@@ -272,14 +302,21 @@ mod tests {
                 if insert && model.insert(key) {
                     index.insert(entry(key));
                 } else if !insert && model.remove(&key) {
-                    prop_assert_eq!(index.remove(key).base_gfn, key);
+                    prop_assert_eq!(index.remove(key).base_gfn().0, key);
                 }
             }
             prop_assert_eq!(index.check(), model.len());
             for p in probes {
-                prop_assert_eq!(index.at_or_below(p).map(|e| e.base_gfn), model.range(..=p).next_back().copied());
-                prop_assert_eq!(index.below(p).map(|e| e.base_gfn), model.range(..p).next_back().copied());
-                let got: Vec<u64> = index.from(p).map(|e| e.base_gfn).collect();
+                let floor = model.range(..=p).next_back().copied();
+                prop_assert_eq!(index.at_or_below(p).map(|e| e.base_gfn().0), floor);
+                let located = index.locate(p);
+                prop_assert_eq!(located.map(|(_, e)| e.base_gfn().0), floor);
+                if let Some((position, e)) = located {
+                    prop_assert_eq!(index.at(position).map(|at| at.base_gfn()), Some(e.base_gfn()));
+                }
+                prop_assert_eq!(index.at(Position::NONE).map(|e| e.base_gfn()), None);
+                prop_assert_eq!(index.below(p).map(|e| e.base_gfn().0), model.range(..p).next_back().copied());
+                let got: Vec<u64> = index.from(p).map(|e| e.base_gfn().0).collect();
                 let want: Vec<u64> = model.range(p..).copied().collect();
                 prop_assert_eq!(got, want);
             }

@@ -207,6 +207,15 @@ impl Memslot {
         }
     }
 
+    /// A second copy of this slot for another index of the same set: the same
+    /// range, backing and flags, and the same dirty bitmap (shared).
+    pub(crate) fn duplicate(&self) -> Self {
+        Self {
+            dirty: self.dirty.clone(),
+            ..*self
+        }
+    }
+
     /// The slot's id.
     pub fn id(&self) -> SlotId {
         self.id

@@ -9,10 +9,12 @@
 //!
 //! Slot `i` maps 32 pages at gfn `64 * i` (32-page gaps between slots) onto
 //! its own 32 backing pages. Figures: `setup` (create all slots from empty),
-//! `lookup_median` (one gfn lookup inside a random slot, from batches run
-//! under one epoch guard as a fault handler would), `delete` and `move` (one
-//! change at full size), `backing_query` (the slots overlapping one backing
-//! page), each with a `baseline_` twin, and at 32767 slots the speedups.
+//! `lookup_median` (one gfn lookup inside a random slot, uncached, from
+//! batches run under one epoch guard as a fault handler would; the two
+//! designs take turns on the same batches), `delete` and `move` (one change
+//! at full size), `backing_query` (the slots overlapping one backing page),
+//! each with a `baseline_` twin; `lookup_speedup` (baseline / new) at every
+//! size, and at 32767 slots the other speedups.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -313,7 +315,6 @@ impl Design for SortedArrayMemslots {
 /// The figures of one design at one size, in nanoseconds.
 struct Figures {
     setup: f64,
-    lookup: f64,
     delete: f64,
     moved: f64,
     backing_query: f64,
@@ -334,17 +335,6 @@ fn measure<D: Design>(n: u32) -> Figures {
     let setup = median_time(setup_runs, || (), |()| D::build(&handle, &collector, n));
     let vm = D::build(&handle, &collector, n);
     let mut rng = Rng(0x5EED_0000 + u64::from(n));
-
-    let mut per_lookup = Vec::with_capacity(BATCHES);
-    for _ in 0..BATCHES {
-        let gfns: Vec<u64> = (0..LOOKUPS_PER_BATCH)
-            .map(|_| rng.below(u64::from(n)) * STRIDE + rng.below(SLOT_PAGES))
-            .collect();
-        let start = Instant::now();
-        black_box(vm.lookup_batch(&handle, black_box(&gfns)));
-        per_lookup.push(ns(start.elapsed()) / LOOKUPS_PER_BATCH as f64);
-    }
-    let lookup = median(&mut per_lookup);
 
     // Delete a random slot (timed), re-create it before the next run (untimed).
     let runs = 31;
@@ -406,11 +396,43 @@ fn measure<D: Design>(n: u32) -> Figures {
 
     Figures {
         setup: ns(setup),
-        lookup,
         delete: ns(delete),
         moved: ns(moved),
         backing_query,
     }
+}
+
+/// Median nanoseconds per lookup of both designs at `n` slots: batches of
+/// the same random gfns, each design in turn, so that a noisy neighbour
+/// slows both alike.
+fn lookups(n: u32) -> (f64, f64) {
+    let collector = Collector::new();
+    let handle = collector.register();
+    let new = <Memslots as Design>::build(&handle, &collector, n);
+    let old = SortedArrayMemslots::build(&handle, &collector, n);
+    let mut rng = Rng(0x5EED_0000 + u64::from(n));
+    let mut per_lookup = (Vec::with_capacity(BATCHES), Vec::with_capacity(BATCHES));
+    let time = |design: &dyn Fn(&[u64]) -> u64, gfns: &[u64]| {
+        let start = Instant::now();
+        black_box(design(black_box(gfns)));
+        ns(start.elapsed()) / LOOKUPS_PER_BATCH as f64
+    };
+    for batch in 0..BATCHES {
+        let gfns: Vec<u64> = (0..LOOKUPS_PER_BATCH)
+            .map(|_| rng.below(u64::from(n)) * STRIDE + rng.below(SLOT_PAGES))
+            .collect();
+        let new_lookup = |g: &[u64]| new.lookup_batch(&handle, g);
+        let old_lookup = |g: &[u64]| old.lookup_batch(&handle, g);
+        // Alternate which design goes first.
+        if batch % 2 == 0 {
+            per_lookup.0.push(time(&new_lookup, &gfns));
+            per_lookup.1.push(time(&old_lookup, &gfns));
+        } else {
+            per_lookup.1.push(time(&old_lookup, &gfns));
+            per_lookup.0.push(time(&new_lookup, &gfns));
+        }
+    }
+    (median(&mut per_lookup.0), median(&mut per_lookup.1))
 }
 
 /// Prints the suite's figures.
@@ -418,13 +440,10 @@ pub fn run() {
     for n in SIZES {
         let new = measure::<Memslots>(n);
         let old = measure::<SortedArrayMemslots>(n);
-        for (prefix, f) in [("", &new), ("baseline_", &old)] {
+        let lookup = lookups(n);
+        for (prefix, f, lookup) in [("", &new, lookup.0), ("baseline_", &old, lookup.1)] {
             report(&format!("memslots/{n}/{prefix}setup"), f.setup / 1e3, "us");
-            report(
-                &format!("memslots/{n}/{prefix}lookup_median"),
-                f.lookup,
-                "ns",
-            );
+            report(&format!("memslots/{n}/{prefix}lookup_median"), lookup, "ns");
             report(
                 &format!("memslots/{n}/{prefix}delete"),
                 f.delete / 1e3,
@@ -437,6 +456,11 @@ pub fn run() {
                 "ns",
             );
         }
+        report(
+            &format!("memslots/{n}/lookup_speedup"),
+            lookup.1 / lookup.0,
+            "x",
+        );
         if n == 32767 {
             report("memslots/32767/setup_speedup", old.setup / new.setup, "x");
             report(
