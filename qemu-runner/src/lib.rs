@@ -147,6 +147,16 @@ pub enum Scenario {
     /// Writes pages for 8 s, to be live-migrated meanwhile, then checks
     /// every page it wrote.
     Migrate,
+    /// A control VM (`control=1`) times stage-2 page-table work (map,
+    /// write-protect, relax, collapse, split, unmap) on a `toucher` VM.
+    PageTable,
+    /// A control VM (`control=1`) creates, moves and deletes many slots in a
+    /// `toucher` VM while it touches them, timing and checking each change
+    /// (`slots=` in [`RunConfig::guest_args`]).
+    MemslotPerf,
+    /// The peer of `page-table` and `memslot-perf`: stores into guest pages
+    /// on command until stopped.
+    Toucher,
 }
 
 impl Scenario {
@@ -166,6 +176,9 @@ impl Scenario {
         Scenario::DirtyLog,
         Scenario::DirtyWriter,
         Scenario::Migrate,
+        Scenario::PageTable,
+        Scenario::MemslotPerf,
+        Scenario::Toucher,
     ];
 
     /// The scenario's name on the command line and in `test=`.
@@ -185,6 +198,9 @@ impl Scenario {
             Scenario::DirtyLog => "dirty-log",
             Scenario::DirtyWriter => "dirty-writer",
             Scenario::Migrate => "migrate",
+            Scenario::PageTable => "page-table",
+            Scenario::MemslotPerf => "memslot-perf",
+            Scenario::Toucher => "toucher",
         }
     }
 

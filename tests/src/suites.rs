@@ -3,8 +3,10 @@
 pub mod dirty_log;
 pub mod faults;
 pub mod linux_boot;
+pub mod memslot_perf;
 pub mod memslots;
 pub mod migrate;
+pub mod page_table;
 pub mod split;
 pub mod tlb;
 pub mod unmap;
@@ -50,6 +52,16 @@ pub const SUITES: &[Suite] = &[
         name: "dirty_log",
         about: "Dirty logging in QEMU: enable time, round-1 write rate and harvest time, eager split off vs on",
         run: dirty_log::run,
+    },
+    Suite {
+        name: "page_table",
+        about: "Stage-2 work in QEMU on a 64 MiB slot: map, write-protect, relax, collapse, split, unmap; range TLBI vs cortex-a57",
+        run: page_table::run,
+    },
+    Suite {
+        name: "memslot_perf",
+        about: "Memslots in QEMU: setup, fault-in, moves and deletes with 16..4096 slots while a vCPU touches them",
+        run: memslot_perf::run,
     },
     Suite {
         name: "migrate",

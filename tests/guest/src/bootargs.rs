@@ -57,6 +57,15 @@ pub enum Scenario {
     /// Writes pages for a few seconds while it is live-migrated, then checks
     /// every page it wrote.
     Migrate,
+    /// A control VM times stage-2 page-table work on a toucher peer
+    /// (`page_table`).
+    PageTable,
+    /// A control VM creates, moves and deletes many slots in a toucher peer
+    /// while it touches them (`memslot_perf`).
+    MemslotPerf,
+    /// The peer of `page-table` and `memslot-perf`: touches memory on
+    /// command (`toucher`).
+    Toucher,
 }
 
 impl Scenario {
@@ -76,6 +85,9 @@ impl Scenario {
         Scenario::DirtyLog,
         Scenario::DirtyWriter,
         Scenario::Migrate,
+        Scenario::PageTable,
+        Scenario::MemslotPerf,
+        Scenario::Toucher,
     ];
 
     /// The name used in `test=`.
@@ -95,6 +107,9 @@ impl Scenario {
             Scenario::DirtyLog => "dirty-log",
             Scenario::DirtyWriter => "dirty-writer",
             Scenario::Migrate => "migrate",
+            Scenario::PageTable => "page-table",
+            Scenario::MemslotPerf => "memslot-perf",
+            Scenario::Toucher => "toucher",
         }
     }
 }
@@ -204,7 +219,12 @@ pub struct Options {
     pub probe_ipa: Option<u64>,
     /// The dirty-log scenario's settings.
     pub dirty: DirtyOptions,
+    /// `slots=N`: how many slots the memslot-perf scenario creates.
+    pub slots: u32,
 }
+
+/// The memslot-perf scenario's slot count when `slots=` is absent.
+pub const DEFAULT_SLOTS: u32 = 256;
 
 /// The `dirty-log` scenario's settings: `dirty-mode=plain|manual|all-set`
 /// (the peer's dirty-log mode: harvest clears, manual protection, manual
@@ -228,6 +248,7 @@ impl Options {
         let mut bad_exit_reset = false;
         let mut probe_ipa = None;
         let mut dirty = DirtyOptions::default();
+        let mut slots = DEFAULT_SLOTS;
         for word in bootargs.split_ascii_whitespace() {
             let Some((key, value)) = word.split_once('=') else {
                 continue;
@@ -260,6 +281,11 @@ impl Options {
                     }
                 }
                 "eager-split" => dirty.eager_split = number(value).ok_or(word)?,
+                "slots" => {
+                    slots = number(value)
+                        .and_then(|n| u32::try_from(n).ok())
+                        .ok_or(word)?
+                }
                 "fuzz-verbose" => fuzz.verbose = number(value).ok_or(word)? != 0,
                 "fuzz-allow" | "fuzz-deny" => {
                     for name in value.split(',').filter(|n| !n.is_empty()) {
@@ -284,6 +310,7 @@ impl Options {
             bad_exit_reset,
             probe_ipa,
             dirty,
+            slots,
         })
     }
 
@@ -308,6 +335,7 @@ mod tests {
             bad_exit_reset: false,
             probe_ipa: None,
             dirty: DirtyOptions::default(),
+            slots: DEFAULT_SLOTS,
         };
         assert_eq!(Options::parse(""), Ok(default));
         assert_eq!(Options::parse("console=ttyAMA0 test=memory"), Ok(default));
@@ -320,6 +348,7 @@ mod tests {
                 bad_exit_reset: false,
                 probe_ipa: None,
                 dirty: DirtyOptions::default(),
+                slots: DEFAULT_SLOTS,
             })
         );
         assert!(
@@ -345,6 +374,12 @@ mod tests {
             }
         );
         assert_eq!(Options::parse("dirty-mode=x"), Err("dirty-mode=x"));
+        let perf = Options::parse("test=memslot-perf slots=4096").unwrap();
+        assert_eq!((perf.scenario, perf.slots), (Scenario::MemslotPerf, 4096));
+        assert_eq!(
+            Options::parse("slots=0x1_0000_0000"),
+            Err("slots=0x1_0000_0000")
+        );
         assert_eq!(
             Options::parse("test=memory test=bad-guest")
                 .unwrap()

@@ -40,6 +40,13 @@
 //!   hypervisor's console monitor; see `echo`).
 //! * `control` / `control-peer`: a control VM drives the hypervisor's
 //!   control interface against its peer (see `control`).
+//! * `dirty-log` / `dirty-writer`: a control VM checks a peer's dirty log
+//!   against its memory (see `dirty_log`); `migrate` writes pages while it
+//!   is live-migrated and checks them after (see `migrate`).
+//! * `page-table` / `memslot-perf` with a `toucher` peer: a control VM times
+//!   stage-2 page-table work and memslot changes on a peer that touches
+//!   memory on command, and checks the peer's view after each change (see
+//!   `page_table`, `memslot_perf`, `toucher`).
 //!
 //! Every other scenario ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the
@@ -79,9 +86,13 @@ mod gic_regs;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod memory_map;
 #[cfg(target_os = "none")]
+mod memslot_perf;
+#[cfg(target_os = "none")]
 mod migrate;
 #[cfg(target_os = "none")]
 mod mmu;
+#[cfg(target_os = "none")]
+mod page_table;
 #[cfg(target_os = "none")]
 mod platform;
 #[cfg(target_os = "none")]
@@ -94,6 +105,8 @@ mod smp;
 mod timer_regs;
 #[cfg(target_os = "none")]
 mod timers;
+#[cfg(target_os = "none")]
+mod toucher;
 
 #[cfg(not(target_os = "none"))]
 fn main() {

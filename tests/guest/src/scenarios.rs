@@ -649,6 +649,14 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
         Scenario::DirtyLog => crate::dirty_log::control(options.dirty),
         Scenario::DirtyWriter => crate::dirty_log::writer(),
         Scenario::Migrate => crate::migrate::run(),
+        Scenario::PageTable | Scenario::MemslotPerf | Scenario::Toucher
+            if !psci::hypervisor_services() =>
+        {
+            Err(Failure::NeedsHypervisor)
+        }
+        Scenario::PageTable => crate::page_table::control(),
+        Scenario::MemslotPerf => crate::memslot_perf::control(options.slots),
+        Scenario::Toucher => crate::toucher::run(),
     }
 }
 
