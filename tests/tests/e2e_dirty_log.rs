@@ -11,7 +11,8 @@
 //! peer paused must report every change. Then logging goes off and the
 //! peer's later write faults collapse its page tables back into blocks.
 //!
-//! Variants: harvest-and-clear, manual protection with eager splitting in
+//! Variants: three writer vCPUs, each on its own share of the region
+//! (manual protection, eager split), harvest-and-clear, manual protection with eager splitting in
 //! 2 MiB chunks, manual protection with bitmaps that start all set and 64 KiB
 //! chunks, on `-cpu max` (range TLBI); and on `cortex-a57` (no range TLBI:
 //! whole-VMID invalidations). The peer's counters show what the engine did:
@@ -24,9 +25,14 @@ use qemu_runner::vmspec::VmSpec;
 use qemu_runner::{Boot, RunConfig, RunReport};
 
 fn run(cpu: &str, args: &str) -> RunReport {
+    run_with_writers(cpu, args, 1)
+}
+
+/// A run whose writer has `writers` vCPUs, on CPUs `1..=writers`.
+fn run_with_writers(cpu: &str, args: &str, writers: u32) -> RunReport {
     let config = RunConfig {
         boot: Boot::Hypervisor,
-        smp: 2,
+        smp: writers + 1,
         cpu: cpu.to_string(),
         timeout: Duration::from_secs(300),
         echo: false,
@@ -36,8 +42,11 @@ fn run(cpu: &str, args: &str) -> RunReport {
                 0,
             )
             .expect("valid spec"),
-            VmSpec::parse("guest=dirty-writer,cpus=1,name=peer,expect=stopped", 1)
-                .expect("valid spec"),
+            VmSpec::parse(
+                &format!("guest=dirty-writer,cpus=1-{writers},name=peer,expect=stopped"),
+                1,
+            )
+            .expect("valid spec"),
         ],
         ..RunConfig::default()
     };
@@ -129,6 +138,19 @@ fn eager_split_on_cortex_a57() {
     // No range instructions: whole-VMID invalidations.
     assert!(
         peer_counter(&report, "tlbi_vmalls12") > 0,
+        "{}",
+        report.explain()
+    );
+}
+
+#[test]
+fn three_writer_vcpus_with_manual_protect_on_cpu_max() {
+    let report = run_with_writers("max", "dirty-mode=manual eager-split=0x200000", 3);
+    check(&report, true);
+    assert!(
+        report
+            .console()
+            .contains("dirty-log: the peer's 3 vCPUs populated 1024 pages"),
         "{}",
         report.explain()
     );

@@ -2,14 +2,17 @@
 //! hypervisor's dirty log of a peer against the peer's memory, round after
 //! round, as KVM's `dirty_log_test` does.
 //!
-//! # `dirty-writer` (one vCPU)
+//! # `dirty-writer` (every vCPU of its VM)
 //!
-//! Writes every page of [`REGION`] once (so that its RAM is mapped with
-//! blocks before logging starts), sets the ready magic in [`MAILBOX`], then
-//! loops forever: a pseudo-random page of the region is written (a word of
-//! it gets the next sequence number, so its content always changes) or
-//! read; the sequence number goes to the mailbox every [`PROGRESS_EVERY`]
-//! operations.
+//! The region is shared out: vCPU `i` of `n` owns pages
+//! `[i * REGION_PAGES / n, (i + 1) * REGION_PAGES / n)`. Each vCPU writes
+//! every page of its share once (so that the RAM is mapped with blocks
+//! before logging starts; the boot vCPU times this populate phase from the
+//! start of the secondaries until all are done), then, once all have, vCPU 0
+//! sets the ready magic in [`MAILBOX`], and each loops forever: a
+//! pseudo-random page of its share is written (a word of it gets the vCPU's
+//! next sequence number, so its content always changes) or read; every
+//! [`PROGRESS_EVERY`] writes a vCPU adds them to the mailbox's write count.
 //!
 //! # `dirty-log` (one vCPU, `control=1`)
 //!
@@ -39,6 +42,7 @@ use control_abi::{
 use crate::bootargs::DirtyOptions;
 use crate::control::{code, find_peer, ok};
 use crate::memory_map::PAGE;
+use crate::platform::Platform;
 use crate::println;
 use crate::scenarios::Failure;
 use crate::smp::{Deadline, micros};
@@ -63,7 +67,8 @@ const READY: u64 = 0x4449_5254_5952_4459;
 /// Words of the largest slot-0 bitmap this scenario handles (512 MiB).
 const BITMAP_WORDS: usize = 2048;
 
-/// `[0]` ready magic, `[1]` the writer's sequence number.
+/// `[0]` ready magic, `[1]` writes made by all of the writer's vCPUs,
+/// `[2]` populate time in microseconds, `[3]` the writer's vCPU count.
 #[repr(C, align(4096))]
 struct Mailbox([AtomicU64; 512]);
 
@@ -85,32 +90,71 @@ fn mailbox_ipa(word: usize) -> u64 {
     MAILBOX.0.as_ptr() as u64 + word as u64 * 8
 }
 
-/// The `dirty-writer` scenario; never returns (the control VM stops it).
-pub fn writer() -> Result<(), Failure> {
-    for page in 0..REGION_PAGES as u64 {
-        // SAFETY: the region is RAM of this VM that nothing else uses.
+/// The writer's vCPU count (set by the boot vCPU before it starts the others).
+static WRITERS: AtomicU64 = AtomicU64::new(1);
+/// vCPUs that populated their share.
+static POPULATED: AtomicU64 = AtomicU64::new(0);
+
+/// The `dirty-writer` scenario on the boot vCPU; never returns (the control
+/// VM stops it).
+pub fn writer(platform: &Platform) -> Result<(), Failure> {
+    let vcpus = platform.cpus().len();
+    WRITERS.store(vcpus as u64, Ordering::Release);
+    MAILBOX.0[3].store(vcpus as u64, Ordering::Release);
+    let started = micros();
+    crate::smp::start_secondaries(platform)?;
+    println!("dirty-writer: {vcpus} vCPUs writing {REGION_PAGES} pages at {REGION:#x}");
+    write_share(0, Some(started))
+}
+
+/// A secondary vCPU's part of `dirty-writer`.
+pub fn writer_secondary(cpu: usize) {
+    match write_share(cpu, None) {
+        Ok(()) => {}
+        Err(failure) => println!("dirty-writer: vCPU {cpu}: {failure}"),
+    }
+}
+
+/// Populates vCPU `cpu`'s share of the region, then writes and reads it
+/// forever. The boot vCPU (`started`: when it began) waits for every share
+/// and publishes the populate time and the ready magic.
+fn write_share(cpu: usize, started: Option<u64>) -> Result<(), Failure> {
+    let vcpus = WRITERS.load(Ordering::Acquire);
+    let first = cpu as u64 * REGION_PAGES as u64 / vcpus;
+    let pages = (cpu as u64 + 1) * REGION_PAGES as u64 / vcpus - first;
+    for page in first..first + pages {
+        // SAFETY: the region is RAM of this VM that only this vCPU touches
+        // in its share.
         unsafe { core::ptr::write_volatile((REGION + page * PAGE) as *mut u64, 1) };
     }
-    MAILBOX.0[0].store(READY, Ordering::Release);
-    println!("dirty-writer: writing {REGION_PAGES} pages at {REGION:#x}");
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut sequence = 2u64;
+    POPULATED.fetch_add(1, Ordering::AcqRel);
+    if let Some(started) = started {
+        while POPULATED.load(Ordering::Acquire) < vcpus {
+            core::hint::spin_loop();
+        }
+        MAILBOX.0[2].store(micros() - started, Ordering::Release);
+        MAILBOX.0[0].store(READY, Ordering::Release);
+    }
+    let mut x = 0x2545_f491_4f6c_dd1du64 ^ ((cpu as u64 + 1) << 32);
+    // Each vCPU's numbers differ from every other's, so every write changes
+    // its page.
+    let mut sequence = ((cpu as u64) << 48) | 2;
     loop {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let page = x % REGION_PAGES as u64;
+        let page = first + x % pages;
         let word = (x >> 20) % (PAGE / 8);
         let address = REGION + page * PAGE + word * 8;
         if x & (1 << 40) != 0 {
-            // SAFETY: inside the region.
+            // SAFETY: inside this vCPU's share of the region.
             unsafe { core::ptr::write_volatile(address as *mut u64, sequence) };
             sequence += 1;
             if sequence.is_multiple_of(PROGRESS_EVERY) {
-                MAILBOX.0[1].store(sequence, Ordering::Release);
+                MAILBOX.0[1].fetch_add(PROGRESS_EVERY, Ordering::AcqRel);
             }
         } else {
-            // SAFETY: inside the region.
+            // SAFETY: inside this vCPU's share of the region.
             let _ = unsafe { core::ptr::read_volatile(address as *const u64) };
         }
     }
@@ -198,10 +242,21 @@ fn let_peer_write(client: &Client<Hvc>, vm: u32, writes: u64) -> Result<(u64, u6
     }
 }
 
+/// What one harvest reported and took.
+struct Harvest {
+    /// Pages `DIRTY_LOG_GET` reported.
+    count: u64,
+    /// Microseconds of `DIRTY_LOG_GET`.
+    get_us: u64,
+    /// Microseconds of `DIRTY_LOG_CLEAR` (0 without manual protection).
+    clear_us: u64,
+}
+
 /// Harvests slot 0's log (with manual protection also clears what it
-/// reported); returns the count `DIRTY_LOG_GET` gave.
-fn harvest(client: &Client<Hvc>, vm: u32, words: usize, manual: bool) -> Result<u64, Failure> {
+/// reported).
+fn harvest(client: &Client<Hvc>, vm: u32, words: usize, manual: bool) -> Result<Harvest, Failure> {
     let len = words as u64 * 8;
+    let started = micros();
     let count = ok(
         "DIRTY_LOG_GET",
         client.dirty_log_get(DirtyLogGet {
@@ -211,6 +266,8 @@ fn harvest(client: &Client<Hvc>, vm: u32, words: usize, manual: bool) -> Result<
             len,
         }),
     )?;
+    let get_us = micros() - started;
+    let mut clear_us = 0;
     if manual {
         for i in 0..words {
             // SAFETY: both bitmaps are this vCPU's; BITMAP was written by
@@ -220,6 +277,7 @@ fn harvest(client: &Client<Hvc>, vm: u32, words: usize, manual: bool) -> Result<
                 core::ptr::write_volatile(&raw mut MASK.0[i], word);
             }
         }
+        let started = micros();
         let cleared = ok(
             "DIRTY_LOG_CLEAR",
             client.dirty_log_clear(DirtyLogClear {
@@ -230,6 +288,7 @@ fn harvest(client: &Client<Hvc>, vm: u32, words: usize, manual: bool) -> Result<
                 len,
             }),
         )?;
+        clear_us = micros() - started;
         if cleared > count {
             return Err(Failure::ControlTimeout {
                 step: "DIRTY_LOG_CLEAR clears no more than DIRTY_LOG_GET reported",
@@ -237,7 +296,11 @@ fn harvest(client: &Client<Hvc>, vm: u32, words: usize, manual: bool) -> Result<
             });
         }
     }
-    Ok(count)
+    Ok(Harvest {
+        count,
+        get_us,
+        clear_us,
+    })
 }
 
 /// One checked round: see the module doc. `pending` holds the pages that
@@ -292,6 +355,11 @@ pub fn control(options: DirtyOptions) -> Result<(), Failure> {
             });
         }
     }
+    println!(
+        "dirty-log: the peer's {} vCPUs populated {REGION_PAGES} pages in {} us",
+        peer_word(&client, vm, 3)?,
+        peer_word(&client, vm, 2)?
+    );
     let manual = options.mode & 1 != 0;
     let all_set = options.mode & 2 != 0;
     ok(
@@ -322,9 +390,11 @@ pub fn control(options: DirtyOptions) -> Result<(), Failure> {
         if last {
             ok("VM_PAUSE", client.pause(vm))?;
         }
-        let harvest_started = micros();
-        let count = harvest(&client, vm, words, manual)?;
-        let harvest_us = micros() - harvest_started;
+        let Harvest {
+            count,
+            get_us,
+            clear_us,
+        } = harvest(&client, vm, words, manual)?;
         if all_set && round == 1 && count < peer.ram_pages {
             return Err(Failure::Control {
                 step: "an all-set log reports every page first",
@@ -334,7 +404,7 @@ pub fn control(options: DirtyOptions) -> Result<(), Failure> {
         read_region(&client, vm, 1 - old)?;
         let (changed, reported) = check_round(round, old, &mut pending, last)?;
         println!(
-            "dirty-log: round {round}: {count} dirty pages reported, {reported} in the region, {changed} changed; peer {writes} writes in {write_us} us; harvest {harvest_us} us{}",
+            "dirty-log: round {round}: {count} dirty pages reported, {reported} in the region, {changed} changed; peer {writes} writes in {write_us} us; get {get_us} us; clear {clear_us} us{}",
             if last { " (peer paused)" } else { "" }
         );
         if reported == 0 {

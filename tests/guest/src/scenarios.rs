@@ -647,7 +647,10 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
             Err(Failure::NeedsHypervisor)
         }
         Scenario::DirtyLog => crate::dirty_log::control(options.dirty),
-        Scenario::DirtyWriter => crate::dirty_log::writer(),
+        Scenario::DirtyWriter => {
+            SECONDARY_PART.store(SECONDARY_DIRTY_WRITER, Ordering::Release);
+            crate::dirty_log::writer(platform)
+        }
         Scenario::Migrate => crate::migrate::run(),
         Scenario::PageTable | Scenario::MemslotPerf | Scenario::Toucher
             if !psci::hypervisor_services() =>
@@ -667,6 +670,7 @@ const SECONDARY_MEMORY: usize = 0;
 const SECONDARY_CPU_ON_RACE: usize = 1;
 const SECONDARY_TIMERS: usize = 2;
 const SECONDARY_FUZZ: usize = 3;
+const SECONDARY_DIRTY_WRITER: usize = 4;
 
 /// Entry of a secondary's part of the scenario.
 pub fn secondary(cpu: usize) {
@@ -674,6 +678,7 @@ pub fn secondary(cpu: usize) {
         SECONDARY_CPU_ON_RACE => cpu_on_race_secondary(cpu),
         SECONDARY_TIMERS => timers::worker(cpu),
         SECONDARY_FUZZ => crate::fuzz::secondary(cpu),
+        SECONDARY_DIRTY_WRITER => crate::dirty_log::writer_secondary(cpu),
         _ => memory_worker(cpu, None),
     }
 }

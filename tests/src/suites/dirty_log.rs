@@ -1,20 +1,24 @@
-//! `dirty_log`: dirty logging inside QEMU, with eager splitting off and on
-//! in the same run (KVM's `dirty_log_perf_test` is the model).
+//! `dirty_log`: dirty logging inside QEMU with 1, 2 and 4 writer vCPUs,
+//! eager splitting off and on and the initially-all-set mode, in the same
+//! run (KVM's `dirty_log_perf_test` is the model).
 //!
-//! Each run boots the hypervisor with two VMs of the test guest on
-//! `-cpu max`: `dirty-writer` (1 vCPU, writing pseudo-random pages of a
-//! 4 MiB region it mapped with 2 MiB blocks) and the control VM running
-//! `dirty-log`, which enables logging on the writer's RAM slot (128 MiB),
-//! then harvests round after round (`tests/guest/src/dirty_log.rs`). The
-//! figures come from the run's lines: the hypervisor's enable time
-//! (write-protect, and the eager split when on), the writer's write rate in
-//! round 1 (the writes right after enabling: each first write to a page
-//! faults, and without eager splitting the first write into a 2 MiB block
-//! also splits it), the harvest time (`DIRTY_LOG_GET` as the control VM
-//! times it, with the re-protect and its range flush), and the writer's TLB
-//! invalidations by kind. Three runs per setting, medians;
-//! `iter1_speedup_eager` is the round-1 write rate with eager splitting over
-//! the rate without.
+//! Each run boots the hypervisor on `-cpu max` with two VMs of the test
+//! guest: `dirty-writer` with N vCPUs on CPUs 1..=N (each writing
+//! pseudo-random pages of its own share of a 4 MiB region, which they first
+//! populate: RAM mapped with 2 MiB blocks) and the control VM on CPU 0
+//! running `dirty-log`, which enables logging on the writer's RAM slot
+//! (128 MiB), then harvests round after round
+//! (`tests/guest/src/dirty_log.rs`). The figures come from the run's lines:
+//! `populate` (the writer's first touch of its region), `enable` (the
+//! hypervisor's write-protect, and eager split when on), `iter1_writes` (the
+//! writers' write rate in round 1, right after enabling: each first write to
+//! a page faults, and without eager splitting the first write into a block
+//! also splits it), `iter_dirty` (the median time of the later rounds'
+//! writes), `get` and `clear` (`DIRTY_LOG_GET` with its re-protect and range
+//! flush, and `DIRTY_LOG_CLEAR` in the manual modes, as the control VM times
+//! them), and the writer's TLB invalidations by kind. Three runs per
+//! setting, medians; `iter1_speedup_eager` is the round-1 write rate with
+//! eager splitting over the rate without.
 
 use qemu_runner::vmspec::VmSpec;
 use qemu_runner::{Boot, RunConfig, RunReport};
@@ -24,26 +28,32 @@ use crate::measure::{median, report};
 
 /// Runs per setting.
 const RUNS: usize = 3;
+/// Writer vCPU counts.
+const WRITERS: [usize; 3] = [1, 2, 4];
 
 /// The settings compared: name and the control VM's bootargs.
-const SETTINGS: [(&str, &str); 2] = [
+const SETTINGS: [(&str, &str); 3] = [
     ("eager_off", "dirty-mode=plain eager-split=0"),
     ("eager_on", "dirty-mode=plain eager-split=0x200000"),
+    ("all_set", "dirty-mode=all-set eager-split=0x200000"),
 ];
 
 /// One run's figures.
 #[derive(Default)]
 struct Figures {
+    populate_us: f64,
     enable_us: f64,
     round1_writes_per_ms: f64,
+    iter_us: Vec<f64>,
     get_us: Vec<f64>,
+    clear_us: Vec<f64>,
     tlbi: Vec<(&'static str, u64)>,
 }
 
-fn boot(args: &str) -> Result<RunReport, String> {
+fn boot(writers: usize, args: &str) -> Result<RunReport, String> {
     let config = RunConfig {
         boot: Boot::Hypervisor,
-        smp: 2,
+        smp: writers as u32 + 1,
         timeout: Duration::from_secs(300),
         echo: false,
         vms: vec![
@@ -52,8 +62,11 @@ fn boot(args: &str) -> Result<RunReport, String> {
                 0,
             )
             .map_err(|e| e.to_string())?,
-            VmSpec::parse("guest=dirty-writer,cpus=1,name=peer,expect=stopped", 1)
-                .map_err(|e| e.to_string())?,
+            VmSpec::parse(
+                &format!("guest=dirty-writer,cpus=1-{writers},name=peer,expect=stopped"),
+                1,
+            )
+            .map_err(|e| e.to_string())?,
         ],
         ..RunConfig::default()
     };
@@ -89,8 +102,15 @@ fn figures(run: &RunReport) -> Result<Figures, String> {
         .find(|l| l.contains("dirty logging on for slot 0"))
         .ok_or("no enable line")?;
     let enable_us = number_before(enable, " chunks in ", " us").ok_or("no enable time")?;
+    let populate = run
+        .console()
+        .lines()
+        .find(|l| l.contains("dirty-log: the peer's "))
+        .ok_or("no populate line")?
+        .to_string();
     let mut figures = Figures {
         enable_us,
+        populate_us: number_before(&populate, " pages in ", " us").ok_or("no populate time")?,
         ..Figures::default()
     };
     for line in run
@@ -98,17 +118,23 @@ fn figures(run: &RunReport) -> Result<Figures, String> {
         .lines()
         .filter(|l| l.starts_with("[ctl] dirty-log: round "))
     {
-        let Some(get) = number_before(line, "; harvest ", " us") else {
+        let (Some(get), Some(clear)) = (
+            number_before(line, "; get ", " us"),
+            number_before(line, "; clear ", " us"),
+        ) else {
             continue;
         };
         figures.get_us.push(get);
+        figures.clear_us.push(clear);
+        let us = number_before(line, " writes in ", " us").ok_or("no round time")?;
         if line.starts_with("[ctl] dirty-log: round 1:") {
             let writes = number_after(line, "; peer ").ok_or("no round-1 writes")?;
-            let us = number_before(line, " writes in ", " us").ok_or("no round-1 time")?;
             figures.round1_writes_per_ms = writes / (us / 1000.0);
+        } else if !line.contains("(peer paused)") {
+            figures.iter_us.push(us);
         }
     }
-    if figures.get_us.is_empty() {
+    if figures.get_us.is_empty() || figures.iter_us.is_empty() {
         return Err("no round lines".into());
     }
     for kind in ["tlbi_range", "tlbi_ipa", "tlbi_vmalle1", "tlbi_vmalls12"] {
@@ -121,55 +147,68 @@ fn figures(run: &RunReport) -> Result<Figures, String> {
 
 /// Prints the figures; exits with status 1 when a run fails.
 pub fn run() {
-    let mut rates = Vec::new();
-    for (name, args) in SETTINGS {
-        let mut enable = Vec::new();
-        let mut rate = Vec::new();
-        let mut get = Vec::new();
-        let mut tlbi = Vec::new();
-        for round in 1..=RUNS {
-            eprintln!("dirty_log: {name} run {round}/{RUNS}");
-            let run = boot(args).unwrap_or_else(|why| {
-                eprintln!("dirty_log: {name}: the run failed: {why}");
-                std::process::exit(1);
-            });
-            let f = figures(&run).unwrap_or_else(|why| {
-                eprintln!("dirty_log: {name}: {why}\n{}", run.explain());
-                std::process::exit(1);
-            });
-            enable.push(f.enable_us);
-            rate.push(f.round1_writes_per_ms);
-            get.extend(f.get_us);
-            tlbi = f.tlbi;
-        }
-        report(
-            &format!("dirty_log/1vcpus/enable/{name}"),
-            median(&mut enable),
-            "us",
-        );
-        let r = median(&mut rate);
-        report(
-            &format!("dirty_log/1vcpus/iter1_writes/{name}"),
-            r,
-            "per_ms",
-        );
-        report(
-            &format!("dirty_log/1vcpus/get/{name}"),
-            median(&mut get),
-            "us",
-        );
-        for (kind, count) in tlbi {
+    for writers in WRITERS {
+        let mut rates = Vec::new();
+        for (name, args) in SETTINGS {
+            let mut all = Figures::default();
+            let (mut populate, mut enable, mut rate) = (Vec::new(), Vec::new(), Vec::new());
+            for round in 1..=RUNS {
+                eprintln!("dirty_log: {writers} vCPUs, {name}, run {round}/{RUNS}");
+                let run = boot(writers, args).unwrap_or_else(|why| {
+                    eprintln!("dirty_log: {name}: the run failed: {why}");
+                    std::process::exit(1);
+                });
+                let f = figures(&run).unwrap_or_else(|why| {
+                    eprintln!("dirty_log: {name}: {why}\n{}", run.explain());
+                    std::process::exit(1);
+                });
+                populate.push(f.populate_us);
+                enable.push(f.enable_us);
+                rate.push(f.round1_writes_per_ms);
+                all.iter_us.extend(f.iter_us);
+                all.get_us.extend(f.get_us);
+                all.clear_us.extend(f.clear_us);
+                all.tlbi = f.tlbi;
+            }
+            let prefix = format!("dirty_log/{writers}vcpus");
             report(
-                &format!("dirty_log/1vcpus/{kind}/{name}"),
-                count as f64,
-                "ops",
+                &format!("{prefix}/populate/{name}"),
+                median(&mut populate),
+                "us",
             );
+            report(
+                &format!("{prefix}/enable/{name}"),
+                median(&mut enable),
+                "us",
+            );
+            let r = median(&mut rate);
+            report(&format!("{prefix}/iter1_writes/{name}"), r, "per_ms");
+            report(
+                &format!("{prefix}/iter_dirty/{name}"),
+                median(&mut all.iter_us),
+                "us",
+            );
+            report(
+                &format!("{prefix}/get/{name}"),
+                median(&mut all.get_us),
+                "us",
+            );
+            if name == "all_set" {
+                report(
+                    &format!("{prefix}/clear/{name}"),
+                    median(&mut all.clear_us),
+                    "us",
+                );
+            }
+            for (kind, count) in all.tlbi {
+                report(&format!("{prefix}/{kind}/{name}"), count as f64, "ops");
+            }
+            rates.push(r);
         }
-        rates.push(r);
+        report(
+            &format!("dirty_log/{writers}vcpus/iter1_speedup_eager"),
+            rates[1] / rates[0],
+            "ratio",
+        );
     }
-    report(
-        "dirty_log/1vcpus/iter1_speedup_eager",
-        rates[1] / rates[0],
-        "ratio",
-    );
 }
