@@ -11,8 +11,9 @@
 //! peer paused must report every change. Then logging goes off and the
 //! peer's later write faults collapse its page tables back into blocks.
 //!
-//! Variants: three writer vCPUs, each on its own share of the region
-//! (manual protection, eager split), harvest-and-clear, manual protection with eager splitting in
+//! Variants: three writer vCPUs, each on its own share of the region,
+//! writing it in passes the control VM starts (manual protection, eager
+//! split), harvest-and-clear, manual protection with eager splitting in
 //! 2 MiB chunks, manual protection with bitmaps that start all set and 64 KiB
 //! chunks, on `-cpu max` (range TLBI); and on `cortex-a57` (no range TLBI:
 //! whole-VMID invalidations). The peer's counters show what the engine did:
@@ -145,7 +146,11 @@ fn eager_split_on_cortex_a57() {
 
 #[test]
 fn three_writer_vcpus_with_manual_protect_on_cpu_max() {
-    let report = run_with_writers("max", "dirty-mode=manual eager-split=0x200000", 3);
+    let report = run_with_writers(
+        "max",
+        "dirty-pattern=passes dirty-mode=manual eager-split=0x200000",
+        3,
+    );
     check(&report, true);
     assert!(
         report

@@ -237,6 +237,10 @@ pub struct DirtyOptions {
     pub mode: u8,
     /// Eager split chunk size in bytes.
     pub eager_split: u64,
+    /// `dirty-pattern=passes`: the writer writes each page of its share once
+    /// per round, when told (KVM's iterations), instead of at random all
+    /// the time (`random`, the default).
+    pub passes: bool,
 }
 
 impl Options {
@@ -281,6 +285,13 @@ impl Options {
                     }
                 }
                 "eager-split" => dirty.eager_split = number(value).ok_or(word)?,
+                "dirty-pattern" => {
+                    dirty.passes = match value {
+                        "random" => false,
+                        "passes" => true,
+                        _ => return Err(word),
+                    }
+                }
                 "slots" => {
                     slots = number(value)
                         .and_then(|n| u32::try_from(n).ok())
@@ -370,10 +381,13 @@ mod tests {
             dirty.dirty,
             DirtyOptions {
                 mode: 3,
-                eager_split: 0x20_0000
+                eager_split: 0x20_0000,
+                passes: false,
             }
         );
         assert_eq!(Options::parse("dirty-mode=x"), Err("dirty-mode=x"));
+        assert!(Options::parse("dirty-pattern=passes").unwrap().dirty.passes);
+        assert_eq!(Options::parse("dirty-pattern=x"), Err("dirty-pattern=x"));
         let perf = Options::parse("test=memslot-perf slots=4096").unwrap();
         assert_eq!((perf.scenario, perf.slots), (Scenario::MemslotPerf, 4096));
         assert_eq!(

@@ -14,13 +14,20 @@
 //! next sequence number, so its content always changes) or read; every
 //! [`PROGRESS_EVERY`] writes a vCPU adds them to the mailbox's write count.
 //!
+//! With `dirty-pattern=passes` on the control VM, the writer instead works
+//! in iterations as KVM's `dirty_log_perf_test` does: when the control VM
+//! raises the iteration number in the mailbox, each vCPU writes every page of
+//! its share once and records how long its pass took; between iterations the
+//! writer stands still.
+//!
 //! # `dirty-log` (one vCPU, `control=1`)
 //!
 //! 1. Finds the peer, waits for its ready magic, sets its dirty-log mode and
 //!    eager split chunk (`DIRTY_LOG_CONFIG`, from `dirty-mode=` and
 //!    `eager-split=`) and turns logging on for its RAM slot (slot 0,
 //!    `SLOT_SET_FLAGS`), then reads the region.
-//! 2. [`ROUNDS`] rounds while the peer writes: `DIRTY_LOG_GET` (with manual
+//! 2. [`ROUNDS`] rounds while the peer writes (with `dirty-pattern=passes`:
+//!    each round is one iteration of the writer, timed by its slowest vCPU): `DIRTY_LOG_GET` (with manual
 //!    protection also `DIRTY_LOG_CLEAR` of what it reported), then reads the
 //!    region again. A page that changed since the last read must be
 //!    reported in this round, or, if it changed after the harvest (the read
@@ -61,14 +68,17 @@ const ROUNDS: u32 = 6;
 /// The writer publishes its sequence number this often.
 const PROGRESS_EVERY: u64 = 64;
 /// Writes the peer makes between two harvests, at least.
-const WRITES_PER_ROUND: u64 = 256;
+const WRITES_PER_ROUND: u64 = 2048;
 /// The writer's ready magic.
 const READY: u64 = 0x4449_5254_5952_4459;
 /// Words of the largest slot-0 bitmap this scenario handles (512 MiB).
 const BITMAP_WORDS: usize = 2048;
 
 /// `[0]` ready magic, `[1]` writes made by all of the writer's vCPUs,
-/// `[2]` populate time in microseconds, `[3]` the writer's vCPU count.
+/// `[2]` populate time in microseconds, `[3]` the writer's vCPU count, `[4]`
+/// the writer's clock (microseconds) at its latest progress report, so that
+/// write rates come from the writer's own clock, whatever delays the
+/// control VM.
 #[repr(C, align(4096))]
 struct Mailbox([AtomicU64; 512]);
 
@@ -89,6 +99,24 @@ static mut MASK: Bitmap = Bitmap([0; BITMAP_WORDS]);
 fn mailbox_ipa(word: usize) -> u64 {
     MAILBOX.0.as_ptr() as u64 + word as u64 * 8
 }
+
+/// Mailbox words beyond the first five.
+mod word {
+    /// How the writer writes, set by the control VM after the ready magic:
+    /// [`super::MODE_RANDOM`] or [`super::MODE_PASSES`].
+    pub const MODE: usize = 5;
+    /// Passes mode: the iteration the control VM asks for.
+    pub const GO: usize = 6;
+    /// Passes mode: passes the writer's vCPUs finished, all together.
+    pub const DONE: usize = 7;
+    /// Passes mode: from here, each vCPU's last pass time in microseconds.
+    pub const PASS_US: usize = 8;
+}
+
+/// Random writes and reads until stopped.
+const MODE_RANDOM: u64 = 1;
+/// One pass over each vCPU's share per iteration the control VM starts.
+const MODE_PASSES: u64 = 2;
 
 /// The writer's vCPU count (set by the boot vCPU before it starts the others).
 static WRITERS: AtomicU64 = AtomicU64::new(1);
@@ -135,6 +163,15 @@ fn write_share(cpu: usize, started: Option<u64>) -> Result<(), Failure> {
         MAILBOX.0[2].store(micros() - started, Ordering::Release);
         MAILBOX.0[0].store(READY, Ordering::Release);
     }
+    let mode = loop {
+        match MAILBOX.0[word::MODE].load(Ordering::Acquire) {
+            0 => core::hint::spin_loop(),
+            mode => break mode,
+        }
+    };
+    if mode == MODE_PASSES {
+        write_passes(cpu, first, pages);
+    }
     let mut x = 0x2545_f491_4f6c_dd1du64 ^ ((cpu as u64 + 1) << 32);
     // Each vCPU's numbers differ from every other's, so every write changes
     // its page.
@@ -152,11 +189,42 @@ fn write_share(cpu: usize, started: Option<u64>) -> Result<(), Failure> {
             sequence += 1;
             if sequence.is_multiple_of(PROGRESS_EVERY) {
                 MAILBOX.0[1].fetch_add(PROGRESS_EVERY, Ordering::AcqRel);
+                MAILBOX.0[4].fetch_max(micros(), Ordering::AcqRel);
             }
         } else {
             // SAFETY: inside this vCPU's share of the region.
             let _ = unsafe { core::ptr::read_volatile(address as *const u64) };
         }
+    }
+}
+
+/// Passes mode: on each new iteration number, vCPU `cpu` writes every page
+/// of its share once (a new sequence number into a word that moves from
+/// pass to pass), then records how long that took and counts itself done.
+fn write_passes(cpu: usize, first: u64, pages: u64) -> ! {
+    let mut iteration = 0;
+    let mut sequence = ((cpu as u64) << 48) | 2;
+    loop {
+        let go = MAILBOX.0[word::GO].load(Ordering::Acquire);
+        if go == iteration {
+            core::hint::spin_loop();
+            continue;
+        }
+        iteration = go;
+        let started = micros();
+        for page in first..first + pages {
+            let word = (sequence ^ page).wrapping_mul(0x9e37_79b9) % (PAGE / 8);
+            // SAFETY: inside this vCPU's share of the region.
+            unsafe {
+                core::ptr::write_volatile((REGION + page * PAGE + word * 8) as *mut u64, sequence)
+            };
+            sequence += 1;
+        }
+        if let Some(slot) = MAILBOX.0.get(word::PASS_US + cpu) {
+            slot.store(micros() - started, Ordering::Release);
+        }
+        MAILBOX.0[1].fetch_add(pages, Ordering::AcqRel);
+        MAILBOX.0[word::DONE].fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -222,16 +290,78 @@ fn peer_word(client: &Client<Hvc>, vm: u32, word: usize) -> Result<u64, Failure>
     Ok(unsafe { core::ptr::read_volatile(&raw const MASK.0[0]) })
 }
 
-/// Waits until the writer made `writes` more writes; returns how many it
-/// made and in how many microseconds.
-fn let_peer_write(client: &Client<Hvc>, vm: u32, writes: u64) -> Result<(u64, u64), Failure> {
-    let start = peer_word(client, vm, 1)?;
-    let started = micros();
+/// Writes `value` into word `word` of the peer's mailbox.
+fn poke_word(client: &Client<Hvc>, vm: u32, word: usize, value: u64) -> Result<(), Failure> {
+    // SAFETY: the first word of the mask buffer is this vCPU's scratch here.
+    unsafe { core::ptr::write_volatile(&raw mut MASK.0[0], value) };
+    ok(
+        "MEMORY_WRITE of the peer's mailbox",
+        client.write_memory(MemoryTransfer {
+            vm,
+            ipa: mailbox_ipa(word),
+            buffer: mask_ipa(),
+            len: 8,
+        }),
+    )?;
+    Ok(())
+}
+
+/// Passes mode: starts iteration `iteration` and waits until every one of
+/// the writer's `vcpus` finished its pass; returns the pages written and the
+/// slowest vCPU's pass time.
+fn run_iteration(
+    client: &Client<Hvc>,
+    vm: u32,
+    iteration: u64,
+    vcpus: u64,
+) -> Result<(u64, u64), Failure> {
+    poke_word(client, vm, word::GO, iteration)?;
     let deadline = Deadline::after_seconds(60);
     loop {
-        let now = peer_word(client, vm, 1)?;
+        let done = peer_word(client, vm, word::DONE)?;
+        if done >= iteration * vcpus {
+            break;
+        }
+        if deadline.passed() {
+            return Err(Failure::ControlTimeout {
+                step: "the dirty writer finishes its pass",
+                last: done,
+            });
+        }
+    }
+    let mut slowest = 0;
+    for cpu in 0..(vcpus as usize).min(MAILBOX.0.len() - word::PASS_US) {
+        slowest = slowest.max(peer_word(client, vm, word::PASS_US + cpu)?);
+    }
+    Ok((REGION_PAGES as u64, slowest))
+}
+
+/// The writer's write count and its clock at that count, read together.
+fn peer_progress(client: &Client<Hvc>, vm: u32) -> Result<(u64, u64), Failure> {
+    // The first words of the mask buffer are scratch here.
+    ok(
+        "MEMORY_READ of the peer's progress",
+        client.read_memory(MemoryTransfer {
+            vm,
+            ipa: mailbox_ipa(1),
+            buffer: mask_ipa(),
+            len: 32,
+        }),
+    )?;
+    // SAFETY: written by the call that just returned.
+    let word = |i: usize| unsafe { core::ptr::read_volatile(&raw const MASK.0[i]) };
+    Ok((word(0), word(3)))
+}
+
+/// Waits until the writer made `writes` more writes; returns how many it
+/// made and in how many microseconds of its clock.
+fn let_peer_write(client: &Client<Hvc>, vm: u32, writes: u64) -> Result<(u64, u64), Failure> {
+    let (start, started) = peer_progress(client, vm)?;
+    let deadline = Deadline::after_seconds(60);
+    loop {
+        let (now, at) = peer_progress(client, vm)?;
         if now >= start + writes {
-            return Ok((now - start, micros() - started));
+            return Ok((now - start, at.saturating_sub(started)));
         }
         if deadline.passed() {
             return Err(Failure::ControlTimeout {
@@ -355,11 +485,17 @@ pub fn control(options: DirtyOptions) -> Result<(), Failure> {
             });
         }
     }
+    let vcpus = peer_word(&client, vm, 3)?;
     println!(
-        "dirty-log: the peer's {} vCPUs populated {REGION_PAGES} pages in {} us",
-        peer_word(&client, vm, 3)?,
+        "dirty-log: the peer's {vcpus} vCPUs populated {REGION_PAGES} pages in {} us",
         peer_word(&client, vm, 2)?
     );
+    let mode = if options.passes {
+        MODE_PASSES
+    } else {
+        MODE_RANDOM
+    };
+    poke_word(&client, vm, word::MODE, mode)?;
     let manual = options.mode & 1 != 0;
     let all_set = options.mode & 2 != 0;
     ok(
@@ -382,11 +518,15 @@ pub fn control(options: DirtyOptions) -> Result<(), Failure> {
         // Round 1 runs longer: the writes right after enabling, which fault,
         // are what eager splitting speeds up (`bench -- dirty_log`).
         let goal = if round == 1 {
-            16 * WRITES_PER_ROUND
+            8 * WRITES_PER_ROUND
         } else {
             WRITES_PER_ROUND
         };
-        let (writes, write_us) = let_peer_write(&client, vm, goal)?;
+        let (writes, write_us) = if options.passes {
+            run_iteration(&client, vm, u64::from(round), vcpus)?
+        } else {
+            let_peer_write(&client, vm, goal)?
+        };
         if last {
             ok("VM_PAUSE", client.pause(vm))?;
         }
@@ -422,7 +562,11 @@ pub fn control(options: DirtyOptions) -> Result<(), Failure> {
         "SLOT_SET_FLAGS off",
         client.set_slot_flags(vm, 0, SlotFlags::NONE),
     )?;
-    let_peer_write(&client, vm, WRITES_PER_ROUND)?;
+    if options.passes {
+        run_iteration(&client, vm, u64::from(ROUNDS) + 2, vcpus)?;
+    } else {
+        let_peer_write(&client, vm, WRITES_PER_ROUND)?;
+    }
     let refused = client.dirty_log_get(DirtyLogGet {
         vm,
         slot: 0,
