@@ -156,6 +156,7 @@ mod split;
 mod sync;
 mod table;
 mod unmap;
+pub use unmap::PER_ENTRY_FLUSH_PAGES;
 pub mod walk;
 
 #[cfg(test)]

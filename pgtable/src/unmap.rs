@@ -7,8 +7,13 @@
 //! After a table's children, a table left empty is unlinked. On a CPU with
 //! `FEAT_TLBIRANGE` every cleared leaf and unlinked table is recorded in a
 //! `FlushBatch` and flushed once at the end (1 GiB of pages: one range
-//! operation plus the trailing `VMALLE1IS`); without it, each leaf is flushed
-//! as it is cleared. Unlinked tables are threaded on an intrusive list (their
+//! operation plus the trailing `VMALLE1IS`). Without it, an unmap of at most
+//! [`PER_ENTRY_FLUSH_PAGES`] pages flushes each leaf as it is cleared (as KVM
+//! does), and a larger one is batched too: its flush becomes one whole-VMID
+//! invalidation (the rule Linux applies to its own range flushes without
+//! range instructions), instead of one `TLBI IPAS2E1IS` and `VMALLE1IS` per
+//! leaf: deleting a 64 MiB slot of pages took 1,000 ms per entry against
+//! 12 ms under QEMU on `cortex-a57` (`bench -- page_table`). Unlinked tables are threaded on an intrusive list (their
 //! slot 0, an invalid descriptor, holds the next one) and freed only after the
 //! flush that makes them unreachable to the hardware walker, whose walk
 //! caches may still point at them until then.
@@ -31,6 +36,10 @@ use crate::table::{Error, Stage2PageTable, table_is_empty};
 use crate::walk::{Step, VisitContext, VisitKind, Visitor, WalkError, WalkFlags};
 use alloc::vec::Vec;
 use tlb::{FlushBatch, Scope, TlbInvalidate};
+
+/// Without `FEAT_TLBIRANGE`, unmaps of at most this many pages flush entry by
+/// entry; larger ones flush the whole VMID once at the end.
+pub const PER_ENTRY_FLUSH_PAGES: u64 = 512;
 
 /// Unlinked table pages waiting for the TLB flush, linked through slot 0.
 struct PendingFree {
@@ -186,8 +195,10 @@ impl<M: PageTableMemory> Stage2PageTable<M> {
     /// Unmaps `[ipa, ipa + size)`. Exclusive (write side). Blocks the range
     /// covers in part are split so the rest stays mapped (fails with
     /// `NoMemory`, changing nothing, when the cache is short); tables left
-    /// empty are freed after the TLB flush. With `FEAT_TLBIRANGE` the TLB is
-    /// flushed once at the end, otherwise entry by entry. Without FWB the
+    /// empty are freed after the TLB flush. With `FEAT_TLBIRANGE`, or for
+    /// more than [`PER_ENTRY_FLUSH_PAGES`] pages, the TLB is flushed once at
+    /// the end (without range instructions: the whole VMID), otherwise entry
+    /// by entry. Without FWB the
     /// memory of the cleared Normal leaves is cleaned to the point of
     /// coherency after the flush.
     pub fn unmap(
@@ -208,7 +219,8 @@ impl<M: PageTableMemory> Stage2PageTable<M> {
             fwb: self.config.fwb(),
             reclaim: Reclaim::Now,
         };
-        let batch = tlb.caps().range.then(FlushBatch::new);
+        let deferred = tlb.caps().range || size >> tlb::PAGE_SHIFT > PER_ENTRY_FLUSH_PAGES;
+        let batch = deferred.then(FlushBatch::new);
         let mut visitor = UnmapVisitor {
             env,
             cache,

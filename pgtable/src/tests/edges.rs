@@ -410,6 +410,46 @@ fn unmap_without_range_flushes_each_leaf() {
 }
 
 #[test]
+fn unmap_of_many_pages_without_range_flushes_the_vmid_once() {
+    let mut h = Harness::new(40);
+    let pa = PhysAddr::new(0x80_0000_1000);
+    for (pages, per_entry) in [
+        (crate::PER_ENTRY_FLUSH_PAGES, true),
+        (crate::PER_ENTRY_FLUSH_PAGES + 1, false),
+        (GIB / PAGE, false),
+    ] {
+        let tlb = RecordingTlb::new(NO_RANGE_CAPS);
+        let size = pages * PAGE;
+        h.fill_cache(h.table.pages_needed_to_map(GIB, size, pa).unwrap());
+        h.table.map(GIB, size, pa, RW, &mut h.cache, &tlb).unwrap();
+        tlb.reset();
+        h.table.unmap(GIB, size, &mut h.cache, &tlb).unwrap();
+        let counts = tlb.counts();
+        if per_entry {
+            assert_eq!(counts.ipa, pages, "{pages} pages: {counts:?}");
+        } else {
+            assert_eq!(counts.total(), 1, "{pages} pages: {counts:?}");
+            assert_eq!(counts.vmalls12, 1, "{pages} pages: {counts:?}");
+        }
+        assert_eq!(h.table.table_pages(), 2);
+        assert_eq!(h.mem.check_quarantine(), 0, "nothing written after free");
+    }
+    // The model TLB: translations cached before the unmap are gone after.
+    let tlb = ModelTlb::new(NO_RANGE_CAPS);
+    let size = 1024 * PAGE;
+    h.fill_cache(h.table.pages_needed_to_map(GIB, size, pa).unwrap());
+    h.table.map(GIB, size, pa, RW, &mut h.cache, &tlb).unwrap();
+    for page in [0, 1, 511, 512, 1023] {
+        tlb.fill(VMID, GIB + page * PAGE, pa.as_u64() + page * PAGE, 3, true);
+    }
+    h.table.unmap(GIB, size, &mut h.cache, &tlb).unwrap();
+    for page in [0, 1, 511, 512, 1023] {
+        assert_eq!(tlb.lookup(VMID, GIB + page * PAGE), None, "page {page}");
+    }
+    h.assert_accounting();
+}
+
+#[test]
 fn unmap_inside_a_block_splits_it() {
     let mut h = Harness::new(40);
     let tlb = ModelTlb::new(RANGE_CAPS);

@@ -3,16 +3,21 @@
 //! 1 GiB mapped with 4 KiB pages (`4k_1GiB`) or with 2 MiB blocks
 //! (`2m_1GiB`) is unmapped on a CPU with `FEAT_TLBIRANGE`, where the walk
 //! gathers every removed leaf and emptied table in one `FlushBatch` and
-//! flushes once (`deferred`), and on one without, where each leaf is
-//! invalidated as it is removed (`per_entry`). Every `TLBI` instruction is
+//! flushes once (`deferred`), and on one without (`no_range`), where an
+//! unmap this large is flushed once as a whole VMID (at most
+//! `pgtable::PER_ENTRY_FLUSH_PAGES` pages are flushed entry by entry), and
+//! with each leaf invalidated as it is removed (`per_entry`: the same 1 GiB
+//! unmapped in 512-page pieces, each small enough to flush entry by entry).
+//! Every `TLBI` instruction is
 //! counted by the recording backend, the trailing `VMALLE1IS` included; the
 //! median time of the unmap is printed for both. Building the mapping is not
 //! timed.
 
 use crate::measure::{median_time, report};
+use pgtable::PER_ENTRY_FLUSH_PAGES;
 use pgtable::{Attributes, HostMemory, PageCache, Perms, PhysAddr, Stage2Config, Stage2PageTable};
 use std::sync::Arc;
-use tlb::{RecordingTlb, TlbCaps};
+use tlb::{PAGE_SIZE, RecordingTlb, TlbCaps};
 
 const GIB: u64 = 1 << 30;
 const IPA: u64 = 4 * GIB;
@@ -44,14 +49,20 @@ pub fn run() {
         ("2m_1GiB", PhysAddr::new(0x40_0020_0000)),
     ];
     for (case, pa) in cases {
-        for (label, caps) in [("deferred", RANGE), ("per_entry", NO_RANGE)] {
+        for (label, caps, piece) in [
+            ("deferred", RANGE, GIB),
+            ("no_range", NO_RANGE, GIB),
+            ("per_entry", NO_RANGE, PER_ENTRY_FLUSH_PAGES * PAGE_SIZE),
+        ] {
             let tlb = RecordingTlb::new(caps);
             let mut ops = 0;
             let time = median_time(
                 RUNS,
                 || prepare(pa, &mem, &tlb),
                 |(mut table, mut cache)| {
-                    table.unmap(IPA, GIB, &mut cache, &tlb).expect("unmap");
+                    for at in (IPA..IPA + GIB).step_by(piece as usize) {
+                        table.unmap(at, piece, &mut cache, &tlb).expect("unmap");
+                    }
                     ops = tlb.counts().total();
                     (table, cache)
                 },
