@@ -21,7 +21,7 @@
 //!
 //! # Positions
 //!
-//! A [`Position`] names an entry (block, index in block) packed in a `u32`.
+//! A `Position` names an entry (block, index in block) packed in a `u32`.
 //! It is valid only for the index it came from, until the next change: a
 //! vCPU's cache carries the generation of the set it was filled from.
 
