@@ -359,7 +359,9 @@ fn migrate(
         let blocked = src.vcpu_states[vcpu]
             .lock()
             .as_ref()
-            .map_or(Ok(()), |state| state.check(vcpu));
+            .map_or(Ok(()), |state| {
+                state.check(vcpu, crate::arch::vcpu::sve_vector_length())
+            });
         if let Err(e) = blocked {
             stop_logging(src, &pairs);
             resume_source(src);

@@ -10,11 +10,21 @@
 //! when it starts. [`EL1_SYSREGS`] names the system registers in the order
 //! [`VcpuState::sysregs`] holds them.
 //!
-//! What is not carried is refused rather than lost: a guest that enabled
-//! SVE or SME (`CPACR_EL1.ZEN`/`SMEN`, whose vector state is not saved) or a
-//! host whose virtual CPU interface is a GICv2 frame cannot be migrated
-//! ([`MigrationBlocker`]).
+//! On a CPU with SVE the scalable vector state travels too ([`SveState`]:
+//! `z0..z31` at the CPU's longest vector length, which the hypervisor's
+//! `ZCR_EL2` gives the guest, `p0..p15`, `FFR` and `ZCR_EL1`); the FP/SIMD
+//! `q` registers are the low 128 bits of the `z` registers, so the restore
+//! loads them first and the `z` registers over them. On a CPU with SME the
+//! non-streaming state travels ([`SmeState`]: `SVCR`, `SMCR_EL1`,
+//! `TPIDR2_EL0`); a vCPU caught in streaming mode or with its ZA array live
+//! (`SVCR.SM`/`ZA`) is refused: the ZA array and the streaming vector state
+//! are not carried.
+//!
+//! What is not carried is refused rather than lost: that SME state, or a
+//! host whose virtual CPU interface is a GICv2 frame, makes the migration
+//! fail before the source stops ([`MigrationBlocker`]).
 
+use alloc::vec::Vec;
 use core::fmt;
 
 /// The EL1 (and EL0) system registers a migration carries, in
@@ -74,6 +84,51 @@ pub struct CpuInterfaceState {
     pub apr_count: usize,
 }
 
+/// The scalable vector state, at the vector length `vl` (bytes) the CPU
+/// gives EL2 and the guest.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SveState {
+    /// Vector length in bytes (`RDVL #1`).
+    pub vl: usize,
+    /// `z0..z31`, `vl` bytes each.
+    pub z: Vec<u8>,
+    /// `p0..p15`, `vl / 8` bytes each.
+    pub p: Vec<u8>,
+    /// `FFR`, `vl / 8` bytes.
+    pub ffr: Vec<u8>,
+    /// `ZCR_EL1`.
+    pub zcr_el1: u64,
+}
+
+impl SveState {
+    /// Zeroed buffers for vector length `vl` bytes.
+    pub fn with_vl(vl: usize) -> Self {
+        Self {
+            vl,
+            z: alloc::vec![0; 32 * vl],
+            p: alloc::vec![0; 16 * (vl / 8)],
+            ffr: alloc::vec![0; vl / 8],
+            zcr_el1: 0,
+        }
+    }
+}
+
+/// The SME state outside streaming mode and ZA.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SmeState {
+    /// `SVCR`: `SM` (bit 0) and `ZA` (bit 1).
+    pub svcr: u64,
+    /// `SMCR_EL1`.
+    pub smcr_el1: u64,
+    /// `TPIDR2_EL0`.
+    pub tpidr2_el0: u64,
+}
+
+/// `SVCR.SM`: streaming SVE mode.
+pub const SVCR_SM: u64 = 1 << 0;
+/// `SVCR.ZA`: the ZA array is live.
+pub const SVCR_ZA: u64 = 1 << 1;
+
 /// One vCPU's state (see the module doc).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VcpuState {
@@ -95,6 +150,10 @@ pub struct VcpuState {
     pub timers: TimerState,
     /// The virtual CPU interface.
     pub cpu_interface: CpuInterfaceState,
+    /// The SVE state, on a CPU with SVE.
+    pub sve: Option<SveState>,
+    /// The SME state, on a CPU with SME.
+    pub sme: Option<SmeState>,
 }
 
 impl Default for VcpuState {
@@ -109,6 +168,8 @@ impl Default for VcpuState {
             fpsr: 0,
             timers: TimerState::default(),
             cpu_interface: CpuInterfaceState::default(),
+            sve: None,
+            sme: None,
         }
     }
 }
@@ -116,20 +177,43 @@ impl Default for VcpuState {
 /// Why a VM cannot be migrated as it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MigrationBlocker {
-    /// vCPU `.0` enabled SVE or SME, whose vector state is not carried.
-    VectorState(usize),
+    /// vCPU `.0` is in SME streaming mode or has its ZA array live, state
+    /// that is not carried.
+    StreamingState(usize),
     /// The host's virtual CPU interface is a GICv2 frame.
     Gicv2,
+    /// vCPU `vcpu`'s SVE state was captured at a vector length (bytes) the
+    /// destination's CPU does not have (`here`: `None` without SVE).
+    VectorLength {
+        /// The vCPU.
+        vcpu: usize,
+        /// The length captured.
+        captured: usize,
+        /// The destination CPU's length.
+        here: Option<usize>,
+    },
 }
 
 impl fmt::Display for MigrationBlocker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::VectorState(vcpu) => write!(
+            Self::StreamingState(vcpu) => write!(
                 f,
-                "vcpu{vcpu} enabled SVE or SME, whose vector registers are not migrated"
+                "vcpu{vcpu} is in SME streaming mode or has ZA live, which is not migrated"
             ),
             Self::Gicv2 => f.write_str("a GICv2 host's virtual CPU interface is not migrated"),
+            Self::VectorLength {
+                vcpu,
+                captured,
+                here,
+            } => write!(
+                f,
+                "vcpu{vcpu}'s SVE state has {captured}-byte vectors, the destination {}",
+                match here {
+                    Some(vl) => alloc::format!("has {vl}-byte vectors"),
+                    None => alloc::string::String::from("has no SVE"),
+                }
+            ),
         }
     }
 }
@@ -137,14 +221,25 @@ impl fmt::Display for MigrationBlocker {
 impl core::error::Error for MigrationBlocker {}
 
 impl VcpuState {
-    /// Refuses a state whose vector registers would be lost: `CPACR_EL1`
-    /// `ZEN` (bits 17:16) or `SMEN` (bits 25:24) not trapping.
-    pub fn check(&self, vcpu: usize) -> Result<(), MigrationBlocker> {
-        let cpacr = self.sysregs[CPACR_INDEX];
-        let zen = (cpacr >> 16) & 3;
-        let smen = (cpacr >> 24) & 3;
-        if zen != 0 || smen != 0 {
-            return Err(MigrationBlocker::VectorState(vcpu));
+    /// Refuses a state whose vector registers would be lost: SME streaming
+    /// mode or a live ZA array.
+    /// `here` is the vector length (bytes) of the CPU that will restore it,
+    /// `None` without SVE: SVE state must find the same length.
+    pub fn check(&self, vcpu: usize, here: Option<usize>) -> Result<(), MigrationBlocker> {
+        if let Some(sve) = &self.sve
+            && here != Some(sve.vl)
+        {
+            return Err(MigrationBlocker::VectorLength {
+                vcpu,
+                captured: sve.vl,
+                here,
+            });
+        }
+        if self
+            .sme
+            .is_some_and(|sme| sme.svcr & (SVCR_SM | SVCR_ZA) != 0)
+        {
+            return Err(MigrationBlocker::StreamingState(vcpu));
         }
         Ok(())
     }
@@ -160,15 +255,54 @@ mod tests {
     }
 
     #[test]
-    fn vector_state_blocks_migration() {
+    fn only_streaming_state_blocks_migration() {
         let mut state = VcpuState::default();
-        assert_eq!(state.check(0), Ok(()));
-        // FPEN on (bits 21:20): FP/SIMD state is carried.
-        state.sysregs[CPACR_INDEX] = 3 << 20;
-        assert_eq!(state.check(0), Ok(()));
-        state.sysregs[CPACR_INDEX] |= 1 << 16;
-        assert_eq!(state.check(1), Err(MigrationBlocker::VectorState(1)));
-        state.sysregs[CPACR_INDEX] = 1 << 24;
-        assert_eq!(state.check(2), Err(MigrationBlocker::VectorState(2)));
+        assert_eq!(state.check(0, None), Ok(()));
+        // FP/SIMD, SVE and SME enabled at EL1: their state is carried.
+        state.sysregs[CPACR_INDEX] = 3 << 20 | 3 << 16 | 3 << 24;
+        state.sve = Some(SveState::with_vl(256));
+        state.sme = Some(SmeState::default());
+        assert_eq!(state.check(0, Some(256)), Ok(()));
+        state.sme = Some(SmeState {
+            svcr: SVCR_SM,
+            ..SmeState::default()
+        });
+        assert_eq!(
+            state.check(1, Some(256)),
+            Err(MigrationBlocker::StreamingState(1))
+        );
+        state.sme = Some(SmeState {
+            svcr: SVCR_ZA,
+            ..SmeState::default()
+        });
+        assert_eq!(
+            state.check(2, Some(256)),
+            Err(MigrationBlocker::StreamingState(2))
+        );
+    }
+
+    #[test]
+    fn sve_state_needs_the_same_vector_length() {
+        let state = VcpuState {
+            sve: Some(SveState::with_vl(64)),
+            ..VcpuState::default()
+        };
+        assert_eq!(state.check(0, Some(64)), Ok(()));
+        for here in [None, Some(32), Some(256)] {
+            assert_eq!(
+                state.check(3, here),
+                Err(MigrationBlocker::VectorLength {
+                    vcpu: 3,
+                    captured: 64,
+                    here
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn sve_buffers_follow_the_vector_length() {
+        let sve = SveState::with_vl(32);
+        assert_eq!((sve.z.len(), sve.p.len(), sve.ffr.len()), (1024, 64, 4));
     }
 }

@@ -107,6 +107,8 @@ mod timer_regs;
 mod timers;
 #[cfg(target_os = "none")]
 mod toucher;
+#[cfg(target_os = "none")]
+mod vector_regs;
 
 #[cfg(not(target_os = "none"))]
 fn main() {

@@ -7,7 +7,9 @@
 //! [`WORDS`] - 1), and records the sequence in [`RECORD`] (its own memory,
 //! migrated with the rest). It prints a progress line now and then, on
 //! whichever VM's console it runs. The virtual counter must never go back
-//! (a migration carries the timer state). Then it checks every page it
+//! (a migration carries the timer state). On a CPU with SVE it first loads
+//! every SVE register with a pattern (`vector_regs`) and checks them at the
+//! end (a migration carries the vector state). Then it checks every page it
 //! wrote against the record and passes; the test migrates it in the middle
 //! (`tests/tests/e2e_migrate.rs`), so the check runs on the destination.
 
@@ -15,6 +17,7 @@ use crate::memory_map::PAGE;
 use crate::println;
 use crate::scenarios::Failure;
 use crate::smp::virtual_counter;
+use crate::vector_regs;
 
 /// The region written: 64 MiB into the VM's RAM.
 const REGION: u64 = 0x4400_0000;
@@ -40,6 +43,10 @@ pub fn run() -> Result<(), Failure> {
     let (start, frequency) = virtual_counter();
     let end = start + RUN_SECONDS * frequency;
     println!("migrate: writing {PAGES} pages at {REGION:#x} for {RUN_SECONDS} s");
+    let sve_vl = vector_regs::sve_present().then(vector_regs::fill);
+    if let Some(vl) = sve_vl {
+        println!("migrate: SVE registers hold a pattern ({vl}-byte vectors)");
+    }
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut sequence = 0u64;
     let mut last = start;
@@ -85,6 +92,17 @@ pub fn run() -> Result<(), Failure> {
         }
     }
     println!("migrate: {sequence} writes done, checking");
+    if let Some(vl) = sve_vl {
+        if let Err((what, register)) = vector_regs::check(vl) {
+            let name = ["z", "p", "ffr", "zcr_el1 "][usize::from(what)];
+            println!("migrate: SVE register {name}{register} lost its pattern");
+            return Err(Failure::Migrate {
+                step: "the SVE registers keep their pattern",
+                page: register as u64,
+            });
+        }
+        println!("migrate: the SVE registers kept their pattern");
+    }
     let mut written = 0;
     for page in 0..PAGES as u64 {
         // SAFETY: only this vCPU uses the record.

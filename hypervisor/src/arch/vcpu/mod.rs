@@ -79,6 +79,7 @@ mod interrupts;
 mod load;
 mod run_loop;
 mod state;
+pub use state::sve_vector_length;
 mod sysreg_access;
 
 use crate::arch::boot::exceptions::GuestRegs;
