@@ -14,6 +14,10 @@
 //! and its console lines carry `[dst]`. On `-cpu max` (FEAT_S2FWB) and on
 //! `cortex-a57` (no FWB: every copy is cleaned to the point of coherency).
 //!
+//! With two vCPUs, both take their virtual timer's interrupt every 10 ms
+//! throughout, and each checks its last tick is recent at the end: a timer
+//! or interrupt lost in the switch fails it.
+//!
 //! Linux too: Debian's kernel with 2 vCPUs is migrated in the middle of its
 //! tmpfs md5 check and finishes it on the destination.
 
@@ -51,7 +55,7 @@ fn run(cpu: &str) -> RunReport {
         cpu,
         2,
         1024,
-        "[src] migrate: writing",
+        "[src] migrate: 1 vCPUs writing",
         "guest=migrate,cpus=0,name=src,expect=stopped",
         "guest=migrate,cpus=1,name=dst,start=0",
     )
@@ -105,6 +109,28 @@ fn a_writing_guest_migrates_on_cpu_max() {
 #[test]
 fn a_writing_guest_migrates_on_cortex_a57() {
     check(&run("cortex-a57"));
+}
+
+/// Two vCPUs, each writing its own pages and taking its virtual timer's
+/// interrupt every 10 ms: both timers tick on after the switch.
+#[test]
+fn a_writing_guest_with_two_vcpus_and_ticking_timers_migrates() {
+    let report = migrate(
+        "max",
+        4,
+        1024,
+        "[src] migrate: 2 vCPUs writing",
+        "guest=migrate,cpus=0-1,name=src,expect=stopped",
+        "guest=migrate,cpus=2-3,name=dst,start=0",
+    );
+    check(&report);
+    for cpu in 0..2 {
+        let ticked = report.console().lines().any(|line| {
+            line.starts_with(&format!("[dst] migrate: vcpu{cpu}: "))
+                && line.ends_with(" timer interrupts, the last one recent")
+        });
+        assert!(ticked, "vcpu{cpu}\n{}", report.explain());
+    }
 }
 
 /// Debian's Linux (2 vCPUs, 384 MiB, the unattended tmpfs md5 check) is

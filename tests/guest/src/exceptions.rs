@@ -284,6 +284,7 @@ fn handle_irq() -> bool {
         Some(Scenario::Timers) => timers::interrupt,
         Some(Scenario::VgicScarce) => scenarios::vgic_scarce_interrupt,
         Some(Scenario::Fuzz) => crate::fuzz::interrupt,
+        Some(Scenario::Migrate) => crate::migrate::interrupt,
         _ => return false,
     };
     gic::take_interrupts(handler);

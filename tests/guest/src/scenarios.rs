@@ -651,7 +651,10 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
             SECONDARY_PART.store(SECONDARY_DIRTY_WRITER, Ordering::Release);
             crate::dirty_log::writer(platform)
         }
-        Scenario::Migrate => crate::migrate::run(),
+        Scenario::Migrate => {
+            SECONDARY_PART.store(SECONDARY_MIGRATE, Ordering::Release);
+            crate::migrate::run(platform)
+        }
         Scenario::PageTable | Scenario::MemslotPerf | Scenario::Toucher
             if !psci::hypervisor_services() =>
         {
@@ -671,6 +674,7 @@ const SECONDARY_CPU_ON_RACE: usize = 1;
 const SECONDARY_TIMERS: usize = 2;
 const SECONDARY_FUZZ: usize = 3;
 const SECONDARY_DIRTY_WRITER: usize = 4;
+const SECONDARY_MIGRATE: usize = 5;
 
 /// Entry of a secondary's part of the scenario.
 pub fn secondary(cpu: usize) {
@@ -679,6 +683,7 @@ pub fn secondary(cpu: usize) {
         SECONDARY_TIMERS => timers::worker(cpu),
         SECONDARY_FUZZ => crate::fuzz::secondary(cpu),
         SECONDARY_DIRTY_WRITER => crate::dirty_log::writer_secondary(cpu),
+        SECONDARY_MIGRATE => crate::migrate::secondary(cpu),
         _ => memory_worker(cpu, None),
     }
 }

@@ -37,7 +37,7 @@ const CASES: [Case; 2] = [
         smp: 2,
         cpu: qemu_runner::DEFAULT_CPU,
         mem_mib: 1024,
-        marker: "[src] migrate: writing",
+        marker: "[src] migrate: 1 vCPUs writing",
         src: "guest=migrate,cpus=0,name=src,expect=stopped",
         dst: "guest=migrate,cpus=1,name=dst,start=0",
     },
