@@ -1,10 +1,12 @@
 //! The gfn index: slots ordered by `base_gfn`, as a two-level B+tree.
 //!
 //! Leaves are sorted blocks of at most [`BLOCK_MAX`] entries; the top level is
-//! the sorted array of each block's first key. A lookup is two binary
-//! searches over contiguous memory (the top array of at most a few hundred
-//! keys stays in cache), which is several times faster than a pointer-based
-//! tree at 32,767 slots. An insert shifts at most one block and splits a full
+//! the sorted array of each block's first key. A lookup finds the block (with
+//! one block, up to 128 slots, there is nothing to find; up to 16 blocks the
+//! first keys at or below the key are counted, compares the CPU runs side by
+//! side; beyond, a binary search of the top array, small enough to stay in
+//! cache), then binary-searches the block: several times faster than a
+//! pointer-based tree at 32,767 slots. An insert shifts at most one block and splits a full
 //! block in two; a remove shifts one block and merges a block that fell below
 //! [`BLOCK_MIN`] into a neighbour when they fit together. With the slot limit
 //! of 32,767 the two levels never need a third: the top holds at most
@@ -31,6 +33,8 @@ use crate::slot::Memslot;
 
 /// Most entries a block holds; a full block splits in two.
 pub const BLOCK_MAX: usize = 128;
+/// Top-level sizes up to this are counted, not binary-searched.
+const LINEAR_TOP: usize = 16;
 /// A block with fewer entries merges into a neighbour when they fit in one.
 pub const BLOCK_MIN: usize = 32;
 
@@ -118,10 +122,21 @@ impl GfnIndex {
     /// The block and index of the last entry with `base_gfn <= key`.
     #[inline]
     fn floor(&self, key: u64) -> Option<(usize, usize)> {
-        let block = self
-            .firsts
-            .partition_point(|&first| first <= key)
-            .checked_sub(1)?;
+        // Up to `LINEAR_TOP` blocks (a thousand slots or more), the top level
+        // is counted rather than searched: independent compares the CPU
+        // overlaps, where each step of a binary search waits for the last.
+        let block = if let [first] = self.firsts[..] {
+            // One block (up to `BLOCK_MAX` slots): nothing to search.
+            usize::from(first <= key)
+        } else if self.firsts.len() <= LINEAR_TOP {
+            self.firsts
+                .iter()
+                .map(|&first| usize::from(first <= key))
+                .sum::<usize>()
+        } else {
+            self.firsts.partition_point(|&first| first <= key)
+        }
+        .checked_sub(1)?;
         // `firsts[block] <= key`, so at least the block's first entry qualifies.
         let at = self.blocks[block].keys.partition_point(|&k| k <= key) - 1;
         Some((block, at))
@@ -291,6 +306,27 @@ mod tests {
             flags: SlotFlags::NONE,
         };
         Memslot::new(&spec, None)
+    }
+
+    #[test]
+    fn one_block_few_blocks_and_many_blocks_find_the_floor() {
+        // 1, 2..=LINEAR_TOP and more blocks: each way of choosing the block.
+        for count in [1u64, 100, 700, 5000] {
+            let mut index = GfnIndex::new();
+            for key in 0..count {
+                index.insert(entry(10 + key * 4));
+            }
+            index.check();
+            assert_eq!(index.at_or_below(9).map(|e| e.base_gfn().0), None);
+            for probe in 10..10 + count * 4 + 8 {
+                let want = 10 + ((probe - 10) / 4).min(count - 1) * 4;
+                assert_eq!(
+                    index.at_or_below(probe).map(|e| e.base_gfn().0),
+                    Some(want),
+                    "{count} keys, probe {probe}"
+                );
+            }
+        }
     }
 
     proptest! {
