@@ -2,9 +2,10 @@
 //!
 //! A VM's guest-physical memory is a set of slots, each mapping a run of guest
 //! frames onto contiguous host memory. [`Memslots`] holds them for one VM:
-//! - two [`MemslotSet`]s, each indexed by guest frame (a B-tree), by backing
-//!   range (an augmented interval treap, [`interval`]) and by id, with a
-//!   generation number and a last-used hint;
+//! - two [`MemslotSet`]s, each indexed by guest frame (a two-level B+tree
+//!   holding the slots by value), by backing range (an augmented interval
+//!   treap, [`interval`]) and by id, with a generation number; each vCPU keeps
+//!   its own last-slot cache ([`VcpuSlotCache`]);
 //! - readers (vCPUs) look slots up lock-free, under a `crossbeam_epoch` guard
 //!   of the VM's collector, and see either the old or the new set;
 //! - writers (create, delete, move, flags) are serialized, change the inactive

@@ -3,7 +3,8 @@
 //!
 //! Readers (vCPUs in the fault path) pin an epoch of the VM's
 //! `crossbeam_epoch::Collector`, load the index of the active set and read it;
-//! no lock, no write to shared memory beyond the set's last-used hint.
+//! no lock, no write to shared memory (each vCPU keeps its own last-slot
+//! cache).
 //!
 //! A writer (serialized by a spin lock) changes the slots like KVM's scalable
 //! memslots, with both sets kept current incrementally:

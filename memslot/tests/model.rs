@@ -315,7 +315,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     set.find_cached(Gfn(gfn), &mut cache).map(|s| s.spec()),
                     want
                 );
-                // A second time hits the cache or the last-used slot.
+                // A second time hits the vCPU's cache.
                 prop_assert_eq!(
                     set.find_cached(Gfn(gfn), &mut cache).map(|s| s.spec()),
                     want
