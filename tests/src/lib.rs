@@ -5,8 +5,11 @@
 //! (`cargo run --release -p tests --bin bench -- SUITE`) and `tests/` holds the
 //! integration tests. Every figure is printed as one `SUITE/CASE/FIGURE VALUE
 //! UNIT` line. [`fuzz`] drives the test guest's fuzz scenario, for the
-//! `e2e_fuzz` test and the long campaigns of `src/bin/fuzz.rs`.
+//! `e2e_fuzz` test and the long campaigns of `src/bin/fuzz.rs`; [`control_pair`]
+//! boots a control VM beside its peer for the control scenarios' tests and
+//! benchmarks.
 
+pub mod control_pair;
 pub mod fuzz;
 pub mod measure;
 pub mod suites;

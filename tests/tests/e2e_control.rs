@@ -12,37 +12,20 @@
 //! and move: range invalidations on `-cpu max` (FEAT_TLBIRANGE), whole-VMID
 //! invalidations on `cortex-a57` (no range instructions).
 
-use std::time::Duration;
-
-use qemu_runner::vmspec::VmSpec;
-use qemu_runner::{Boot, RunConfig, RunReport};
+use qemu_runner::RunReport;
+use tests::control_pair::{ControlPair, peer_counter};
 
 fn run(cpu: &str) -> RunReport {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        smp: 2,
-        cpu: cpu.to_string(),
-        timeout: Duration::from_secs(300),
-        echo: false,
-        vms: vec![
-            VmSpec::parse("guest=control,cpus=0,control=1,name=ctl", 0).expect("valid spec"),
-            VmSpec::parse("guest=control-peer,cpus=1,name=peer,expect=stopped", 1)
-                .expect("valid spec"),
-        ],
-        ..RunConfig::default()
-    };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+    ControlPair {
+        cpu,
+        ..ControlPair::new("control", "control-peer")
+    }
+    .run()
+    .unwrap_or_else(|error| panic!("{error}"))
 }
 
 fn has_line(report: &RunReport, needle: &str) -> bool {
     report.console().lines().any(|l| l.contains(needle))
-}
-
-fn peer_counter(report: &RunReport, name: &str) -> u64 {
-    report
-        .counters()
-        .get(1, name)
-        .unwrap_or_else(|| panic!("no `STAT vm1 {name}` line\n{}", report.explain()))
 }
 
 /// The control scenario's steps all showed up and the peer was refused.

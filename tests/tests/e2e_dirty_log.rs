@@ -20,10 +20,8 @@
 //! pages mapped one by one while logging, pages marked dirty by faults,
 //! tables collapsed afterwards, and the TLBI kind of the CPU.
 
-use std::time::Duration;
-
-use qemu_runner::vmspec::VmSpec;
-use qemu_runner::{Boot, RunConfig, RunReport};
+use qemu_runner::RunReport;
+use tests::control_pair::{ControlPair, peer_counter};
 
 fn run(cpu: &str, args: &str) -> RunReport {
     run_with_writers(cpu, args, 1)
@@ -31,34 +29,14 @@ fn run(cpu: &str, args: &str) -> RunReport {
 
 /// A run whose writer has `writers` vCPUs, on CPUs `1..=writers`.
 fn run_with_writers(cpu: &str, args: &str, writers: u32) -> RunReport {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        smp: writers + 1,
-        cpu: cpu.to_string(),
-        timeout: Duration::from_secs(300),
-        echo: false,
-        vms: vec![
-            VmSpec::parse(
-                &format!("guest=dirty-log,cpus=0,control=1,name=ctl,args={args}"),
-                0,
-            )
-            .expect("valid spec"),
-            VmSpec::parse(
-                &format!("guest=dirty-writer,cpus=1-{writers},name=peer,expect=stopped"),
-                1,
-            )
-            .expect("valid spec"),
-        ],
-        ..RunConfig::default()
-    };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
-}
-
-fn peer_counter(report: &RunReport, name: &str) -> u64 {
-    report
-        .counters()
-        .get(1, name)
-        .unwrap_or_else(|| panic!("no `STAT vm1 {name}` line\n{}", report.explain()))
+    ControlPair {
+        cpu,
+        args,
+        peer_vcpus: writers,
+        ..ControlPair::new("dirty-log", "dirty-writer")
+    }
+    .run()
+    .unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// The split figures of the enable line: (blocks split, chunks).

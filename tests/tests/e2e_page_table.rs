@@ -17,32 +17,17 @@
 //!   each page: a store through an address a slot has left, or a page that
 //!   misses the stores after a change, fails the run.
 
-use std::time::Duration;
+use qemu_runner::RunReport;
+use tests::control_pair::{ControlPair, peer_counter};
 
-use qemu_runner::vmspec::VmSpec;
-use qemu_runner::{Boot, RunConfig, RunReport};
-
-fn run(cpu: &str, control: &str) -> RunReport {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        smp: 2,
-        cpu: cpu.to_string(),
-        timeout: Duration::from_secs(300),
-        echo: false,
-        vms: vec![
-            VmSpec::parse(&format!("{control},cpus=0,control=1,name=ctl"), 0).expect("valid spec"),
-            VmSpec::parse("guest=toucher,cpus=1,name=peer,expect=stopped", 1).expect("valid spec"),
-        ],
-        ..RunConfig::default()
-    };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
-}
-
-fn peer_counter(report: &RunReport, name: &str) -> u64 {
-    report
-        .counters()
-        .get(1, name)
-        .unwrap_or_else(|| panic!("no `STAT vm1 {name}` line\n{}", report.explain()))
+fn run(cpu: &str, control: &str, args: &str) -> RunReport {
+    ControlPair {
+        cpu,
+        args,
+        ..ControlPair::new(control, "toucher")
+    }
+    .run()
+    .unwrap_or_else(|error| panic!("{error}"))
 }
 
 fn check_page_table(report: &RunReport) {
@@ -86,7 +71,7 @@ fn check_page_table(report: &RunReport) {
 
 #[test]
 fn page_table_stages_on_cpu_max() {
-    let report = run("max", "guest=page-table");
+    let report = run("max", "page-table", "");
     check_page_table(&report);
     assert!(
         peer_counter(&report, "tlbi_range") > 0,
@@ -97,7 +82,7 @@ fn page_table_stages_on_cpu_max() {
 
 #[test]
 fn page_table_stages_on_cortex_a57() {
-    let report = run("cortex-a57", "guest=page-table");
+    let report = run("cortex-a57", "page-table", "");
     check_page_table(&report);
     assert_eq!(
         peer_counter(&report, "tlbi_range"),
@@ -114,7 +99,7 @@ fn page_table_stages_on_cortex_a57() {
 
 #[test]
 fn memslots_churn_under_a_touching_vcpu() {
-    let report = run("max", "guest=memslot-perf,args=slots=64");
+    let report = run("max", "memslot-perf", "slots=64");
     assert!(
         peer_counter(&report, "injected_aborts") > 0,
         "{}",

@@ -24,10 +24,9 @@
 //! host has cores beside the control VM's, the writers take turns and the
 //! times grow with N instead of staying flat.
 
-use qemu_runner::vmspec::VmSpec;
-use qemu_runner::{Boot, RunConfig, RunReport};
-use std::time::Duration;
+use qemu_runner::RunReport;
 
+use crate::control_pair::ControlPair;
 use crate::measure::{median, report};
 
 /// Runs per setting.
@@ -64,31 +63,12 @@ struct Figures {
 }
 
 fn boot(writers: usize, args: &str) -> Result<RunReport, String> {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        smp: writers as u32 + 1,
-        timeout: Duration::from_secs(300),
-        echo: false,
-        vms: vec![
-            VmSpec::parse(
-                &format!("guest=dirty-log,cpus=0,control=1,name=ctl,args={args}"),
-                0,
-            )
-            .map_err(|e| e.to_string())?,
-            VmSpec::parse(
-                &format!("guest=dirty-writer,cpus=1-{writers},name=peer,expect=stopped"),
-                1,
-            )
-            .map_err(|e| e.to_string())?,
-        ],
-        ..RunConfig::default()
-    };
-    let run = qemu_runner::run(&config).map_err(|e| format!("could not run: {e}"))?;
-    if run.passed() {
-        Ok(run)
-    } else {
-        Err(run.explain())
+    ControlPair {
+        args,
+        peer_vcpus: writers as u32,
+        ..ControlPair::new("dirty-log", "dirty-writer")
     }
+    .run_passed()
 }
 
 /// The number just before ` <unit>` in `line`, after `after`.

@@ -11,10 +11,10 @@
 //! and deleted (`delete`, per slot). One run per slot count (16, 512,
 //! 4096); the churn check must pass in each.
 
-use qemu_runner::vmspec::VmSpec;
-use qemu_runner::{Boot, RunConfig, RunReport};
+use qemu_runner::RunReport;
 use std::time::Duration;
 
+use crate::control_pair::ControlPair;
 use crate::measure::report;
 
 /// Slot counts measured.
@@ -30,28 +30,12 @@ const FIGURES: [(&str, &str); 6] = [
 ];
 
 fn boot(slots: u32) -> Result<RunReport, String> {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        smp: 2,
+    ControlPair {
+        args: &format!("slots={slots}"),
         timeout: Duration::from_secs(600),
-        echo: false,
-        vms: vec![
-            VmSpec::parse(
-                &format!("guest=memslot-perf,cpus=0,control=1,name=ctl,args=slots={slots}"),
-                0,
-            )
-            .map_err(|e| e.to_string())?,
-            VmSpec::parse("guest=toucher,cpus=1,name=peer,expect=stopped", 1)
-                .map_err(|e| e.to_string())?,
-        ],
-        ..RunConfig::default()
-    };
-    let run = qemu_runner::run(&config).map_err(|e| format!("could not run: {e}"))?;
-    if run.passed() {
-        Ok(run)
-    } else {
-        Err(run.explain())
+        ..ControlPair::new("memslot-perf", "toucher")
     }
+    .run_passed()
 }
 
 /// The value of `figure` from `[ctl] memslot-perf: FIGURE N UNIT`.

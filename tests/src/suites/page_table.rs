@@ -20,10 +20,9 @@
 //! drops every cached translation, which the refaults after it pay), not
 //! what a TLBI costs on hardware; the operation counts carry over.
 
-use qemu_runner::vmspec::VmSpec;
-use qemu_runner::{Boot, RunConfig, RunReport};
-use std::time::Duration;
+use qemu_runner::RunReport;
 
+use crate::control_pair::ControlPair;
 use crate::measure::{median, report};
 
 /// Runs per CPU.
@@ -45,26 +44,11 @@ const STAGES: [&str; 8] = [
 const TLBI: [&str; 4] = ["tlbi_range", "tlbi_ipa", "tlbi_vmalle1", "tlbi_vmalls12"];
 
 fn boot(cpu: &str) -> Result<RunReport, String> {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        smp: 2,
-        cpu: cpu.to_string(),
-        timeout: Duration::from_secs(300),
-        echo: false,
-        vms: vec![
-            VmSpec::parse("guest=page-table,cpus=0,control=1,name=ctl", 0)
-                .map_err(|e| e.to_string())?,
-            VmSpec::parse("guest=toucher,cpus=1,name=peer,expect=stopped", 1)
-                .map_err(|e| e.to_string())?,
-        ],
-        ..RunConfig::default()
-    };
-    let run = qemu_runner::run(&config).map_err(|e| format!("could not run: {e}"))?;
-    if run.passed() {
-        Ok(run)
-    } else {
-        Err(run.explain())
+    ControlPair {
+        cpu,
+        ..ControlPair::new("page-table", "toucher")
     }
+    .run_passed()
 }
 
 /// The microseconds of `stage` from `[ctl] page-table: STAGE N us`.

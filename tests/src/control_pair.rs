@@ -1,0 +1,89 @@
+//! The two-VM layout every control scenario boots: a control VM `ctl`
+//! (`control=1`, CPU 0) and its peer `peer` on CPUs `1..=peer_vcpus`, which
+//! the control VM stops (`expect=stopped`). Used by the end-to-end tests of
+//! the control, dirty-log, page-table and memslot-perf scenarios and by the
+//! benchmark suites that time them.
+
+use std::time::Duration;
+
+use qemu_runner::vmspec::VmSpec;
+use qemu_runner::{Boot, RunConfig, RunReport};
+
+/// One control VM and its peer.
+#[derive(Clone, Debug)]
+pub struct ControlPair<'a> {
+    /// QEMU `-cpu`.
+    pub cpu: &'a str,
+    /// The control VM's scenario (`test=`).
+    pub control: &'a str,
+    /// The control VM's bootargs beside `test=` (may be empty).
+    pub args: &'a str,
+    /// The peer's scenario.
+    pub peer: &'a str,
+    /// The peer's vCPU count.
+    pub peer_vcpus: u32,
+    /// The run's time limit.
+    pub timeout: Duration,
+}
+
+impl<'a> ControlPair<'a> {
+    /// `control` against `peer` (one vCPU) on `-cpu max`, no bootargs,
+    /// five minutes.
+    pub fn new(control: &'a str, peer: &'a str) -> Self {
+        Self {
+            cpu: "max",
+            control,
+            args: "",
+            peer,
+            peer_vcpus: 1,
+            timeout: Duration::from_secs(300),
+        }
+    }
+
+    /// Boots the pair; `Err` when QEMU could not run (a run that ran but
+    /// failed is an `Ok` report whose verdict says so).
+    pub fn run(&self) -> Result<RunReport, String> {
+        let args = if self.args.is_empty() {
+            String::new()
+        } else {
+            format!(",args={}", self.args)
+        };
+        let control = format!("guest={},cpus=0,control=1,name=ctl{args}", self.control);
+        let peer = format!(
+            "guest={},cpus=1-{},name=peer,expect=stopped",
+            self.peer, self.peer_vcpus
+        );
+        let config = RunConfig {
+            boot: Boot::Hypervisor,
+            smp: self.peer_vcpus + 1,
+            cpu: self.cpu.to_string(),
+            timeout: self.timeout,
+            echo: false,
+            vms: vec![
+                VmSpec::parse(&control, 0).map_err(|e| e.to_string())?,
+                VmSpec::parse(&peer, 1).map_err(|e| e.to_string())?,
+            ],
+            ..RunConfig::default()
+        };
+        qemu_runner::run(&config).map_err(|e| format!("could not run QEMU: {e}"))
+    }
+
+    /// [`ControlPair::run`] for a benchmark: `Err` also when the run failed.
+    pub fn run_passed(&self) -> Result<RunReport, String> {
+        let run = self.run()?;
+        if run.passed() {
+            Ok(run)
+        } else {
+            Err(run.explain())
+        }
+    }
+}
+
+/// The peer's counter `name` (`STAT vm1 NAME VALUE`); panics with the run's
+/// story when it is missing.
+pub fn peer_counter(report: &RunReport, name: &str) -> u64 {
+    report
+        .counters()
+        .get(1, name)
+        .unwrap_or_else(|| panic!("no `STAT vm1 {name}` line\n{}", report.explain()))
+}
