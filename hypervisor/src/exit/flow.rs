@@ -184,6 +184,15 @@ pub enum StopReason {
     /// The hypervisor console's `stop` or a control VM's `VM_STOP` asked for it
     /// (`crate::vm::run_state`).
     StopRequested,
+    /// A migrated vCPU's SVE state has a vector length (bytes) this CPU does
+    /// not give (`None`: no SVE here); the migration checked only the
+    /// migrating CPU.
+    MigratedVectorLength {
+        /// The length captured.
+        captured: usize,
+        /// This CPU's.
+        here: Option<usize>,
+    },
 }
 
 impl core::fmt::Display for StopReason {
@@ -195,6 +204,10 @@ impl core::fmt::Display for StopReason {
                 write!(f, "{} timer line: {error:?}", timer.name())
             }
             Self::UartLine(e) => write!(f, "UART interrupt line: {e:?}"),
+            Self::MigratedVectorLength { captured, here } => write!(
+                f,
+                "migrated SVE state has {captured}-byte vectors, this CPU {here:?}"
+            ),
             Self::StopRequested => write!(
                 f,
                 "stopped on request (hypervisor console or control interface)"

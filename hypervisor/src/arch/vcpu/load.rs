@@ -135,7 +135,7 @@ impl Vcpu {
         // A migrated vCPU continues where its source stopped.
         let migrated = self.vm.vcpu_states[self.index].lock().take();
         if let Some(state) = migrated {
-            self.restore_state(&state);
+            self.restore_state(&state)?;
         }
         Ok(())
     }

@@ -424,10 +424,20 @@ impl Vcpu {
     }
 
     /// Restores `state` after `load` reset this CPU for the vCPU's start.
-    /// The vector state is restored only at the vector length it was
-    /// captured at (the same machine's CPUs; `arch::migrate` compares).
-    pub(super) fn restore_state(&mut self, state: &VcpuState) {
+    /// SVE state is restored only at the vector length it was captured at:
+    /// `arch::migrate` compared it with the migrating CPU's, and a CPU of the
+    /// destination that differs stops the VM rather than drop the registers.
+    pub(super) fn restore_state(&mut self, state: &VcpuState) -> Result<(), StopReason> {
         let features = local_features();
+        if let Some(sve) = &state.sve {
+            let here = features.sve.then(sve_vl);
+            if here != Some(sve.vl) {
+                return Err(StopReason::MigratedVectorLength {
+                    captured: sve.vl,
+                    here,
+                });
+            }
+        }
         // SAFETY: called from `load`, before the first entry: no guest runs
         // here, and every value is the migrated guest's own.
         unsafe {
@@ -435,11 +445,7 @@ impl Vcpu {
             write_fp(&state.fp, state.fpcr, state.fpsr);
             // The `z` registers hold the `q` registers in their low bits:
             // loaded after them, they keep the bits above.
-            // `arch::migrate` refused a vector length this machine lacks.
-            if let Some(sve) = &state.sve
-                && features.sve
-                && sve.vl == sve_vl()
-            {
+            if let Some(sve) = &state.sve {
                 write_sve(sve);
             }
             if let Some(sme) = &state.sme
@@ -460,5 +466,6 @@ impl Vcpu {
         self.regs.pc = state.pc;
         self.regs.pstate = state.pstate;
         self.needs_fill = true;
+        Ok(())
     }
 }
