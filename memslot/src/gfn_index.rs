@@ -6,11 +6,13 @@
 //! first keys at or below the key are counted, compares the CPU runs side by
 //! side; beyond, a binary search of the top array, small enough to stay in
 //! cache), then binary-searches the block: several times faster than a
-//! pointer-based tree at 32,767 slots. An insert shifts at most one block and splits a full
-//! block in two; a remove shifts one block and merges a block that fell below
-//! [`BLOCK_MIN`] into a neighbour when they fit together. With the slot limit
-//! of 32,767 the two levels never need a third: the top holds at most
-//! `n / BLOCK_MIN + 1` keys, so a change moves at most a few KiB.
+//! pointer-based tree at 32,767 slots. An insert shifts at most one block and
+//! splits a full block in two (in half, or, for a new largest key, leaving the
+//! full block full: slots are mostly created in address order, and full blocks
+//! mean fewer of them to search); a remove shifts one block and merges a block
+//! that fell below [`BLOCK_MIN`] into a neighbour when they fit together. With
+//! the slot limit of 32,767 the two levels never need a third: the top holds
+//! at most `n / BLOCK_MIN + 1` keys, so a change moves at most a few KiB.
 //!
 //! A block keeps its keys in an array of their own, so the binary search
 //! touches few cache lines; its entries are the slots themselves, stored by
@@ -214,7 +216,11 @@ impl GfnIndex {
         entries.insert(at, entry);
         self.firsts[block] = entries.keys[0];
         if entries.len() > BLOCK_MAX {
-            let upper = entries.split_off(BLOCK_MAX / 2);
+            // A new largest key (slots created in address order) starts a
+            // block of its own and leaves this one full; any other insert
+            // splits in half, leaving room on both sides.
+            let appended = block + 1 == self.firsts.len() && at == BLOCK_MAX;
+            let upper = entries.split_off(if appended { BLOCK_MAX } else { BLOCK_MAX / 2 });
             self.firsts.insert(block + 1, upper.keys[0]);
             self.blocks.insert(block + 1, upper);
         }
@@ -327,6 +333,25 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn slots_created_in_address_order_fill_their_blocks() {
+        let mut index = GfnIndex::new();
+        for key in 0..509 {
+            index.insert(entry(key * 2));
+        }
+        index.check();
+        let sizes: Vec<usize> = index.blocks.iter().map(Block::len).collect();
+        assert_eq!(
+            sizes,
+            [BLOCK_MAX, BLOCK_MAX, BLOCK_MAX, 509 - 3 * BLOCK_MAX]
+        );
+        // An insert anywhere else splits its full block in half.
+        index.insert(entry(1));
+        let sizes: Vec<usize> = index.blocks.iter().map(Block::len).collect();
+        assert_eq!(sizes[..2], [BLOCK_MAX / 2, BLOCK_MAX / 2 + 1]);
+        index.check();
     }
 
     proptest! {
