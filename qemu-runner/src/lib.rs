@@ -157,6 +157,11 @@ pub enum Scenario {
     /// The peer of `page-table` and `memslot-perf`: stores into guest pages
     /// on command until stopped.
     Toucher,
+    /// Checks every FP/SIMD, SVE and SME register starts at zero, then
+    /// leaves patterns in them (streaming mode and ZA live with SME): run
+    /// again on the same CPU (a restart), it shows the hypervisor cleared
+    /// them.
+    VectorRegs,
 }
 
 impl Scenario {
@@ -179,6 +184,7 @@ impl Scenario {
         Scenario::PageTable,
         Scenario::MemslotPerf,
         Scenario::Toucher,
+        Scenario::VectorRegs,
     ];
 
     /// The scenario's name on the command line and in `test=`.
@@ -201,6 +207,7 @@ impl Scenario {
             Scenario::PageTable => "page-table",
             Scenario::MemslotPerf => "memslot-perf",
             Scenario::Toucher => "toucher",
+            Scenario::VectorRegs => "vector-regs",
         }
     }
 

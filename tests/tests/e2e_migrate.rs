@@ -6,8 +6,8 @@
 //! writing, the console monitor is told `migrate src dst`: the hypervisor
 //! pre-copies with dirty logging while `src` writes, pauses it, copies the
 //! last dirty pages and the vCPU state (registers, EL1 system registers,
-//! FP/SIMD, SVE and SME outside streaming mode, timers, the virtual CPU
-//! interface), checks the destination's
+//! FP/SIMD, SVE and SME with streaming mode and the ZA array, timers, the
+//! virtual CPU interface), checks the destination's
 //! memory byte for byte (0 differences), copies the vgic and PL011 state and
 //! starts `dst`, and ends `src` (`stopped: migrated to vm1 (dst)`). The
 //! guest then finishes on `dst`: its check of every page it wrote passes,
@@ -16,7 +16,9 @@
 //!
 //! With two vCPUs, both take their virtual timer's interrupt every 10 ms
 //! throughout, and each checks its last tick is recent at the end: a timer
-//! or interrupt lost in the switch fails it.
+//! or interrupt lost in the switch fails it. On `-cpu max` the second runs in
+//! SME streaming mode with the ZA array live, a pattern in its streaming
+//! registers and every ZA row, and checks it on the destination.
 //!
 //! Linux too: Debian's kernel with 2 vCPUs is migrated in the middle of its
 //! tmpfs md5 check and finishes it on the destination.
@@ -112,7 +114,8 @@ fn a_writing_guest_migrates_on_cortex_a57() {
 }
 
 /// Two vCPUs, each writing its own pages and taking its virtual timer's
-/// interrupt every 10 ms: both timers tick on after the switch.
+/// interrupt every 10 ms: both timers tick on after the switch. vCPU 1 is
+/// in streaming mode with ZA live throughout: its pattern survives.
 #[test]
 fn a_writing_guest_with_two_vcpus_and_ticking_timers_migrates() {
     let report = migrate(
@@ -131,13 +134,19 @@ fn a_writing_guest_with_two_vcpus_and_ticking_timers_migrates() {
         });
         assert!(ticked, "vcpu{cpu}\n{}", report.explain());
     }
+    assert!(
+        report
+            .console()
+            .contains("[dst] migrate: vcpu1's streaming registers and ZA kept their pattern"),
+        "{}",
+        report.explain()
+    );
 }
 
 /// Debian's Linux (2 vCPUs, 384 MiB, the unattended tmpfs md5 check) is
 /// migrated as soon as it reports its CPUs online, that is while it writes
 /// and checks its tmpfs file; it finishes on the destination. The CPU has
-/// SVE and SME, which Linux turns on: their state outside streaming mode
-/// travels.
+/// SVE and SME, which Linux turns on: their state travels.
 #[test]
 fn linux_migrates_in_the_middle_of_its_md5_check() {
     // Each VM's RAM is allocated as a power of two (512 MiB).

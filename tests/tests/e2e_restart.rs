@@ -14,6 +14,12 @@
 //!   `echo` guest, still running), which boots again to its prompt; then
 //!   stops `b`. The restart empties the VM's stage 2 with one range flush
 //!   per memslot, which the `tlbi_range` counter shows on `-cpu max`.
+//! * A `vector-regs` guest checks every FP/SIMD, SVE and SME register starts
+//!   at zero, leaves patterns in them (in streaming mode with the ZA array
+//!   live, on `-cpu max`) and powers off; restarted on the same CPU it finds
+//!   them zero again: the hypervisor clears what a guest left behind before
+//!   the next one runs there. On `-cpu max` and on `cortex-a57` (FP/SIMD
+//!   only).
 
 use std::time::Duration;
 
@@ -22,7 +28,12 @@ use qemu_runner::vmspec::VmSpec;
 use qemu_runner::{ConsoleInput, RunConfig, RunReport};
 
 fn run(smp: u32, specs: &[&str], script: ConsoleScript) -> RunReport {
+    run_on("max", smp, specs, script)
+}
+
+fn run_on(cpu: &str, smp: u32, specs: &[&str], script: ConsoleScript) -> RunReport {
     let config = RunConfig {
+        cpu: cpu.to_string(),
         smp,
         echo: false,
         timeout: Duration::from_secs(240),
@@ -136,4 +147,48 @@ fn the_operator_restarts_a_finished_vm_and_a_running_one() {
     let last = log_position(&report, "no VM left to run");
     assert!(a_restarted < b_stopped && b_stopped < last);
     assert!(report.transcript.system_off, "{}", report.explain());
+}
+
+/// `a` leaves patterns in its vector registers and powers off; restarted on
+/// the same CPU, it finds them zero.
+fn vector_registers_are_cleared_for_the_next_guest(cpu: &str) {
+    let script = ConsoleScript::new()
+        .then("vm0 (a): powered off", "\x1drestart a\r")
+        .then("ok: a restarting", "exit\r")
+        .then("[a] RESULT: PASS", "\x1dstop b\r")
+        .then("ok: b stopped", "exit\r");
+    let report = run_on(
+        cpu,
+        2,
+        &[
+            "vector-regs,cpus=0,name=a",
+            "echo,cpus=1,name=b,expect=stopped",
+        ],
+        script,
+    );
+    assert!(report.passed(), "{}", report.explain());
+    let extensions = if cpu == "max" {
+        "(SVE on, SME on)"
+    } else {
+        "(SVE off, SME off)"
+    };
+    let zero = format!("[a] vector-regs: every vector register started at zero {extensions}");
+    assert_eq!(times(&report, &zero), 2, "{}", report.explain());
+    assert_eq!(
+        times(&report, "[a] vector-regs: patterns left in the registers"),
+        2,
+        "{}",
+        report.explain()
+    );
+    assert_eq!(counter(&report, 0, "restarts"), 1, "{}", report.explain());
+}
+
+#[test]
+fn vector_registers_are_cleared_for_the_next_guest_on_cpu_max() {
+    vector_registers_are_cleared_for_the_next_guest("max");
+}
+
+#[test]
+fn vector_registers_are_cleared_for_the_next_guest_on_cortex_a57() {
+    vector_registers_are_cleared_for_the_next_guest("cortex-a57");
 }

@@ -360,7 +360,7 @@ fn migrate(
             .lock()
             .as_ref()
             .map_or(Ok(()), |state| {
-                state.check(vcpu, crate::arch::vcpu::sve_vector_length())
+                state.check(vcpu, crate::arch::vcpu::vector_lengths())
             });
         if let Err(e) = blocked {
             stop_logging(src, &pairs);

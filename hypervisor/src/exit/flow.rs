@@ -11,6 +11,7 @@ use crate::devices::timer::TimerId;
 use crate::devices::vgic::VgicError;
 use crate::exit::esr::{ExceptionClass, FaultKind, SysRegEncoding};
 use crate::exit::inject::InjectKind;
+use crate::vm::vcpu_state::MigrationBlocker;
 
 /// How the vCPU goes on after an exit it handled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,15 +185,10 @@ pub enum StopReason {
     /// The hypervisor console's `stop` or a control VM's `VM_STOP` asked for it
     /// (`crate::vm::run_state`).
     StopRequested,
-    /// A migrated vCPU's SVE state has a vector length (bytes) this CPU does
-    /// not give (`None`: no SVE here); the migration checked only the
-    /// migrating CPU.
-    MigratedVectorLength {
-        /// The length captured.
-        captured: usize,
-        /// This CPU's.
-        here: Option<usize>,
-    },
+    /// A migrated vCPU's vector state has a vector length (bytes) this CPU
+    /// does not give (the migration checked only the migrating CPU; `vcpu`
+    /// in the blocker is this vCPU).
+    MigratedVectorLength(MigrationBlocker),
 }
 
 impl core::fmt::Display for StopReason {
@@ -204,10 +200,7 @@ impl core::fmt::Display for StopReason {
                 write!(f, "{} timer line: {error:?}", timer.name())
             }
             Self::UartLine(e) => write!(f, "UART interrupt line: {e:?}"),
-            Self::MigratedVectorLength { captured, here } => write!(
-                f,
-                "migrated SVE state has {captured}-byte vectors, this CPU {here:?}"
-            ),
+            Self::MigratedVectorLength(blocker) => write!(f, "migrated state: {blocker}"),
             Self::StopRequested => write!(
                 f,
                 "stopped on request (hypervisor console or control interface)"

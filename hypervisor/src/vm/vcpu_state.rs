@@ -14,15 +14,24 @@
 //! `z0..z31` at the CPU's longest vector length, which the hypervisor's
 //! `ZCR_EL2` gives the guest, `p0..p15`, `FFR` and `ZCR_EL1`); the FP/SIMD
 //! `q` registers are the low 128 bits of the `z` registers, so the restore
-//! loads them first and the `z` registers over them. On a CPU with SME the
-//! non-streaming state travels ([`SmeState`]: `SVCR`, `SMCR_EL1`,
-//! `TPIDR2_EL0`); a vCPU caught in streaming mode or with its ZA array live
-//! (`SVCR.SM`/`ZA`) is refused: the ZA array and the streaming vector state
-//! are not carried.
+//! loads them first and the `z` registers over them.
 //!
-//! What is not carried is refused rather than lost: that SME state, or a
-//! host whose virtual CPU interface is a GICv2 frame, makes the migration
-//! fail before the source stops ([`MigrationBlocker`]).
+//! # SME
+//!
+//! On a CPU with SME, [`SmeState`] carries `SVCR`, `SMCR_EL1`, `TPIDR2_EL0`
+//! and, while `SVCR.ZA` is set, the ZA array: `SVL` rows of `SVL` bytes at
+//! the CPU's longest streaming vector length `SVL` (which `SMCR_EL2` gives the
+//! guest; a guest that asks for less sees the low bytes of the low rows).
+//! There is one set of `z`/`p` registers: in streaming mode (`SVCR.SM`) they
+//! are the streaming ones, `SVL` bytes long, and [`SveState`] holds them at
+//! that length, without `FFR`, which streaming mode has only with FEAT_SME_FA64
+//! (the hypervisor leaves `SMCR_EL2.FA64` clear, so a guest never has it).
+//! `ZT0` (SME2) needs `SMCR_EL2.EZT0`, also left clear: a guest has none.
+//!
+//! What is not carried is refused rather than lost: vector state at a length
+//! the destination CPU lacks, or a host whose virtual CPU interface is a
+//! GICv2 frame, makes the migration fail before the source stops
+//! ([`MigrationBlocker`]).
 
 use alloc::vec::Vec;
 use core::fmt;
@@ -85,7 +94,8 @@ pub struct CpuInterfaceState {
 }
 
 /// The scalable vector state, at the vector length `vl` (bytes) the CPU
-/// gives EL2 and the guest.
+/// gives EL2 and the guest: the SVE length, or in streaming mode the
+/// streaming one.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SveState {
     /// Vector length in bytes (`RDVL #1`).
@@ -94,7 +104,7 @@ pub struct SveState {
     pub z: Vec<u8>,
     /// `p0..p15`, `vl / 8` bytes each.
     pub p: Vec<u8>,
-    /// `FFR`, `vl / 8` bytes.
+    /// `FFR`, `vl / 8` bytes; empty in streaming mode, which has none.
     pub ffr: Vec<u8>,
     /// `ZCR_EL1`.
     pub zcr_el1: u64,
@@ -111,10 +121,26 @@ impl SveState {
             zcr_el1: 0,
         }
     }
+
+    /// Zeroed buffers for the streaming registers at `svl` bytes: no `FFR`.
+    pub fn streaming(svl: usize) -> Self {
+        Self {
+            ffr: Vec::new(),
+            ..Self::with_vl(svl)
+        }
+    }
+
+    /// The low 128 bits of `z<n>`: FP/SIMD register `q<n>`.
+    pub fn q(&self, n: usize) -> u128 {
+        let start = n * self.vl;
+        let mut bytes = [0; 16];
+        bytes.copy_from_slice(&self.z[start..start + 16]);
+        u128::from_le_bytes(bytes)
+    }
 }
 
-/// The SME state outside streaming mode and ZA.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// The SME state (see the module doc).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SmeState {
     /// `SVCR`: `SM` (bit 0) and `ZA` (bit 1).
     pub svcr: u64,
@@ -122,6 +148,33 @@ pub struct SmeState {
     pub smcr_el1: u64,
     /// `TPIDR2_EL0`.
     pub tpidr2_el0: u64,
+    /// The streaming vector length in bytes (`RDSVL #1`) at capture.
+    pub svl: usize,
+    /// The ZA array, `svl` rows of `svl` bytes, while `SVCR.ZA` is set;
+    /// empty otherwise.
+    pub za: Vec<u8>,
+}
+
+impl SmeState {
+    /// In streaming mode.
+    pub fn streaming(&self) -> bool {
+        self.svcr & SVCR_SM != 0
+    }
+
+    /// With the ZA array live.
+    pub fn za_live(&self) -> bool {
+        self.svcr & SVCR_ZA != 0
+    }
+}
+
+/// A CPU's vector lengths in bytes, as the hypervisor's `ZCR_EL2` and
+/// `SMCR_EL2` give them to a guest: `None` without SVE or SME.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VectorLengths {
+    /// The SVE vector length.
+    pub sve: Option<usize>,
+    /// The SME streaming vector length.
+    pub sme: Option<usize>,
 }
 
 /// `SVCR.SM`: streaming SVE mode.
@@ -150,7 +203,8 @@ pub struct VcpuState {
     pub timers: TimerState,
     /// The virtual CPU interface.
     pub cpu_interface: CpuInterfaceState,
-    /// The SVE state, on a CPU with SVE.
+    /// The SVE state, on a CPU with SVE; in streaming mode, the streaming
+    /// registers.
     pub sve: Option<SveState>,
     /// The SME state, on a CPU with SME.
     pub sme: Option<SmeState>,
@@ -177,16 +231,17 @@ impl Default for VcpuState {
 /// Why a VM cannot be migrated as it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MigrationBlocker {
-    /// vCPU `.0` is in SME streaming mode or has its ZA array live, state
-    /// that is not carried.
-    StreamingState(usize),
     /// The host's virtual CPU interface is a GICv2 frame.
     Gicv2,
-    /// vCPU `vcpu`'s SVE state was captured at a vector length (bytes) the
-    /// destination's CPU does not have (`here`: `None` without SVE).
+    /// vCPU `vcpu`'s vector state was captured at a vector length (bytes) the
+    /// destination's CPU does not have (`here`: `None` without SVE, or
+    /// without SME for streaming state).
     VectorLength {
         /// The vCPU.
         vcpu: usize,
+        /// Streaming-mode registers or the ZA array (the SME streaming
+        /// length), or SVE registers (the SVE length).
+        streaming: bool,
         /// The length captured.
         captured: usize,
         /// The destination CPU's length.
@@ -197,23 +252,27 @@ pub enum MigrationBlocker {
 impl fmt::Display for MigrationBlocker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::StreamingState(vcpu) => write!(
-                f,
-                "vcpu{vcpu} is in SME streaming mode or has ZA live, which is not migrated"
-            ),
             Self::Gicv2 => f.write_str("a GICv2 host's virtual CPU interface is not migrated"),
             Self::VectorLength {
                 vcpu,
+                streaming,
                 captured,
                 here,
-            } => write!(
-                f,
-                "vcpu{vcpu}'s SVE state has {captured}-byte vectors, the destination {}",
-                match here {
-                    Some(vl) => alloc::format!("has {vl}-byte vectors"),
-                    None => alloc::string::String::from("has no SVE"),
-                }
-            ),
+            } => {
+                let (what, extension) = if *streaming {
+                    ("SME streaming", "SME")
+                } else {
+                    ("SVE", "SVE")
+                };
+                write!(
+                    f,
+                    "vcpu{vcpu}'s {what} state has {captured}-byte vectors, the destination {}",
+                    match here {
+                        Some(vl) => alloc::format!("has {vl}-byte vectors"),
+                        None => alloc::format!("has no {extension}"),
+                    }
+                )
+            }
         }
     }
 }
@@ -221,25 +280,33 @@ impl fmt::Display for MigrationBlocker {
 impl core::error::Error for MigrationBlocker {}
 
 impl VcpuState {
-    /// Refuses a state whose vector registers would be lost: SME streaming
-    /// mode or a live ZA array.
-    /// `here` is the vector length (bytes) of the CPU that will restore it,
-    /// `None` without SVE: SVE state must find the same length.
-    pub fn check(&self, vcpu: usize, here: Option<usize>) -> Result<(), MigrationBlocker> {
-        if let Some(sve) = &self.sve
-            && here != Some(sve.vl)
+    /// Refuses a state whose vector registers would be lost on a CPU with
+    /// vector lengths `here`: the `z`/`p` registers need the length they were
+    /// captured at (the streaming one in streaming mode), a live ZA array the
+    /// streaming length it was captured at.
+    pub fn check(&self, vcpu: usize, here: VectorLengths) -> Result<(), MigrationBlocker> {
+        let streaming = self.sme.as_ref().is_some_and(SmeState::streaming);
+        if let Some(sve) = &self.sve {
+            let wanted = if streaming { here.sme } else { here.sve };
+            if wanted != Some(sve.vl) {
+                return Err(MigrationBlocker::VectorLength {
+                    vcpu,
+                    streaming,
+                    captured: sve.vl,
+                    here: wanted,
+                });
+            }
+        }
+        if let Some(sme) = &self.sme
+            && sme.za_live()
+            && here.sme != Some(sme.svl)
         {
             return Err(MigrationBlocker::VectorLength {
                 vcpu,
-                captured: sve.vl,
-                here,
+                streaming: true,
+                captured: sme.svl,
+                here: here.sme,
             });
-        }
-        if self
-            .sme
-            .is_some_and(|sme| sme.svcr & (SVCR_SM | SVCR_ZA) != 0)
-        {
-            return Err(MigrationBlocker::StreamingState(vcpu));
         }
         Ok(())
     }
@@ -254,30 +321,60 @@ mod tests {
         assert_eq!(EL1_SYSREGS[CPACR_INDEX], "cpacr_el1");
     }
 
+    const MAX: VectorLengths = VectorLengths {
+        sve: Some(256),
+        sme: Some(64),
+    };
+
     #[test]
-    fn only_streaming_state_blocks_migration() {
+    fn streaming_state_and_za_are_carried_at_the_streaming_length() {
         let mut state = VcpuState::default();
-        assert_eq!(state.check(0, None), Ok(()));
-        // FP/SIMD, SVE and SME enabled at EL1: their state is carried.
-        state.sysregs[CPACR_INDEX] = 3 << 20 | 3 << 16 | 3 << 24;
+        assert_eq!(state.check(0, VectorLengths::default()), Ok(()));
         state.sve = Some(SveState::with_vl(256));
-        state.sme = Some(SmeState::default());
-        assert_eq!(state.check(0, Some(256)), Ok(()));
         state.sme = Some(SmeState {
-            svcr: SVCR_SM,
+            svl: 64,
             ..SmeState::default()
         });
+        assert_eq!(state.check(0, MAX), Ok(()));
+        // Streaming: the registers are 64 bytes long, the SVE length no
+        // longer matters.
+        state.sve = Some(SveState::streaming(64));
+        state.sme = Some(SmeState {
+            svcr: SVCR_SM | SVCR_ZA,
+            svl: 64,
+            za: alloc::vec![0; 64 * 64],
+            ..SmeState::default()
+        });
+        assert_eq!(state.check(1, MAX), Ok(()));
+        assert_eq!(state.check(1, VectorLengths { sve: None, ..MAX }), Ok(()));
         assert_eq!(
-            state.check(1, Some(256)),
-            Err(MigrationBlocker::StreamingState(1))
+            state.check(
+                1,
+                VectorLengths {
+                    sme: Some(32),
+                    ..MAX
+                }
+            ),
+            Err(MigrationBlocker::VectorLength {
+                vcpu: 1,
+                streaming: true,
+                captured: 64,
+                here: Some(32)
+            })
         );
-        state.sme = Some(SmeState {
-            svcr: SVCR_ZA,
-            ..SmeState::default()
-        });
+        // ZA live outside streaming mode: SVE registers at the SVE length,
+        // ZA at the streaming one.
+        state.sve = Some(SveState::with_vl(256));
+        state.sme.as_mut().unwrap().svcr = SVCR_ZA;
+        assert_eq!(state.check(2, MAX), Ok(()));
         assert_eq!(
-            state.check(2, Some(256)),
-            Err(MigrationBlocker::StreamingState(2))
+            state.check(2, VectorLengths { sme: None, ..MAX }),
+            Err(MigrationBlocker::VectorLength {
+                vcpu: 2,
+                streaming: true,
+                captured: 64,
+                here: None
+            })
         );
     }
 
@@ -287,12 +384,28 @@ mod tests {
             sve: Some(SveState::with_vl(64)),
             ..VcpuState::default()
         };
-        assert_eq!(state.check(0, Some(64)), Ok(()));
+        assert_eq!(
+            state.check(
+                0,
+                VectorLengths {
+                    sve: Some(64),
+                    sme: None
+                }
+            ),
+            Ok(())
+        );
         for here in [None, Some(32), Some(256)] {
             assert_eq!(
-                state.check(3, here),
+                state.check(
+                    3,
+                    VectorLengths {
+                        sve: here,
+                        sme: Some(64)
+                    }
+                ),
                 Err(MigrationBlocker::VectorLength {
                     vcpu: 3,
+                    streaming: false,
                     captured: 64,
                     here
                 })
@@ -304,5 +417,17 @@ mod tests {
     fn sve_buffers_follow_the_vector_length() {
         let sve = SveState::with_vl(32);
         assert_eq!((sve.z.len(), sve.p.len(), sve.ffr.len()), (1024, 64, 4));
+        let streaming = SveState::streaming(32);
+        assert_eq!(
+            (streaming.z.len(), streaming.p.len(), streaming.ffr.len()),
+            (1024, 64, 0)
+        );
+    }
+
+    #[test]
+    fn q_registers_are_the_low_bytes_of_z() {
+        let mut sve = SveState::with_vl(32);
+        sve.z[32..48].copy_from_slice(&7u128.to_le_bytes());
+        assert_eq!((sve.q(0), sve.q(1)), (0, 7));
     }
 }

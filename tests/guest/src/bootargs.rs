@@ -66,6 +66,10 @@ pub enum Scenario {
     /// The peer of `page-table` and `memslot-perf`: touches memory on
     /// command (`toucher`).
     Toucher,
+    /// Checks every vector register starts at zero, then leaves patterns in
+    /// them, in streaming mode with ZA live where the CPU has SME (restarted,
+    /// it checks the hypervisor cleared them: `vector_regs`).
+    VectorRegs,
 }
 
 impl Scenario {
@@ -88,6 +92,7 @@ impl Scenario {
         Scenario::PageTable,
         Scenario::MemslotPerf,
         Scenario::Toucher,
+        Scenario::VectorRegs,
     ];
 
     /// The name used in `test=`.
@@ -110,6 +115,7 @@ impl Scenario {
             Scenario::PageTable => "page-table",
             Scenario::MemslotPerf => "memslot-perf",
             Scenario::Toucher => "toucher",
+            Scenario::VectorRegs => "vector-regs",
         }
     }
 }

@@ -47,6 +47,10 @@
 //!   stage-2 page-table work and memslot changes on a peer that touches
 //!   memory on command, and checks the peer's view after each change (see
 //!   `page_table`, `memslot_perf`, `toucher`).
+//! * `vector-regs` (boot vCPU only): checks every FP/SIMD, SVE and SME
+//!   register starts at zero, then leaves patterns in them (streaming mode
+//!   and ZA live with SME); restarted on its CPU, it shows the hypervisor
+//!   cleared them (see `vector_regs`).
 //!
 //! Every other scenario ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the

@@ -16,7 +16,9 @@
 //! an interrupt lost in the switch (which happens seconds before the end)
 //! fails the run. On a CPU with SVE the boot vCPU first loads every SVE
 //! register with a pattern (`vector_regs`) and checks them at the end (a
-//! migration carries the vector state).
+//! migration carries the vector state); on a CPU with SME, vCPU 1 runs in
+//! streaming mode with the ZA array live, both holding a pattern it checks
+//! at the end.
 //!
 //! Then every vCPU checks every page it wrote against the record; the test
 //! migrates the guest in the middle (`tests/tests/e2e_migrate.rs`), so the
@@ -75,12 +77,19 @@ static FAILED_PAGE: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CP
 static DONE: Barrier = Barrier::new();
 
 /// What a vCPU checks, for a secondary's report.
-const STEPS: [&str; 4] = [
+const STEPS: [&str; 5] = [
     "the virtual counter never goes back",
     "every page holds its last write",
     "timer interrupts keep coming after the switch",
     "the vCPU sets up its timer interrupt",
+    "the streaming registers and ZA keep their pattern",
 ];
+/// The step a streaming vCPU's pattern check reports.
+const STREAMING_STEP: usize = 4;
+/// The vCPU that runs in SME streaming mode with ZA live, on a CPU with SME.
+const STREAMING_VCPU: usize = 1;
+/// Its streaming vector length in bytes, once its pattern held (0: none).
+static STREAMING_CHECKED: AtomicU64 = AtomicU64::new(0);
 
 fn word(page: u64, sequence: u64, index: u64) -> u64 {
     (page << 40 ^ sequence ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15))
@@ -216,8 +225,28 @@ fn work(cpu: usize) -> Result<(), Failure> {
 }
 
 /// A secondary vCPU's part of the scenario.
+///
+/// On a CPU with SME, vCPU [`STREAMING_VCPU`] does its part in streaming
+/// mode with ZA live and a pattern in them, and checks the pattern after
+/// (a migration carries that state too); a difference is reported as
+/// [`STREAMING_STEP`] with `what << 32 | index` for the page
+/// (`vector_regs::check_streaming`).
 pub fn secondary(cpu: usize) {
-    if let Err(Failure::Migrate { step, page }) = work(cpu) {
+    let streaming =
+        (cpu == STREAMING_VCPU && vector_regs::sme_present()).then(vector_regs::fill_streaming);
+    let mut result = work(cpu);
+    if let Some(svl) = streaming {
+        match vector_regs::check_streaming(svl) {
+            Ok(()) => STREAMING_CHECKED.store(svl as u64, Ordering::Release),
+            Err((what, index)) => {
+                result = result.and(Err(fail(
+                    STREAMING_STEP,
+                    u64::from(what) << 32 | index as u64,
+                )))
+            }
+        }
+    }
+    if let Err(Failure::Migrate { step, page }) = result {
         let index = STEPS.iter().position(|s| *s == step).unwrap_or(0);
         FAILED_PAGE[cpu].store(page, Ordering::Release);
         FAILED_STEP[cpu].store(index as u64 + 1, Ordering::Release);
@@ -264,6 +293,14 @@ pub fn run(platform: &Platform) -> Result<(), Failure> {
     }
     for cpu in 1..vcpus {
         let step = FAILED_STEP[cpu].load(Ordering::Acquire);
+        if step as usize == STREAMING_STEP + 1 {
+            let at = FAILED_PAGE[cpu].load(Ordering::Acquire);
+            let name = ["z", "p", "ZA row ", "SVCR "][(at >> 32) as usize & 3];
+            println!(
+                "migrate: vcpu{cpu}: streaming register {name}{} lost its pattern",
+                at & 0xffff_ffff
+            );
+        }
         if step != 0 {
             println!("migrate: vcpu{cpu} failed");
             return Err(fail(
@@ -282,6 +319,12 @@ pub fn run(platform: &Platform) -> Result<(), Failure> {
             });
         }
         println!("migrate: the SVE registers kept their pattern");
+    }
+    let svl = STREAMING_CHECKED.load(Ordering::Acquire);
+    if svl != 0 {
+        println!(
+            "migrate: vcpu{STREAMING_VCPU}'s streaming registers and ZA kept their pattern ({svl}-byte vectors)"
+        );
     }
     if VTIMER.load(Ordering::Relaxed) != 0 {
         for (cpu, ticks) in TICKS.iter().enumerate().take(vcpus) {

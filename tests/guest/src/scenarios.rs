@@ -351,6 +351,13 @@ pub enum Failure {
         /// The last value read.
         last: u64,
     },
+    /// A vector register was not zero when the guest started.
+    VectorRegs {
+        /// Which register file (`q`, `z`, `p`, `FFR`, `FPCR`, ...).
+        what: &'static str,
+        /// The register (or the value read).
+        index: u64,
+    },
     /// The migrated guest found something lost.
     Migrate {
         /// What it checked.
@@ -402,6 +409,7 @@ impl Failure {
                 Failure::ControlTimeout { .. } => 35,
                 Failure::ProbeInRam { .. } => 36,
                 Failure::Migrate { .. } => 37,
+                Failure::VectorRegs { .. } => 38,
             }
     }
 }
@@ -593,6 +601,14 @@ impl fmt::Display for Failure {
                 write!(f, "control: {step}: not seen in time (last read {last:#x})")
             }
             Failure::Migrate { step, page } => write!(f, "migrate: {step}: page {page:#x}"),
+            // A name ending in a space comes with the value read, else with
+            // the register's number.
+            Failure::VectorRegs { what, index } if what.ends_with(' ') => {
+                write!(f, "vector-regs: {what}{index:#x} not zero at the start")
+            }
+            Failure::VectorRegs { what, index } => {
+                write!(f, "vector-regs: {what}{index} not zero at the start")
+            }
         }
     }
 }
@@ -663,6 +679,7 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
         Scenario::PageTable => crate::page_table::control(),
         Scenario::MemslotPerf => crate::memslot_perf::control(options.slots),
         Scenario::Toucher => crate::toucher::run(),
+        Scenario::VectorRegs => crate::vector_regs::run(),
     }
 }
 

@@ -2,8 +2,24 @@
 //! live migration (`migrate`): the test guest is soft-float, so nothing it
 //! runs touches `z0..z31`, `p0..p15` or `FFR` in between, and whatever they
 //! hold afterwards was carried (or lost) by the hypervisor.
+//!
+//! With SME, [`fill_streaming`] does the same in streaming mode with the ZA
+//! array live (another pattern in the streaming `z` and `p` registers, and
+//! one in every ZA row), and the vCPU stays in streaming mode until
+//! [`check_streaming`] compares and leaves it: the guest's soft-float code
+//! runs the same in streaming mode.
+//!
+//! The `vector-regs` scenario ([`run`]) checks that every register starts
+//! at zero (`q`, `FPCR`, `FPSR`, and with SVE `z`, `p`, `FFR` and `ZCR_EL1`,
+//! with SME `SVCR` outside streaming mode with ZA off), then leaves patterns
+//! in all of them (streaming mode and ZA live with SME) and powers off: run
+//! again on the same CPU (the VM restarted), it shows that the hypervisor
+//! cleared what the last guest on the CPU left there.
 
 use core::arch::asm;
+
+use crate::println;
+use crate::scenarios::Failure;
 
 /// Longest SVE vector, in bytes (2048 bits).
 const MAX_VL: usize = 256;
@@ -18,6 +34,16 @@ static mut WANT_Z: Vectors = Vectors([0; 32 * MAX_VL]);
 static mut WANT_P: Predicates = Predicates([0; 17 * MAX_VL / 8]);
 static mut GOT_Z: Vectors = Vectors([0; 32 * MAX_VL]);
 static mut GOT_P: Predicates = Predicates([0; 17 * MAX_VL / 8]);
+static mut STREAMING_WANT_Z: Vectors = Vectors([0; 32 * MAX_VL]);
+static mut STREAMING_WANT_P: Predicates = Predicates([0; 17 * MAX_VL / 8]);
+static mut STREAMING_GOT_Z: Vectors = Vectors([0; 32 * MAX_VL]);
+static mut STREAMING_GOT_P: Predicates = Predicates([0; 17 * MAX_VL / 8]);
+
+/// One ZA row.
+#[repr(C, align(16))]
+struct Row([u8; MAX_VL]);
+
+static mut ZA_ROW: Row = Row([0; MAX_VL]);
 
 /// `ZCR_EL1` the pattern sets: the longest vector the hypervisor allows.
 const ZCR_EL1: u64 = 0xf;
@@ -196,5 +222,363 @@ pub fn check(vl: usize) -> Result<(), (u8, usize)> {
             return Err((3, zcr as usize));
         }
     }
+    Ok(())
+}
+
+/// Whether the CPU has SME (`ID_AA64PFR1_EL1.SME`, bits 27:24).
+pub fn sme_present() -> bool {
+    let pfr1: u64;
+    // SAFETY: reads an ID register.
+    unsafe { asm!("mrs {}, id_aa64pfr1_el1", out(reg) pfr1, options(nomem, nostack)) };
+    (pfr1 >> 24) & 0xf != 0
+}
+
+/// `SVCR` (`S3_3_C4_C2_2`): streaming mode and ZA live.
+const SVCR_SM_ZA: u64 = 3;
+
+fn streaming_byte(register: usize, byte: usize) -> u8 {
+    pattern_byte(register + 48, byte) ^ 0xa5
+}
+
+/// ZA row `row`'s pattern: distinct for each of up to 256 rows.
+fn za_byte(row: usize, byte: usize) -> u8 {
+    pattern_byte(row + 64, byte)
+}
+
+/// Stores or loads ZA row `row` at [`ZA_ROW`].
+///
+/// # Safety
+///
+/// ZA is live with more than `row` rows; only this vCPU uses [`ZA_ROW`].
+unsafe fn za_row(row: usize, load: bool) {
+    let buffer = (&raw mut ZA_ROW) as u64;
+    // SAFETY: the caller's contract; one row of at most `MAX_VL` bytes.
+    unsafe {
+        if load {
+            asm!(".arch_extension sme", "ldr za[w12, 0], [{b}]",
+                 b = in(reg) buffer, in("x12") row as u64, options(nostack, readonly));
+        } else {
+            asm!(".arch_extension sme", "str za[w12, 0], [{b}]",
+                 b = in(reg) buffer, in("x12") row as u64, options(nostack));
+        }
+    }
+}
+
+/// Turns on SME at EL1 and EL0 (with FP/SIMD), asks for the longest
+/// streaming vectors, enters streaming mode with ZA live and loads the
+/// streaming `z` and `p` registers and every ZA row with their patterns.
+/// Returns the streaming vector length; the vCPU stays in streaming mode.
+pub fn fill_streaming() -> usize {
+    let svl: u64;
+    // SAFETY: CPACR_EL1.FPEN (21:20) and SMEN (25:24) = 0b11 stop trapping
+    // FP/SIMD and SME; SMCR_EL1 (S3_0_C1_C2_6) LEN asks for the longest
+    // streaming vectors. Nothing of the guest lives in these registers.
+    unsafe {
+        asm!(
+            "mrs {t}, cpacr_el1",
+            "orr {t}, {t}, #(3 << 20)",
+            "orr {t}, {t}, #(3 << 24)",
+            "msr cpacr_el1, {t}",
+            "isb",
+            "mov {t}, #0xf",
+            "msr s3_0_c1_c2_6, {t}",
+            "isb",
+            ".arch_extension sme",
+            "rdsvl {svl}, #1",
+            t = out(reg) _,
+            svl = out(reg) svl,
+            options(nostack)
+        );
+    }
+    let svl = (svl as usize).min(MAX_VL);
+    let plen = svl / 8;
+    // SAFETY: only this vCPU uses the buffers; in bounds for `svl <= MAX_VL`;
+    // in streaming mode the loads move `svl`-byte vectors and rows.
+    unsafe {
+        let z = &raw mut STREAMING_WANT_Z.0;
+        let p = &raw mut STREAMING_WANT_P.0;
+        for register in 0..32 {
+            for byte in 0..svl {
+                (*z)[register * svl + byte] = streaming_byte(register, byte);
+            }
+        }
+        for register in 0..16 {
+            for byte in 0..plen {
+                (*p)[register * plen + byte] = streaming_byte(register + 32, byte);
+            }
+        }
+        let (zb, pb) = (z as u64, p as u64);
+        asm!(
+            ".arch_extension sme",
+            ".arch_extension sve",
+            "msr s3_3_c4_c2_2, {svcr}",
+            "isb",
+            "ldr p0, [{p}, #0, MUL VL]", "ldr p1, [{p}, #1, MUL VL]",
+            "ldr p2, [{p}, #2, MUL VL]", "ldr p3, [{p}, #3, MUL VL]",
+            "ldr p4, [{p}, #4, MUL VL]", "ldr p5, [{p}, #5, MUL VL]",
+            "ldr p6, [{p}, #6, MUL VL]", "ldr p7, [{p}, #7, MUL VL]",
+            "ldr p8, [{p}, #8, MUL VL]", "ldr p9, [{p}, #9, MUL VL]",
+            "ldr p10, [{p}, #10, MUL VL]", "ldr p11, [{p}, #11, MUL VL]",
+            "ldr p12, [{p}, #12, MUL VL]", "ldr p13, [{p}, #13, MUL VL]",
+            "ldr p14, [{p}, #14, MUL VL]", "ldr p15, [{p}, #15, MUL VL]",
+            "ldr z0, [{z}, #0, MUL VL]", "ldr z1, [{z}, #1, MUL VL]",
+            "ldr z2, [{z}, #2, MUL VL]", "ldr z3, [{z}, #3, MUL VL]",
+            "ldr z4, [{z}, #4, MUL VL]", "ldr z5, [{z}, #5, MUL VL]",
+            "ldr z6, [{z}, #6, MUL VL]", "ldr z7, [{z}, #7, MUL VL]",
+            "ldr z8, [{z}, #8, MUL VL]", "ldr z9, [{z}, #9, MUL VL]",
+            "ldr z10, [{z}, #10, MUL VL]", "ldr z11, [{z}, #11, MUL VL]",
+            "ldr z12, [{z}, #12, MUL VL]", "ldr z13, [{z}, #13, MUL VL]",
+            "ldr z14, [{z}, #14, MUL VL]", "ldr z15, [{z}, #15, MUL VL]",
+            "ldr z16, [{z}, #16, MUL VL]", "ldr z17, [{z}, #17, MUL VL]",
+            "ldr z18, [{z}, #18, MUL VL]", "ldr z19, [{z}, #19, MUL VL]",
+            "ldr z20, [{z}, #20, MUL VL]", "ldr z21, [{z}, #21, MUL VL]",
+            "ldr z22, [{z}, #22, MUL VL]", "ldr z23, [{z}, #23, MUL VL]",
+            "ldr z24, [{z}, #24, MUL VL]", "ldr z25, [{z}, #25, MUL VL]",
+            "ldr z26, [{z}, #26, MUL VL]", "ldr z27, [{z}, #27, MUL VL]",
+            "ldr z28, [{z}, #28, MUL VL]", "ldr z29, [{z}, #29, MUL VL]",
+            "ldr z30, [{z}, #30, MUL VL]", "ldr z31, [{z}, #31, MUL VL]",
+            z = in(reg) zb,
+            p = in(reg) pb,
+            svcr = in(reg) SVCR_SM_ZA,
+            options(nostack, readonly)
+        );
+        for row in 0..svl {
+            let buffer = &raw mut ZA_ROW.0;
+            for byte in 0..svl {
+                (*buffer)[byte] = za_byte(row, byte);
+            }
+            za_row(row, true);
+        }
+    }
+    svl
+}
+
+/// Compares the streaming registers and ZA with the pattern
+/// [`fill_streaming`] set, then leaves streaming mode and turns ZA off:
+/// `Err((what, index))` names the first that differs (`what`: 0 `z`, 1 `p`,
+/// 2 a ZA row, 3 `SVCR` no longer in streaming mode with ZA live, `index`
+/// its value).
+pub fn check_streaming(svl: usize) -> Result<(), (u8, usize)> {
+    let plen = svl / 8;
+    let svcr: u64;
+    // SAFETY: reads SVCR (SME is enabled at EL1, `fill_streaming`).
+    unsafe { asm!("mrs {}, s3_3_c4_c2_2", out(reg) svcr, options(nomem, nostack)) };
+    if svcr != SVCR_SM_ZA {
+        return Err((3, svcr as usize));
+    }
+    let result = (|| {
+        // SAFETY: only this vCPU uses the buffers; the stores stay within
+        // them for `svl <= MAX_VL`; streaming mode with ZA live (checked).
+        unsafe {
+            let (zb, pb) = (
+                (&raw mut STREAMING_GOT_Z) as u64,
+                (&raw mut STREAMING_GOT_P) as u64,
+            );
+            asm!(
+                ".arch_extension sve",
+            "str z0, [{z}, #0, MUL VL]", "str z1, [{z}, #1, MUL VL]",
+            "str z2, [{z}, #2, MUL VL]", "str z3, [{z}, #3, MUL VL]",
+            "str z4, [{z}, #4, MUL VL]", "str z5, [{z}, #5, MUL VL]",
+            "str z6, [{z}, #6, MUL VL]", "str z7, [{z}, #7, MUL VL]",
+            "str z8, [{z}, #8, MUL VL]", "str z9, [{z}, #9, MUL VL]",
+            "str z10, [{z}, #10, MUL VL]", "str z11, [{z}, #11, MUL VL]",
+            "str z12, [{z}, #12, MUL VL]", "str z13, [{z}, #13, MUL VL]",
+            "str z14, [{z}, #14, MUL VL]", "str z15, [{z}, #15, MUL VL]",
+            "str z16, [{z}, #16, MUL VL]", "str z17, [{z}, #17, MUL VL]",
+            "str z18, [{z}, #18, MUL VL]", "str z19, [{z}, #19, MUL VL]",
+            "str z20, [{z}, #20, MUL VL]", "str z21, [{z}, #21, MUL VL]",
+            "str z22, [{z}, #22, MUL VL]", "str z23, [{z}, #23, MUL VL]",
+            "str z24, [{z}, #24, MUL VL]", "str z25, [{z}, #25, MUL VL]",
+            "str z26, [{z}, #26, MUL VL]", "str z27, [{z}, #27, MUL VL]",
+            "str z28, [{z}, #28, MUL VL]", "str z29, [{z}, #29, MUL VL]",
+            "str z30, [{z}, #30, MUL VL]", "str z31, [{z}, #31, MUL VL]",
+            "str p0, [{p}, #0, MUL VL]", "str p1, [{p}, #1, MUL VL]",
+            "str p2, [{p}, #2, MUL VL]", "str p3, [{p}, #3, MUL VL]",
+            "str p4, [{p}, #4, MUL VL]", "str p5, [{p}, #5, MUL VL]",
+            "str p6, [{p}, #6, MUL VL]", "str p7, [{p}, #7, MUL VL]",
+            "str p8, [{p}, #8, MUL VL]", "str p9, [{p}, #9, MUL VL]",
+            "str p10, [{p}, #10, MUL VL]", "str p11, [{p}, #11, MUL VL]",
+            "str p12, [{p}, #12, MUL VL]", "str p13, [{p}, #13, MUL VL]",
+            "str p14, [{p}, #14, MUL VL]", "str p15, [{p}, #15, MUL VL]",
+                z = in(reg) zb,
+                p = in(reg) pb,
+                options(nostack)
+            );
+            let bytes = |start: *const u8, len: usize| core::slice::from_raw_parts(start, len);
+            let want_z = bytes((&raw const STREAMING_WANT_Z).cast(), 32 * MAX_VL);
+            let got_z = bytes((&raw const STREAMING_GOT_Z).cast(), 32 * MAX_VL);
+            let want_p = bytes((&raw const STREAMING_WANT_P).cast(), 16 * MAX_VL / 8);
+            let got_p = bytes((&raw const STREAMING_GOT_P).cast(), 16 * MAX_VL / 8);
+            if let Some(register) =
+                (0..32).find(|r| want_z[r * svl..(r + 1) * svl] != got_z[r * svl..(r + 1) * svl])
+            {
+                return Err((0, register));
+            }
+            if let Some(register) = (0..16)
+                .find(|r| want_p[r * plen..(r + 1) * plen] != got_p[r * plen..(r + 1) * plen])
+            {
+                return Err((1, register));
+            }
+            for row in 0..svl {
+                za_row(row, false);
+                let got = core::slice::from_raw_parts((&raw const ZA_ROW).cast::<u8>(), MAX_VL);
+                if (0..svl).any(|byte| got[byte] != za_byte(row, byte)) {
+                    return Err((2, row));
+                }
+            }
+        }
+        Ok(())
+    })();
+    // SAFETY: leaves streaming mode and turns ZA off (the registers are
+    // zeroed; the guest is soft-float).
+    unsafe { asm!("msr s3_3_c4_c2_2, xzr", "isb", options(nostack)) };
+    result
+}
+
+/// `FPCR.DN` and `FPSR.QC`: the values [`run`] leaves.
+const FPCR_LEFT: u64 = 1 << 25;
+const FPSR_LEFT: u64 = 1 << 27;
+
+/// Stores (`load` false) or loads `q0..q31` at the start of [`GOT_Z`] /
+/// [`WANT_Z`]. FP/SIMD is enabled and the vCPU is not in streaming mode.
+fn q_registers(load: bool) {
+    // SAFETY: 512 bytes at the start of a buffer only this vCPU uses;
+    // FP/SIMD is enabled at EL1 (`CPACR_EL1.FPEN`).
+    unsafe {
+        if load {
+            let b = (&raw const WANT_Z) as u64;
+            asm!(
+                ".arch_extension fp",
+                ".arch_extension simd",
+            "ldp q0, q1, [{b}, #0]",
+            "ldp q2, q3, [{b}, #32]",
+            "ldp q4, q5, [{b}, #64]",
+            "ldp q6, q7, [{b}, #96]",
+            "ldp q8, q9, [{b}, #128]",
+            "ldp q10, q11, [{b}, #160]",
+            "ldp q12, q13, [{b}, #192]",
+            "ldp q14, q15, [{b}, #224]",
+            "ldp q16, q17, [{b}, #256]",
+            "ldp q18, q19, [{b}, #288]",
+            "ldp q20, q21, [{b}, #320]",
+            "ldp q22, q23, [{b}, #352]",
+            "ldp q24, q25, [{b}, #384]",
+            "ldp q26, q27, [{b}, #416]",
+            "ldp q28, q29, [{b}, #448]",
+            "ldp q30, q31, [{b}, #480]",
+                b = in(reg) b,
+                options(nostack, readonly)
+            );
+        } else {
+            let b = (&raw mut GOT_Z) as u64;
+            asm!(
+                ".arch_extension fp",
+                ".arch_extension simd",
+            "stp q0, q1, [{b}, #0]",
+            "stp q2, q3, [{b}, #32]",
+            "stp q4, q5, [{b}, #64]",
+            "stp q6, q7, [{b}, #96]",
+            "stp q8, q9, [{b}, #128]",
+            "stp q10, q11, [{b}, #160]",
+            "stp q12, q13, [{b}, #192]",
+            "stp q14, q15, [{b}, #224]",
+            "stp q16, q17, [{b}, #256]",
+            "stp q18, q19, [{b}, #288]",
+            "stp q20, q21, [{b}, #320]",
+            "stp q22, q23, [{b}, #352]",
+            "stp q24, q25, [{b}, #384]",
+            "stp q26, q27, [{b}, #416]",
+            "stp q28, q29, [{b}, #448]",
+            "stp q30, q31, [{b}, #480]",
+                b = in(reg) b,
+                options(nostack)
+            );
+        }
+    }
+}
+
+/// The `vector-regs` scenario (see the module doc).
+pub fn run() -> Result<(), Failure> {
+    let nonzero = |what, index| Err(Failure::VectorRegs { what, index });
+    let (sve, sme) = (sve_present(), sme_present());
+    // SAFETY: CPACR_EL1.FPEN (21:20) and, with SVE, ZEN (17:16) and, with
+    // SME, SMEN (25:24) stop trapping FP/SIMD, SVE and SME at EL1; nothing
+    // of the guest is in them yet.
+    unsafe {
+        asm!(
+            "mrs {t}, cpacr_el1",
+            "orr {t}, {t}, #(3 << 20)",
+            "orr {t}, {t}, {more}",
+            "msr cpacr_el1, {t}",
+            "isb",
+            t = out(reg) _,
+            more = in(reg) (u64::from(sme) * (3 << 24)) | (u64::from(sve) * (3 << 16)),
+            options(nostack)
+        );
+    }
+    if sme {
+        let svcr: u64;
+        // SAFETY: reads SVCR; SME is enabled at EL1.
+        unsafe { asm!("mrs {}, s3_3_c4_c2_2", out(reg) svcr, options(nomem, nostack)) };
+        if svcr != 0 {
+            return nonzero("SVCR ", svcr);
+        }
+    }
+    let (fpcr, fpsr): (u64, u64);
+    // SAFETY: reads the FP control and status registers (FP/SIMD enabled).
+    unsafe {
+        asm!(".arch_extension fp", "mrs {}, fpcr", "mrs {}, fpsr",
+             out(reg) fpcr, out(reg) fpsr, options(nomem, nostack));
+    }
+    if fpcr != 0 {
+        return nonzero("FPCR ", fpcr);
+    }
+    if fpsr != 0 {
+        return nonzero("FPSR ", fpsr);
+    }
+    q_registers(false);
+    // SAFETY: only this vCPU uses the buffer.
+    let got = unsafe { core::slice::from_raw_parts((&raw const GOT_Z).cast::<u8>(), 512) };
+    if let Some(q) = (0..32).find(|q| got[q * 16..(q + 1) * 16].iter().any(|&b| b != 0)) {
+        return nonzero("q", q as u64);
+    }
+    if sve {
+        let zcr: u64;
+        // SAFETY: reads ZCR_EL1 (the CPU has SVE).
+        unsafe { asm!("mrs {}, s3_0_c1_c2_0", out(reg) zcr, options(nomem, nostack)) };
+        if zcr != 0 {
+            return nonzero("ZCR_EL1 ", zcr);
+        }
+        // The pattern buffers are still zero: `check` compares with zero.
+        enable();
+        if let Err((what, register)) = check(vl().min(MAX_VL)) {
+            let name = ["z", "p", "FFR ", "ZCR_EL1 "][usize::from(what)];
+            return nonzero(name, register as u64);
+        }
+    }
+    println!(
+        "vector-regs: every vector register started at zero (SVE {}, SME {})",
+        if sve { "on" } else { "off" },
+        if sme { "on" } else { "off" }
+    );
+    if sve {
+        fill();
+    } else {
+        // SAFETY: only this vCPU uses the buffer.
+        let want = unsafe { core::slice::from_raw_parts_mut((&raw mut WANT_Z).cast::<u8>(), 512) };
+        for (byte, value) in want.iter_mut().enumerate() {
+            *value = pattern_byte(byte / 16, byte);
+        }
+        q_registers(true);
+    }
+    // SAFETY: the guest's own FP controls; the guest is soft-float.
+    unsafe {
+        asm!(".arch_extension fp", "msr fpcr, {}", "msr fpsr, {}",
+             in(reg) FPCR_LEFT, in(reg) FPSR_LEFT, options(nomem, nostack));
+    }
+    if sme {
+        fill_streaming();
+    }
+    println!("vector-regs: patterns left in the registers");
     Ok(())
 }

@@ -115,6 +115,7 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
 
     let boot_features = local_features();
     *percpu::slot(0).features.lock() = Some(boot_features);
+    *percpu::slot(0).vector_lengths.lock() = crate::arch::vcpu::measure_lengths(&boot_features);
     let mut system = SystemFeatures::new(boot_features);
     REQUIRED.call_once(|| system.required());
     let list_regs = list_registers(&boot_features);
@@ -309,6 +310,7 @@ extern "C" fn secondary_main() -> ! {
     let cpu = percpu::current();
     let features = local_features();
     *cpu.features.lock() = Some(features);
+    *cpu.vector_lengths.lock() = crate::arch::vcpu::measure_lengths(&features);
     let covered = REQUIRED
         .get()
         .is_some_and(|required| features.covers(required));

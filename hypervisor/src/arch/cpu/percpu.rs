@@ -14,6 +14,7 @@
 //! (see `boot`).
 
 use crate::platform::cpu_features::CpuFeatures;
+use crate::vm::vcpu_state::VectorLengths;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -67,6 +68,9 @@ pub struct PerCpu {
     /// The CPU's own features, written by the CPU before it raises `online`
     /// or `rejected`.
     pub features: spin::Mutex<Option<CpuFeatures>>,
+    /// The CPU's vector lengths, measured by the CPU with its features,
+    /// before any guest runs on it (`arch::vcpu::measure_lengths`).
+    pub vector_lengths: spin::Mutex<VectorLengths>,
 }
 
 // SAFETY: `boot` is written only by the boot CPU before it starts the owner,
@@ -104,6 +108,10 @@ impl PerCpu {
             online: AtomicBool::new(false),
             rejected: AtomicBool::new(false),
             features: spin::Mutex::new(None),
+            vector_lengths: spin::Mutex::new(VectorLengths {
+                sve: None,
+                sme: None,
+            }),
         }
     }
 
@@ -170,6 +178,7 @@ pub fn prepare(index: usize, mpidr: u64) -> &'static PerCpu {
     slot.online.store(false, Ordering::Relaxed);
     slot.rejected.store(false, Ordering::Relaxed);
     *slot.features.lock() = None;
+    *slot.vector_lengths.lock() = VectorLengths::default();
     let trap_top = TRAP_STACKS.0.get() as u64 + ((index + 1) * TRAP_STACK_SIZE) as u64;
     slot.trap_sp.store(trap_top, Ordering::Release);
     slot

@@ -57,6 +57,10 @@ impl Vcpu {
             if features.sme {
                 write_sysreg!(s3_4_c1_c2_6, sysreg_values::VECTOR_LEN_MAX); // SMCR_EL2
             }
+            core::arch::asm!("isb", options(nostack, preserves_flags));
+            // Nothing of the CPU's last guest stays in the vector registers,
+            // and the guest starts outside streaming mode with ZA off.
+            super::vector_regs::reset(&features);
             // Fine-grained traps and HCRX_EL2 reset to UNKNOWN values: trap
             // nothing (the negative bits nSMPRI_EL1/nTPIDR2_EL0 trap when clear).
             if features.fgt {

@@ -62,7 +62,8 @@
 //! concern, each a thin machine-side half of a pure decision in `crate::exit`:
 //! `load` (EL2 configuration and EL1 reset when the vCPU starts), `run_loop`
 //! (entry, exit dispatch), `state` (a vCPU's whole state captured and
-//! restored for a live migration), `interrupts` (list registers, timers, kicks, the
+//! restored for a live migration), `vector_regs` (the FP/SIMD, SVE and SME
+//! register files: stored, loaded, reset), `interrupts` (list registers, timers, kicks, the
 //! host's interrupts), `aborts` (stage-2 data and instruction aborts, fault
 //! in), `device_access` (emulated UART and GIC accesses), `guest_call`
 //! (HVC/SMC and PSCI), `sysreg_access` (trapped system registers, set/way and
@@ -79,8 +80,9 @@ mod interrupts;
 mod load;
 mod run_loop;
 mod state;
-pub use state::sve_vector_length;
 mod sysreg_access;
+mod vector_regs;
+pub use vector_regs::{measure_lengths, vector_lengths};
 
 use crate::arch::boot::exceptions::GuestRegs;
 use crate::arch::drivers::gic;
