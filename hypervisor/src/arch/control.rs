@@ -255,11 +255,18 @@ impl ControlTarget for Machine {
     }
 
     fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), Error> {
+        // `request` refuses at once (the VMs' states, shapes, a GICv2 host);
+        // what fails later is reported in the hypervisor's log.
         migrate::request(vm(src)?, vm(dst)?).map_err(|e| match e {
             MigrateError::SameVm | MigrateError::Shape(_) => Error::InvalidParameters,
             MigrateError::Busy => Error::Busy,
             MigrateError::Blocked(_) => Error::NotSupported,
-            _ => Error::BadState,
+            MigrateError::Op(e) => op_error(e),
+            MigrateError::NotWaiting
+            | MigrateError::SourceNotRunning
+            | MigrateError::Pause(_)
+            | MigrateError::CaptureTimeout(_)
+            | MigrateError::Differences(_) => Error::BadState,
         })
     }
 
