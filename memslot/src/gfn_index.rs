@@ -5,7 +5,7 @@
 //! one block, up to 128 slots, there is nothing to find; up to 16 blocks the
 //! first keys at or below the key are counted, compares the CPU runs side by
 //! side; beyond, a binary search of the top array, small enough to stay in
-//! cache), then binary-searches the block: several times faster than a
+//! cache), then searches the block: several times faster than a
 //! pointer-based tree at 32,767 slots. An insert shifts at most one block and
 //! splits a full block in two (in half, or, for a new largest key, leaving the
 //! full block full: slots are mostly created in address order, and full blocks
@@ -14,14 +14,25 @@
 //! the slot limit of 32,767 the two levels never need a third: the top holds
 //! at most `n / BLOCK_MIN + 1` keys, so a change moves at most a few KiB.
 //!
-//! A block keeps its keys in an array of their own, so the binary search
-//! touches few cache lines; its entries are the slots themselves, stored by
-//! value (a [`Memslot`] is a few words: range, backing, flags and a shared
-//! pointer to the dirty bitmap), so a lookup tests containment and returns the
-//! slot from the one cache line it reads after the searches, with no pointer
-//! to follow. A sorted array of slots needs about `log2 n` probes spread over
-//! the whole array; here the top array is small enough to stay cached, and the
-//! block search reads one 1 KiB key array.
+//! # The block search
+//!
+//! A block keeps its keys in a fixed array of their own (1 KiB), the slots
+//! past its length holding `u64::MAX`, above every gfn. The search for the
+//! last key at or below the lookup's is then a binary search of fixed steps,
+//! 64, 32, ... 1 (8, 4, 2, 1 in a block of at most 16 keys), each a compare
+//! and a conditional add with no branch and no bound but the array's: the
+//! compiler unrolls it, and nothing waits on the block's length. Measured
+//! against a search of the block's used keys (`partition_point`), it is what
+//! made lookups at 509 and 8,194 slots clearly faster than the sorted array's
+//! rather than even (`bench -- memslots`).
+//!
+//! The entries are the slots themselves, stored by value (a [`Memslot`] is a
+//! few words: range, backing, flags and a shared pointer to the dirty bitmap),
+//! so a lookup tests containment and returns the slot from the one cache line
+//! it reads after the searches, with no pointer to follow. A sorted array of
+//! slots needs about `log2 n` probes spread over the whole array; here the top
+//! array is small enough to stay cached, and the block search reads one 1 KiB
+//! key array.
 //!
 //! # Positions
 //!
@@ -29,6 +40,7 @@
 //! It is valid only for the index it came from, until the next change: a
 //! vCPU's cache carries the generation of the set it was filled from.
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use crate::slot::Memslot;
@@ -65,39 +77,104 @@ impl Position {
     }
 }
 
-/// A leaf: the keys alone (so a binary search touches few cache lines) and
-/// the slots, in the same order.
-#[derive(Debug, Default)]
+/// Key slots in a block: one more than [`BLOCK_MAX`], for the moment
+/// between an insert into a full block and its split.
+const KEY_SLOTS: usize = BLOCK_MAX + 1;
+/// What a block's key slots hold past its entries: above every key, so the
+/// block search needs no length.
+const NO_KEY: u64 = u64::MAX;
+
+/// A leaf: the keys alone, in a fixed array (so the search touches few
+/// cache lines and runs the same seven steps whatever the block's length),
+/// and the slots, in the same order.
+#[derive(Debug)]
 struct Block {
-    keys: Vec<u64>,
+    /// `keys[..len]` in order, [`NO_KEY`] after.
+    keys: Box<[u64; KEY_SLOTS]>,
     entries: Vec<Memslot>,
 }
 
+/// Blocks up to this long are searched in four steps.
+const SMALL_BLOCK: usize = 16;
+
+/// The last index below `2 * FIRST_STEP` whose key is `<= key`, given
+/// `keys[0] <= key` and every key from `2 * FIRST_STEP` on above it: steps
+/// `FIRST_STEP`, half that, ... 1, each adding itself where the key there
+/// is not above `key` (a conditional move, not a branch).
+#[inline(always)]
+fn floor_in<const FIRST_STEP: usize>(keys: &[u64; KEY_SLOTS], key: u64) -> usize {
+    const { assert!(2 * FIRST_STEP <= KEY_SLOTS) };
+    let mut at = 0;
+    let mut step = FIRST_STEP;
+    while step > 0 {
+        // `at + step < 2 * FIRST_STEP`: within the key slots.
+        at += step * usize::from(keys[at + step] <= key);
+        step /= 2;
+    }
+    at
+}
+
 impl Block {
+    fn with(entry: Memslot) -> Self {
+        let mut keys = Box::new([NO_KEY; KEY_SLOTS]);
+        keys[0] = entry.base_gfn().0;
+        Self {
+            keys,
+            entries: alloc::vec![entry],
+        }
+    }
+
+    /// The keys in use.
+    fn keys(&self) -> &[u64] {
+        &self.keys[..self.len()]
+    }
+
+    /// The index of the last key `<= key`; the first key must be `<= key`,
+    /// and `key` below [`NO_KEY`]. A binary search with fixed steps (four in
+    /// a block of up to [`SMALL_BLOCK`] keys, else seven) and no branch on
+    /// the compares.
+    #[inline]
+    fn floor(&self, key: u64) -> usize {
+        if self.len() <= SMALL_BLOCK {
+            floor_in::<{ SMALL_BLOCK / 2 }>(&self.keys, key)
+        } else {
+            floor_in::<{ BLOCK_MAX / 2 }>(&self.keys, key)
+        }
+    }
+
     fn insert(&mut self, at: usize, entry: Memslot) {
-        self.keys.insert(at, entry.base_gfn().0);
+        let len = self.len();
+        self.keys.copy_within(at..len, at + 1);
+        self.keys[at] = entry.base_gfn().0;
         self.entries.insert(at, entry);
     }
 
     fn remove(&mut self, at: usize) -> Memslot {
-        self.keys.remove(at);
+        let len = self.len();
+        self.keys.copy_within(at + 1..len, at);
+        self.keys[len - 1] = NO_KEY;
         self.entries.remove(at)
     }
 
     fn split_off(&mut self, at: usize) -> Block {
+        let len = self.len();
+        let mut keys = Box::new([NO_KEY; KEY_SLOTS]);
+        keys[..len - at].copy_from_slice(&self.keys[at..len]);
+        self.keys[at..len].fill(NO_KEY);
         Block {
-            keys: self.keys.split_off(at),
+            keys,
             entries: self.entries.split_off(at),
         }
     }
 
     fn append(&mut self, mut other: Block) {
-        self.keys.append(&mut other.keys);
+        let (len, more) = (self.len(), other.len());
+        self.keys[len..len + more].copy_from_slice(other.keys());
         self.entries.append(&mut other.entries);
     }
 
     fn len(&self) -> usize {
-        self.keys.len()
+        self.entries.len()
     }
 }
 
@@ -139,8 +216,9 @@ impl GfnIndex {
             self.firsts.partition_point(|&first| first <= key)
         }
         .checked_sub(1)?;
-        // `firsts[block] <= key`, so at least the block's first entry qualifies.
-        let at = self.blocks[block].keys.partition_point(|&k| k <= key) - 1;
+        // `firsts[block] <= key`, so at least the block's first entry
+        // qualifies; no slot starts at `NO_KEY` (gfns are below 2^52).
+        let at = self.blocks[block].floor(key.min(NO_KEY - 1));
         Some((block, at))
     }
 
@@ -200,10 +278,7 @@ impl GfnIndex {
         let key = entry.base_gfn().0;
         if self.blocks.is_empty() {
             self.firsts.push(key);
-            self.blocks.push(Block {
-                keys: alloc::vec![key],
-                entries: alloc::vec![entry],
-            });
+            self.blocks.push(Block::with(entry));
             return;
         }
         let block = self
@@ -211,8 +286,8 @@ impl GfnIndex {
             .partition_point(|&first| first <= key)
             .saturating_sub(1);
         let entries = &mut self.blocks[block];
-        let at = entries.keys.partition_point(|&k| k < key);
-        debug_assert!(entries.keys.get(at) != Some(&key), "duplicate base gfn");
+        let at = entries.keys().partition_point(|&k| k < key);
+        debug_assert!(entries.keys().get(at) != Some(&key), "duplicate base gfn");
         entries.insert(at, entry);
         self.firsts[block] = entries.keys[0];
         if entries.len() > BLOCK_MAX {
@@ -264,9 +339,9 @@ impl GfnIndex {
         let mut count = 0;
         for (first, entries) in self.firsts.iter().zip(&self.blocks) {
             assert!(entries.len() > 0 && entries.len() <= BLOCK_MAX);
-            assert_eq!(entries.keys.len(), entries.entries.len());
+            assert!(entries.keys[entries.len()..].iter().all(|&k| k == NO_KEY));
             assert_eq!(*first, entries.keys[0]);
-            for (k, e) in entries.keys.iter().zip(&entries.entries) {
+            for (k, e) in entries.keys().iter().zip(&entries.entries) {
                 assert_eq!(*k, e.base_gfn().0);
                 assert!(previous.is_none_or(|p| p < *k), "keys out of order");
                 previous = Some(*k);
