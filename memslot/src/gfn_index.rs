@@ -201,13 +201,16 @@ impl GfnIndex {
     /// The block and index of the last entry with `base_gfn <= key`.
     #[inline]
     fn floor(&self, key: u64) -> Option<(usize, usize)> {
+        // No slot starts at `NO_KEY` (gfns are below 2^52).
+        let key = key.min(NO_KEY - 1);
+        if let [only] = &self.blocks[..] {
+            // One block (up to `BLOCK_MAX` slots): nothing to search above.
+            return (only.keys[0] <= key).then(|| (0, only.floor(key)));
+        }
         // Up to `LINEAR_TOP` blocks (a thousand slots or more), the top level
         // is counted rather than searched: independent compares the CPU
         // overlaps, where each step of a binary search waits for the last.
-        let block = if let [first] = self.firsts[..] {
-            // One block (up to `BLOCK_MAX` slots): nothing to search.
-            usize::from(first <= key)
-        } else if self.firsts.len() <= LINEAR_TOP {
+        let block = if self.firsts.len() <= LINEAR_TOP {
             self.firsts
                 .iter()
                 .map(|&first| usize::from(first <= key))
@@ -217,8 +220,8 @@ impl GfnIndex {
         }
         .checked_sub(1)?;
         // `firsts[block] <= key`, so at least the block's first entry
-        // qualifies; no slot starts at `NO_KEY` (gfns are below 2^52).
-        let at = self.blocks[block].floor(key.min(NO_KEY - 1));
+        // qualifies.
+        let at = self.blocks[block].floor(key);
         Some((block, at))
     }
 
