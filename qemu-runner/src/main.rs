@@ -88,7 +88,7 @@ Several VMs (instead of the one-VM options --guest, --guest-args, --vcpus,
 fn usage() -> String {
     format!(
         "{USAGE}\n\ntest guest scenarios (--guest): {}",
-        Scenario::names()
+        qemu_runner::scenario_names()
     )
 }
 
@@ -189,7 +189,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
                 config.scenario = Scenario::from_name(scenario).ok_or_else(|| {
                     format!(
                         "--guest: unknown scenario `{scenario}` ({})",
-                        Scenario::names()
+                        qemu_runner::scenario_names()
                     )
                 })?;
             }

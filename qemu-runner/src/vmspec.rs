@@ -185,7 +185,7 @@ impl VmSpec {
                         fail(format!(
                             "unknown guest `{word}` (linux, linux-shell, kernel=PATH, or a \
                              scenario: {})",
-                            Scenario::names()
+                            crate::scenario_names()
                         ))
                     })?)
                 }

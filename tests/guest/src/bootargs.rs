@@ -18,107 +18,7 @@
 //! words are ignored, as a kernel ignores parameters it does not know. Pure
 //! code, tested on the host.
 
-/// Test scenario chosen by `test=`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scenario {
-    /// SMP memory pattern test plus one caught abort (the default).
-    Memory,
-    /// Unmapped device access, device-window straddling loads and unknown
-    /// hypercall.
-    BadGuest,
-    /// Aborts and undefined instructions from AArch64 and AArch32 EL0.
-    Aarch32El0,
-    /// Both EL1 timers' interrupts on every vCPU, counters consistent.
-    Timers,
-    /// vCPUs racing PSCI `CPU_ON` for the same target, round after round.
-    CpuOnRace,
-    /// A flood of distinct unknown hypercalls, injected aborts and refused
-    /// device accesses.
-    Flood,
-    /// Interrupt delivery while more SPIs are active (through the
-    /// distributor) than there are list registers.
-    VgicScarce,
-    /// Hostile-guest fuzzer driven by a seed.
-    Fuzz,
-    /// A ticker and a line echo on the console, forever (for the
-    /// hypervisor's console monitor).
-    Echo,
-    /// A control VM drives the control interface against its peer.
-    Control,
-    /// The peer of `control`: writes a pattern, then touches two windows
-    /// outside its RAM until stopped.
-    ControlPeer,
-    /// A control VM checks a peer's dirty log against its memory, round
-    /// after round (`dirty_log`).
-    DirtyLog,
-    /// The peer of `dirty-log`: writes and reads random pages of a region
-    /// until stopped.
-    DirtyWriter,
-    /// Writes pages for a few seconds while it is live-migrated, then checks
-    /// every page it wrote.
-    Migrate,
-    /// A control VM times stage-2 page-table work on a toucher peer
-    /// (`page_table`).
-    PageTable,
-    /// A control VM creates, moves and deletes many slots in a toucher peer
-    /// while it touches them (`memslot_perf`).
-    MemslotPerf,
-    /// The peer of `page-table` and `memslot-perf`: touches memory on
-    /// command (`toucher`).
-    Toucher,
-    /// Checks every vector register starts at zero, then leaves patterns in
-    /// them, in streaming mode with ZA live where the CPU has SME (restarted,
-    /// it checks the hypervisor cleared them: `vector_regs`).
-    VectorRegs,
-}
-
-impl Scenario {
-    /// Every scenario.
-    pub const ALL: &[Scenario] = &[
-        Scenario::Memory,
-        Scenario::BadGuest,
-        Scenario::Aarch32El0,
-        Scenario::Timers,
-        Scenario::CpuOnRace,
-        Scenario::Flood,
-        Scenario::VgicScarce,
-        Scenario::Fuzz,
-        Scenario::Echo,
-        Scenario::Control,
-        Scenario::ControlPeer,
-        Scenario::DirtyLog,
-        Scenario::DirtyWriter,
-        Scenario::Migrate,
-        Scenario::PageTable,
-        Scenario::MemslotPerf,
-        Scenario::Toucher,
-        Scenario::VectorRegs,
-    ];
-
-    /// The name used in `test=`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Scenario::Memory => "memory",
-            Scenario::BadGuest => "bad-guest",
-            Scenario::Aarch32El0 => "aarch32-el0",
-            Scenario::Timers => "timers",
-            Scenario::CpuOnRace => "cpu-on-race",
-            Scenario::Flood => "flood",
-            Scenario::VgicScarce => "vgic-scarce",
-            Scenario::Fuzz => "fuzz",
-            Scenario::Echo => "echo",
-            Scenario::Control => "control",
-            Scenario::ControlPeer => "control-peer",
-            Scenario::DirtyLog => "dirty-log",
-            Scenario::DirtyWriter => "dirty-writer",
-            Scenario::Migrate => "migrate",
-            Scenario::PageTable => "page-table",
-            Scenario::MemslotPerf => "memslot-perf",
-            Scenario::Toucher => "toucher",
-            Scenario::VectorRegs => "vector-regs",
-        }
-    }
-}
+pub use test_scenarios::Scenario;
 
 /// The fuzz scenario's options.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,11 +165,7 @@ impl Options {
             };
             match key {
                 "test" => {
-                    scenario = Scenario::ALL
-                        .iter()
-                        .copied()
-                        .find(|scenario| scenario.name() == value)
-                        .ok_or(value)?;
+                    scenario = Scenario::from_name(value).ok_or(value)?;
                 }
                 "bad-exit" => {
                     bad_exit_reset = match value {
