@@ -38,7 +38,7 @@ step "clippy (host)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "clippy (aarch64-unknown-none-softfloat: the EL2 and EL1 code the host build leaves out)"
-cargo clippy -p hypervisor -p test-guest -p tlb -p pgtable -p memslot -p boot-payload -p control-abi \
+cargo clippy -p hypervisor -p test-guest -p tlb -p pgtable -p memslot -p boot-payload -p control-abi -p test-scenarios \
     --target aarch64-unknown-none-softfloat -- -D warnings
 
 step "documentation (warnings are errors)"
@@ -47,7 +47,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p hypervisor -p test-guest -p co
     --target aarch64-unknown-none-softfloat
 
 step "libraries build for aarch64-unknown-none-softfloat"
-cargo build --release -p tlb -p pgtable -p memslot -p boot-payload -p control-abi \
+cargo build --release -p tlb -p pgtable -p memslot -p boot-payload -p control-abi -p test-scenarios \
     --target aarch64-unknown-none-softfloat
 
 step "tests"
