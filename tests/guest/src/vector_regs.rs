@@ -89,37 +89,45 @@ fn pattern_byte(register: usize, byte: usize) -> u8 {
     (register.wrapping_mul(31) ^ byte.wrapping_mul(7) ^ 0x5a) as u8
 }
 
-/// Loads every vector and predicate register and FFR with the pattern.
-/// Returns the vector length.
-pub fn fill() -> usize {
-    enable();
-    let vl = vl().min(MAX_VL);
-    let plen = vl / 8;
-    // SAFETY: only this vCPU uses the buffers; in bounds for `vl <= MAX_VL`.
+/// Fills `count` registers of `len` bytes at `buffer` with `byte(register,
+/// byte)`.
+///
+/// # Safety
+///
+/// `buffer` holds `count * len` bytes only this vCPU uses.
+unsafe fn fill_pattern(
+    buffer: *mut u8,
+    count: usize,
+    len: usize,
+    byte: impl Fn(usize, usize) -> u8,
+) {
+    for register in 0..count {
+        for at in 0..len {
+            // SAFETY: the caller's contract.
+            unsafe { *buffer.add(register * len + at) = byte(register, at) };
+        }
+    }
+}
+
+/// The first of `count` registers of `len` bytes that differ between `want`
+/// and `got`.
+fn first_difference(want: &[u8], got: &[u8], count: usize, len: usize) -> Option<usize> {
+    (0..count).find(|r| want[r * len..(r + 1) * len] != got[r * len..(r + 1) * len])
+}
+
+/// Loads `z0..z31` from `z` and `p0..p15` from `p` at the current vector
+/// length.
+///
+/// # Safety
+///
+/// `z` and `p` hold 32 vectors and 16 predicates of the current length;
+/// SVE (or SME in streaming mode) is enabled.
+unsafe fn load_z_p(z: u64, p: u64) {
+    // SAFETY: the caller's contract; the guest is soft-float, so nothing of
+    // its own lives in these registers.
     unsafe {
-        let z = &raw mut WANT_Z.0;
-        let p = &raw mut WANT_P.0;
-        for register in 0..32 {
-            for byte in 0..vl {
-                (*z)[register * vl + byte] = pattern_byte(register, byte);
-            }
-        }
-        for register in 0..16 {
-            for byte in 0..plen {
-                (*p)[register * plen + byte] = pattern_byte(register + 32, byte);
-            }
-        }
-        // FFR: a first-fault register holds a true prefix; the first 5 lanes.
-        for byte in 0..plen {
-            (*p)[16 * plen + byte] = 0;
-        }
-        (*p)[16 * plen] = 0x1f;
-        let (zb, pb) = ((&raw const WANT_Z) as u64, (&raw const WANT_P) as u64);
         asm!(
             ".arch_extension sve",
-            "add {ffr}, {p}, {plen}, lsl #4",
-            "ldr p0, [{ffr}]",
-            "wrffr p0.b",
             "ldr p0, [{p}, #0, MUL VL]", "ldr p1, [{p}, #1, MUL VL]",
             "ldr p2, [{p}, #2, MUL VL]", "ldr p3, [{p}, #3, MUL VL]",
             "ldr p4, [{p}, #4, MUL VL]", "ldr p5, [{p}, #5, MUL VL]",
@@ -144,25 +152,24 @@ pub fn fill() -> usize {
             "ldr z26, [{z}, #26, MUL VL]", "ldr z27, [{z}, #27, MUL VL]",
             "ldr z28, [{z}, #28, MUL VL]", "ldr z29, [{z}, #29, MUL VL]",
             "ldr z30, [{z}, #30, MUL VL]", "ldr z31, [{z}, #31, MUL VL]",
-            z = in(reg) zb,
-            p = in(reg) pb,
-            plen = in(reg) plen as u64,
-            ffr = out(reg) _,
+            z = in(reg) z,
+            p = in(reg) p,
             options(nostack, readonly)
         );
     }
-    vl
 }
 
-/// Stores the registers and compares them with the pattern [`fill`] set:
-/// `Err((what, register))` names the first that differs (`what`: 0 `z`,
-/// 1 `p`, 2 `FFR`, 3 `ZCR_EL1`).
-pub fn check(vl: usize) -> Result<(), (u8, usize)> {
-    let plen = vl / 8;
-    // SAFETY: only this vCPU uses the buffers; the stores stay within them
-    // for `vl <= MAX_VL`; SVE is enabled (`fill`).
+/// Stores `z0..z31` to `z` and `p0..p15` to `p` at the current vector
+/// length.
+///
+/// # Safety
+///
+/// `z` and `p` have room for 32 vectors and 16 predicates of the current
+/// length, used by this vCPU only; SVE (or SME in streaming mode) is
+/// enabled.
+unsafe fn store_z_p(z: u64, p: u64) {
+    // SAFETY: the caller's contract.
     unsafe {
-        let (zb, pb) = ((&raw mut GOT_Z) as u64, (&raw mut GOT_P) as u64);
         asm!(
             ".arch_extension sve",
             "str z0, [{z}, #0, MUL VL]", "str z1, [{z}, #1, MUL VL]",
@@ -189,13 +196,64 @@ pub fn check(vl: usize) -> Result<(), (u8, usize)> {
             "str p10, [{p}, #10, MUL VL]", "str p11, [{p}, #11, MUL VL]",
             "str p12, [{p}, #12, MUL VL]", "str p13, [{p}, #13, MUL VL]",
             "str p14, [{p}, #14, MUL VL]", "str p15, [{p}, #15, MUL VL]",
-            "add {ffr}, {p}, {plen}, lsl #4",
+            z = in(reg) z,
+            p = in(reg) p,
+            options(nostack)
+        );
+    }
+}
+
+/// Loads every vector and predicate register and FFR with the pattern.
+/// Returns the vector length.
+pub fn fill() -> usize {
+    enable();
+    let vl = vl().min(MAX_VL);
+    let plen = vl / 8;
+    // SAFETY: only this vCPU uses the buffers; in bounds for `vl <= MAX_VL`;
+    // SVE is enabled; FFR goes through `p0` before `p0` is loaded.
+    unsafe {
+        let (z, p) = (
+            (&raw mut WANT_Z).cast::<u8>(),
+            (&raw mut WANT_P).cast::<u8>(),
+        );
+        fill_pattern(z, 32, vl, pattern_byte);
+        fill_pattern(p, 16, plen, |register, byte| {
+            pattern_byte(register + 32, byte)
+        });
+        // FFR: a first-fault register holds a true prefix; the first 5 lanes.
+        let ffr = p.add(16 * plen);
+        for byte in 0..plen {
+            *ffr.add(byte) = 0;
+        }
+        *ffr = 0x1f;
+        asm!(
+            ".arch_extension sve",
+            "ldr p0, [{ffr}]",
+            "wrffr p0.b",
+            ffr = in(reg) ffr as u64,
+            options(nostack, readonly)
+        );
+        load_z_p(z as u64, p as u64);
+    }
+    vl
+}
+
+/// Stores the registers and compares them with the pattern [`fill`] set:
+/// `Err((what, register))` names the first that differs (`what`: 0 `z`,
+/// 1 `p`, 2 `FFR`, 3 `ZCR_EL1`).
+pub fn check(vl: usize) -> Result<(), (u8, usize)> {
+    let plen = vl / 8;
+    // SAFETY: only this vCPU uses the buffers; the stores stay within them
+    // for `vl <= MAX_VL`; SVE is enabled (`fill`); `p0` is stored before it
+    // carries FFR.
+    unsafe {
+        let (z, p) = ((&raw mut GOT_Z) as u64, (&raw mut GOT_P) as u64);
+        store_z_p(z, p);
+        asm!(
+            ".arch_extension sve",
             "rdffr p0.b",
             "str p0, [{ffr}]",
-            z = in(reg) zb,
-            p = in(reg) pb,
-            plen = in(reg) plen as u64,
-            ffr = out(reg) _,
+            ffr = in(reg) p + 16 * plen as u64,
             options(nostack)
         );
         let zcr: u64;
@@ -205,14 +263,10 @@ pub fn check(vl: usize) -> Result<(), (u8, usize)> {
         let got_z = bytes((&raw const GOT_Z).cast(), 32 * MAX_VL);
         let want_p = bytes((&raw const WANT_P).cast(), 17 * MAX_VL / 8);
         let got_p = bytes((&raw const GOT_P).cast(), 17 * MAX_VL / 8);
-        if let Some(register) =
-            (0..32).find(|r| want_z[r * vl..(r + 1) * vl] != got_z[r * vl..(r + 1) * vl])
-        {
+        if let Some(register) = first_difference(want_z, got_z, 32, vl) {
             return Err((0, register));
         }
-        if let Some(register) =
-            (0..16).find(|r| want_p[r * plen..(r + 1) * plen] != got_p[r * plen..(r + 1) * plen])
-        {
+        if let Some(register) = first_difference(want_p, got_p, 16, plen) {
             return Err((1, register));
         }
         if want_p[16 * plen..17 * plen] != got_p[16 * plen..17 * plen] {
@@ -293,60 +347,25 @@ pub fn fill_streaming() -> usize {
     let svl = (svl as usize).min(MAX_VL);
     let plen = svl / 8;
     // SAFETY: only this vCPU uses the buffers; in bounds for `svl <= MAX_VL`;
-    // in streaming mode the loads move `svl`-byte vectors and rows.
+    // in streaming mode the loads move `svl`-byte vectors and rows; the
+    // guest is soft-float, so streaming mode changes nothing it runs.
     unsafe {
-        let z = &raw mut STREAMING_WANT_Z.0;
-        let p = &raw mut STREAMING_WANT_P.0;
-        for register in 0..32 {
-            for byte in 0..svl {
-                (*z)[register * svl + byte] = streaming_byte(register, byte);
-            }
-        }
-        for register in 0..16 {
-            for byte in 0..plen {
-                (*p)[register * plen + byte] = streaming_byte(register + 32, byte);
-            }
-        }
-        let (zb, pb) = (z as u64, p as u64);
+        let z = (&raw mut STREAMING_WANT_Z).cast::<u8>();
+        let p = (&raw mut STREAMING_WANT_P).cast::<u8>();
+        fill_pattern(z, 32, svl, streaming_byte);
+        fill_pattern(p, 16, plen, |register, byte| {
+            streaming_byte(register + 32, byte)
+        });
         asm!(
-            ".arch_extension sme",
-            ".arch_extension sve",
             "msr s3_3_c4_c2_2, {svcr}",
             "isb",
-            "ldr p0, [{p}, #0, MUL VL]", "ldr p1, [{p}, #1, MUL VL]",
-            "ldr p2, [{p}, #2, MUL VL]", "ldr p3, [{p}, #3, MUL VL]",
-            "ldr p4, [{p}, #4, MUL VL]", "ldr p5, [{p}, #5, MUL VL]",
-            "ldr p6, [{p}, #6, MUL VL]", "ldr p7, [{p}, #7, MUL VL]",
-            "ldr p8, [{p}, #8, MUL VL]", "ldr p9, [{p}, #9, MUL VL]",
-            "ldr p10, [{p}, #10, MUL VL]", "ldr p11, [{p}, #11, MUL VL]",
-            "ldr p12, [{p}, #12, MUL VL]", "ldr p13, [{p}, #13, MUL VL]",
-            "ldr p14, [{p}, #14, MUL VL]", "ldr p15, [{p}, #15, MUL VL]",
-            "ldr z0, [{z}, #0, MUL VL]", "ldr z1, [{z}, #1, MUL VL]",
-            "ldr z2, [{z}, #2, MUL VL]", "ldr z3, [{z}, #3, MUL VL]",
-            "ldr z4, [{z}, #4, MUL VL]", "ldr z5, [{z}, #5, MUL VL]",
-            "ldr z6, [{z}, #6, MUL VL]", "ldr z7, [{z}, #7, MUL VL]",
-            "ldr z8, [{z}, #8, MUL VL]", "ldr z9, [{z}, #9, MUL VL]",
-            "ldr z10, [{z}, #10, MUL VL]", "ldr z11, [{z}, #11, MUL VL]",
-            "ldr z12, [{z}, #12, MUL VL]", "ldr z13, [{z}, #13, MUL VL]",
-            "ldr z14, [{z}, #14, MUL VL]", "ldr z15, [{z}, #15, MUL VL]",
-            "ldr z16, [{z}, #16, MUL VL]", "ldr z17, [{z}, #17, MUL VL]",
-            "ldr z18, [{z}, #18, MUL VL]", "ldr z19, [{z}, #19, MUL VL]",
-            "ldr z20, [{z}, #20, MUL VL]", "ldr z21, [{z}, #21, MUL VL]",
-            "ldr z22, [{z}, #22, MUL VL]", "ldr z23, [{z}, #23, MUL VL]",
-            "ldr z24, [{z}, #24, MUL VL]", "ldr z25, [{z}, #25, MUL VL]",
-            "ldr z26, [{z}, #26, MUL VL]", "ldr z27, [{z}, #27, MUL VL]",
-            "ldr z28, [{z}, #28, MUL VL]", "ldr z29, [{z}, #29, MUL VL]",
-            "ldr z30, [{z}, #30, MUL VL]", "ldr z31, [{z}, #31, MUL VL]",
-            z = in(reg) zb,
-            p = in(reg) pb,
             svcr = in(reg) SVCR_SM_ZA,
-            options(nostack, readonly)
+            options(nostack)
         );
+        load_z_p(z as u64, p as u64);
+        let row_buffer = (&raw mut ZA_ROW).cast::<u8>();
         for row in 0..svl {
-            let buffer = &raw mut ZA_ROW.0;
-            for byte in 0..svl {
-                (*buffer)[byte] = za_byte(row, byte);
-            }
+            fill_pattern(row_buffer, 1, svl, |_, byte| za_byte(row, byte));
             za_row(row, true);
         }
     }
@@ -370,53 +389,19 @@ pub fn check_streaming(svl: usize) -> Result<(), (u8, usize)> {
         // SAFETY: only this vCPU uses the buffers; the stores stay within
         // them for `svl <= MAX_VL`; streaming mode with ZA live (checked).
         unsafe {
-            let (zb, pb) = (
+            store_z_p(
                 (&raw mut STREAMING_GOT_Z) as u64,
                 (&raw mut STREAMING_GOT_P) as u64,
-            );
-            asm!(
-                ".arch_extension sve",
-            "str z0, [{z}, #0, MUL VL]", "str z1, [{z}, #1, MUL VL]",
-            "str z2, [{z}, #2, MUL VL]", "str z3, [{z}, #3, MUL VL]",
-            "str z4, [{z}, #4, MUL VL]", "str z5, [{z}, #5, MUL VL]",
-            "str z6, [{z}, #6, MUL VL]", "str z7, [{z}, #7, MUL VL]",
-            "str z8, [{z}, #8, MUL VL]", "str z9, [{z}, #9, MUL VL]",
-            "str z10, [{z}, #10, MUL VL]", "str z11, [{z}, #11, MUL VL]",
-            "str z12, [{z}, #12, MUL VL]", "str z13, [{z}, #13, MUL VL]",
-            "str z14, [{z}, #14, MUL VL]", "str z15, [{z}, #15, MUL VL]",
-            "str z16, [{z}, #16, MUL VL]", "str z17, [{z}, #17, MUL VL]",
-            "str z18, [{z}, #18, MUL VL]", "str z19, [{z}, #19, MUL VL]",
-            "str z20, [{z}, #20, MUL VL]", "str z21, [{z}, #21, MUL VL]",
-            "str z22, [{z}, #22, MUL VL]", "str z23, [{z}, #23, MUL VL]",
-            "str z24, [{z}, #24, MUL VL]", "str z25, [{z}, #25, MUL VL]",
-            "str z26, [{z}, #26, MUL VL]", "str z27, [{z}, #27, MUL VL]",
-            "str z28, [{z}, #28, MUL VL]", "str z29, [{z}, #29, MUL VL]",
-            "str z30, [{z}, #30, MUL VL]", "str z31, [{z}, #31, MUL VL]",
-            "str p0, [{p}, #0, MUL VL]", "str p1, [{p}, #1, MUL VL]",
-            "str p2, [{p}, #2, MUL VL]", "str p3, [{p}, #3, MUL VL]",
-            "str p4, [{p}, #4, MUL VL]", "str p5, [{p}, #5, MUL VL]",
-            "str p6, [{p}, #6, MUL VL]", "str p7, [{p}, #7, MUL VL]",
-            "str p8, [{p}, #8, MUL VL]", "str p9, [{p}, #9, MUL VL]",
-            "str p10, [{p}, #10, MUL VL]", "str p11, [{p}, #11, MUL VL]",
-            "str p12, [{p}, #12, MUL VL]", "str p13, [{p}, #13, MUL VL]",
-            "str p14, [{p}, #14, MUL VL]", "str p15, [{p}, #15, MUL VL]",
-                z = in(reg) zb,
-                p = in(reg) pb,
-                options(nostack)
             );
             let bytes = |start: *const u8, len: usize| core::slice::from_raw_parts(start, len);
             let want_z = bytes((&raw const STREAMING_WANT_Z).cast(), 32 * MAX_VL);
             let got_z = bytes((&raw const STREAMING_GOT_Z).cast(), 32 * MAX_VL);
             let want_p = bytes((&raw const STREAMING_WANT_P).cast(), 16 * MAX_VL / 8);
             let got_p = bytes((&raw const STREAMING_GOT_P).cast(), 16 * MAX_VL / 8);
-            if let Some(register) =
-                (0..32).find(|r| want_z[r * svl..(r + 1) * svl] != got_z[r * svl..(r + 1) * svl])
-            {
+            if let Some(register) = first_difference(want_z, got_z, 32, svl) {
                 return Err((0, register));
             }
-            if let Some(register) = (0..16)
-                .find(|r| want_p[r * plen..(r + 1) * plen] != got_p[r * plen..(r + 1) * plen])
-            {
+            if let Some(register) = first_difference(want_p, got_p, 16, plen) {
                 return Err((1, register));
             }
             for row in 0..svl {
