@@ -109,10 +109,34 @@ unsafe fn fill_pattern(
     }
 }
 
-/// The first of `count` registers of `len` bytes that differ between `want`
-/// and `got`.
-fn first_difference(want: &[u8], got: &[u8], count: usize, len: usize) -> Option<usize> {
-    (0..count).find(|r| want[r * len..(r + 1) * len] != got[r * len..(r + 1) * len])
+/// Compares 32 vectors and then 16 predicates of `vl` bytes, each kept as a
+/// (want, got) pair of buffers: `Err((0, register))` for the first vector
+/// that differs, `Err((1, register))` for the first predicate.
+///
+/// # Safety
+///
+/// The vector buffers hold 32 vectors and the predicate ones 16 predicates
+/// of `vl` bytes; nothing writes them meanwhile.
+unsafe fn compare_z_p(
+    z: (*const u8, *const u8),
+    p: (*const u8, *const u8),
+    vl: usize,
+) -> Result<(), (u8, usize)> {
+    for (what, (want, got), count, len) in [(0, z, 32, vl), (1, p, 16, vl / 8)] {
+        // SAFETY: the caller's contract.
+        let (want, got) = unsafe {
+            (
+                core::slice::from_raw_parts(want, count * len),
+                core::slice::from_raw_parts(got, count * len),
+            )
+        };
+        if let Some(register) =
+            (0..count).find(|r| want[r * len..(r + 1) * len] != got[r * len..(r + 1) * len])
+        {
+            return Err((what, register));
+        }
+    }
+    Ok(())
 }
 
 /// Loads `z0..z31` from `z` and `p0..p15` from `p` at the current vector
@@ -258,18 +282,17 @@ pub fn check(vl: usize) -> Result<(), (u8, usize)> {
         );
         let zcr: u64;
         asm!("mrs {}, s3_0_c1_c2_0", out(reg) zcr, options(nomem, nostack));
-        let bytes = |start: *const u8, len: usize| core::slice::from_raw_parts(start, len);
-        let want_z = bytes((&raw const WANT_Z).cast(), 32 * MAX_VL);
-        let got_z = bytes((&raw const GOT_Z).cast(), 32 * MAX_VL);
-        let want_p = bytes((&raw const WANT_P).cast(), 17 * MAX_VL / 8);
-        let got_p = bytes((&raw const GOT_P).cast(), 17 * MAX_VL / 8);
-        if let Some(register) = first_difference(want_z, got_z, 32, vl) {
-            return Err((0, register));
-        }
-        if let Some(register) = first_difference(want_p, got_p, 16, plen) {
-            return Err((1, register));
-        }
-        if want_p[16 * plen..17 * plen] != got_p[16 * plen..17 * plen] {
+        let (want_p, got_p) = (
+            (&raw const WANT_P).cast::<u8>(),
+            (&raw const GOT_P).cast::<u8>(),
+        );
+        compare_z_p(
+            ((&raw const WANT_Z).cast(), (&raw const GOT_Z).cast()),
+            (want_p, got_p),
+            vl,
+        )?;
+        let ffr = |buffer: *const u8| core::slice::from_raw_parts(buffer.add(16 * plen), plen);
+        if ffr(want_p) != ffr(got_p) {
             return Err((2, 0));
         }
         if zcr & 0xf != ZCR_EL1 {
@@ -378,7 +401,6 @@ pub fn fill_streaming() -> usize {
 /// 2 a ZA row, 3 `SVCR` no longer in streaming mode with ZA live, `index`
 /// its value).
 pub fn check_streaming(svl: usize) -> Result<(), (u8, usize)> {
-    let plen = svl / 8;
     let svcr: u64;
     // SAFETY: reads SVCR (SME is enabled at EL1, `fill_streaming`).
     unsafe { asm!("mrs {}, s3_3_c4_c2_2", out(reg) svcr, options(nomem, nostack)) };
@@ -393,17 +415,17 @@ pub fn check_streaming(svl: usize) -> Result<(), (u8, usize)> {
                 (&raw mut STREAMING_GOT_Z) as u64,
                 (&raw mut STREAMING_GOT_P) as u64,
             );
-            let bytes = |start: *const u8, len: usize| core::slice::from_raw_parts(start, len);
-            let want_z = bytes((&raw const STREAMING_WANT_Z).cast(), 32 * MAX_VL);
-            let got_z = bytes((&raw const STREAMING_GOT_Z).cast(), 32 * MAX_VL);
-            let want_p = bytes((&raw const STREAMING_WANT_P).cast(), 16 * MAX_VL / 8);
-            let got_p = bytes((&raw const STREAMING_GOT_P).cast(), 16 * MAX_VL / 8);
-            if let Some(register) = first_difference(want_z, got_z, 32, svl) {
-                return Err((0, register));
-            }
-            if let Some(register) = first_difference(want_p, got_p, 16, plen) {
-                return Err((1, register));
-            }
+            compare_z_p(
+                (
+                    (&raw const STREAMING_WANT_Z).cast(),
+                    (&raw const STREAMING_GOT_Z).cast(),
+                ),
+                (
+                    (&raw const STREAMING_WANT_P).cast(),
+                    (&raw const STREAMING_GOT_P).cast(),
+                ),
+                svl,
+            )?;
             for row in 0..svl {
                 za_row(row, false);
                 let got = core::slice::from_raw_parts((&raw const ZA_ROW).cast::<u8>(), MAX_VL);
