@@ -6,8 +6,19 @@
 //! Transmit: wait while the TX FIFO is full (`FR.TXFF`), then write `DR`.
 //! Flush: wait while `FR.BUSY`. Receive: the receive and receive-timeout
 //! interrupts can be enabled (`IMSC.RXIM | RTIM`, with `CR.RXE`);
-//! [`Pl011::receive`] reads `DR` while the RX FIFO is not empty (`FR.RXFE`
-//! clear), then clears both interrupts (`ICR`).
+//! [`Pl011::receive`] first clears both interrupts (`ICR`), then reads `DR`
+//! while the RX FIFO is not empty (`FR.RXFE` clear).
+//!
+//! # Why the clear comes first
+//!
+//! A byte can arrive at any moment of the receive. Cleared after the reads, an
+//! interrupt raised by a byte that arrived between the last `FR` read (which
+//! said empty) and the `ICR` write is lost, and the byte with it: a UART whose
+//! receive interrupt fires on reaching its trigger level (QEMU's does, at one
+//! byte) stays quiet while that byte waits, and every byte behind it waits
+//! too. Cleared before, every byte in the FIFO at the clear is read by the
+//! loop, which stops only on an empty FIFO, and a byte arriving after its
+//! last `FR` read raises the interrupt afresh.
 
 use super::{RegisterBank, TX_SPIN_LIMIT, Uart};
 use tock_registers::LocalRegisterCopy;
@@ -103,13 +114,14 @@ impl<B: RegisterBank> Uart for Pl011<B> {
     }
 
     fn receive(&mut self, buf: &mut [u8]) -> usize {
+        // Clear first: see the module's "Why the clear comes first".
+        self.bank
+            .write(ICR, (INT_BITS::RXIM::SET + INT_BITS::RTIM::SET).value);
         let mut len = 0;
         while len < buf.len() && !self.flags().is_set(FR_BITS::RXFE) {
             buf[len] = self.bank.read(DR) as u8;
             len += 1;
         }
-        self.bank
-            .write(ICR, (INT_BITS::RXIM::SET + INT_BITS::RTIM::SET).value);
         len
     }
 
@@ -184,5 +196,96 @@ mod tests {
             uart.bank().writes(),
             vec![(CR, ENABLED), (ICR, 0x50), (IMSC, 0x50), (ICR, 0x50)]
         );
+    }
+
+    /// A PL011 receiver as QEMU models it: the receive interrupt is raised
+    /// when the FIFO's fill reaches the trigger level (one byte), dropped
+    /// when a read empties it or `ICR` clears it; a byte may arrive before
+    /// any register access (`arrive_before`, counted from 0).
+    struct EdgeReceiver {
+        fifo: alloc::collections::VecDeque<u8>,
+        rx_interrupt: bool,
+        accesses: usize,
+        arrive_before: usize,
+        next_byte: u8,
+    }
+
+    impl EdgeReceiver {
+        fn tick(&mut self) {
+            if self.accesses == self.arrive_before {
+                self.fifo.push_back(self.next_byte);
+                self.next_byte += 1;
+                if self.fifo.len() == 1 {
+                    self.rx_interrupt = true;
+                }
+            }
+            self.accesses += 1;
+        }
+    }
+
+    impl RegisterBank for EdgeReceiver {
+        fn read(&mut self, index: usize) -> u32 {
+            self.tick();
+            match index {
+                CR => ENABLED,
+                FR if self.fifo.is_empty() => RXFE,
+                DR => {
+                    let byte = self.fifo.pop_front().map_or(0, u32::from);
+                    if self.fifo.is_empty() {
+                        self.rx_interrupt = false;
+                    }
+                    byte
+                }
+                _ => 0,
+            }
+        }
+
+        fn write(&mut self, index: usize, value: u32) {
+            self.tick();
+            if index == ICR && value & (1 << 4) != 0 {
+                self.rx_interrupt = false;
+            }
+        }
+    }
+
+    /// Whatever moment a byte arrives during an interrupt's receive loop (the
+    /// host console's: receive until nothing comes), it is either read or
+    /// leaves the interrupt raised: a byte is never stranded in the FIFO with
+    /// the interrupt quiet.
+    #[test]
+    fn a_byte_arriving_during_a_receive_is_read_or_raises_the_interrupt() {
+        for arrive_before in 0..16 {
+            let receiver = EdgeReceiver {
+                fifo: [b'a'].into_iter().collect(),
+                rx_interrupt: true,
+                accesses: 0,
+                arrive_before,
+                next_byte: b'b',
+            };
+            let mut uart = Pl011 { bank: receiver };
+            let mut got = alloc::vec::Vec::new();
+            let mut buf = [0u8; 4];
+            loop {
+                let len = uart.receive(&mut buf);
+                if len == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..len]);
+            }
+            let receiver = &uart.bank;
+            let arrived = receiver.accesses > arrive_before;
+            let stranded = !receiver.fifo.is_empty() && !receiver.rx_interrupt;
+            assert!(
+                !stranded,
+                "a byte arriving before access {arrive_before} waits with the interrupt clear \
+                 (read {got:?})"
+            );
+            let expected: &[u8] = if arrived && receiver.fifo.is_empty() {
+                b"ab"
+            } else {
+                b"a"
+            };
+            assert_eq!(got, expected, "arriving before access {arrive_before}");
+        }
     }
 }
