@@ -10,6 +10,9 @@
 //! ticks show that the pause and the stop took effect while the other VM
 //! ran on. A second test boots Linux with the busybox shell as the only VM
 //! and types a command into it: with one VM every typed byte goes to it.
+//! A third pastes 32 lines at once into one echo VM and checks every line
+//! comes back whole: the host UART hands bytes over one at a time, and a
+//! receive interrupt lost between two of them strands the rest of a paste.
 //! The tests fail (never skip) when QEMU, the build or the boot fails.
 
 use std::time::Duration;
@@ -181,7 +184,9 @@ fn typed_bytes_reach_the_only_vm_a_linux_shell() {
     let script = ConsoleScript::new()
         .then(INIT_MARKER, "")
         .then("busybox shell", "echo typed-$((6*7))\r")
-        .then("typed-42", "poweroff -f\r");
+        // The whole output line: sent at once on `typed-42`, the command's
+        // echo could land on that line.
+        .then("typed-42\n", "poweroff -f\r");
     let config = RunConfig {
         echo: false,
         input: ConsoleInput::Script(script),
@@ -199,6 +204,58 @@ fn typed_bytes_reach_the_only_vm_a_linux_shell() {
     assert!(
         !text.contains("[vm0]"),
         "one VM: its output is not prefixed\n{explain}"
+    );
+    assert!(report.transcript.system_off, "{explain}");
+}
+
+/// Lines in the pasted burst.
+const PASTED_LINES: usize = 32;
+
+/// Line `i` of the paste: 60 bytes (the echo takes up to 64), numbered, and
+/// each different from the others all along.
+fn pasted_line(i: usize) -> String {
+    let fill: String = (0..52)
+        .map(|j| char::from(b'a' + ((i * 7 + j) % 26) as u8))
+        .collect();
+    format!("paste {i:02} {fill}")
+}
+
+#[test]
+fn a_pasted_burst_reaches_the_guest_whole() {
+    let paste: String = (0..PASTED_LINES).map(|i| pasted_line(i) + "\r").collect();
+    let last = format!("echo: got {}", pasted_line(PASTED_LINES - 1));
+    let script = ConsoleScript::new()
+        .then("echo: ready", paste)
+        .then(&last, ESCAPE)
+        .then("hv> ", "counters 0\r")
+        .then("console_rx_dropped", "poweroff\r");
+    let config = RunConfig {
+        smp: 2,
+        mem_mib: 512,
+        timeout: Duration::from_secs(180),
+        echo: false,
+        vms: vec![VmSpec::parse("echo,cpus=1,mem=64,name=solo", 0).unwrap()],
+        input: ConsoleInput::Script(script),
+        ..RunConfig::default()
+    };
+    let report =
+        qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
+    let explain = report.explain();
+    assert!(report.passed(), "{explain}");
+    let text = report.console();
+    let echoed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim_end().strip_prefix("echo: got "))
+        .collect();
+    let expected: Vec<String> = (0..PASTED_LINES).map(pasted_line).collect();
+    assert_eq!(
+        echoed, expected,
+        "every pasted line, whole and in order\n{explain}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().eq(["console_rx_dropped", "0"])),
+        "no byte dropped\n{explain}"
     );
     assert!(report.transcript.system_off, "{explain}");
 }
