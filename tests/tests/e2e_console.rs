@@ -211,7 +211,7 @@ fn typed_bytes_reach_the_only_vm_a_linux_shell() {
 /// Lines in the pasted burst.
 const PASTED_LINES: usize = 32;
 
-/// Line `i` of the paste: 60 bytes (the echo takes up to 64), numbered, and
+/// Line `i` of the paste: 61 bytes (the echo takes up to 64), numbered, and
 /// each different from the others all along.
 fn pasted_line(i: usize) -> String {
     let fill: String = (0..52)
