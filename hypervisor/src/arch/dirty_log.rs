@@ -53,8 +53,8 @@ pub struct EnableReport {
     pub split: SplitStats,
 }
 
-/// The live spec of slot `id` of `vm`.
-fn live_spec(vm: &Vm, id: SlotId) -> Result<SlotSpec, VmOpError> {
+/// The live spec of slot `id` of `vm` (`NoSuchSlot` if it has none).
+pub fn live_spec(vm: &Vm, id: SlotId) -> Result<SlotSpec, VmOpError> {
     vm_ops::slot_spec(vm, id)?.ok_or(VmOpError::Memslot(MemslotError::NoSuchSlot(id)))
 }
 

@@ -40,13 +40,13 @@ use crate::arch::vm::{GuestUart, Vm};
 use crate::arch::vm_ops::{self, VmOpError};
 use crate::control::console::{Console, GuestInput};
 use crate::control::console_mux::{ConsoleError, VmId};
-use crate::control::monitor::{MonitorTarget, SlotInfo, SlotRequest, VmInfo, VmState};
+use crate::control::monitor::{DirtyPages, MonitorTarget, SlotInfo, SlotRequest, VmInfo, VmState};
 use crate::drivers::gic::HostIrq;
 use crate::vm::lifecycle::RestartError;
 use crate::vm::run_state::{Requested, RunStateError};
 use alloc::vec::Vec;
 use core::fmt;
-use memslot::{Gfn, PAGE_SHIFT, SlotFlags, SlotId};
+use memslot::{DirtyLogMode, Gfn, PAGE_SHIFT, SlotFlags, SlotId};
 use spin::Once;
 
 /// The VM table, once the console started.
@@ -343,6 +343,33 @@ impl MonitorTarget for MachineTarget {
         flags: SlotFlags,
     ) -> Result<(), MonitorError> {
         dirty_log::set_slot_flags(vm_at(vm)?, slot, flags).map_err(MonitorError::Slot)
+    }
+
+    /// `dirty_log::get`, and with manual protection `dirty_log::clear` of
+    /// what it reported: a person's collection always starts the next
+    /// interval.
+    fn collect_dirty(&mut self, vm: VmId, slot: SlotId) -> Result<DirtyPages, MonitorError> {
+        let vm = vm_at(vm)?;
+        let spec = dirty_log::live_spec(vm, slot).map_err(MonitorError::Slot)?;
+        let mut bitmap = alloc::vec![0u64; spec.npages.div_ceil(64) as usize];
+        dirty_log::get(vm, slot, &mut bitmap).map_err(MonitorError::Slot)?;
+        if vm.memslots.dirty_log_mode().manual_protect {
+            let mut mask = bitmap.clone();
+            dirty_log::clear(vm, slot, 0, &mut mask).map_err(MonitorError::Slot)?;
+        }
+        Ok(DirtyPages {
+            ipa: spec.base_gfn.0 << PAGE_SHIFT,
+            bitmap,
+        })
+    }
+
+    fn set_dirty_mode(
+        &mut self,
+        vm: VmId,
+        mode: DirtyLogMode,
+        chunk: u64,
+    ) -> Result<(), MonitorError> {
+        dirty_log::configure(vm_at(vm)?, mode, chunk).map_err(MonitorError::Slot)
     }
 
     fn power_off(&mut self) -> Result<(), MonitorError> {

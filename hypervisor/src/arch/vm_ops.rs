@@ -86,7 +86,7 @@ pub enum VmOpError {
 impl fmt::Display for VmOpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Memslot(e) => write!(f, "memslot change refused: {e}"),
+            Self::Memslot(e) => write!(f, "memslots refused: {e}"),
             Self::NoMemory => write!(f, "no host memory left"),
             Self::Unmap(e) => write!(
                 f,

@@ -13,6 +13,8 @@
 //! slot delete VM SLOT
 //! slot move VM SLOT IPA
 //! slot flags VM SLOT rw|ro|log
+//! dirty get VM SLOT
+//! dirty mode VM auto|manual|all-set [CHUNK]
 //! ```
 //!
 //! `VM` is a VM's id when it is all digits and its name otherwise (names are
@@ -23,7 +25,7 @@
 
 use core::fmt;
 
-use memslot::{SlotFlags, SlotId};
+use memslot::{DirtyLogMode, SlotFlags, SlotId};
 
 /// A VM as the user wrote it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +114,24 @@ pub enum Command<'a> {
         /// The new flags.
         flags: SlotFlags,
     },
+    /// `dirty get VM SLOT`: collect the slot's dirty log (the pages
+    /// reported are write-protected again).
+    DirtyGet {
+        /// The VM.
+        vm: VmRef<'a>,
+        /// The slot.
+        slot: SlotId,
+    },
+    /// `dirty mode VM MODE [CHUNK]`: the VM's dirty-log mode and eager
+    /// split chunk size.
+    DirtyMode {
+        /// The VM.
+        vm: VmRef<'a>,
+        /// The mode (`auto`, `manual` or `all-set`).
+        mode: DirtyLogMode,
+        /// The eager split chunk size in bytes (0 when left out: off).
+        chunk: u64,
+    },
     /// `poweroff`: power the machine off.
     PowerOff,
     /// `exit`: back to the console.
@@ -137,6 +157,11 @@ pub const USAGE: &[(&str, &str)] = &[
     ("slot delete VM SLOT", "delete a memslot"),
     ("slot move VM SLOT IPA", "move a memslot to IPA"),
     ("slot flags VM SLOT rw|ro|log", "change a memslot's flags"),
+    ("dirty get VM SLOT", "collect a logging slot's dirty pages"),
+    (
+        "dirty mode VM auto|manual|all-set [CHUNK]",
+        "dirty-log mode, eager split chunk",
+    ),
     ("poweroff", "power the machine off"),
     ("exit", "back to the console (also Ctrl-] or Ctrl-C)"),
 ];
@@ -146,8 +171,15 @@ pub const USAGE: &[(&str, &str)] = &[
 pub enum CommandError<'a> {
     /// The first word is no command.
     Unknown(&'a str),
-    /// `slot` with a verb other than add, delete, move, flags.
-    UnknownSlotVerb(&'a str),
+    /// `slot` or `dirty` with a verb it does not have.
+    UnknownVerb {
+        /// The command (`slot`, `dirty`).
+        command: &'static str,
+        /// The verb given.
+        verb: &'a str,
+        /// The verbs it has, as a phrase.
+        verbs: &'static str,
+    },
     /// An argument is missing.
     Missing {
         /// The command's usage.
@@ -185,16 +217,24 @@ pub enum CommandError<'a> {
         /// The word.
         word: &'a str,
     },
+    /// A dirty-log mode other than auto, manual, all-set.
+    BadMode {
+        /// The command's usage.
+        usage: &'static str,
+        /// The word.
+        word: &'a str,
+    },
 }
 
 impl fmt::Display for CommandError<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Unknown(word) => write!(f, "unknown command {word:?}; help lists the commands"),
-            Self::UnknownSlotVerb(word) => write!(
-                f,
-                "unknown slot command {word:?}; slot add, slot delete, slot move or slot flags"
-            ),
+            Self::UnknownVerb {
+                command,
+                verb,
+                verbs,
+            } => write!(f, "unknown {command} command {verb:?}; {verbs}"),
             Self::Missing { usage, what } => write!(f, "{what} missing; usage: {usage}"),
             Self::Extra { usage, word } => write!(f, "unexpected {word:?}; usage: {usage}"),
             Self::BadNumber { usage, what, word } => {
@@ -208,6 +248,10 @@ impl fmt::Display for CommandError<'_> {
             Self::BadFlags { usage, word } => {
                 write!(f, "flags {word:?} are not rw, ro or log; usage: {usage}")
             }
+            Self::BadMode { usage, word } => write!(
+                f,
+                "mode {word:?} is not auto, manual or all-set; usage: {usage}"
+            ),
         }
     }
 }
@@ -306,6 +350,7 @@ pub fn parse(line: &str) -> Result<Command<'_>, CommandError<'_>> {
         "restart" => vm_command(name, Command::Restart, words),
         "slots" => vm_command(name, Command::Slots, words),
         "slot" => parse_slot(words),
+        "dirty" => parse_dirty(words),
         "migrate" => {
             let mut args = Args {
                 words,
@@ -362,7 +407,13 @@ fn parse_slot<'a>(
         "delete" => usage("slot delete"),
         "move" => usage("slot move"),
         "flags" => usage("slot flags"),
-        _ => return Err(CommandError::UnknownSlotVerb(verb)),
+        _ => {
+            return Err(CommandError::UnknownVerb {
+                command: "slot",
+                verb,
+                verbs: "slot add, slot delete, slot move or slot flags",
+            });
+        }
     };
     let mut args = Args { words, usage };
     let vm = args.vm()?;
@@ -396,6 +447,84 @@ fn parse_slot<'a>(
     };
     args.end()?;
     Ok(command)
+}
+
+fn parse_dirty<'a>(
+    mut words: impl Iterator<Item = &'a str>,
+) -> Result<Command<'a>, CommandError<'a>> {
+    let Some(verb) = words.next() else {
+        return Err(CommandError::Missing {
+            usage: "dirty get|mode ...",
+            what: "dirty command",
+        });
+    };
+    let command = match verb {
+        "get" => {
+            let mut args = Args {
+                words,
+                usage: usage("dirty get"),
+            };
+            let vm = args.vm()?;
+            let slot = args.slot()?;
+            args.end()?;
+            Command::DirtyGet { vm, slot }
+        }
+        "mode" => {
+            let mut args = Args {
+                words,
+                usage: usage("dirty mode"),
+            };
+            let vm = args.vm()?;
+            let word = args.word("mode")?;
+            let mode = parse_mode(word).ok_or(CommandError::BadMode {
+                usage: args.usage,
+                word,
+            })?;
+            let chunk = match args.words.next() {
+                Some(word) => parse_number(word).ok_or(CommandError::BadNumber {
+                    usage: args.usage,
+                    what: "CHUNK",
+                    word,
+                })?,
+                None => 0,
+            };
+            args.end()?;
+            Command::DirtyMode { vm, mode, chunk }
+        }
+        _ => {
+            return Err(CommandError::UnknownVerb {
+                command: "dirty",
+                verb,
+                verbs: "dirty get or dirty mode",
+            });
+        }
+    };
+    Ok(command)
+}
+
+/// Parses a dirty-log mode: `auto` (a collection re-protects what it
+/// reports), `manual` (manual protection) or `all-set` (manual, bitmaps
+/// start all set).
+pub fn parse_mode(word: &str) -> Option<DirtyLogMode> {
+    let (manual_protect, initially_all_set) = match word {
+        "auto" => (false, false),
+        "manual" => (true, false),
+        "all-set" => (true, true),
+        _ => return None,
+    };
+    Some(DirtyLogMode {
+        manual_protect,
+        initially_all_set,
+    })
+}
+
+/// The name [`parse_mode`] reads for `mode`.
+pub fn mode_name(mode: DirtyLogMode) -> &'static str {
+    match (mode.manual_protect, mode.initially_all_set) {
+        (false, _) => "auto",
+        (true, false) => "manual",
+        (true, true) => "all-set",
+    }
 }
 
 /// Parses `rw`, `ro` or `log`.
@@ -535,6 +664,35 @@ mod tests {
                 flags: SlotFlags::LOG_DIRTY
             })
         );
+        assert_eq!(
+            parse("dirty get a 3"),
+            Ok(Command::DirtyGet {
+                vm: VmRef::Name("a"),
+                slot
+            })
+        );
+        assert_eq!(
+            parse("dirty mode 1 all-set 2M"),
+            Ok(Command::DirtyMode {
+                vm: VmRef::Id(1),
+                mode: DirtyLogMode {
+                    manual_protect: true,
+                    initially_all_set: true
+                },
+                chunk: 2 << 20
+            })
+        );
+        assert_eq!(
+            parse("dirty mode a auto"),
+            Ok(Command::DirtyMode {
+                vm: VmRef::Name("a"),
+                mode: DirtyLogMode::default(),
+                chunk: 0
+            })
+        );
+        for word in ["auto", "manual", "all-set"] {
+            assert_eq!(parse_mode(word).map(mode_name), Some(word));
+        }
     }
 
     #[test]
@@ -565,6 +723,24 @@ mod tests {
         );
         assert!(text("slot").starts_with("slot command missing"));
         assert!(text("slot grow a 1").starts_with("unknown slot command \"grow\""));
+        assert_eq!(
+            text("dirty show a 1"),
+            "unknown dirty command \"show\"; dirty get or dirty mode"
+        );
+        assert!(text("dirty").starts_with("dirty command missing"));
+        assert_eq!(
+            text("dirty mode a lazy"),
+            "mode \"lazy\" is not auto, manual or all-set; \
+             usage: dirty mode VM auto|manual|all-set [CHUNK]"
+        );
+        assert_eq!(
+            text("dirty mode a auto 2Q"),
+            "CHUNK \"2Q\" is not a number; usage: dirty mode VM auto|manual|all-set [CHUNK]"
+        );
+        assert_eq!(
+            text("dirty get a 1 2"),
+            "unexpected \"2\"; usage: dirty get VM SLOT"
+        );
         assert!(text("focus 99999999999999999999999").contains("VM id"));
     }
 

@@ -25,18 +25,23 @@
 //! vms:       ID  NAME              STATE     VCPUS  CPUS              RAM  SLOTS  FOCUS
 //! counters:  COUNTER                  VALUE
 //! slots:     SLOT   IPA                 SIZE        BACKING             FLAGS
+//! dirty get: IPA                 PAGES
 //! ```
 //!
 //! `CPUS` lists physical CPUs as ranges (`0-1,3`, `-` for none), `RAM` and
 //! `SIZE` are sizes as the commands read them (`512M`, `4K`), addresses are
 //! `0x` and 16 hex digits. `FOCUS` is `*` for the focused VM and `-`
 //! otherwise. `counters` lists the VM's counters (the machine's names, in
-//! its order) and then the console's own `console_rx_dropped`.
+//! its order) and then the console's own `console_rx_dropped`. `dirty get`
+//! lists runs of consecutive dirty pages (first address, page count), at
+//! most [`DIRTY_RUNS_SHOWN`], and ends with an `ok:` line that counts the
+//! pages and the runs.
 
 use alloc::string::String;
+use alloc::vec::Vec;
 use core::fmt::{self, Write};
 
-use memslot::{SlotFlags, SlotId};
+use memslot::{DirtyLogMode, PAGE_SHIFT, SlotFlags, SlotId};
 
 use super::command::{self, Command, CommandError, Size, VmRef};
 use super::console_mux::{ConsoleMux, ConsoleOutput, VmId};
@@ -105,6 +110,43 @@ pub struct SlotInfo {
     pub flags: SlotFlags,
 }
 
+/// What `dirty get` collected of one slot: a bit per page, from the slot's
+/// first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirtyPages {
+    /// The slot's first guest physical address.
+    pub ipa: u64,
+    /// Bit `i % 64` of word `i / 64` is the slot's page `i`.
+    pub bitmap: Vec<u64>,
+}
+
+impl DirtyPages {
+    /// The runs of consecutive dirty pages: (first page, pages), in order.
+    pub fn runs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let bit = |page: u64| self.bitmap[(page / 64) as usize] >> (page % 64) & 1 != 0;
+        let total = self.bitmap.len() as u64 * 64;
+        let mut page = 0;
+        core::iter::from_fn(move || {
+            while page < total && !bit(page) {
+                page += 1;
+            }
+            let first = page;
+            while page < total && bit(page) {
+                page += 1;
+            }
+            (page > first).then_some((first, page - first))
+        })
+    }
+
+    /// How many pages are dirty.
+    pub fn count(&self) -> u64 {
+        self.bitmap.iter().map(|w| u64::from(w.count_ones())).sum()
+    }
+}
+
+/// Runs `dirty get` lists; more are counted in its `ok:` line.
+pub const DIRTY_RUNS_SHOWN: usize = 32;
+
 /// A memslot `slot add` asks for; the machine finds its backing memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotRequest {
@@ -155,6 +197,18 @@ pub trait MonitorTarget {
         vm: VmId,
         slot: SlotId,
         flags: SlotFlags,
+    ) -> Result<(), Self::Error>;
+    /// Collects the dirty log of a logging slot: the pages written since
+    /// the last collection (since logging began, for the first), which are
+    /// write-protected again, in any mode (with manual protection the
+    /// reported pages are cleared too).
+    fn collect_dirty(&mut self, vm: VmId, slot: SlotId) -> Result<DirtyPages, Self::Error>;
+    /// Sets `vm`'s dirty-log mode and eager split chunk size (0: off).
+    fn set_dirty_mode(
+        &mut self,
+        vm: VmId,
+        mode: DirtyLogMode,
+        chunk: u64,
     ) -> Result<(), Self::Error>;
     /// Powers the machine off (may not return on the machine).
     fn power_off(&mut self) -> Result<(), Self::Error>;
@@ -409,8 +463,10 @@ fn execute<'a, T: MonitorTarget, O: ConsoleOutput>(
     match command {
         Command::Empty => {}
         Command::Help => {
+            let width = command::USAGE.iter().map(|(u, _)| u.len()).max();
+            let width = width.unwrap_or(0);
             for (usage, what) in command::USAGE {
-                let _ = writeln!(w, "{usage:<38} {what}");
+                let _ = writeln!(w, "{usage:<width$} {what}");
             }
             let _ = writeln!(
                 w,
@@ -517,6 +573,47 @@ fn execute<'a, T: MonitorTarget, O: ConsoleOutput>(
                 w,
                 "ok: {name} slot {slot} flags {}",
                 command::flags_name(flags)
+            );
+        }
+        Command::DirtyGet { vm, slot } => {
+            let vm = vm_of(w, vm)?;
+            let dirty = target.collect_dirty(vm, slot).map_err(Failure::Target)?;
+            let mut runs = 0;
+            let _ = writeln!(w, "{:<19} PAGES", "IPA");
+            for (first, pages) in dirty.runs() {
+                if runs < DIRTY_RUNS_SHOWN {
+                    let ipa = dirty.ipa + (first << PAGE_SHIFT);
+                    let _ = writeln!(w, "{ipa:#018x}  {pages}");
+                }
+                runs += 1;
+            }
+            let name = name_of(w, vm);
+            let shown = if runs > DIRTY_RUNS_SHOWN {
+                alloc::format!(" (the first {DIRTY_RUNS_SHOWN} shown)")
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                w,
+                "ok: {name} slot {slot}: {} dirty pages in {runs} runs{shown}, write-protected again",
+                dirty.count()
+            );
+        }
+        Command::DirtyMode { vm, mode, chunk } => {
+            let vm = vm_of(w, vm)?;
+            target
+                .set_dirty_mode(vm, mode, chunk)
+                .map_err(Failure::Target)?;
+            let name = name_of(w, vm);
+            let split = if chunk == 0 {
+                String::from("eager split off")
+            } else {
+                alloc::format!("eager split in {} chunks", Size(chunk))
+            };
+            let _ = writeln!(
+                w,
+                "ok: {name} dirty log mode {}, {split}",
+                command::mode_name(mode)
             );
         }
         Command::PowerOff => {

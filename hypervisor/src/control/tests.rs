@@ -9,13 +9,14 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 
-use memslot::{SlotFlags, SlotId};
+use memslot::{DirtyLogMode, SlotFlags, SlotId};
 use proptest::prelude::*;
 
 use super::console::{Console, GuestInput, Mode};
 use super::console_mux::{ConsoleOutput, ESCAPE, LINE_CAPACITY, VmId};
 use super::monitor::{
-    EDIT_CAPACITY, MonitorTarget, OPEN_BANNER, PROMPT, SlotInfo, SlotRequest, VmInfo, VmState,
+    DirtyPages, EDIT_CAPACITY, MonitorTarget, OPEN_BANNER, PROMPT, SlotInfo, SlotRequest, VmInfo,
+    VmState,
 };
 
 /// Every byte written to the host console.
@@ -71,6 +72,8 @@ enum FakeError {
     NoSuchSlot(SlotId),
     SlotInUse(SlotId),
     Overlap(SlotId),
+    NotLogging(SlotId),
+    ModeWhileLogging,
     PoweredOff,
 }
 
@@ -81,6 +84,8 @@ impl fmt::Display for FakeError {
             Self::NoSuchSlot(id) => write!(f, "no slot {id}"),
             Self::SlotInUse(id) => write!(f, "slot {id} is in use"),
             Self::Overlap(id) => write!(f, "overlaps slot {id}"),
+            Self::NotLogging(id) => write!(f, "slot {id} does not log dirty pages"),
+            Self::ModeWhileLogging => write!(f, "a slot logs dirty pages"),
             Self::PoweredOff => write!(f, "the machine is off"),
         }
     }
@@ -92,6 +97,9 @@ struct FakeVm {
     info: VmInfo,
     slots: BTreeMap<SlotId, SlotInfo>,
     restarts: u32,
+    /// Dirty pages of logging slots, by page index in the slot.
+    dirty: BTreeMap<SlotId, Vec<u64>>,
+    dirty_mode: (DirtyLogMode, u64),
 }
 
 /// A machine whose VMs are rows in a table.
@@ -129,6 +137,8 @@ impl FakeMachine {
                     },
                     slots,
                     restarts: 0,
+                    dirty: BTreeMap::new(),
+                    dirty_mode: (DirtyLogMode::default(), 0),
                 }
             })
             .collect();
@@ -149,6 +159,13 @@ impl FakeMachine {
             .slots
             .get_mut(&id)
             .ok_or(FakeError::NoSuchSlot(id))
+    }
+
+    /// The guest of `vm` writes page `page` of slot `id` (logged if it logs).
+    fn write_page(&mut self, vm: usize, id: SlotId, page: u64) {
+        if let Some(pages) = self.vms[vm].dirty.get_mut(&id) {
+            pages.push(page);
+        }
     }
 
     fn check_overlap(&self, vm: VmId, id: SlotId, ipa: u64, size: u64) -> Result<(), FakeError> {
@@ -258,6 +275,41 @@ impl MonitorTarget for FakeMachine {
         flags: SlotFlags,
     ) -> Result<(), FakeError> {
         self.slot(vm, slot)?.flags = flags;
+        if flags.contains(SlotFlags::LOG_DIRTY) {
+            self.vm(vm).dirty.entry(slot).or_default();
+        } else {
+            self.vm(vm).dirty.remove(&slot);
+        }
+        Ok(())
+    }
+
+    fn collect_dirty(&mut self, vm: VmId, slot: SlotId) -> Result<DirtyPages, FakeError> {
+        let info = *self.slot(vm, slot)?;
+        let pages = self
+            .vm(vm)
+            .dirty
+            .get_mut(&slot)
+            .ok_or(FakeError::NotLogging(slot))?;
+        let mut bitmap = vec![0u64; (info.size >> 12).div_ceil(64) as usize];
+        for page in pages.drain(..) {
+            bitmap[(page / 64) as usize] |= 1 << (page % 64);
+        }
+        Ok(DirtyPages {
+            ipa: info.ipa,
+            bitmap,
+        })
+    }
+
+    fn set_dirty_mode(
+        &mut self,
+        vm: VmId,
+        mode: DirtyLogMode,
+        chunk: u64,
+    ) -> Result<(), FakeError> {
+        if !self.vm(vm).dirty.is_empty() {
+            return Err(FakeError::ModeWhileLogging);
+        }
+        self.vm(vm).dirty_mode = (mode, chunk);
         Ok(())
     }
 
@@ -684,6 +736,73 @@ fn slot_commands() {
     assert_eq!(
         rig.command("slot delete z 1"),
         ["error: no VM named \"z\"; vms lists them"]
+    );
+}
+
+#[test]
+fn dirty_log_commands() {
+    let mut rig = Rig::new(&["a", "b"]);
+    let slot = SlotId::new(0).unwrap();
+    assert_eq!(
+        rig.command("dirty get a 0"),
+        ["error: slot 0 does not log dirty pages"]
+    );
+    assert_eq!(
+        rig.command("dirty mode b manual 2M"),
+        ["ok: b dirty log mode manual, eager split in 2M chunks"]
+    );
+    let manual = DirtyLogMode {
+        manual_protect: true,
+        initially_all_set: false,
+    };
+    assert_eq!(rig.machine.vms[1].dirty_mode, (manual, 2 << 20));
+    assert_eq!(
+        rig.command("slot flags a 0 log"),
+        ["ok: a slot 0 flags log"]
+    );
+    assert_eq!(
+        rig.command("dirty mode a all-set"),
+        ["error: a slot logs dirty pages"]
+    );
+    for page in [0, 1, 2, 63, 64, 300] {
+        rig.machine.write_page(0, slot, page);
+    }
+    assert_eq!(
+        rig.command("dirty get a 0"),
+        [
+            "IPA                 PAGES",
+            "0x0000000040000000  3",
+            "0x000000004003f000  2",
+            "0x000000004012c000  1",
+            "ok: a slot 0: 6 dirty pages in 3 runs, write-protected again",
+        ]
+    );
+    assert_eq!(
+        rig.command("dirty get 0 0"),
+        [
+            "IPA                 PAGES",
+            "ok: a slot 0: 0 dirty pages in 0 runs, write-protected again",
+        ]
+    );
+    // Every other page of 80: 40 runs, the first 32 listed.
+    for page in (0..80).step_by(2) {
+        rig.machine.write_page(0, slot, page);
+    }
+    let reply = rig.command("dirty get a 0");
+    assert_eq!(reply.len(), 1 + 32 + 1);
+    assert_eq!(reply[32], "0x000000004003e000  1");
+    assert_eq!(
+        reply[33],
+        "ok: a slot 0: 40 dirty pages in 40 runs (the first 32 shown), write-protected again"
+    );
+    assert_eq!(rig.command("slot flags a 0 rw"), ["ok: a slot 0 flags rw"]);
+    assert_eq!(
+        rig.command("dirty mode a auto"),
+        ["ok: a dirty log mode auto, eager split off"]
+    );
+    assert_eq!(
+        rig.command("dirty get a"),
+        ["error: SLOT missing; usage: dirty get VM SLOT"]
     );
 }
 
