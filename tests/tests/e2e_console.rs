@@ -13,6 +13,10 @@
 //! A third pastes 32 lines at once into one echo VM and checks every line
 //! comes back whole: the host UART hands bytes over one at a time, and a
 //! receive interrupt lost between two of them strands the rest of a paste.
+//! A fourth collects an echo VM's dirty log from the monitor (`dirty mode`,
+//! `slot flags ... log`, `dirty get`), in manual and in auto mode, two
+//! intervals each: every collection reports the pages the guest's loop
+//! wrote, which only happens again if the one before write-protected them.
 //! The tests fail (never skip) when QEMU, the build or the boot fails.
 
 use std::time::Duration;
@@ -258,4 +262,117 @@ fn a_pasted_burst_reaches_the_guest_whole() {
         "no byte dropped\n{explain}"
     );
     assert!(report.transcript.system_off, "{explain}");
+}
+
+/// The `ok:` lines of `dirty get` for slot 0 of `solo`: the dirty page counts.
+fn dirty_counts(text: &str) -> Vec<u64> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("ok: solo slot 0: "))
+        .map(|rest| {
+            rest.split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .expect("a page count")
+        })
+        .collect()
+}
+
+#[test]
+fn the_monitor_collects_a_vms_dirty_log() {
+    let collect_twice = |script: ConsoleScript| {
+        script
+            .then("", "exit\r")
+            .then("echo: tick", "")
+            .then("echo: tick", ESCAPE)
+            .then("hv> ", "dirty get solo 0\r")
+            .then("write-protected again", "exit\r")
+            .then("echo: tick", "")
+            .then("echo: tick", ESCAPE)
+            .then("hv> ", "dirty get solo 0\r")
+            .then("write-protected again", "")
+    };
+    let script = ConsoleScript::new()
+        .then("echo: tick 1", ESCAPE)
+        .then("hv> ", "slots solo\r")
+        .then("hv> ", "dirty get solo 0\r")
+        .then("error: ", "dirty mode solo manual 2M\r")
+        .then("ok: solo dirty log mode manual", "slot flags solo 0 log\r")
+        .then("ok: solo slot 0 flags log", "");
+    let script = collect_twice(script)
+        .then("", "slot flags solo 0 rw\r")
+        .then("ok: solo slot 0 flags rw", "dirty mode solo auto\r")
+        .then("ok: solo dirty log mode auto", "slot flags solo 0 log\r")
+        .then("ok: solo slot 0 flags log", "");
+    let script = collect_twice(script)
+        .then("", "counters solo\r")
+        .then("console_rx_dropped", "poweroff\r");
+    let config = RunConfig {
+        smp: 2,
+        mem_mib: 512,
+        timeout: Duration::from_secs(180),
+        echo: false,
+        vms: vec![VmSpec::parse("echo,cpus=1,mem=64,name=solo", 0).unwrap()],
+        input: ConsoleInput::Script(script),
+        ..RunConfig::default()
+    };
+    let report =
+        qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
+    let explain = report.explain();
+    assert!(report.passed(), "{explain}");
+    let text = report.console();
+    assert!(
+        text.contains("error: memslots refused: slot 0 is not logging dirty pages"),
+        "a slot that does not log has no dirty log\n{explain}"
+    );
+
+    // The slot's range, from `slots solo`.
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("0      0x"))
+        .expect("slot 0 in `slots solo`");
+    let words: Vec<&str> = row.split_whitespace().collect();
+    let base = u64::from_str_radix(&words[1][2..], 16).expect("an address");
+    let size = monitor_size(words[2]);
+
+    // Four collections, each with pages the loop wrote since the last.
+    let counts = dirty_counts(text);
+    assert_eq!(counts.len(), 4, "{explain}");
+    assert!(
+        counts.iter().all(|&n| n > 0),
+        "every interval's writes reported (a collection that does not \
+         write-protect what it reports leaves the next one empty): {counts:?}\n{explain}"
+    );
+    let mut rows = 0;
+    for line in text.lines().filter(|l| l.starts_with("0x")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let ipa = u64::from_str_radix(&words[0][2..], 16).expect("an address");
+        let pages: u64 = words[1].parse().expect("a page count");
+        assert!(
+            ipa >= base && ipa + (pages << 12) <= base + size,
+            "run {line:?} outside slot 0\n{explain}"
+        );
+        rows += 1;
+    }
+    assert!(rows >= 4, "{explain}");
+    let marked: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("dirty_pages_marked"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("dirty_pages_marked in `counters solo`");
+    assert!(
+        marked >= counts.iter().sum::<u64>(),
+        "each reported page was marked by a write fault: {marked} < {counts:?}\n{explain}"
+    );
+    assert!(report.transcript.system_off, "{explain}");
+}
+
+/// A size as the monitor prints it (`64M`, `4K`, bytes).
+fn monitor_size(word: &str) -> u64 {
+    let (digits, shift) = match word.as_bytes().last() {
+        Some(b'G') => (&word[..word.len() - 1], 30),
+        Some(b'M') => (&word[..word.len() - 1], 20),
+        Some(b'K') => (&word[..word.len() - 1], 10),
+        _ => (word, 0),
+    };
+    digits.parse::<u64>().expect("a size") << shift
 }
