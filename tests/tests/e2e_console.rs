@@ -224,15 +224,8 @@ fn pasted_line(i: usize) -> String {
     format!("paste {i:02} {fill}")
 }
 
-#[test]
-fn a_pasted_burst_reaches_the_guest_whole() {
-    let paste: String = (0..PASTED_LINES).map(|i| pasted_line(i) + "\r").collect();
-    let last = format!("echo: got {}", pasted_line(PASTED_LINES - 1));
-    let script = ConsoleScript::new()
-        .then("echo: ready", paste)
-        .then(&last, ESCAPE)
-        .then("hv> ", "counters 0\r")
-        .then("console_rx_dropped", "poweroff\r");
+/// One echo VM, `solo`, on CPU 1 (the console on CPU 0), driven by `script`.
+fn run_solo_echo(script: ConsoleScript) -> RunReport {
     let config = RunConfig {
         smp: 2,
         mem_mib: 512,
@@ -242,8 +235,19 @@ fn a_pasted_burst_reaches_the_guest_whole() {
         input: ConsoleInput::Script(script),
         ..RunConfig::default()
     };
-    let report =
-        qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
+    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+}
+
+#[test]
+fn a_pasted_burst_reaches_the_guest_whole() {
+    let paste: String = (0..PASTED_LINES).map(|i| pasted_line(i) + "\r").collect();
+    let last = format!("echo: got {}", pasted_line(PASTED_LINES - 1));
+    let script = ConsoleScript::new()
+        .then("echo: ready", paste)
+        .then(&last, ESCAPE)
+        .then("hv> ", "counters 0\r")
+        .then("console_rx_dropped", "poweroff\r");
+    let report = run_solo_echo(script);
     let explain = report.explain();
     assert!(report.passed(), "{explain}");
     let text = report.console();
@@ -306,17 +310,7 @@ fn the_monitor_collects_a_vms_dirty_log() {
     let script = collect_twice(script)
         .then("", "counters solo\r")
         .then("console_rx_dropped", "poweroff\r");
-    let config = RunConfig {
-        smp: 2,
-        mem_mib: 512,
-        timeout: Duration::from_secs(180),
-        echo: false,
-        vms: vec![VmSpec::parse("echo,cpus=1,mem=64,name=solo", 0).unwrap()],
-        input: ConsoleInput::Script(script),
-        ..RunConfig::default()
-    };
-    let report =
-        qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
+    let report = run_solo_echo(script);
     let explain = report.explain();
     assert!(report.passed(), "{explain}");
     let text = report.console();
