@@ -915,6 +915,29 @@ fn event() -> impl Strategy<Value = Event> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
+    /// `dirty get`'s runs cover exactly the set bits, in order, each run
+    /// as long as it can be (a clear bit or the bitmap's end after it).
+    #[test]
+    fn dirty_runs_are_the_set_bits(bitmap in proptest::collection::vec(any::<u64>(), 0..6)) {
+        let dirty = DirtyPages { ipa: 0x4000_0000, bitmap };
+        let bit = |page: u64| dirty.bitmap[(page / 64) as usize] >> (page % 64) & 1 != 0;
+        let total = dirty.bitmap.len() as u64 * 64;
+        let mut covered = Vec::new();
+        let mut last_end = None;
+        for (first, pages) in dirty.runs() {
+            prop_assert!(pages > 0);
+            prop_assert!(last_end.is_none_or(|end| first > end), "runs apart and in order");
+            prop_assert!(first == 0 || !bit(first - 1), "run starts after a clear bit");
+            let end = first + pages;
+            prop_assert!(end == total || !bit(end), "run ends at a clear bit");
+            covered.extend(first..end);
+            last_end = Some(end);
+        }
+        let set: Vec<u64> = (0..total).filter(|&p| bit(p)).collect();
+        prop_assert_eq!(covered.len() as u64, dirty.count());
+        prop_assert_eq!(covered, set);
+    }
+
     /// Random keys, guest bytes and polls: nothing panics, every buffer stays
     /// within its bound.
     #[test]
