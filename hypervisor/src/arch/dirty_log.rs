@@ -24,8 +24,9 @@
 //! write-protects exactly the reported pages under the write side, with one
 //! range flush over their span. With manual protection [`get`] only copies
 //! and [`clear`] clears the pages of a mask and write-protects exactly
-//! those, again with one flush. Taking the bits before the write side is
-//! what makes the fault side's mark-inside-the-read-section enough (see
+//! those, again with one flush. [`collect`] (the console's) does either
+//! whole, so every collection it makes starts the next interval. Taking the
+//! bits before the write side is what makes the fault side's mark-inside-the-read-section enough (see
 //! `stage2::fault`).
 //!
 //! # Disabling
@@ -34,6 +35,8 @@
 //! once: later permission faults on pages where a block fits map the block
 //! again, collapsing the table (`stage2_collapses` counts them), with the
 //! engine's flush of the collapsed span.
+
+use alloc::vec::Vec;
 
 use crate::arch::stage2::FrameMemory;
 use crate::arch::vm::Vm;
@@ -53,8 +56,8 @@ pub struct EnableReport {
     pub split: SplitStats,
 }
 
-/// The live spec of slot `id` of `vm` (`NoSuchSlot` if it has none).
-pub fn live_spec(vm: &Vm, id: SlotId) -> Result<SlotSpec, VmOpError> {
+/// The live spec of slot `id` of `vm`.
+fn live_spec(vm: &Vm, id: SlotId) -> Result<SlotSpec, VmOpError> {
     vm_ops::slot_spec(vm, id)?.ok_or(VmOpError::Memslot(MemslotError::NoSuchSlot(id)))
 }
 
@@ -223,6 +226,22 @@ pub fn clear(vm: &Vm, id: SlotId, first_page: u64, mask: &mut [u64]) -> Result<u
         protect_pages(vm, &spec, first_page, mask)?;
     }
     Ok(count)
+}
+
+/// A collection as a person asks for it (the console's `dirty get`): the
+/// dirty pages of slot `id` since the last collection, one bit per page
+/// from the slot's first, with the slot's first IPA. In either mode the
+/// reported pages are taken from the log and write-protected again: [`get`],
+/// and with manual protection [`clear`] of what it reported.
+pub fn collect(vm: &Vm, id: SlotId) -> Result<(u64, Vec<u64>), VmOpError> {
+    let spec = live_spec(vm, id)?;
+    let mut bitmap = alloc::vec![0u64; spec.npages.div_ceil(64) as usize];
+    get(vm, id, &mut bitmap)?;
+    if vm.memslots.dirty_log_mode().manual_protect {
+        let mut mask = bitmap.clone();
+        clear(vm, id, 0, &mut mask)?;
+    }
+    Ok((ipa_range(&spec).0, bitmap))
 }
 
 /// Changes the flags of slot `id` of `vm`: turning `LOG_DIRTY` on or off

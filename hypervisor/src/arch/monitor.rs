@@ -345,22 +345,9 @@ impl MonitorTarget for MachineTarget {
         dirty_log::set_slot_flags(vm_at(vm)?, slot, flags).map_err(MonitorError::Slot)
     }
 
-    /// `dirty_log::get`, and with manual protection `dirty_log::clear` of
-    /// what it reported: a person's collection always starts the next
-    /// interval.
     fn collect_dirty(&mut self, vm: VmId, slot: SlotId) -> Result<DirtyPages, MonitorError> {
-        let vm = vm_at(vm)?;
-        let spec = dirty_log::live_spec(vm, slot).map_err(MonitorError::Slot)?;
-        let mut bitmap = alloc::vec![0u64; spec.npages.div_ceil(64) as usize];
-        dirty_log::get(vm, slot, &mut bitmap).map_err(MonitorError::Slot)?;
-        if vm.memslots.dirty_log_mode().manual_protect {
-            let mut mask = bitmap.clone();
-            dirty_log::clear(vm, slot, 0, &mut mask).map_err(MonitorError::Slot)?;
-        }
-        Ok(DirtyPages {
-            ipa: spec.base_gfn.0 << PAGE_SHIFT,
-            bitmap,
-        })
+        let (ipa, bitmap) = dirty_log::collect(vm_at(vm)?, slot).map_err(MonitorError::Slot)?;
+        Ok(DirtyPages { ipa, bitmap })
     }
 
     fn set_dirty_mode(
