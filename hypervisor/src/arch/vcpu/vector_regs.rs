@@ -366,6 +366,26 @@ pub(super) fn read_sme(svl: usize) -> SmeState {
     sme
 }
 
+/// One pass over ZA's rows with `$op` (`"ldr"` or `"str"`): row `w12` to or
+/// from `$at`, which advances by one streaming vector per row.
+macro_rules! za_row_loop {
+    ($op:literal, $at:expr, $rows:expr) => {
+        core::arch::asm!(
+            ".arch_extension sme",
+            "2:",
+            concat!($op, " za[w12, 0], [{at}]"),
+            "addsvl {at}, {at}, #1",
+            "add w12, w12, #1",
+            "cmp x12, {rows}",
+            "b.lo 2b",
+            at = inout(reg) $at => _,
+            rows = in(reg) $rows,
+            inout("x12") 0u64 => _,
+            options(nostack)
+        )
+    };
+}
+
 /// Stores (`load` false) or loads the `rows` rows of ZA at `buffer`.
 ///
 /// # Safety
@@ -377,33 +397,9 @@ unsafe fn za_rows(buffer: *mut u8, rows: usize, load: bool) {
     // advances by one streaming vector per row.
     unsafe {
         if load {
-            core::arch::asm!(
-                ".arch_extension sme",
-                "2:",
-                "ldr za[w12, 0], [{at}]",
-                "addsvl {at}, {at}, #1",
-                "add w12, w12, #1",
-                "cmp x12, {rows}",
-                "b.lo 2b",
-                at = inout(reg) buffer => _,
-                rows = in(reg) rows,
-                inout("x12") 0u64 => _,
-                options(nostack)
-            );
+            za_row_loop!("ldr", buffer, rows);
         } else {
-            core::arch::asm!(
-                ".arch_extension sme",
-                "2:",
-                "str za[w12, 0], [{at}]",
-                "addsvl {at}, {at}, #1",
-                "add w12, w12, #1",
-                "cmp x12, {rows}",
-                "b.lo 2b",
-                at = inout(reg) buffer => _,
-                rows = in(reg) rows,
-                inout("x12") 0u64 => _,
-                options(nostack)
-            );
+            za_row_loop!("str", buffer, rows);
         }
     }
 }
