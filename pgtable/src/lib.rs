@@ -174,7 +174,7 @@ pub use fault::{FAULT_CACHE_PAGES, FaultMapping};
 pub use invalidate::{FaultTicket, InvalidationToken};
 pub use mm::{CacheOp, PageTableMemory};
 #[cfg(any(test, feature = "host"))]
-pub use mm::{HostMemory, POISON};
+pub use mm::{CacheOpLog, HostMemory, POISON};
 pub use mmu::{MAX_MMU_CPUS, Mmu, MmuCpu, MmuReader, MmuWriter};
 pub use slot_sync::{SLOT_UNMAP_CACHE_PAGES, SlotSyncError, delete_slot, move_slot};
 pub use split::{SkipHints, SplitStats};

@@ -17,7 +17,11 @@
 //! [`invalidate_icache`](PageTableMemory::invalidate_icache) (before an
 //! executable leaf is published). Both default to nothing; the engine decides
 //! when they are due, the implementation how (and whether the CPU needs them
-//! at all). `HostMemory` records every call as a [`CacheOp`].
+//! at all). `HostMemory` records every call as a [`CacheOp`], in order, in
+//! one list behind its lock (tests check which ranges were maintained and
+//! when), or, built with [`CacheOpLog::PerThreadCount`], only counts them in
+//! a counter of the calling thread, so that vCPU threads faulting in parallel
+//! share nothing there (benchmarks).
 
 use crate::addr::PhysAddr;
 use core::ptr::NonNull;
@@ -127,7 +131,7 @@ unsafe impl<T: PageTableMemory + Send + ?Sized> PageTableMemory for alloc::sync:
 }
 
 #[cfg(any(test, feature = "host"))]
-pub use host::{HostMemory, POISON};
+pub use host::{CacheOpLog, HostMemory, POISON};
 
 #[cfg(any(test, feature = "host"))]
 mod host {
@@ -146,6 +150,28 @@ mod host {
 
     /// How many freed allocations stay quarantined (poisoned, unreleased).
     const QUARANTINE: usize = 4096;
+
+    /// How a [`HostMemory`] keeps the cache-maintenance calls it receives.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub enum CacheOpLog {
+        /// Every call recorded as a [`CacheOp`], in order, in one list behind
+        /// the provider's lock ([`HostMemory::cache_ops`]): for tests that
+        /// check which ranges were maintained, and when. Threads calling at
+        /// the same time take turns on the lock.
+        #[default]
+        Ordered,
+        /// Calls only counted, in a counter of the calling thread
+        /// ([`HostMemory::thread_cache_ops`]); nothing shared is written, so
+        /// threads faulting in parallel do not serialise on the provider
+        /// (benchmarks). No list is kept: [`HostMemory::cache_ops`] panics.
+        PerThreadCount,
+    }
+
+    std::thread_local! {
+        /// Cache-maintenance calls the current thread made to providers
+        /// built with [`CacheOpLog::PerThreadCount`].
+        static THREAD_CACHE_OPS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    }
 
     #[derive(Default)]
     struct State {
@@ -168,10 +194,12 @@ mod host {
     /// after its free is counted as a poison violation when it leaves
     /// quarantine or when [`check_quarantine`](Self::check_quarantine) runs.
     /// Freeing a page that is not live panics. Cache-maintenance calls are
-    /// recorded in order ([`cache_ops`](Self::cache_ops)).
+    /// recorded in order ([`cache_ops`](Self::cache_ops)), or counted per
+    /// thread ([`CacheOpLog`]).
     #[derive(Default)]
     pub struct HostMemory {
         state: Mutex<State>,
+        cache_op_log: CacheOpLog,
         free_hook: std::sync::OnceLock<FreeHook>,
     }
 
@@ -182,6 +210,14 @@ mod host {
         /// A provider with no limit.
         pub fn new() -> Self {
             Self::default()
+        }
+
+        /// A provider without a limit that keeps cache-maintenance calls as
+        /// `log` says.
+        pub fn with_cache_op_log(log: CacheOpLog) -> Self {
+            let mut memory = Self::default();
+            memory.cache_op_log = log;
+            memory
         }
 
         /// A provider that refuses to hold more than `pages` live pages.
@@ -225,14 +261,42 @@ mod host {
             self.state().poison_violations
         }
 
-        /// The cache-maintenance calls made so far, in order.
+        /// The cache-maintenance calls made so far, in order. Panics when
+        /// the provider only counts them ([`CacheOpLog::PerThreadCount`]), so
+        /// that no check passes on a list that was never kept.
         pub fn cache_ops(&self) -> Vec<CacheOp> {
+            self.assert_ordered("cache_ops");
             self.state().cache_ops.clone()
         }
 
         /// Returns the cache-maintenance calls made so far and forgets them.
+        /// Panics like [`cache_ops`](Self::cache_ops).
         pub fn take_cache_ops(&self) -> Vec<CacheOp> {
+            self.assert_ordered("take_cache_ops");
             core::mem::take(&mut self.state().cache_ops)
+        }
+
+        fn assert_ordered(&self, what: &str) {
+            assert!(
+                self.cache_op_log == CacheOpLog::Ordered,
+                "HostMemory::{what}: this provider counts cache maintenance per thread \
+                 (CacheOpLog::PerThreadCount) and keeps no list"
+            );
+        }
+
+        /// Cache-maintenance calls the calling thread has made so far to
+        /// every provider built with [`CacheOpLog::PerThreadCount`] (a
+        /// thread-local counter: take the difference around the work).
+        pub fn thread_cache_ops() -> u64 {
+            THREAD_CACHE_OPS.with(core::cell::Cell::get)
+        }
+
+        /// Keeps one cache-maintenance call as [`CacheOpLog`] says.
+        fn log_cache_op(&self, op: CacheOp) {
+            match self.cache_op_log {
+                CacheOpLog::Ordered => self.state().cache_ops.push(op),
+                CacheOpLog::PerThreadCount => THREAD_CACHE_OPS.with(|n| n.set(n.get() + 1)),
+            }
         }
 
         /// Checks every quarantined page for writes after free, releases
@@ -311,15 +375,11 @@ mod host {
         }
 
         fn clean_inval_dcache(&self, pa: PhysAddr, size: u64) {
-            self.state()
-                .cache_ops
-                .push(CacheOp::CleanInvalDcache { pa, size });
+            self.log_cache_op(CacheOp::CleanInvalDcache { pa, size });
         }
 
         fn invalidate_icache(&self, pa: PhysAddr, size: u64) {
-            self.state()
-                .cache_ops
-                .push(CacheOp::InvalidateIcache { pa, size });
+            self.log_cache_op(CacheOp::InvalidateIcache { pa, size });
         }
     }
 
@@ -481,6 +541,57 @@ mod host {
             unsafe { mem.free_pages(a, 1) };
             // SAFETY: deliberately wrong: this is what is being detected.
             unsafe { mem.free_pages(a, 1) };
+        }
+
+        #[test]
+        fn ordered_log_keeps_every_call_in_order() {
+            let mem = HostMemory::new();
+            let before = HostMemory::thread_cache_ops();
+            mem.clean_inval_dcache(PhysAddr::new(0x1000), PAGE_SIZE);
+            mem.invalidate_icache(PhysAddr::new(0x2000), PAGE_SIZE);
+            assert_eq!(
+                mem.take_cache_ops(),
+                [
+                    CacheOp::CleanInvalDcache {
+                        pa: PhysAddr::new(0x1000),
+                        size: PAGE_SIZE
+                    },
+                    CacheOp::InvalidateIcache {
+                        pa: PhysAddr::new(0x2000),
+                        size: PAGE_SIZE
+                    },
+                ]
+            );
+            assert_eq!(mem.cache_ops(), []);
+            assert_eq!(HostMemory::thread_cache_ops(), before);
+        }
+
+        #[test]
+        fn per_thread_count_counts_each_thread_apart_and_keeps_no_list() {
+            let mem = HostMemory::with_cache_op_log(CacheOpLog::PerThreadCount);
+            let counted = |calls: u64| {
+                let before = HostMemory::thread_cache_ops();
+                for i in 0..calls {
+                    mem.clean_inval_dcache(PhysAddr::new(i * PAGE_SIZE), PAGE_SIZE);
+                }
+                mem.invalidate_icache(PhysAddr::new(0), PAGE_SIZE);
+                HostMemory::thread_cache_ops() - before
+            };
+            let (a, b) = std::thread::scope(|s| {
+                let a = s.spawn(|| counted(3));
+                let b = s.spawn(|| counted(5));
+                (a.join().unwrap(), b.join().unwrap())
+            });
+            assert_eq!((a, b), (4, 6));
+            assert!(mem.state().cache_ops.is_empty());
+        }
+
+        #[test]
+        #[should_panic(expected = "keeps no list")]
+        fn per_thread_count_refuses_to_list() {
+            let mem = HostMemory::with_cache_op_log(CacheOpLog::PerThreadCount);
+            mem.clean_inval_dcache(PhysAddr::new(0x1000), PAGE_SIZE);
+            let _ = mem.cache_ops();
         }
 
         #[test]

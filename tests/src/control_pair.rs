@@ -68,6 +68,38 @@ impl<'a> ControlPair<'a> {
         qemu_runner::run(&config).map_err(|e| format!("could not run QEMU: {e}"))
     }
 
+    /// Prints the benchmark `config` line for figures under `name` that
+    /// come from a passed run of this pair: QEMU's CPU and CPU count, the
+    /// stage-2 features the hypervisor found (from `run`'s log), the
+    /// peer's vCPUs and the control VM's bootargs, then `extra`.
+    pub fn print_config(
+        &self,
+        name: &str,
+        run: &RunReport,
+        extra: &[(&str, &dyn std::fmt::Display)],
+    ) {
+        let (fwb, range_tlbi) = crate::measure::hypervisor_features(run.hypervisor_log());
+        let smp = self.peer_vcpus + 1;
+        let args = if self.args.is_empty() {
+            "none"
+        } else {
+            self.args
+        };
+        let mut settings: Vec<(&str, &dyn std::fmt::Display)> = vec![
+            ("engine", &"qemu"),
+            ("cpu", &self.cpu),
+            ("fwb", &fwb),
+            ("range_tlbi", &range_tlbi),
+            ("vcpus", &self.peer_vcpus),
+            ("smp", &smp),
+            ("control", &self.control),
+            ("peer", &self.peer),
+            ("args", &args),
+        ];
+        settings.extend_from_slice(extra);
+        crate::measure::config(name, &settings);
+    }
+
     /// [`ControlPair::run`] for a benchmark: `Err` also when the run failed.
     pub fn run_passed(&self) -> Result<RunReport, String> {
         let run = self.run()?;

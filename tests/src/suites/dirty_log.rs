@@ -62,13 +62,12 @@ struct Figures {
     tlbi: Vec<(&'static str, u64)>,
 }
 
-fn boot(writers: usize, args: &str) -> Result<RunReport, String> {
+fn pair(writers: usize, args: &str) -> ControlPair<'_> {
     ControlPair {
         args,
         peer_vcpus: writers as u32,
         ..ControlPair::new("dirty-log", "dirty-writer")
     }
-    .run_passed()
 }
 
 /// The number just before ` <unit>` in `line`, after `after`.
@@ -136,7 +135,8 @@ pub fn run() {
             let (mut populate, mut enable, mut rate) = (Vec::new(), Vec::new(), Vec::new());
             for round in 1..=RUNS {
                 eprintln!("dirty_log: {writers} vCPUs, {name}, run {round}/{RUNS}");
-                let run = boot(writers, args).unwrap_or_else(|why| {
+                let pair = pair(writers, args);
+                let run = pair.run_passed().unwrap_or_else(|why| {
                     eprintln!("dirty_log: {name}: the run failed: {why}");
                     std::process::exit(1);
                 });
@@ -144,6 +144,13 @@ pub fn run() {
                     eprintln!("dirty_log: {name}: {why}\n{}", run.explain());
                     std::process::exit(1);
                 });
+                if round == 1 {
+                    pair.print_config(
+                        &format!("dirty_log/{writers}vcpus/*/{name}"),
+                        &run,
+                        &[("runs", &RUNS)],
+                    );
+                }
                 populate.push(f.populate_us);
                 enable.push(f.enable_us);
                 rate.push(f.iter1_us);

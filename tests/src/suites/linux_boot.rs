@@ -19,7 +19,7 @@ use qemu_runner::initramfs::INIT_MARKER;
 use qemu_runner::linux::{BusyboxInit, LinuxBoot};
 use qemu_runner::{Boot, RunConfig};
 
-use crate::measure::{median, report};
+use crate::measure::{config, hypervisor_features, median, report};
 
 /// Runs per boot mode.
 const RUNS: usize = 3;
@@ -31,13 +31,36 @@ fn boot_name(boot: Boot) -> &'static str {
     }
 }
 
-/// One boot: the seconds to the marker, or why there is no figure.
-fn time_to_marker(boot: Boot) -> Result<f64, String> {
+/// The configuration of a boot, for its `config` line: `(key, value)`.
+type Settings = Vec<(&'static str, String)>;
+
+/// One boot: the seconds to the marker and the boot's configuration, or why
+/// there is no figure.
+fn time_to_marker(boot: Boot) -> Result<(f64, Settings), String> {
     let config = RunConfig {
         echo: false,
         ..RunConfig::linux(boot, LinuxBoot::debian(BusyboxInit::Test))
     };
     let run = qemu_runner::run(&config).map_err(|error| format!("could not run: {error}"))?;
+    let (fwb, range_tlbi) = match boot {
+        Boot::Hypervisor => hypervisor_features(run.hypervisor_log()),
+        Boot::Direct => ("none", "none"),
+    };
+    let settings = vec![
+        ("engine", "qemu".to_string()),
+        ("cpu", config.cpu.clone()),
+        ("fwb", fwb.to_string()),
+        ("range_tlbi", range_tlbi.to_string()),
+        ("vcpus", config.smp.to_string()),
+        ("machine_mem_mib", config.mem_mib.to_string()),
+        (
+            "guest_mem_mib",
+            config
+                .guest_mem_mib
+                .map_or_else(|| "default".to_string(), |m| m.to_string()),
+        ),
+        ("runs", RUNS.to_string()),
+    ];
     let tail: Vec<&str> = run.console().lines().rev().take(15).collect();
     let context = || {
         format!(
@@ -51,24 +74,29 @@ fn time_to_marker(boot: Boot) -> Result<f64, String> {
         return Err(context());
     }
     run.time_to(INIT_MARKER)
-        .map(|at: Duration| at.as_secs_f64())
+        .map(|at: Duration| (at.as_secs_f64(), settings))
         .ok_or_else(|| format!("passed without a `{INIT_MARKER}` line: {}", context()))
 }
 
 /// Prints the figures; exits the process with status 1 when the hypervisor
 /// boot failed.
 pub fn run() {
-    let mut samples: [(Boot, Vec<f64>); 2] =
-        [(Boot::Hypervisor, Vec::new()), (Boot::Direct, Vec::new())];
+    let mut samples: [(Boot, Vec<f64>, Settings); 2] = [
+        (Boot::Hypervisor, Vec::new(), Vec::new()),
+        (Boot::Direct, Vec::new(), Vec::new()),
+    ];
     let mut hypervisor_failure: Option<String> = None;
     for round in 1..=RUNS {
-        for (boot, times) in &mut samples {
+        for (boot, times, settings) in &mut samples {
             if *boot == Boot::Hypervisor && hypervisor_failure.is_some() {
                 continue;
             }
             eprintln!("linux_boot: {} run {round}/{RUNS}", boot_name(*boot));
             match time_to_marker(*boot) {
-                Ok(seconds) => times.push(seconds),
+                Ok((seconds, of_run)) => {
+                    times.push(seconds);
+                    *settings = of_run;
+                }
                 Err(why) if *boot == Boot::Hypervisor => hypervisor_failure = Some(why),
                 Err(why) => {
                     eprintln!("linux_boot: the direct boot failed: {why}");
@@ -78,8 +106,13 @@ pub fn run() {
         }
     }
     let mut medians = Vec::new();
-    for (boot, times) in &mut samples {
+    for (boot, times, settings) in &mut samples {
         if times.len() == RUNS {
+            let settings: Vec<(&str, &dyn std::fmt::Display)> = settings
+                .iter()
+                .map(|(key, value)| (*key, value as &dyn std::fmt::Display))
+                .collect();
+            config(&format!("linux_boot/{}", boot_name(*boot)), &settings);
             let seconds = median(times);
             report(
                 &format!("linux_boot/{}/time_to_marker", boot_name(*boot)),

@@ -29,13 +29,12 @@ const FIGURES: [(&str, &str); 6] = [
     ("delete", "ns_per_slot"),
 ];
 
-fn boot(slots: u32) -> Result<RunReport, String> {
+fn pair(args: &str) -> ControlPair<'_> {
     ControlPair {
-        args: &format!("slots={slots}"),
+        args,
         timeout: Duration::from_secs(600),
         ..ControlPair::new("memslot-perf", "toucher")
     }
-    .run_passed()
 }
 
 /// The value of `figure` from `[ctl] memslot-perf: FIGURE N UNIT`.
@@ -54,10 +53,13 @@ fn figure(run: &RunReport, figure: &str, unit: &str) -> Option<f64> {
 pub fn run() {
     for slots in SLOTS {
         eprintln!("memslot_perf: {slots} slots");
-        let run = boot(slots).unwrap_or_else(|why| {
+        let args = format!("slots={slots}");
+        let pair = pair(&args);
+        let run = pair.run_passed().unwrap_or_else(|why| {
             eprintln!("memslot_perf: {slots} slots: the run failed: {why}");
             std::process::exit(1);
         });
+        pair.print_config(&format!("memslot_perf/{slots}"), &run, &[("runs", &1)]);
         for (name, unit) in FIGURES {
             let value = figure(&run, name, unit).unwrap_or_else(|| {
                 eprintln!("memslot_perf: no {name} figure\n{}", run.explain());

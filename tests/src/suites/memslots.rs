@@ -25,7 +25,7 @@ use memslot::{
     DirtyLogMode, Gfn, HostPhysAddr, MAX_SLOTS, Memslots, PAGE_SIZE, SlotFlags, SlotId, SlotSpec,
 };
 
-use crate::measure::{median, median_time, report};
+use crate::measure::{config, median, median_time, report};
 
 const SIZES: [u32; 5] = [10, 100, 509, 8194, 32767];
 const SLOT_PAGES: u64 = 32;
@@ -437,6 +437,21 @@ fn lookups(n: u32) -> (f64, f64) {
 
 /// Prints the suite's figures.
 pub fn run() {
+    let sizes = SIZES.map(|n| n.to_string()).join(",");
+    config(
+        "memslots",
+        &[
+            ("engine", &"host"),
+            ("cpu", &"host"),
+            ("fwb", &"none"),
+            ("range_tlbi", &"none"),
+            ("threads", &1),
+            ("slots", &sizes),
+            ("slot_pages", &SLOT_PAGES),
+            ("lookups_per_batch", &LOOKUPS_PER_BATCH),
+            ("batches", &BATCHES),
+        ],
+    );
     for n in SIZES {
         let new = measure::<Memslots>(n);
         let old = measure::<SortedArrayMemslots>(n);

@@ -15,7 +15,7 @@ use qemu_runner::vmspec::VmSpec;
 use qemu_runner::{Boot, ConsoleInput, RunConfig};
 use std::time::Duration;
 
-use crate::measure::{median, report};
+use crate::measure::{config, hypervisor_features, median, report};
 
 /// Runs per guest.
 const RUNS: usize = 3;
@@ -52,8 +52,12 @@ const CASES: [Case; 2] = [
     },
 ];
 
-/// The report's numbers: total, downtime, verify (us), iterations, pages.
-fn migrate_once(case: &Case) -> Result<[f64; 5], String> {
+/// The stage-2 features the hypervisor found: `(fwb, range_tlbi)`.
+type Features = (&'static str, &'static str);
+
+/// The report's numbers: total, downtime, verify (us), iterations, pages;
+/// and the features of the run.
+fn migrate_once(case: &Case) -> Result<([f64; 5], Features), String> {
     let script = ConsoleScript::new()
         .then(case.marker, "\x1dmigrate src dst\r")
         .then("ok: migrating src to dst", "exit\r");
@@ -90,7 +94,10 @@ fn migrate_once(case: &Case) -> Result<[f64; 5], String> {
     let verify = before(" us), ").ok_or("no verify time")?;
     let iterations = before(" pre-copy iterations").ok_or("no iterations")?;
     let pages = before(" pages copied").ok_or("no pages")?;
-    Ok([total, downtime, verify, iterations, pages])
+    Ok((
+        [total, downtime, verify, iterations, pages],
+        hypervisor_features(run.hypervisor_log()),
+    ))
 }
 
 /// Prints the figures; exits with status 1 when a run fails.
@@ -100,10 +107,26 @@ pub fn run() {
         let mut samples: [Vec<f64>; 5] = Default::default();
         for round in 1..=RUNS {
             eprintln!("migrate: {name} run {round}/{RUNS}");
-            let figures = migrate_once(case).unwrap_or_else(|why| {
+            let (figures, (fwb, range_tlbi)) = migrate_once(case).unwrap_or_else(|why| {
                 eprintln!("migrate: {name}: the run failed: {why}");
                 std::process::exit(1);
             });
+            if round == 1 {
+                config(
+                    &format!("migrate/{name}"),
+                    &[
+                        ("engine", &"qemu"),
+                        ("cpu", &case.cpu),
+                        ("fwb", &fwb),
+                        ("range_tlbi", &range_tlbi),
+                        ("smp", &case.smp),
+                        ("machine_mem_mib", &case.mem_mib),
+                        ("src", &case.src),
+                        ("dst", &case.dst),
+                        ("runs", &RUNS),
+                    ],
+                );
+            }
             for (sample, value) in samples.iter_mut().zip(figures) {
                 sample.push(value);
             }

@@ -43,12 +43,11 @@ const STAGES: [&str; 8] = [
 /// TLBI kinds from the peer's counters.
 const TLBI: [&str; 4] = ["tlbi_range", "tlbi_ipa", "tlbi_vmalle1", "tlbi_vmalls12"];
 
-fn boot(cpu: &str) -> Result<RunReport, String> {
+fn pair(cpu: &str) -> ControlPair<'_> {
     ControlPair {
         cpu,
         ..ControlPair::new("page-table", "toucher")
     }
-    .run_passed()
 }
 
 /// The microseconds of `stage` from `[ctl] page-table: STAGE N us`.
@@ -70,10 +69,14 @@ pub fn run() {
         let mut tlbi = Vec::new();
         for round in 1..=RUNS {
             eprintln!("page_table: {name} run {round}/{RUNS}");
-            let run = boot(cpu).unwrap_or_else(|why| {
+            let pair = pair(cpu);
+            let run = pair.run_passed().unwrap_or_else(|why| {
                 eprintln!("page_table: {name}: the run failed: {why}");
                 std::process::exit(1);
             });
+            if round == 1 {
+                pair.print_config(&format!("page_table/{name}"), &run, &[("runs", &RUNS)]);
+            }
             for (stage, times) in STAGES.iter().zip(&mut times) {
                 let us = stage_us(&run, stage).unwrap_or_else(|| {
                     eprintln!("page_table: {name}: no {stage} figure\n{}", run.explain());

@@ -20,9 +20,9 @@
 //! sequence saved also saves its `DSB ISH` waits for every CPU to
 //! acknowledge the invalidation.
 
-use crate::measure::{median_time, report};
+use crate::measure::{config, median_time, on_off, report};
 use pgtable::{
-    Attributes, HostMemory, Mmu, PageCache, Perms, PhysAddr, SkipHints, Stage2Config,
+    Attributes, CacheOpLog, HostMemory, Mmu, PageCache, Perms, PhysAddr, SkipHints, Stage2Config,
     Stage2PageTable,
 };
 use std::sync::Arc;
@@ -33,13 +33,23 @@ const IPA: u64 = 4 * GIB;
 const RUNS: usize = 15;
 const CAPS: TlbCaps = TlbCaps::ALL;
 
+/// The table configuration every case uses.
+fn table_config() -> Stage2Config {
+    Stage2Config::new(40).expect("40-bit IPA")
+}
+
+/// Host memory that only counts cache maintenance (none is owed by a
+/// split, which changes no leaf's memory).
+fn host_memory() -> Arc<HostMemory> {
+    Arc::new(HostMemory::with_cache_op_log(CacheOpLog::PerThreadCount))
+}
+
 type Table = Stage2PageTable<Arc<HostMemory>>;
 
 /// A table holding 1 GiB at `IPA` as `case` says, and a cache with the pages
 /// a split of it needs.
 fn prepare(case: &str, mem: &Arc<HostMemory>, tlb: &RecordingTlb) -> (Table, PageCache) {
-    let config = Stage2Config::new(40).expect("40-bit IPA");
-    let mut table = Stage2PageTable::new(config, mem.clone(), 1, true).expect("root");
+    let mut table = Stage2PageTable::new(table_config(), mem.clone(), 1, true).expect("root");
     let pa = match case {
         "block_1g" => PhysAddr::new(0x40_0000_0000),
         "blocks_2m" => PhysAddr::new(0x40_0020_0000),
@@ -68,7 +78,7 @@ fn prepare_mmu(mem: &Arc<HostMemory>, tlb: &RecordingTlb) -> (Mmu<Arc<HostMemory
 
 /// Per-block against chunked eager split of 1 GiB of 2 MiB blocks.
 fn chunked() {
-    let mem = Arc::new(HostMemory::new());
+    let mem = host_memory();
     let tlb = RecordingTlb::new(CAPS);
     let mut counts = tlb.counts();
     let time = median_time(
@@ -127,7 +137,20 @@ fn chunked() {
 
 /// Prints the suite's figures.
 pub fn run() {
-    let mem = Arc::new(HostMemory::new());
+    let table = table_config();
+    config(
+        "split",
+        &[
+            ("engine", &"host"),
+            ("cpu", &"host"),
+            ("fwb", &on_off(table.fwb())),
+            ("range_tlbi", &on_off(CAPS.range)),
+            ("threads", &1),
+            ("ipa_bits", &table.ipa_bits()),
+            ("runs", &RUNS),
+        ],
+    );
+    let mem = host_memory();
     let tlb = RecordingTlb::new(CAPS);
     for case in ["already_split", "blocks_2m", "block_1g"] {
         let mut times = [0.0f64; 2];

@@ -6,7 +6,7 @@
 //! (`ops_no_tlbirange`, one whole-VMID invalidation for more than a page). The
 //! median time to plan and count the range plan is printed too.
 
-use crate::measure::{median_time, report};
+use crate::measure::{config, median_time, on_off, report};
 use tlb::{PAGE_SHIFT, TlbCaps, plan_flush};
 
 const RANGE: TlbCaps = TlbCaps::ALL;
@@ -14,6 +14,18 @@ const NO_RANGE: TlbCaps = TlbCaps::NO_RANGE;
 
 /// Prints the suite's figures.
 pub fn run() {
+    for (figure, caps) in [("ops_range", RANGE), ("ops_no_tlbirange", NO_RANGE)] {
+        config(
+            &format!("tlb/*/{figure}"),
+            &[
+                ("engine", &"host"),
+                ("cpu", &"host"),
+                ("fwb", &"none"),
+                ("range_tlbi", &on_off(caps.range)),
+                ("planner", &"tlb::plan_flush"),
+            ],
+        );
+    }
     const GIB_PAGES: u64 = 1 << 18;
     let cases: [(&str, u64, u64); 5] = [
         ("1GiB", 0x4000_0000, GIB_PAGES),
