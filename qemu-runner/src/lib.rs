@@ -21,6 +21,10 @@
 //! [`vmspec`]): each VM's console lines carry its `[<name>] ` prefix and the
 //! run is judged VM by VM ([`vm_verdict`]). Console input can be a script
 //! of "wait for this text, send these bytes" steps ([`console_script`]).
+//! When standard input is a terminal, every run reads it in raw mode
+//! ([`terminal`]: the hypervisor's console and its monitor get every key,
+//! and the terminal's mode comes back however the run ends); a run whose
+//! guests have verdicts still ends on them unless [`RunConfig::stay`].
 //!
 //! [`Boot::Direct`] boots the guest kernel by itself at EL1 (no
 //! `virtualization=on`, no hypervisor), which shakes out a guest and gives the

@@ -17,7 +17,7 @@
 //!   back (`tcsetattr`) when the session ends normally (the guard's drop:
 //!   QEMU exited, the verdicts ended the run, the time limit ran out), from
 //!   a panic hook (the runner panics with `panic = "abort"`, which runs no
-//!   destructors), and from a handler of SIGINT, SIGTERM, SIGHUP and SIGQUIT,
+//!   destructors; the hook also sends QEMU SIGTERM), and from a handler of SIGINT, SIGTERM, SIGHUP and SIGQUIT,
 //!   which also sends QEMU SIGTERM and then dies of the same signal with its
 //!   default action. `tcsetattr` and `kill` are async-signal-safe; the
 //!   handler reads only the saved mode and two atomics.
@@ -75,16 +75,22 @@ fn restore_saved_mode() {
     }
 }
 
-/// The handler of SIGINT, SIGTERM, SIGHUP and SIGQUIT while a session may
-/// run: terminal back, QEMU told to stop, then the signal's default action.
-extern "C" fn on_fatal_signal(signal: libc::c_int) {
-    restore_saved_mode();
+/// Tells QEMU to stop, if a session registered it. Safe to call from a
+/// signal handler: an atomic swap and `kill`.
+fn stop_registered_qemu() {
     let qemu = QEMU_PID.swap(0, Ordering::AcqRel);
     if qemu > 0 {
         // SAFETY: kill is async-signal-safe; `qemu` is our child, registered
         // while it runs and not yet waited for.
         unsafe { libc::kill(qemu, libc::SIGTERM) };
     }
+}
+
+/// The handler of SIGINT, SIGTERM, SIGHUP and SIGQUIT while a session may
+/// run: terminal back, QEMU told to stop, then the signal's default action.
+extern "C" fn on_fatal_signal(signal: libc::c_int) {
+    restore_saved_mode();
+    stop_registered_qemu();
     let message = b"\r\nqemu-runner: interrupted; QEMU stopped, terminal restored\r\n";
     // SAFETY: write, signal and raise are async-signal-safe; the buffer is a
     // static byte string.
@@ -111,6 +117,7 @@ fn install_handlers() {
         let earlier = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             restore_saved_mode();
+            stop_registered_qemu();
             earlier(info);
         }));
     });

@@ -238,7 +238,7 @@ impl Terminal {
         find(&screen.bytes[self.cursor..], text.as_bytes()).is_some()
     }
 
-    /// Types `keys`, one byte at a time, [`KEY_INTERVAL`] apart.
+    /// Types `keys`, one byte at a time, 15 ms apart.
     pub fn type_keys(&mut self, keys: &[u8]) {
         for key in keys {
             self.master
