@@ -21,6 +21,7 @@
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -337,9 +338,10 @@ pub fn run_with(setup: &QemuSetup, watch: Watch, follow: Follow<'_>) -> std::io:
         .stderr(Stdio::piped())
         .spawn()?;
     let start = Instant::now();
+    let echo_mid_line = Arc::new(AtomicBool::new(false));
     let lines = spawn_stdout_reader(
         child.stdout.take().expect("stdout is piped"),
-        watch.echo,
+        watch.echo.then(|| Arc::clone(&echo_mid_line)),
         follow.script.is_some(),
     );
     let mut stdin = child.stdin.take();
@@ -468,6 +470,11 @@ pub fn run_with(setup: &QemuSetup, watch: Watch, follow: Follow<'_>) -> std::io:
         }
     }
     let stderr = stderr.join().unwrap_or_default();
+    if terminal.is_some() && echo_mid_line.load(Ordering::Acquire) {
+        // The console ended inside a line (a prompt): what the runner
+        // prints next starts a line of its own.
+        let _ = writeln!(std::io::stdout());
+    }
     drop(terminal);
     Ok(QemuRun {
         transcript,
@@ -480,10 +487,11 @@ pub fn run_with(setup: &QemuSetup, watch: Watch, follow: Follow<'_>) -> std::io:
 }
 
 /// Reads QEMU's stdout into lines (and into text chunks as they come when
-/// `chunks`, for a console script).
+/// `chunks`, for a console script); copies it to our stdout when `echo` is
+/// given, and says there whether the copy so far ends inside a line.
 fn spawn_stdout_reader(
     mut stdout: impl Read + Send + 'static,
-    echo: bool,
+    echo: Option<Arc<AtomicBool>>,
     chunks: bool,
 ) -> Receiver<Event> {
     let (sender, receiver) = mpsc::channel();
@@ -495,10 +503,11 @@ fn spawn_stdout_reader(
                 Ok(0) | Err(_) => break,
                 Ok(read) => read,
             };
-            if echo {
+            if let Some(mid_line) = &echo {
                 let mut out = std::io::stdout().lock();
                 // Echo failures (a closed pipe) do not stop the run.
                 let _ = out.write_all(&chunk[..read]).and_then(|()| out.flush());
+                mid_line.store(chunk[read - 1] != b'\n', Ordering::Release);
             }
             if chunks
                 && sender

@@ -106,13 +106,17 @@ fn vms_rows(text: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// The run ended as it should: `status`, the runner's verdict line, and the
-/// terminal's mode as it was before the run.
+/// The run ended as it should: `status`, the runner's verdict on a line of
+/// its own, and the terminal's mode as it was before the run.
 fn check_ended(terminal: &mut Terminal, status: ExitStatus, verdict: &str, before: Mode) {
     let screen = terminal.screen();
     assert!(
         screen.contains(&format!("qemu-runner: {verdict}")),
         "the runner's verdict is {verdict} ({status}):\n{screen}"
+    );
+    assert!(
+        screen.contains(&format!("\nqemu-runner: {verdict}")),
+        "the verdict starts a line, even after a prompt:\n{screen}"
     );
     assert_eq!(terminal.mode(), before, "the terminal's mode is restored");
 }
