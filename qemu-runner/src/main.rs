@@ -459,6 +459,29 @@ mod tests {
     }
 
     #[test]
+    fn the_terminal_note_says_where_typing_goes_and_what_ends_the_run() {
+        let at_terminal = |words: &str| {
+            let mut config = parse_words(words).unwrap();
+            config.input = ConsoleInput::Terminal;
+            terminal_note(&config).unwrap()
+        };
+        let verdicts = at_terminal("--vm memory,cpus=0 --vm echo,cpus=1");
+        assert!(verdicts.contains("Ctrl-] opens the hypervisor's monitor"));
+        assert!(verdicts.contains("ends once every VM has its verdict, or after 120 s"));
+        assert!(verdicts.contains("--stay keeps it open"));
+        let stay = at_terminal("--vm memory,cpus=0 --vm echo,cpus=1 --stay");
+        assert!(stay.contains("lasts until QEMU exits (the machine powers off)"));
+        assert!(!stay.contains("after"), "no time limit: {stay}");
+        let limited = at_terminal("--guest echo --timeout 9");
+        assert!(limited.contains("lasts until QEMU exits (the machine powers off), or after 9 s"));
+        let direct = at_terminal("--direct --guest echo");
+        assert!(!direct.contains("monitor") && direct.contains("Ctrl-A x"));
+        assert_eq!(terminal_note(&parse_words("--guest echo").unwrap()), None);
+        let unheard = terminal_note(&parse_words("--stay").unwrap()).unwrap();
+        assert!(unheard.contains("--stay has no effect"));
+    }
+
+    #[test]
     fn emit_names_a_directory_and_keeps_the_other_options() {
         let args: Vec<String> = "--linux-test --vcpus 1 --emit /tmp/boot"
             .split_whitespace()
@@ -492,6 +515,8 @@ mod tests {
         assert_eq!(config.boot, Boot::Hypervisor);
         assert_eq!(config.firmware, Firmware::None);
         assert!(!config.gdb);
+        assert!(!config.stay);
+        assert!(parse_words("--stay --vm memory,cpus=0").unwrap().stay);
         let uboot = parse_words("--firmware u-boot --linux-test").unwrap();
         assert_eq!(uboot.firmware, Firmware::UBoot);
         assert_eq!(uboot.smp, 2, "Linux defaults still apply");
