@@ -21,6 +21,10 @@
 //! [`vmspec`]): each VM's console lines carry its `[<name>] ` prefix and the
 //! run is judged VM by VM ([`vm_verdict`]). Console input can be a script
 //! of "wait for this text, send these bytes" steps ([`console_script`]).
+//! When standard input is a terminal, every run reads it in raw mode
+//! ([`terminal`]: the hypervisor's console and its monitor get every key,
+//! and the terminal's mode comes back however the run ends); a run whose
+//! guests have verdicts still ends on them unless [`RunConfig::stay`].
 //!
 //! [`Boot::Direct`] boots the guest kernel by itself at EL1 (no
 //! `virtualization=on`, no hypervisor), which shakes out a guest and gives the
@@ -40,6 +44,7 @@ pub mod linux;
 pub mod prereq;
 pub mod qemu;
 pub mod scratch;
+pub mod terminal;
 pub mod uboot;
 pub mod vm_verdict;
 pub mod vmspec;
@@ -60,7 +65,7 @@ use console_script::ConsoleScript;
 use image::ImageError;
 use linux::{LinuxBoot, LinuxError};
 use prereq::PrereqError;
-use qemu::{Ending, Machine, QemuSetup, Watch};
+use qemu::{Ending, Machine, QemuSetup, QemuStdin, Watch};
 use vm_verdict::VmsVerdict;
 use vmspec::{VmExpect, VmGuest, VmSpec};
 
@@ -153,6 +158,11 @@ pub struct RunConfig {
     pub session_timeout: Option<Duration>,
     /// Where the guest's console input comes from.
     pub input: ConsoleInput,
+    /// Keep a run read from a terminal open until QEMU exits (`--stay`):
+    /// the VMs' verdicts do not end it, and only
+    /// [`RunConfig::session_timeout`] limits it. No effect without a
+    /// terminal.
+    pub stay: bool,
     /// Start QEMU halted, waiting for gdb.
     pub gdb: bool,
     /// Extra QEMU arguments, appended last.
@@ -187,6 +197,7 @@ impl Default for RunConfig {
             progress: None,
             session_timeout: None,
             input: ConsoleInput::Closed,
+            stay: false,
             gdb: false,
             extra_qemu_args: Vec::new(),
             echo: true,
@@ -246,27 +257,37 @@ impl RunConfig {
         }
     }
 
-    /// Whether the guest has no test verdict of its own (a shell, or a
-    /// kernel and initrd given as files): the run passes when QEMU exits 0
-    /// with no failure report, rather than on `RESULT: PASS`.
+    /// Whether no guest has a test verdict of its own (a shell, kernel and
+    /// initrd given as files, the `echo` test guest; with `--vm`s, every VM
+    /// expected to keep running): the run passes when QEMU exits 0 with no
+    /// failure report, rather than on `RESULT: PASS`.
     pub fn guest_is_free_running(&self) -> bool {
         match self.vms.as_slice() {
-            [] => self
-                .linux
-                .as_ref()
-                .is_some_and(|linux| !linux.reports_result()),
-            [only] => only.expect == VmExpect::Running,
-            _ => false,
+            [] => match &self.linux {
+                Some(linux) => !linux.reports_result(),
+                None => !self.scenario.reports_result(),
+            },
+            vms => vms.iter().all(|vm| vm.expect == VmExpect::Running),
         }
     }
 
-    /// Whether a person drives the run: a guest without a verdict of its own
-    /// whose console input is a terminal. QEMU then gets our stdin, the time
-    /// limit is [`RunConfig::session_timeout`], and the run follows QEMU to
-    /// its exit. Without a terminal the same guest runs unattended: QEMU's
-    /// stdin is closed and [`RunConfig::timeout`] applies.
+    /// Whether the console's input is the terminal the runner was started
+    /// from: QEMU then reads what is typed there, in raw mode, in every run
+    /// (Ctrl-] reaches the hypervisor's monitor, Ctrl-A x quits QEMU).
+    pub fn reads_terminal(&self) -> bool {
+        self.input == ConsoleInput::Terminal
+    }
+
+    /// Whether a person drives the run to its end: the console reads a
+    /// terminal and no guest has a verdict of its own
+    /// ([`RunConfig::guest_is_free_running`]), or `--stay`
+    /// ([`RunConfig::stay`]) asked to keep the run open. The time limit is
+    /// then [`RunConfig::session_timeout`] and the run follows QEMU to its
+    /// exit. Otherwise a run reading a terminal still ends on its verdicts
+    /// and [`RunConfig::timeout`]; without a terminal QEMU's stdin is
+    /// closed.
     pub fn is_interactive(&self) -> bool {
-        self.guest_is_free_running() && self.input == ConsoleInput::Terminal
+        self.reads_terminal() && (self.guest_is_free_running() || self.stay)
     }
 
     /// Checks the settings before anything is built or started, so a bad
@@ -1211,7 +1232,13 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
         timeout: config.time_limit(),
         progress: config.progress.filter(|_| !config.gdb && !interactive),
         echo: config.echo,
-        interactive: config.gdb || interactive,
+        stdin: if config.reads_terminal() {
+            QemuStdin::Terminal
+        } else if config.gdb {
+            QemuStdin::Inherited
+        } else {
+            QemuStdin::Closed
+        },
         follow_to_exit: interactive,
     };
     let expectation = match config.vms.as_slice() {
@@ -1685,6 +1712,58 @@ mod tests {
             ..RunConfig::default()
         };
         assert_eq!(vcpus.guest_cpus(), 1);
+    }
+
+    #[test]
+    fn a_terminal_reaches_every_run_and_keeps_open_only_runs_without_verdicts_or_with_stay() {
+        let typed = |vms: &[&str], scenario: Scenario| RunConfig {
+            input: ConsoleInput::Terminal,
+            scenario,
+            vms: vms.iter().enumerate().map(|(i, s)| vm(s, i)).collect(),
+            ..RunConfig::default()
+        };
+        let echoes = typed(
+            &["echo,cpus=0,name=a", "echo,cpus=1,name=b"],
+            Scenario::Memory,
+        );
+        assert!(echoes.guest_is_free_running(), "echo VMs keep running");
+        assert!(echoes.reads_terminal());
+        assert!(echoes.is_interactive(), "nothing to wait for: a session");
+        assert_eq!(echoes.time_limit(), None);
+        let lone_echo = typed(&[], Scenario::Echo);
+        assert!(lone_echo.is_interactive(), "--guest echo alone");
+        let migrate = typed(
+            &[
+                "guest=migrate,cpus=0-1,name=src,expect=stopped",
+                "guest=migrate,cpus=2-3,name=dst,start=0",
+            ],
+            Scenario::Memory,
+        );
+        assert!(migrate.reads_terminal(), "typing reaches the monitor");
+        assert!(!migrate.is_interactive(), "verdicts still end the run");
+        assert_eq!(migrate.time_limit(), Some(migrate.timeout));
+        let stay = RunConfig {
+            stay: true,
+            ..migrate.clone()
+        };
+        assert!(stay.is_interactive(), "--stay keeps it open");
+        assert_eq!(stay.time_limit(), None);
+        let memory = typed(&[], Scenario::Memory);
+        assert!(memory.reads_terminal() && !memory.is_interactive());
+        for unattended in [
+            RunConfig {
+                input: ConsoleInput::Closed,
+                ..stay
+            },
+            RunConfig {
+                input: ConsoleInput::Closed,
+                ..echoes
+            },
+        ] {
+            assert!(!unattended.reads_terminal());
+            assert!(!unattended.is_interactive(), "no terminal: nothing changes");
+            assert_eq!(unattended.time_limit(), Some(unattended.timeout));
+        }
     }
 
     #[test]

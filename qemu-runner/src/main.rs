@@ -40,6 +40,10 @@ options:
   --gic 2|3          the machine's GIC version (default 3; GICv2 allows --smp <= 8)
   --timeout SECONDS  give up and kill QEMU after this long (default 120; an
                      interactive session has no limit unless this is given)
+  --stay             when standard input is a terminal, keep the run open until
+                     QEMU exits (`poweroff` in the monitor, a guest powering the
+                     machine off, Ctrl-A x) instead of ending it once every VM
+                     has its verdict; no time limit unless --timeout is given
   --gdb              start halted with QEMU's gdb stub on localhost:1234 and print
                      the gdb-multiarch command that attaches (no timeout)
   --direct           boot the guest alone at EL1, without the hypervisor
@@ -82,7 +86,17 @@ Several VMs (instead of the one-VM options --guest, --guest-args, --vcpus,
                      VMs' RAM + 512, --timeout 300 with a Linux VM.
   --spare-cpu        one more CPU in the default --smp that no VM names (the
                      hypervisor's own)
-  -h, --help         this text";
+  -h, --help         this text
+
+At a terminal (standard input is one), QEMU reads it in raw mode in every run,
+one VM or eight, test guests or Linux: typing goes to the console (the focused
+VM), Ctrl-] opens the hypervisor's monitor (help, vms, focus VM, migrate SRC DST,
+poweroff, ...; exit or Ctrl-] returns), Ctrl-] Ctrl-] sends one Ctrl-] to the VM,
+Ctrl-C goes to the guest or the monitor, Ctrl-A x quits QEMU. A run whose VMs have
+verdicts still ends once every VM has its verdict (--stay keeps it open); one
+whose guests have none (echo, linux-shell, --linux) lasts until QEMU exits. The
+terminal's mode is restored however the run ends (QEMU exits, the verdicts, the
+time limit, SIGINT/SIGTERM, a runner panic). Without a terminal QEMU gets no input.";
 
 /// The usage text with the test guest's scenarios.
 fn usage() -> String {
@@ -176,6 +190,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
         match name {
             "-h" | "--help" => return Ok(Parsed::Help),
             "--gdb" => config.gdb = true,
+            "--stay" => config.stay = true,
             "--direct" => config.boot = Boot::Direct,
             "--emit" => emit = Some(std::path::PathBuf::from(value(name, inline, &mut rest)?)),
             "--firmware" => {
@@ -328,6 +343,40 @@ fn run_or_emit(config: RunConfig, emit: Option<std::path::PathBuf>) -> Parsed {
     }
 }
 
+/// What a person at the terminal should know before the run: where typing
+/// goes, the keys, and what ends the run (`None`: no terminal, and no
+/// `--stay` to warn about).
+fn terminal_note(config: &RunConfig) -> Option<String> {
+    if !config.reads_terminal() {
+        return config.stay.then(|| {
+            "standard input is not a terminal: --stay has no effect, the run ends on its \
+             verdicts"
+                .into()
+        });
+    }
+    let keys = match config.boot {
+        Boot::Hypervisor => {
+            "your typing goes to the console (the focused VM); Ctrl-] opens the hypervisor's \
+             monitor (`help` lists its commands, `exit` or Ctrl-] returns, `poweroff` ends the \
+             run); Ctrl-A x quits QEMU"
+        }
+        Boot::Direct => "your typing goes to the guest's console; Ctrl-A x quits QEMU",
+    };
+    let limit = match config.time_limit() {
+        Some(limit) => format!(", or after {} s (--timeout)", limit.as_secs()),
+        None => String::new(),
+    };
+    let end = if config.is_interactive() {
+        format!("the run lasts until QEMU exits (the machine powers off){limit}")
+    } else {
+        format!(
+            "the run ends once every VM has its verdict{limit}; --stay keeps it open until \
+             QEMU exits"
+        )
+    };
+    Some(format!("{keys}; {end}"))
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut config = match parse(&args) {
@@ -367,11 +416,8 @@ fn main() -> ExitCode {
     if std::io::stdin().is_terminal() {
         config.input = ConsoleInput::Terminal;
     }
-    if config.is_interactive() {
-        eprintln!(
-            "qemu-runner: interactive guest: your typing goes to its console; \
-             `poweroff -f` or `exit` in a shell ends it, Ctrl-A x quits QEMU"
-        );
+    if let Some(note) = terminal_note(&config) {
+        eprintln!("qemu-runner: {note}");
     } else if config.guest_is_free_running() {
         eprintln!(
             "qemu-runner: standard input is not a terminal: the guest gets no input; the run \
@@ -413,6 +459,29 @@ mod tests {
     }
 
     #[test]
+    fn the_terminal_note_says_where_typing_goes_and_what_ends_the_run() {
+        let at_terminal = |words: &str| {
+            let mut config = parse_words(words).unwrap();
+            config.input = ConsoleInput::Terminal;
+            terminal_note(&config).unwrap()
+        };
+        let verdicts = at_terminal("--vm memory,cpus=0 --vm echo,cpus=1");
+        assert!(verdicts.contains("Ctrl-] opens the hypervisor's monitor"));
+        assert!(verdicts.contains("ends once every VM has its verdict, or after 120 s"));
+        assert!(verdicts.contains("--stay keeps it open"));
+        let stay = at_terminal("--vm memory,cpus=0 --vm echo,cpus=1 --stay");
+        assert!(stay.contains("lasts until QEMU exits (the machine powers off)"));
+        assert!(!stay.contains("after"), "no time limit: {stay}");
+        let limited = at_terminal("--guest echo --timeout 9");
+        assert!(limited.contains("lasts until QEMU exits (the machine powers off), or after 9 s"));
+        let direct = at_terminal("--direct --guest echo");
+        assert!(!direct.contains("monitor") && direct.contains("Ctrl-A x"));
+        assert_eq!(terminal_note(&parse_words("--guest echo").unwrap()), None);
+        let unheard = terminal_note(&parse_words("--stay").unwrap()).unwrap();
+        assert!(unheard.contains("--stay has no effect"));
+    }
+
+    #[test]
     fn emit_names_a_directory_and_keeps_the_other_options() {
         let args: Vec<String> = "--linux-test --vcpus 1 --emit /tmp/boot"
             .split_whitespace()
@@ -446,6 +515,8 @@ mod tests {
         assert_eq!(config.boot, Boot::Hypervisor);
         assert_eq!(config.firmware, Firmware::None);
         assert!(!config.gdb);
+        assert!(!config.stay);
+        assert!(parse_words("--stay --vm memory,cpus=0").unwrap().stay);
         let uboot = parse_words("--firmware u-boot --linux-test").unwrap();
         assert_eq!(uboot.firmware, Firmware::UBoot);
         assert_eq!(uboot.smp, 2, "Linux defaults still apply");

@@ -13,12 +13,15 @@
 //! never exits), U-Boot's report that its boot command failed (it then waits
 //! at its prompt). The earliest such stop wins; the overall timeout kills QEMU
 //! in any case. A session a person drives ([`Watch::follow_to_exit`]) ignores
-//! the stop lines. QEMU is stopped with SIGTERM first (it restores the
-//! terminal), then SIGKILL.
+//! the stop lines. QEMU is stopped with SIGTERM first, then SIGKILL. When
+//! standard input is a terminal ([`QemuStdin::Terminal`]) QEMU reads a pipe
+//! that [`crate::terminal`] feeds with the keys typed, and the terminal is
+//! back in its own mode before [`run_with`] returns.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -26,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use crate::console::{Line, Transcript};
 use crate::console_script::{ConsoleScript, ConsoleStep, ScriptProgress};
+use crate::terminal::TerminalSession;
 use crate::uboot::UBootFiles;
 
 /// How long after a line of this kind QEMU may still run before it is
@@ -286,6 +290,18 @@ impl std::fmt::Debug for Follow<'_> {
     }
 }
 
+/// What QEMU's stdin is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QemuStdin {
+    /// Closed (scripts, tests, CI); a console script gets a pipe regardless.
+    Closed,
+    /// Our stdin as it is (under gdb without a terminal).
+    Inherited,
+    /// A pipe fed with what is typed at our terminal, held in raw mode for
+    /// the run ([`crate::terminal`]).
+    Terminal,
+}
+
 /// Options of a run that are not QEMU's.
 #[derive(Clone, Copy, Debug)]
 pub struct Watch {
@@ -295,8 +311,9 @@ pub struct Watch {
     pub progress: Option<Progress>,
     /// Copy the console to our stdout as it arrives.
     pub echo: bool,
-    /// Give QEMU our stdin (typing reaches the guest; Ctrl-A x quits QEMU).
-    pub interactive: bool,
+    /// What QEMU reads: with [`QemuStdin::Terminal`] typing reaches the
+    /// console (Ctrl-] the hypervisor's monitor, Ctrl-A x quits QEMU).
+    pub stdin: QemuStdin,
     /// Ignore the lines that end a run early ([`grace_after`]) and follow
     /// QEMU until it exits (a person drives the guest).
     pub follow_to_exit: bool,
@@ -311,23 +328,38 @@ pub fn run(setup: &QemuSetup, watch: Watch) -> std::io::Result<QemuRun> {
 pub fn run_with(setup: &QemuSetup, watch: Watch, follow: Follow<'_>) -> std::io::Result<QemuRun> {
     let mut child = Command::new(&setup.program)
         .args(setup.args())
-        .stdin(if follow.script.is_some() {
-            Stdio::piped()
-        } else if watch.interactive {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
+        .stdin(match watch.stdin {
+            _ if follow.script.is_some() => Stdio::piped(),
+            QemuStdin::Terminal => Stdio::piped(),
+            QemuStdin::Inherited => Stdio::inherit(),
+            QemuStdin::Closed => Stdio::null(),
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
     let start = Instant::now();
+    let echo_mid_line = Arc::new(AtomicBool::new(false));
     let lines = spawn_stdout_reader(
         child.stdout.take().expect("stdout is piped"),
-        watch.echo,
+        watch.echo.then(|| Arc::clone(&echo_mid_line)),
         follow.script.is_some(),
     );
     let mut stdin = child.stdin.take();
+    // Raw mode and key forwarding until the end of this function (the drop
+    // puts the terminal back, before the verdict is printed).
+    let terminal = match (watch.stdin, follow.script) {
+        (QemuStdin::Terminal, None) => {
+            let pipe = stdin.take().expect("stdin is piped");
+            match TerminalSession::start(pipe, child.id()) {
+                Ok(session) => Some(session),
+                Err(error) => {
+                    let _ = terminate(&mut child);
+                    return Err(error);
+                }
+            }
+        }
+        _ => None,
+    };
     let mut progress = follow.script.map(ScriptProgress::new);
     let mut send = |progress: &mut ScriptProgress<'_>, text: &str| {
         for bytes in progress.feed(text) {
@@ -438,6 +470,12 @@ pub fn run_with(setup: &QemuSetup, watch: Watch, follow: Follow<'_>) -> std::io:
         }
     }
     let stderr = stderr.join().unwrap_or_default();
+    if terminal.is_some() && echo_mid_line.load(Ordering::Acquire) {
+        // The console ended inside a line (a prompt): what the runner
+        // prints next starts a line of its own.
+        let _ = writeln!(std::io::stdout());
+    }
+    drop(terminal);
     Ok(QemuRun {
         transcript,
         ending,
@@ -449,10 +487,11 @@ pub fn run_with(setup: &QemuSetup, watch: Watch, follow: Follow<'_>) -> std::io:
 }
 
 /// Reads QEMU's stdout into lines (and into text chunks as they come when
-/// `chunks`, for a console script).
+/// `chunks`, for a console script); copies it to our stdout when `echo` is
+/// given, and says there whether the copy so far ends inside a line.
 fn spawn_stdout_reader(
     mut stdout: impl Read + Send + 'static,
-    echo: bool,
+    echo: Option<Arc<AtomicBool>>,
     chunks: bool,
 ) -> Receiver<Event> {
     let (sender, receiver) = mpsc::channel();
@@ -464,10 +503,11 @@ fn spawn_stdout_reader(
                 Ok(0) | Err(_) => break,
                 Ok(read) => read,
             };
-            if echo {
+            if let Some(mid_line) = &echo {
                 let mut out = std::io::stdout().lock();
                 // Echo failures (a closed pipe) do not stop the run.
                 let _ = out.write_all(&chunk[..read]).and_then(|()| out.flush());
+                mid_line.store(chunk[read - 1] != b'\n', Ordering::Release);
             }
             if chunks
                 && sender
@@ -808,7 +848,7 @@ mod tests {
                 within: Duration::from_secs(1),
             }),
             echo: false,
-            interactive: false,
+            stdin: QemuStdin::Closed,
             follow_to_exit: false,
         };
         let started = Instant::now();

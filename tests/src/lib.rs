@@ -7,9 +7,11 @@
 //! UNIT` line. [`fuzz`] drives the test guest's fuzz scenario, for the
 //! `e2e_fuzz` test and the long campaigns of `src/bin/fuzz.rs`; [`control_pair`]
 //! boots a control VM beside its peer for the control scenarios' tests and
-//! benchmarks.
+//! benchmarks; [`pty`] runs a program on a pseudo-terminal, as a person
+//! would, for the `e2e_terminal` test.
 
 pub mod control_pair;
 pub mod fuzz;
 pub mod measure;
+pub mod pty;
 pub mod suites;

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use qemu_runner::console::GuestResult;
 use qemu_runner::console_script::ConsoleScript;
 use qemu_runner::linux::{InitrdSource, KernelSource, LinuxBoot};
-use qemu_runner::qemu::{Machine, QemuSetup, Watch};
+use qemu_runner::qemu::{Machine, QemuSetup, QemuStdin, Watch};
 use qemu_runner::vmspec::VmSpec;
 use qemu_runner::{Boot, ConsoleInput, RunConfig, Verdict};
 
@@ -276,7 +276,7 @@ fn emitted_boot_files_boot_by_hand_as_the_readme_says() {
         timeout: Some(Duration::from_secs(120)),
         progress: None,
         echo: false,
-        interactive: false,
+        stdin: QemuStdin::Closed,
         follow_to_exit: false,
     };
     let run = qemu_runner::qemu::run(&setup, watch).expect("QEMU runs");

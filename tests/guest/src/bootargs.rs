@@ -5,6 +5,7 @@
 //! calls (`TEST_REPORT`, SMCCC `VERSION`) must not be made. The fuzz scenario
 //! reads `seed=N` (first seed, default 1), `seeds=K` (consecutive seeds run in
 //! one boot, default 1), `ops=M` (operations per seed and vCPU, default 500)
+//! `migrate-seconds=N` (how long the migrate scenario writes, default 8),
 //! `probe-ipa=ADDR` (the memory scenario also reads that address and must
 //! catch the abort: an isolation check),
 //! `fuzz-allow=a,b,...` and `fuzz-deny=a,b,...` (operation families added to
@@ -127,10 +128,16 @@ pub struct Options {
     pub dirty: DirtyOptions,
     /// `slots=N`: how many slots the memslot-perf scenario creates.
     pub slots: u32,
+    /// `migrate-seconds=N`: how long the migrate scenario writes before it
+    /// checks (long enough for a person to type `migrate` at the monitor).
+    pub migrate_seconds: u64,
 }
 
 /// The memslot-perf scenario's slot count when `slots=` is absent.
 pub const DEFAULT_SLOTS: u32 = 256;
+
+/// The migrate scenario's writing time when `migrate-seconds=` is absent.
+pub const DEFAULT_MIGRATE_SECONDS: u64 = 8;
 
 /// The `dirty-log` scenario's settings: `dirty-mode=plain|manual|all-set`
 /// (the peer's dirty-log mode: harvest clears, manual protection, manual
@@ -159,6 +166,7 @@ impl Options {
         let mut probe_ipa = None;
         let mut dirty = DirtyOptions::default();
         let mut slots = DEFAULT_SLOTS;
+        let mut migrate_seconds = DEFAULT_MIGRATE_SECONDS;
         for word in bootargs.split_ascii_whitespace() {
             let Some((key, value)) = word.split_once('=') else {
                 continue;
@@ -199,6 +207,9 @@ impl Options {
                         .and_then(|n| u32::try_from(n).ok())
                         .ok_or(word)?
                 }
+                "migrate-seconds" => {
+                    migrate_seconds = number(value).filter(|&n| n > 0).ok_or(word)?
+                }
                 "fuzz-verbose" => fuzz.verbose = number(value).ok_or(word)? != 0,
                 "fuzz-allow" | "fuzz-deny" => {
                     for name in value.split(',').filter(|n| !n.is_empty()) {
@@ -224,6 +235,7 @@ impl Options {
             probe_ipa,
             dirty,
             slots,
+            migrate_seconds,
         })
     }
 
@@ -249,6 +261,7 @@ mod tests {
             probe_ipa: None,
             dirty: DirtyOptions::default(),
             slots: DEFAULT_SLOTS,
+            migrate_seconds: DEFAULT_MIGRATE_SECONDS,
         };
         assert_eq!(Options::parse(""), Ok(default));
         assert_eq!(Options::parse("console=ttyAMA0 test=memory"), Ok(default));
@@ -262,6 +275,7 @@ mod tests {
                 probe_ipa: None,
                 dirty: DirtyOptions::default(),
                 slots: DEFAULT_SLOTS,
+                migrate_seconds: DEFAULT_MIGRATE_SECONDS,
             })
         );
         assert!(
@@ -290,6 +304,12 @@ mod tests {
         assert_eq!(Options::parse("dirty-mode=x"), Err("dirty-mode=x"));
         assert!(Options::parse("dirty-pattern=passes").unwrap().dirty.passes);
         assert_eq!(Options::parse("dirty-pattern=x"), Err("dirty-pattern=x"));
+        let migrate = Options::parse("test=migrate migrate-seconds=60").unwrap();
+        assert_eq!(migrate.migrate_seconds, 60);
+        assert_eq!(
+            Options::parse("migrate-seconds=0"),
+            Err("migrate-seconds=0")
+        );
         let perf = Options::parse("test=memslot-perf slots=4096").unwrap();
         assert_eq!((perf.scenario, perf.slots), (Scenario::MemslotPerf, 4096));
         assert_eq!(

@@ -1,7 +1,7 @@
 //! The `migrate` scenario: a guest that is live-migrated while it writes,
 //! and then checks that nothing it wrote was lost.
 //!
-//! For [`RUN_SECONDS`] (virtual counter) every vCPU writes pseudo-random
+//! For `migrate-seconds=` (default 8; virtual counter) every vCPU writes pseudo-random
 //! pages of its share of [`REGION`] (vCPU `i` of `n` owns the pages whose
 //! number is `i` modulo `n`): each write gives the page the next sequence
 //! number (word 0) and words derived from the page and the sequence (words
@@ -45,8 +45,6 @@ const REGION: u64 = 0x4400_0000;
 const PAGES: usize = 2048;
 /// Words of each page the guest writes.
 const WORDS: u64 = 8;
-/// How long the guest writes before it checks.
-const RUN_SECONDS: u64 = 8;
 /// Writes between two progress lines (boot vCPU).
 const PROGRESS_EVERY: u64 = 1 << 17;
 /// The virtual timer's period.
@@ -254,12 +252,12 @@ pub fn secondary(cpu: usize) {
     DONE.arrive();
 }
 
-/// The scenario, on the boot vCPU.
-pub fn run(platform: &Platform) -> Result<(), Failure> {
+/// The scenario, on the boot vCPU: every vCPU writes for `run_seconds`.
+pub fn run(platform: &Platform, run_seconds: u64) -> Result<(), Failure> {
     let vcpus = platform.cpus().len();
     VCPUS.store(vcpus as u64, Ordering::Release);
     let (start, frequency) = virtual_counter();
-    END.store(start + RUN_SECONDS * frequency, Ordering::Release);
+    END.store(start + run_seconds * frequency, Ordering::Release);
     TICK.store(frequency * TICK_MS / 1000, Ordering::Release);
     let ppis = platform
         .timer_cells()
@@ -270,7 +268,7 @@ pub fn run(platform: &Platform) -> Result<(), Failure> {
         exceptions::take_irqs_for(Scenario::Migrate);
     }
     println!(
-        "migrate: {vcpus} vCPUs writing {PAGES} pages at {REGION:#x} for {RUN_SECONDS} s{}",
+        "migrate: {vcpus} vCPUs writing {PAGES} pages at {REGION:#x} for {run_seconds} s{}",
         if VTIMER.load(Ordering::Relaxed) != 0 {
             ", virtual timer every 10 ms"
         } else {

@@ -669,7 +669,7 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
         }
         Scenario::Migrate => {
             SECONDARY_PART.store(SECONDARY_MIGRATE, Ordering::Release);
-            crate::migrate::run(platform)
+            crate::migrate::run(platform, options.migrate_seconds)
         }
         Scenario::PageTable | Scenario::MemslotPerf | Scenario::Toucher
             if !psci::hypervisor_services() =>
