@@ -249,7 +249,7 @@ fn emitted_boot_files_boot_by_hand_as_the_readme_says() {
         ..RunConfig::default()
     };
     let [image, payload] = qemu_runner::emit_boot_files(&config, &dir).expect("files written");
-    // The README's by-hand command, as the runner's one builder writes it.
+    // hypervisor/README.md's by-hand command, as the runner's one builder writes it.
     let setup = QemuSetup {
         program: qemu_runner::prereq::ensure_qemu().expect("QEMU"),
         machine: Machine::WithEl2,
