@@ -11,11 +11,12 @@
 //! whole console, QEMU's stderr) with every failure.
 //!
 //! Configurations: [`guest`] for the test guest alone in one VM, [`vms`] for
-//! a payload of several VMs from `--vm` specs, [`with_script`] to type into
-//! the console as lines appear. Lines: [`has_line`], [`has_line_where`], [`line_index`] and
-//! [`lines_in_order`] over the console, [`log_position`] and [`log_count`]
-//! over the hypervisor's log, [`counter`] for a `STAT` line. Endings:
-//! [`assert_passed`] and [`assert_powered_off`].
+//! a payload of several VMs from `--vm` specs, [`with_script`] to wait for
+//! lines on the console while the run goes and type into it when they come.
+//! Lines, after the run: [`has_line`], [`has_line_where`] and [`line_index`]
+//! over the console, [`log_position`] and [`log_count`] over the hypervisor's
+//! log, [`counter`] for a `STAT` line. Endings: [`assert_passed`] and
+//! [`assert_powered_off`].
 
 use std::time::Duration;
 
@@ -105,29 +106,6 @@ pub fn line_index(report: &RunReport, what: &str, test: impl Fn(&str) -> bool) -
         .lines()
         .position(|line| test(line.trim()))
         .unwrap_or_else(|| panic!("no {what} line\n{}", report.explain()))
-}
-
-/// The indexes of the console lines containing each of `needles`, each found
-/// after the one before; panics naming the first that did not come in order.
-pub fn lines_in_order(report: &RunReport, needles: &[&str]) -> Vec<usize> {
-    let lines: Vec<&str> = report.console().lines().collect();
-    let mut from = 0;
-    let mut found = Vec::with_capacity(needles.len());
-    for needle in needles {
-        let index = lines[from..]
-            .iter()
-            .position(|line| line.contains(needle))
-            .map(|offset| from + offset)
-            .unwrap_or_else(|| {
-                panic!(
-                    "no line `{needle}` after line {from} (lines in order: {needles:?})\n{}",
-                    report.explain()
-                )
-            });
-        found.push(index);
-        from = index + 1;
-    }
-    found
 }
 
 /// The index of the first hypervisor log line containing `text`; panics
