@@ -1,8 +1,8 @@
 //! Every relative link in the documentation leads somewhere.
 //!
 //! The pages checked are the workspace's `README.md`, every `docs/*.md`, and
-//! every crate's `README.md` (any `README.md` below the workspace root, except
-//! in `target/` and hidden folders). In each page, outside fenced code blocks
+//! every crate's `README.md` (a `README.md` beside a `Cargo.toml` below the
+//! workspace root, outside `target/` and hidden folders). In each page, outside fenced code blocks
 //! and code spans, every inline link or image (`[text](dest)`,
 //! `![alt](dest)`) and every reference definition (`[id]: dest`) whose
 //! destination has no URL scheme (`https:`, `mailto:`, ...) is resolved
@@ -33,7 +33,8 @@ fn workspace_root() -> PathBuf {
 }
 
 /// The pages to check under `root`: `README.md`, `docs/*.md`, and every
-/// `README.md` further down (not in `target/` or hidden folders), sorted.
+/// crate's `README.md` further down (beside a `Cargo.toml`, not in `target/`
+/// or hidden folders), sorted.
 fn pages(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let readme = root.join("README.md");
@@ -61,7 +62,7 @@ fn pages(root: &Path) -> Vec<PathBuf> {
                 if !name.starts_with('.') && name != "target" {
                     folders.push(path);
                 }
-            } else if name == "README.md" && folder != root {
+            } else if name == "README.md" && folder != root && folder.join("Cargo.toml").is_file() {
                 found.push(path);
             }
         }
@@ -445,6 +446,11 @@ fn a_missing_file_and_a_missing_heading_are_reported() {
                 "# Guide\n\n## Setting up\n\nBack [home](../README.md#top).\n",
             ),
             ("crate/README.md", "[code](src/lib.rs) [self](#missing)\n"),
+            ("crate/Cargo.toml", "[package]\n"),
+            (
+                "notes/README.md",
+                "Not a crate's: [unchecked](nowhere.md)\n",
+            ),
         ],
     );
     let broken = broken_links(&root);
