@@ -40,9 +40,9 @@ impl<'a> ControlPair<'a> {
         }
     }
 
-    /// Boots the pair; `Err` when QEMU could not run (a run that ran but
-    /// failed is an `Ok` report whose verdict says so).
-    pub fn run(&self) -> Result<RunReport, String> {
+    /// The run configuration of the pair; `Err` when a VM spec built from
+    /// the fields does not parse.
+    pub fn config(&self) -> Result<RunConfig, String> {
         let args = if self.args.is_empty() {
             String::new()
         } else {
@@ -53,7 +53,7 @@ impl<'a> ControlPair<'a> {
             "guest={},cpus=1-{},name=peer,expect=stopped",
             self.peer, self.peer_vcpus
         );
-        let config = RunConfig {
+        Ok(RunConfig {
             boot: Boot::Hypervisor,
             smp: self.peer_vcpus + 1,
             cpu: self.cpu.to_string(),
@@ -64,8 +64,19 @@ impl<'a> ControlPair<'a> {
                 VmSpec::parse(&peer, 1).map_err(|e| e.to_string())?,
             ],
             ..RunConfig::default()
-        };
-        qemu_runner::run(&config).map_err(|e| format!("could not run QEMU: {e}"))
+        })
+    }
+
+    /// Boots the pair; `Err` when QEMU could not run (a run that ran but
+    /// failed is an `Ok` report whose verdict says so).
+    pub fn run(&self) -> Result<RunReport, String> {
+        qemu_runner::run(&self.config()?).map_err(|e| format!("could not run QEMU: {e}"))
+    }
+
+    /// Boots the pair for an end-to-end test ([`crate::e2e::run`]): panics
+    /// when QEMU could not run or the configuration could not be made.
+    pub fn boot(&self) -> RunReport {
+        crate::e2e::run(&self.config().unwrap_or_else(|error| panic!("{error}")))
     }
 
     /// Prints the benchmark `config` line for figures under `name` that
@@ -114,8 +125,5 @@ impl<'a> ControlPair<'a> {
 /// The peer's counter `name` (`STAT vm1 NAME VALUE`); panics with the run's
 /// story when it is missing.
 pub fn peer_counter(report: &RunReport, name: &str) -> u64 {
-    report
-        .counters()
-        .get(1, name)
-        .unwrap_or_else(|| panic!("no `STAT vm1 {name}` line\n{}", report.explain()))
+    crate::e2e::counter(report, 1, name)
 }

@@ -7,10 +7,12 @@
 //! UNIT` line. [`fuzz`] drives the test guest's fuzz scenario, for the
 //! `e2e_fuzz` test and the long campaigns of `src/bin/fuzz.rs`; [`control_pair`]
 //! boots a control VM beside its peer for the control scenarios' tests and
-//! benchmarks; [`pty`] runs a program on a pseudo-terminal, as a person
-//! would, for the `e2e_terminal` test.
+//! benchmarks; [`e2e`] is the end-to-end tests' kit (boot, find lines, assert
+//! a clean power-off); [`pty`] runs a program on a pseudo-terminal, as a
+//! person would, for the `e2e_terminal` test.
 
 pub mod control_pair;
+pub mod e2e;
 pub mod fuzz;
 pub mod measure;
 pub mod pty;

@@ -13,37 +13,21 @@
 
 use std::time::Duration;
 
-use qemu_runner::{Boot, RunConfig, RunReport, Scenario};
+use qemu_runner::{RunReport, Scenario};
+use tests::e2e;
 
 fn run(cpu: &str) -> RunReport {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        scenario: Scenario::Aarch32El0,
-        smp: 1,
-        cpu: cpu.to_string(),
-        timeout: Duration::from_secs(180),
-        echo: false,
-        ..RunConfig::default()
-    };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+    e2e::run(&e2e::guest(
+        Scenario::Aarch32El0,
+        cpu,
+        1,
+        Duration::from_secs(180),
+    ))
 }
 
 fn check(report: &RunReport) {
+    e2e::assert_powered_off(report);
     let explain = report.explain();
-    assert!(report.passed(), "{explain}");
-    assert!(
-        report.transcript.system_off,
-        "no `[hv] system off`\n{explain}"
-    );
-    assert!(report.transcript.panic.is_none(), "{explain}");
-    assert_eq!(
-        report
-            .transcript
-            .log_lines_containing("stopping the VM")
-            .count(),
-        0,
-        "{explain}"
-    );
 
     // Every exception the guest checked, by state and vector.
     let console = report.console();
@@ -68,14 +52,8 @@ fn check(report: &RunReport) {
     // instruction.
     assert_eq!(injected("data"), 3, "{explain}");
     assert_eq!(injected("instruction"), 2, "{explain}");
-    let counter = |name: &str| {
-        report
-            .counters()
-            .get(0, name)
-            .unwrap_or_else(|| panic!("no `STAT vm0 {name}`\n{explain}"))
-    };
-    assert_eq!(counter("injected_aborts"), 5, "{explain}");
-    assert_eq!(counter("test_reports"), 1, "{explain}");
+    assert_eq!(e2e::counter(report, 0, "injected_aborts"), 5, "{explain}");
+    assert_eq!(e2e::counter(report, 0, "test_reports"), 1, "{explain}");
 }
 
 #[test]

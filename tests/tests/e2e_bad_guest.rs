@@ -15,56 +15,27 @@
 
 use std::time::Duration;
 
-use qemu_runner::{Boot, RunConfig, RunReport, Scenario};
+use qemu_runner::{RunReport, Scenario};
+use tests::e2e;
 
 fn run(scenario: Scenario, smp: u32) -> RunReport {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
+    e2e::run(&e2e::guest(
         scenario,
+        qemu_runner::DEFAULT_CPU,
         smp,
-        timeout: Duration::from_secs(180),
-        echo: false,
-        ..RunConfig::default()
-    };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+        Duration::from_secs(180),
+    ))
 }
 
 fn counter(report: &RunReport, name: &str) -> u64 {
-    report
-        .counters()
-        .get(0, name)
-        .unwrap_or_else(|| panic!("no `STAT vm0 {name}`\n{}", report.explain()))
-}
-
-fn check_passed_and_off(report: &RunReport) {
-    assert!(report.passed(), "{}", report.explain());
-    assert!(
-        report.transcript.system_off,
-        "no `[hv] system off`\n{}",
-        report.explain()
-    );
-    assert!(report.transcript.panic.is_none(), "{}", report.explain());
+    e2e::counter(report, 0, name)
 }
 
 #[test]
 fn bad_guest_leaves_the_hypervisor_alive_and_reporting() {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        scenario: Scenario::BadGuest,
-        smp: 2,
-        timeout: Duration::from_secs(180),
-        echo: false,
-        ..RunConfig::default()
-    };
-    let report =
-        qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
+    let report = run(Scenario::BadGuest, 2);
+    e2e::assert_powered_off(&report);
     let explain = report.explain();
-    assert!(report.passed(), "{explain}");
-    assert!(
-        report.transcript.system_off,
-        "no `[hv] system off`\n{explain}"
-    );
-    assert!(report.transcript.panic.is_none(), "{explain}");
 
     let injected: Vec<&str> = report
         .transcript
@@ -88,12 +59,6 @@ fn bad_guest_leaves_the_hypervisor_alive_and_reporting() {
         "expected the unknown hypercall 0xc60000ff logged once\n{explain}"
     );
 
-    let counter = |name: &str| {
-        report
-            .counters()
-            .get(0, name)
-            .unwrap_or_else(|| panic!("no `STAT vm0 {name}`\n{explain}"))
-    };
     let straddles: Vec<&str> = report
         .transcript
         .log_lines_containing("runs past the end of the")
@@ -106,16 +71,16 @@ fn bad_guest_leaves_the_hypervisor_alive_and_reporting() {
         "expected the 8-byte loads at the ends of the PL011 and GIC distributor windows and \
          of the first redistributor frame logged as injected aborts\n{explain}"
     );
-    assert_eq!(counter("injected_aborts"), 5, "{explain}");
-    assert_eq!(counter("unknown_hypercalls"), 1, "{explain}");
-    assert!(counter("test_reports") >= 1, "{explain}");
+    assert_eq!(counter(&report, "injected_aborts"), 5, "{explain}");
+    assert_eq!(counter(&report, "unknown_hypercalls"), 1, "{explain}");
+    assert!(counter(&report, "test_reports") >= 1, "{explain}");
 }
 
 #[test]
 fn racing_cpu_on_calls_get_one_success_and_already_on() {
     // Three racers (vCPUs 0..2), one target (vCPU 3).
     let report = run(Scenario::CpuOnRace, 4);
-    check_passed_and_off(&report);
+    e2e::assert_powered_off(&report);
     assert!(
         report
             .console()
@@ -140,7 +105,7 @@ fn flood_line_bound(elapsed: Duration) -> usize {
 #[test]
 fn a_flooding_guest_gets_a_short_log_and_exact_counters() {
     let report = run(Scenario::Flood, 1);
-    check_passed_and_off(&report);
+    e2e::assert_powered_off(&report);
     let hypercalls = 200_000;
     let aborts = 20_000;
     let device_errors = 5_000;

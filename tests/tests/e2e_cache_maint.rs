@@ -22,29 +22,23 @@ use std::time::Duration;
 
 use qemu_runner::linux::{BusyboxInit, LinuxBoot};
 use qemu_runner::{Boot, RunConfig, RunReport, Scenario};
+use tests::e2e::{self, has_line};
 
 const A72: &str = "cortex-a72";
 const PAGES_PER_2M: u64 = 512;
 const PAGES_PER_1G: u64 = 512 * 512;
 
 fn run_guest(cpu: &str) -> RunReport {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        scenario: Scenario::Memory,
-        smp: 2,
-        cpu: cpu.to_string(),
-        timeout: Duration::from_secs(180),
-        echo: false,
-        ..RunConfig::default()
-    };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+    e2e::run(&e2e::guest(
+        Scenario::Memory,
+        cpu,
+        2,
+        Duration::from_secs(180),
+    ))
 }
 
 fn counter(report: &RunReport, name: &str) -> u64 {
-    report
-        .counters()
-        .get(0, name)
-        .unwrap_or_else(|| panic!("no `STAT vm0 {name}` line\n{}", report.explain()))
+    e2e::counter(report, 0, name)
 }
 
 /// 4 KiB pages the VM's stage 2 mapped.
@@ -54,23 +48,10 @@ fn mapped_pages(report: &RunReport) -> u64 {
         + counter(report, "mapped_blocks_1g") * PAGES_PER_1G
 }
 
-fn check_passed(report: &RunReport) {
-    assert!(report.passed(), "{}", report.explain());
-    assert!(
-        report.transcript.system_off,
-        "no `[hv] system off`\n{}",
-        report.explain()
-    );
-}
-
-fn has_line(report: &RunReport, needle: &str) -> bool {
-    report.console().lines().any(|l| l.contains(needle))
-}
-
 #[test]
 fn guest_on_cortex_a72_cleans_mapped_pages_and_converts_set_way() {
     let report = run_guest(A72);
-    check_passed(&report);
+    e2e::assert_powered_off(&report);
     let explain = report.explain();
     assert!(has_line(&report, "no FEAT_S2FWB"), "{explain}");
     assert!(
@@ -101,7 +82,7 @@ fn guest_on_cortex_a72_cleans_mapped_pages_and_converts_set_way() {
 #[test]
 fn guest_on_max_with_fwb_does_no_data_cache_maintenance() {
     let report = run_guest(qemu_runner::DEFAULT_CPU);
-    check_passed(&report);
+    e2e::assert_powered_off(&report);
     let explain = report.explain();
     assert!(has_line(&report, "FEAT_S2FWB: stage 2 forces"), "{explain}");
     assert!(
@@ -127,14 +108,11 @@ fn guest_on_max_with_fwb_does_no_data_cache_maintenance() {
 
 #[test]
 fn linux_on_cortex_a72_boots_with_every_mapped_page_cleaned() {
-    let config = RunConfig {
+    let report = e2e::run(&RunConfig {
         cpu: A72.to_string(),
-        echo: false,
         ..RunConfig::linux(Boot::Hypervisor, LinuxBoot::debian(BusyboxInit::Test))
-    };
-    let report =
-        qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
-    check_passed(&report);
+    });
+    e2e::assert_powered_off(&report);
     let explain = report.explain();
     assert!(
         report.command_line.contains("cortex-a72"),

@@ -24,8 +24,8 @@ use std::time::Duration;
 use qemu_runner::console_script::ConsoleScript;
 use qemu_runner::initramfs::INIT_MARKER;
 use qemu_runner::linux::{BusyboxInit, LinuxBoot};
-use qemu_runner::vmspec::VmSpec;
-use qemu_runner::{Boot, ConsoleInput, RunConfig, RunReport};
+use qemu_runner::{Boot, RunConfig, RunReport};
+use tests::e2e;
 
 /// Ctrl-], the console's escape key.
 const ESCAPE: &str = "\x1d";
@@ -61,18 +61,17 @@ fn script() -> ConsoleScript {
 
 fn run() -> RunReport {
     let config = RunConfig {
-        smp: 2,
         mem_mib: 512,
-        timeout: Duration::from_secs(240),
-        echo: false,
-        vms: vec![
-            VmSpec::parse("echo,cpus=0,mem=64,name=alpha,expect=stopped", 0).unwrap(),
-            VmSpec::parse("echo,cpus=1,mem=64,name=beta", 1).unwrap(),
-        ],
-        input: ConsoleInput::Script(script()),
-        ..RunConfig::default()
+        ..e2e::vms(
+            2,
+            &[
+                "echo,cpus=0,mem=64,name=alpha,expect=stopped",
+                "echo,cpus=1,mem=64,name=beta",
+            ],
+            Duration::from_secs(240),
+        )
     };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+    e2e::run(&e2e::with_script(config, script()))
 }
 
 /// The console lines from the first one containing `from` (after `after`)
@@ -191,15 +190,10 @@ fn typed_bytes_reach_the_only_vm_a_linux_shell() {
         // The whole output line: sent at once on `typed-42`, the command's
         // echo could land on that line.
         .then("typed-42\n", "poweroff -f\r");
-    let config = RunConfig {
-        echo: false,
-        input: ConsoleInput::Script(script),
-        ..RunConfig::linux(Boot::Hypervisor, LinuxBoot::debian(BusyboxInit::Shell))
-    };
-    let report =
-        qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
+    let config = RunConfig::linux(Boot::Hypervisor, LinuxBoot::debian(BusyboxInit::Shell));
+    let report = e2e::run(&e2e::with_script(config, script));
+    e2e::assert_passed(&report);
     let explain = report.explain();
-    assert!(report.passed(), "{explain}");
     let text = report.console();
     assert!(
         text.lines().any(|l| l.trim_end() == "typed-42"),
@@ -227,15 +221,14 @@ fn pasted_line(i: usize) -> String {
 /// One echo VM, `solo`, on CPU 1 (the console on CPU 0), driven by `script`.
 fn run_solo_echo(script: ConsoleScript) -> RunReport {
     let config = RunConfig {
-        smp: 2,
         mem_mib: 512,
-        timeout: Duration::from_secs(180),
-        echo: false,
-        vms: vec![VmSpec::parse("echo,cpus=1,mem=64,name=solo", 0).unwrap()],
-        input: ConsoleInput::Script(script),
-        ..RunConfig::default()
+        ..e2e::vms(
+            2,
+            &["echo,cpus=1,mem=64,name=solo"],
+            Duration::from_secs(180),
+        )
     };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+    e2e::run(&e2e::with_script(config, script))
 }
 
 #[test]

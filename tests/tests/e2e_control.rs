@@ -14,18 +14,14 @@
 
 use qemu_runner::RunReport;
 use tests::control_pair::{ControlPair, peer_counter};
+use tests::e2e::has_line;
 
 fn run(cpu: &str) -> RunReport {
     ControlPair {
         cpu,
         ..ControlPair::new("control", "control-peer")
     }
-    .run()
-    .unwrap_or_else(|error| panic!("{error}"))
-}
-
-fn has_line(report: &RunReport, needle: &str) -> bool {
-    report.console().lines().any(|l| l.contains(needle))
+    .boot()
 }
 
 /// The control scenario's steps all showed up and the peer was refused.

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use qemu_runner::{Boot, RunConfig, Scenario, Verdict};
+use tests::e2e;
 
 fn direct(scenario: Scenario, cpu: &str, smp: u32) -> RunConfig {
     RunConfig {
@@ -17,7 +18,6 @@ fn direct(scenario: Scenario, cpu: &str, smp: u32) -> RunConfig {
         mem_mib: 256,
         cpu: cpu.to_string(),
         timeout: Duration::from_secs(120),
-        echo: false,
         ..RunConfig::default()
     }
 }
@@ -25,8 +25,7 @@ fn direct(scenario: Scenario, cpu: &str, smp: u32) -> RunConfig {
 #[test]
 fn guest_passes_alone_at_el1_on_max_and_cortex_a57() {
     for (cpu, smp) in [(qemu_runner::DEFAULT_CPU, 4), ("cortex-a57", 2)] {
-        let report = qemu_runner::run(&direct(Scenario::Memory, cpu, smp))
-            .unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
+        let report = e2e::run(&direct(Scenario::Memory, cpu, smp));
         assert!(
             report.passed(),
             "{cpu} x{smp}: {}\n{}",
@@ -62,8 +61,7 @@ fn guest_passes_alone_at_el1_on_max_and_cortex_a57() {
 
 #[test]
 fn bad_guest_scenario_fails_without_the_hypervisor() {
-    let report = qemu_runner::run(&direct(Scenario::BadGuest, qemu_runner::DEFAULT_CPU, 1))
-        .unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
+    let report = e2e::run(&direct(Scenario::BadGuest, qemu_runner::DEFAULT_CPU, 1));
     assert!(!report.passed());
     assert_eq!(
         report.verdict,

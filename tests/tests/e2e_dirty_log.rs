@@ -35,8 +35,7 @@ fn run_with_writers(cpu: &str, args: &str, writers: u32) -> RunReport {
         peer_vcpus: writers,
         ..ControlPair::new("dirty-log", "dirty-writer")
     }
-    .run()
-    .unwrap_or_else(|error| panic!("{error}"))
+    .boot()
 }
 
 /// The split figures of the enable line: (blocks split, chunks).

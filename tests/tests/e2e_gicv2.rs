@@ -22,52 +22,41 @@ use qemu_runner::initramfs::INIT_MARKER;
 use qemu_runner::linux::{BusyboxInit, LinuxBoot};
 use qemu_runner::qemu::GicVersion;
 use qemu_runner::{Boot, RunConfig, RunReport, Scenario};
+use tests::e2e;
 
 fn run_guest(scenario: Scenario, smp: u32) -> RunReport {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        scenario,
-        smp,
+    e2e::run(&RunConfig {
         gic: GicVersion::V2,
-        timeout: Duration::from_secs(180),
-        echo: false,
-        ..RunConfig::default()
-    };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+        ..e2e::guest(
+            scenario,
+            qemu_runner::DEFAULT_CPU,
+            smp,
+            Duration::from_secs(180),
+        )
+    })
 }
 
 fn run_linux(smp: u32) -> RunReport {
     let config = RunConfig {
         smp,
         gic: GicVersion::V2,
-        echo: false,
         ..RunConfig::linux(Boot::Hypervisor, LinuxBoot::debian(BusyboxInit::Test))
     };
     assert_eq!(config.guest_cpus(), smp);
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
-}
-
-fn explain(report: &RunReport) -> String {
-    format!(
-        "verdict: {}\ncommand: {}\n--- console ---\n{}--- QEMU stderr ---\n{}",
-        report.verdict,
-        report.command_line,
-        report.console(),
-        report.qemu_stderr
-    )
+    e2e::run(&config)
 }
 
 fn has_line(report: &RunReport, wanted: impl Fn(&str) -> bool) -> bool {
-    report.console().lines().any(|l| wanted(l.trim()))
+    e2e::has_line_where(report, |l| wanted(l.trim()))
 }
 
 /// A pass on a GICv2 machine, with the hypervisor driving that GICv2.
 fn check_gicv2_pass(report: &RunReport) {
-    assert!(report.passed(), "{}", explain(report));
+    e2e::assert_powered_off(report);
     assert!(
         report.qemu_status.success(),
         "QEMU did not exit 0\n{}",
-        explain(report)
+        report.explain()
     );
     assert!(
         report
@@ -80,20 +69,12 @@ fn check_gicv2_pass(report: &RunReport) {
         has_line(report, |l| l.starts_with("[hv] GICv2: distributor")
             && l.contains("GICH 0x8030000")),
         "the hypervisor did not drive the GICv2\n{}",
-        explain(report)
-    );
-    assert!(
-        report.transcript.system_off,
-        "no `[hv] system off`\n{}",
-        explain(report)
+        report.explain()
     );
 }
 
 fn counter(report: &RunReport, name: &str) -> u64 {
-    report
-        .counters()
-        .get(0, name)
-        .unwrap_or_else(|| panic!("no `STAT vm0 {name}` line\n{}", explain(report)))
+    e2e::counter(report, 0, name)
 }
 
 fn check_memory(smp: u32) {
@@ -104,12 +85,12 @@ fn check_memory(smp: u32) {
         has_line(&report, |l| l.starts_with("test-guest:")
             && l.contains(&guest_cpus)),
         "the guest did not see {smp} vCPUs\n{}",
-        explain(&report)
+        report.explain()
     );
     assert!(
         counter(&report, "test_reports") >= 1,
         "{}",
-        explain(&report)
+        report.explain()
     );
 }
 
@@ -131,10 +112,10 @@ fn check_timers(smp: u32) {
         assert!(
             has_line(&report, |l| l.starts_with(&prefix)),
             "no interrupt counts from vCPU {vcpu}\n{}",
-            explain(&report)
+            report.explain()
         );
     }
-    assert!(counter(&report, "exits_irq") > 0, "{}", explain(&report));
+    assert!(counter(&report, "exits_irq") > 0, "{}", report.explain());
 }
 
 #[test]
@@ -160,11 +141,11 @@ fn check_linux(smp: u32) {
     check_gicv2_pass(&report);
     let marker = report
         .time_to(INIT_MARKER)
-        .unwrap_or_else(|| panic!("no `{INIT_MARKER}` line\n{}", explain(&report)));
+        .unwrap_or_else(|| panic!("no `{INIT_MARKER}` line\n{}", report.explain()));
     let result = report
         .time_to("RESULT: PASS")
-        .unwrap_or_else(|| panic!("no RESULT line\n{}", explain(&report)));
-    assert!(marker <= result, "{}", explain(&report));
+        .unwrap_or_else(|| panic!("no RESULT line\n{}", report.explain()));
+    assert!(marker <= result, "{}", report.explain());
     for line in [
         format!("LINUX-INIT: {smp} CPUs online (0-{})", smp - 1),
         "LINUX-INIT: 128 MiB written through tmpfs and verified".to_string(),
@@ -172,7 +153,7 @@ fn check_linux(smp: u32) {
         assert!(
             has_line(&report, |l| l == line),
             "no `{line}`\n{}",
-            explain(&report)
+            report.explain()
         );
     }
 }

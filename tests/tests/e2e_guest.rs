@@ -10,35 +10,23 @@
 
 use std::time::Duration;
 
-use qemu_runner::{Boot, RunConfig, RunReport, Scenario};
+use qemu_runner::{RunConfig, RunReport, Scenario};
+use tests::e2e;
+
+fn memory(cpu: &str, smp: u32) -> RunConfig {
+    e2e::guest(Scenario::Memory, cpu, smp, Duration::from_secs(180))
+}
 
 fn run(cpu: &str, smp: u32) -> RunReport {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        scenario: Scenario::Memory,
-        smp,
-        cpu: cpu.to_string(),
-        timeout: Duration::from_secs(180),
-        echo: false,
-        ..RunConfig::default()
-    };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+    e2e::run(&memory(cpu, smp))
 }
 
 fn counter(report: &RunReport, name: &str) -> u64 {
-    report
-        .counters()
-        .get(0, name)
-        .unwrap_or_else(|| panic!("no `STAT vm0 {name}` line\n{}", report.explain()))
+    e2e::counter(report, 0, name)
 }
 
 fn check_memory_run(report: &RunReport, smp: u32) {
-    assert!(report.passed(), "{}", report.explain());
-    assert!(
-        report.transcript.system_off,
-        "no `[hv] system off`\n{}",
-        report.explain()
-    );
+    e2e::assert_powered_off(report);
     let guest_cpus = format!("{smp} vCPUs");
     assert!(
         report
@@ -122,18 +110,11 @@ fn memory_test_passes_on_cortex_a57_with_4_vcpus() {
 
 #[test]
 fn vm_conf_sets_guest_vcpus_and_memory() {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        scenario: Scenario::Memory,
-        smp: 4,
+    let report = e2e::run(&RunConfig {
         vcpus: Some(2),
         guest_mem_mib: Some(256),
-        timeout: Duration::from_secs(180),
-        echo: false,
-        ..RunConfig::default()
-    };
-    let report =
-        qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"));
+        ..memory(qemu_runner::DEFAULT_CPU, 4)
+    });
     check_memory_run(&report, 2);
     assert!(
         report.console().contains("RAM 0x40000000-0x50000000"),

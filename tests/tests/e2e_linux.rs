@@ -15,18 +15,16 @@
 use qemu_runner::initramfs::INIT_MARKER;
 use qemu_runner::linux::{BusyboxInit, LinuxBoot};
 use qemu_runner::{Boot, RunConfig, RunReport};
+use tests::e2e;
 
 fn run(boot: Boot) -> RunReport {
-    let config = RunConfig {
-        echo: false,
-        ..RunConfig::linux(boot, LinuxBoot::debian(BusyboxInit::Test))
-    };
+    let config = RunConfig::linux(boot, LinuxBoot::debian(BusyboxInit::Test));
     assert_eq!(config.guest_cpus(), 2);
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+    e2e::run(&config)
 }
 
 fn check_linux_run(report: &RunReport) {
-    assert!(report.passed(), "{}", report.explain());
+    e2e::assert_passed(report);
     assert!(
         report.qemu_status.success(),
         "QEMU did not exit 0\n{}",
@@ -44,7 +42,7 @@ fn check_linux_run(report: &RunReport) {
         "LINUX-INIT: 128 MiB written through tmpfs and verified",
     ] {
         assert!(
-            report.console().lines().any(|l| l.trim() == line),
+            e2e::has_line_where(report, |l| l.trim() == line),
             "no `{line}`\n{}",
             report.explain()
         );
@@ -55,11 +53,7 @@ fn check_linux_run(report: &RunReport) {
 fn linux_boots_under_the_hypervisor_with_2_vcpus_and_512_mib() {
     let report = run(Boot::Hypervisor);
     check_linux_run(&report);
-    assert!(
-        report.transcript.system_off,
-        "no `[hv] system off`\n{}",
-        report.explain()
-    );
+    e2e::assert_powered_off(&report);
     assert!(
         report.command_line.contains("virtualization=on"),
         "{}",

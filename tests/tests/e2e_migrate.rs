@@ -26,8 +26,8 @@
 use std::time::Duration;
 
 use qemu_runner::console_script::ConsoleScript;
-use qemu_runner::vmspec::VmSpec;
-use qemu_runner::{Boot, ConsoleInput, RunConfig, RunReport};
+use qemu_runner::{RunConfig, RunReport};
+use tests::e2e;
 
 /// Boots `src` and a waiting `dst` and types `migrate src dst` on the
 /// console monitor once `marker` appears.
@@ -36,20 +36,11 @@ fn migrate(cpu: &str, smp: u32, mem_mib: u32, marker: &str, src: &str, dst: &str
         .then(marker, "\x1dmigrate src dst\r")
         .then("ok: migrating src to dst", "exit\r");
     let config = RunConfig {
-        boot: Boot::Hypervisor,
-        smp,
         cpu: cpu.to_string(),
         mem_mib,
-        timeout: Duration::from_secs(300),
-        echo: false,
-        input: ConsoleInput::Script(script),
-        vms: vec![
-            VmSpec::parse(src, 0).expect("valid spec"),
-            VmSpec::parse(dst, 1).expect("valid spec"),
-        ],
-        ..RunConfig::default()
+        ..e2e::vms(smp, &[src, dst], Duration::from_secs(300))
     };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+    e2e::run(&e2e::with_script(config, script))
 }
 
 fn run(cpu: &str) -> RunReport {
@@ -66,13 +57,9 @@ fn run(cpu: &str) -> RunReport {
 /// The run passed and the hypervisor reports a migration without
 /// differences.
 fn check_migrated(report: &RunReport) {
-    let explain = report.explain();
-    assert!(report.passed(), "{explain}");
-    let migrated = report
-        .hypervisor_log()
-        .iter()
-        .find(|line| line.contains("vm0 (src) -> vm1 (dst): migrated:"))
-        .unwrap_or_else(|| panic!("no migration report\n{explain}"));
+    e2e::assert_passed(report);
+    let migrated =
+        &report.hypervisor_log()[e2e::log_position(report, "vm0 (src) -> vm1 (dst): migrated:")];
     assert!(migrated.contains(", 0 differences"), "{migrated}");
 }
 

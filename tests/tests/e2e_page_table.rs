@@ -26,8 +26,7 @@ fn run(cpu: &str, control: &str, args: &str) -> RunReport {
         args,
         ..ControlPair::new(control, "toucher")
     }
-    .run()
-    .unwrap_or_else(|error| panic!("{error}"))
+    .boot()
 }
 
 fn check_page_table(report: &RunReport) {

@@ -24,8 +24,8 @@
 use std::time::Duration;
 
 use qemu_runner::console_script::ConsoleScript;
-use qemu_runner::vmspec::VmSpec;
-use qemu_runner::{ConsoleInput, RunConfig, RunReport};
+use qemu_runner::{RunConfig, RunReport};
+use tests::e2e::{self, counter, log_position};
 
 fn run(smp: u32, specs: &[&str], script: ConsoleScript) -> RunReport {
     run_on("max", smp, specs, script)
@@ -34,40 +34,14 @@ fn run(smp: u32, specs: &[&str], script: ConsoleScript) -> RunReport {
 fn run_on(cpu: &str, smp: u32, specs: &[&str], script: ConsoleScript) -> RunReport {
     let config = RunConfig {
         cpu: cpu.to_string(),
-        smp,
-        echo: false,
-        timeout: Duration::from_secs(240),
-        input: ConsoleInput::Script(script),
-        vms: specs
-            .iter()
-            .enumerate()
-            .map(|(i, spec)| VmSpec::parse(spec, i).expect("valid spec"))
-            .collect(),
-        ..RunConfig::default()
+        ..e2e::vms(smp, specs, Duration::from_secs(240))
     };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+    e2e::run(&e2e::with_script(config, script))
 }
 
 /// How many times `text` appears on the console.
 fn times(report: &RunReport, text: &str) -> usize {
     report.console().matches(text).count()
-}
-
-/// Where the first hypervisor log line containing `text` is.
-fn log_position(report: &RunReport, text: &str) -> usize {
-    report
-        .hypervisor_log()
-        .iter()
-        .position(|line| line.contains(text))
-        .unwrap_or_else(|| panic!("no `{text}` in the log\n{}", report.explain()))
-}
-
-/// The last value of VM `vm`'s counter `name` (printed at each of its ends).
-fn counter(report: &RunReport, vm: u32, name: &str) -> u64 {
-    report
-        .counters()
-        .get(vm, name)
-        .unwrap_or_else(|| panic!("no `STAT vm{vm} {name}`\n{}", report.explain()))
 }
 
 #[test]

@@ -34,7 +34,8 @@ use qemu_runner::console_script::ConsoleScript;
 use qemu_runner::linux::{InitrdSource, KernelSource, LinuxBoot};
 use qemu_runner::qemu::{Machine, QemuSetup, QemuStdin, Watch};
 use qemu_runner::vmspec::VmSpec;
-use qemu_runner::{Boot, ConsoleInput, RunConfig, Verdict};
+use qemu_runner::{Boot, RunConfig, Verdict};
+use tests::e2e;
 
 /// `b .`
 const SPIN: u32 = 0x1400_0000;
@@ -92,7 +93,6 @@ fn kernel_run(boot: Boot, kernel: &Path, timeout: u64) -> RunConfig {
     };
     RunConfig {
         timeout: Duration::from_secs(timeout),
-        echo: false,
         smp: 1,
         ..RunConfig::linux(boot, linux)
     }
@@ -102,15 +102,8 @@ fn kernel_run(boot: Boot, kernel: &Path, timeout: u64) -> RunConfig {
 fn every_run_has_no_default_nic_and_a_powered_off_kernel_passes() {
     let off = kernel_file("off.img", &[MOVZ_W0_8, MOVK_W0_8400_LSL16, HVC_0, SPIN]);
     for boot in [Boot::Direct, Boot::Hypervisor] {
-        let report = qemu_runner::run(&kernel_run(boot, &off, 120))
-            .unwrap_or_else(|error| panic!("{boot:?}: could not run QEMU: {error}"));
-        let explain = format!(
-            "{boot:?}: {}\ncommand: {}\n--- console ---\n{}--- QEMU stderr ---\n{}",
-            report.verdict,
-            report.command_line,
-            report.console(),
-            report.qemu_stderr
-        );
+        let report = e2e::run(&kernel_run(boot, &off, 120));
+        let explain = format!("{boot:?}: {}", report.explain());
         assert!(report.command_line.contains(" -nic none "), "{explain}");
         assert!(report.passed(), "{explain}");
     }
@@ -127,8 +120,7 @@ fn a_raw_binary_boots_like_qemu_boots_it() {
         .collect();
     std::fs::write(&raw, code).unwrap();
     for boot in [Boot::Direct, Boot::Hypervisor] {
-        let report = qemu_runner::run(&kernel_run(boot, &raw, 60))
-            .unwrap_or_else(|error| panic!("{boot:?}: could not run QEMU: {error}"));
+        let report = e2e::run(&kernel_run(boot, &raw, 60));
         let explain = format!(
             "{boot:?}: {}\n--- console ---\n{}",
             report.verdict,
@@ -159,7 +151,7 @@ fn a_run_whose_guest_never_started_fails_with_the_reason() {
         guest_mem_mib: Some(255),
         ..kernel_run(Boot::Hypervisor, &off, 120)
     };
-    let report = qemu_runner::run(&config).expect("the run is made");
+    let report = e2e::run(&config);
     match &report.verdict {
         Verdict::GuestNotStarted(why) => assert!(why.contains("MiB"), "{why}"),
         other => panic!(
@@ -257,7 +249,7 @@ fn emitted_boot_files_boot_by_hand_as_the_readme_says() {
         ..RunConfig::default()
     };
     let [image, payload] = qemu_runner::emit_boot_files(&config, &dir).expect("files written");
-    // The README's by-hand command, as the runner's one builder writes it.
+    // hypervisor/README.md's by-hand command, as the runner's one builder writes it.
     let setup = QemuSetup {
         program: qemu_runner::prereq::ensure_qemu().expect("QEMU"),
         machine: Machine::WithEl2,
@@ -312,22 +304,20 @@ fn a_console_script_drives_the_console() {
         .then("", b"\x01c")
         .then("(qemu) ", "info status\n")
         .then("VM status: running", "quit\n");
-    let report = qemu_runner::run(&RunConfig {
-        input: ConsoleInput::Script(monitor.clone()),
-        ..kernel_run(Boot::Direct, &spin, 60)
-    })
-    .expect("QEMU runs");
-    assert!(report.passed(), "{}", report.explain());
+    let report = e2e::run(&e2e::with_script(
+        kernel_run(Boot::Direct, &spin, 60),
+        monitor.clone(),
+    ));
+    e2e::assert_passed(&report);
     assert!(
         report.elapsed < Duration::from_secs(50),
         "quit by the script, not at the time limit: {}",
         report.explain()
     );
-    let unfinished = qemu_runner::run(&RunConfig {
-        input: ConsoleInput::Script(monitor.then("never printed", "x")),
-        ..kernel_run(Boot::Direct, &spin, 60)
-    })
-    .expect("QEMU runs");
+    let unfinished = e2e::run(&e2e::with_script(
+        kernel_run(Boot::Direct, &spin, 60),
+        monitor.then("never printed", "x"),
+    ));
     assert_eq!(
         unfinished.verdict,
         Verdict::ScriptUnfinished("never printed".into()),

@@ -14,22 +14,19 @@
 
 use std::time::Duration;
 
-use qemu_runner::{Boot, RunConfig, RunReport, Scenario};
+use qemu_runner::{RunReport, Scenario};
+use tests::e2e;
 
 /// Rounds of each phase in the guest (`timers::ROUNDS`).
 const ROUNDS: u64 = 6;
 
 fn run(cpu: &str, smp: u32) -> RunReport {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        scenario: Scenario::Timers,
+    e2e::run(&e2e::guest(
+        Scenario::Timers,
+        cpu,
         smp,
-        cpu: cpu.to_string(),
-        timeout: Duration::from_secs(180),
-        echo: false,
-        ..RunConfig::default()
-    };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+        Duration::from_secs(180),
+    ))
 }
 
 /// The guest's count line for `vcpu`: (physical, virtual) interrupts.
@@ -49,13 +46,8 @@ fn interrupt_counts(report: &RunReport, vcpu: u32) -> Option<(u64, u64)> {
 }
 
 fn check_timers_run(report: &RunReport, smp: u32) {
+    e2e::assert_powered_off(report);
     let explain = report.explain();
-    assert!(report.passed(), "{explain}");
-    assert!(
-        report.transcript.system_off,
-        "no `[hv] system off`\n{explain}"
-    );
-    assert!(report.transcript.panic.is_none(), "{explain}");
     let console = report.console();
     assert!(
         console
@@ -85,10 +77,7 @@ fn check_timers_run(report: &RunReport, smp: u32) {
         console.contains("CNTPCT_EL0 and CNTVCT_EL0 equal and monotonic on every vCPU"),
         "{explain}"
     );
-    let irq_exits = report
-        .counters()
-        .get(0, "exits_irq")
-        .unwrap_or_else(|| panic!("no `STAT vm0 exits_irq`\n{explain}"));
+    let irq_exits = e2e::counter(report, 0, "exits_irq");
     // Each physical timer interrupt comes from its own host PPI (masked
     // between two), so from its own IRQ exit.
     assert!(

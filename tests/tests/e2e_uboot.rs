@@ -18,32 +18,17 @@
 use qemu_runner::linux::{BusyboxInit, LinuxBoot};
 use qemu_runner::uboot::{KERNEL_ADDR, START_MARKER};
 use qemu_runner::{Boot, Firmware, RunConfig, RunReport, Scenario};
+use tests::e2e::{self, line_index};
 
 fn run(config: RunConfig) -> RunReport {
-    let config = RunConfig {
+    e2e::run(&RunConfig {
         firmware: Firmware::UBoot,
-        echo: false,
         ..config
-    };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
-}
-
-/// The index of the first console line for which `test` holds.
-fn line_index(report: &RunReport, what: &str, test: impl Fn(&str) -> bool) -> usize {
-    report
-        .console()
-        .lines()
-        .position(|line| test(line.trim()))
-        .unwrap_or_else(|| panic!("no {what} line\n{}", report.explain()))
+    })
 }
 
 fn check_uboot_boot(report: &RunReport) {
-    assert!(report.passed(), "{}", report.explain());
-    assert!(
-        report.transcript.system_off,
-        "no `[hv] system off`\n{}",
-        report.explain()
-    );
+    e2e::assert_powered_off(report);
     for part in [" -bios ", "u-boot.bin", " -nic none ", "virtualization=on"] {
         assert!(
             report.command_line.contains(part),
@@ -112,7 +97,7 @@ fn u_boot_boots_the_hypervisor_and_linux() {
         "LINUX-INIT: 128 MiB written through tmpfs and verified",
     ] {
         assert!(
-            report.console().lines().any(|l| l.trim() == line),
+            e2e::has_line_where(&report, |l| l.trim() == line),
             "no `{line}`\n{}",
             report.explain()
         );

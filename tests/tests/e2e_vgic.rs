@@ -9,28 +9,21 @@
 
 use std::time::Duration;
 
-use qemu_runner::{Boot, RunConfig, RunReport, Scenario};
+use qemu_runner::{RunReport, Scenario};
+use tests::e2e;
 
 fn run(smp: u32) -> RunReport {
-    let config = RunConfig {
-        boot: Boot::Hypervisor,
-        scenario: Scenario::VgicScarce,
+    e2e::run(&e2e::guest(
+        Scenario::VgicScarce,
+        qemu_runner::DEFAULT_CPU,
         smp,
-        cpu: qemu_runner::DEFAULT_CPU.to_string(),
-        timeout: Duration::from_secs(120),
-        echo: false,
-        ..RunConfig::default()
-    };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+        Duration::from_secs(120),
+    ))
 }
 
 fn check(report: &RunReport) {
+    e2e::assert_powered_off(report);
     let explain = report.explain();
-    assert!(report.passed(), "{explain}");
-    assert!(
-        report.transcript.system_off,
-        "no `[hv] system off`\n{explain}"
-    );
     for step in [
         "took the virtual timer and SGI 1 while 5 SPIs are active",
         "SPIs 40-44 deactivated through GICD_ICACTIVER",
@@ -41,11 +34,7 @@ fn check(report: &RunReport) {
             "the guest did not report `{step}`\n{explain}"
         );
     }
-    assert_eq!(
-        report.counters().get(0, "test_reports"),
-        Some(1),
-        "{explain}"
-    );
+    assert_eq!(e2e::counter(report, 0, "test_reports"), 1, "{explain}");
 }
 
 #[test]

@@ -17,28 +17,12 @@
 
 use std::time::Duration;
 
+use qemu_runner::RunReport;
 use qemu_runner::console_script::ConsoleScript;
-use qemu_runner::vmspec::VmSpec;
-use qemu_runner::{ConsoleInput, RunConfig, RunReport};
+use tests::e2e::{self, log_position};
 
 fn run(smp: u32, specs: &[&str], timeout: Duration) -> RunReport {
-    run_with_input(smp, specs, timeout, ConsoleInput::Closed)
-}
-
-fn run_with_input(smp: u32, specs: &[&str], timeout: Duration, input: ConsoleInput) -> RunReport {
-    let config = RunConfig {
-        smp,
-        echo: false,
-        timeout,
-        input,
-        vms: specs
-            .iter()
-            .enumerate()
-            .map(|(i, spec)| VmSpec::parse(spec, i).expect("valid spec"))
-            .collect(),
-        ..RunConfig::default()
-    };
-    qemu_runner::run(&config).unwrap_or_else(|error| panic!("could not run QEMU: {error}"))
+    e2e::run(&e2e::vms(smp, specs, timeout))
 }
 
 /// The hypervisor's creation line of VM `vm`.
@@ -64,10 +48,7 @@ fn backing(report: &RunReport, vm: usize) -> u64 {
 }
 
 fn log_has(report: &RunReport, text: &str) -> bool {
-    report
-        .hypervisor_log()
-        .iter()
-        .any(|line| line.contains(text))
+    e2e::log_count(report, text) > 0
 }
 
 #[test]
@@ -93,15 +74,6 @@ fn two_memory_guests_pass_side_by_side() {
     // Both VMs' counters are reported.
     assert!(report.counters().get(0, "stage2_faults").is_some());
     assert!(report.counters().get(1, "stage2_faults").is_some());
-}
-
-/// Index of the first hypervisor log line containing `text`.
-fn log_position(report: &RunReport, text: &str) -> usize {
-    report
-        .hypervisor_log()
-        .iter()
-        .position(|line| line.contains(text))
-        .unwrap_or_else(|| panic!("no `{text}`\n{}", report.explain()))
 }
 
 #[test]
@@ -171,7 +143,7 @@ fn operator_stops_a_guest_and_the_other_one_passes() {
     let script = ConsoleScript::new()
         .then("[bad] echo: ready", "\x1dstop bad\r")
         .then("ok: bad stopped", "exit\r");
-    let report = run_with_input(
+    let config = e2e::vms(
         2,
         &[
             "echo,cpus=0,name=bad,expect=stopped",
@@ -180,8 +152,8 @@ fn operator_stops_a_guest_and_the_other_one_passes() {
             "memory,cpus=1,mem=512,name=good",
         ],
         Duration::from_secs(240),
-        ConsoleInput::Script(script),
     );
+    let report = e2e::run(&e2e::with_script(config, script));
     // The stop is typed while the good VM works, but how long the monitor
     // takes beside it is the host's business: the order is not checked
     // here (e2e_console checks that the other VM goes on after a stop).
