@@ -20,8 +20,10 @@
 //! they unlink are retired to the MMU's collector.
 //!
 //! The MMU also holds the VM's invalidation sequence ([`crate::invalidate`]):
-//! [`MmuReader::map_checked`] installs a fault's leaf only if no invalidation
-//! began or ended since the fault took its ticket.
+//! [`MmuReader::map_checked`] installs a fault's leaf,
+//! [`MmuReader::relax_perms_checked`] widens one and
+//! [`MmuReader::set_young_checked`] sets its access flag only if no
+//! invalidation began or ended since the fault took its ticket.
 
 use crate::cache::PageCache;
 use crate::descriptor::Perms;
@@ -233,6 +235,36 @@ impl<M: PageTableMemory + Clone + Send + 'static> MmuReader<'_, M> {
     pub fn set_young(&self, ipa: u64) -> Result<bool, Error> {
         let _guard = self.cpu.epoch.pin();
         self.table.set_young_shared(ipa)
+    }
+
+    /// [`MmuReader::relax_perms`] for a fault that took `ticket` before its
+    /// memslot lookup: `Err(Again)` without touching the table when an
+    /// invalidation began or ended since. The permissions a fault asks for
+    /// come from its slot view (a write to a slot that does not log dirty
+    /// pages is not marked), and enabling dirty logging is an invalidation,
+    /// so a stale view must not widen a leaf the invalidation narrowed.
+    pub fn relax_perms_checked(
+        &self,
+        ticket: FaultTicket,
+        ipa: u64,
+        perms: Perms,
+        tlb: &impl TlbInvalidate,
+    ) -> Result<(), Error> {
+        if self.invalidation.is_stale(ticket) {
+            return Err(Error::Again);
+        }
+        self.relax_perms(ipa, perms, tlb)
+    }
+
+    /// [`MmuReader::set_young`] for a fault that took `ticket` before its
+    /// memslot lookup: `Err(Again)` without touching the table when an
+    /// invalidation began or ended since (the leaf may belong to a slot
+    /// deleted or moved meanwhile).
+    pub fn set_young_checked(&self, ticket: FaultTicket, ipa: u64) -> Result<bool, Error> {
+        if self.invalidation.is_stale(ticket) {
+            return Err(Error::Again);
+        }
+        self.set_young(ipa)
     }
 
     /// Runs `visitor` over `[ipa, ipa + size)` in a shared walk, pinned:
