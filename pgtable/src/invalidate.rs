@@ -48,7 +48,7 @@
 //! between its publication and its unmap.
 
 use crate::mmu::{Mmu, MmuReader, MmuWriter};
-use core::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 /// A VM's invalidation counters (in [`Mmu`]).
 #[derive(Debug, Default)]
