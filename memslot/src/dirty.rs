@@ -17,9 +17,10 @@
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 
 use crate::error::MemslotError;
+use crate::sync::AtomicU64;
 
 /// A dirty bitmap for one slot.
 #[derive(Debug)]
@@ -32,12 +33,15 @@ impl DirtyBitmap {
     /// A bitmap for `npages` pages, all clear or (with `all_set`) all set.
     pub fn new(npages: u64, all_set: bool) -> Self {
         let nwords = npages.div_ceil(64) as usize;
-        let mut words: Vec<AtomicU64> = (0..nwords).map(|_| AtomicU64::new(0)).collect();
-        if all_set {
-            for (i, word) in words.iter_mut().enumerate() {
-                *word.get_mut() = Self::valid_bits(npages, i);
-            }
-        }
+        let words: Vec<AtomicU64> = (0..nwords)
+            .map(|i| {
+                AtomicU64::new(if all_set {
+                    Self::valid_bits(npages, i)
+                } else {
+                    0
+                })
+            })
+            .collect();
         Self {
             npages,
             words: words.into_boxed_slice(),

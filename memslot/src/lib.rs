@@ -66,6 +66,7 @@ pub mod interval;
 pub mod memslots;
 pub mod set;
 mod slot;
+mod sync;
 
 pub use dirty::DirtyBitmap;
 pub use error::MemslotError;

@@ -45,8 +45,7 @@
 //! sequence instead (see `pgtable`'s memslot synchronisation).
 
 use alloc::sync::Arc;
-use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
 
 use crossbeam_epoch::{Collector, Guard, LocalHandle};
 
@@ -54,6 +53,7 @@ use crate::dirty::DirtyBitmap;
 use crate::error::MemslotError;
 use crate::set::MemslotSet;
 use crate::slot::{Gfn, Memslot, SlotFlags, SlotId, SlotSpec};
+use crate::sync::{AtomicU64, AtomicUsize, ProtocolCell, spin_wait};
 
 /// How dirty logging behaves for a VM (KVM's manual-protect capability).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -125,7 +125,7 @@ struct Writer {
 /// The memslots of one VM.
 pub struct Memslots {
     collector: Collector,
-    sets: [UnsafeCell<MemslotSet>; 2],
+    sets: [ProtocolCell<MemslotSet>; 2],
     /// Index in `sets` of the set readers see.
     active: AtomicUsize,
     writer: spin::Mutex<Writer>,
@@ -137,7 +137,7 @@ pub struct Memslots {
     mode: AtomicU8,
 }
 
-// SAFETY: the sets in `UnsafeCell`s are shared with readers only through
+// SAFETY: the sets in `ProtocolCell`s are shared with readers only through
 // `&MemslotSet` while published (or while an epoch guard taken before their
 // unpublishing is alive), and mutated only by the writer, under `writer`'s
 // lock, after the epoch collector has confirmed no reader can see them (see
@@ -153,8 +153,8 @@ impl Memslots {
         Ok(Self {
             collector: collector.clone(),
             sets: [
-                UnsafeCell::new(MemslotSet::new()),
-                UnsafeCell::new(MemslotSet::new()),
+                ProtocolCell::new(MemslotSet::new()),
+                ProtocolCell::new(MemslotSet::new()),
             ],
             active: AtomicUsize::new(0),
             writer: spin::Mutex::new(Writer {
@@ -207,7 +207,7 @@ impl Memslots {
         // fully written; the set stays unchanged until every guard pinned
         // before its unpublishing (such as `guard`, which belongs to this
         // collector) is dropped, and the returned borrow cannot outlive `guard`.
-        Ok(unsafe { &*self.sets[index].get() })
+        Ok(unsafe { self.sets[index].get() })
     }
 
     fn check_handle(&self, handle: &LocalHandle) -> Result<(), MemslotError> {
@@ -224,7 +224,7 @@ impl Memslots {
     fn active_set(&self) -> &MemslotSet {
         // SAFETY: the active set is never mutated while published, and only the
         // writer (whose lock the caller holds) publishes or mutates.
-        unsafe { &*self.sets[self.active.load(Ordering::Relaxed)].get() }
+        unsafe { self.sets[self.active.load(Ordering::Relaxed)].get() }
     }
 
     /// Spins (pinning and flushing `handle` so the collector advances) until
@@ -234,7 +234,7 @@ impl Memslots {
             let guard = handle.pin();
             guard.flush();
             drop(guard);
-            core::hint::spin_loop();
+            spin_wait();
         }
     }
 
@@ -294,7 +294,7 @@ impl Memslots {
         // runs only after every guard that could have seen this set is gone has
         // run; readers pinned since then load the other index. The writer lock
         // (held by the caller) excludes other writers.
-        let set = unsafe { &mut *self.sets[inactive].get() };
+        let set = unsafe { self.sets[inactive].get_mut() };
         if let Some(previous) = writer.pending.take() {
             previous.apply(set);
         }

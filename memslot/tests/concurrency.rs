@@ -1,6 +1,12 @@
 //! Readers against a writer: every answer a lock-free reader gets is correct
 //! for a generation that was live during its lookup, and readers never wait
 //! for the writer (the writer waits for readers instead).
+//!
+//! A reader that panics raises the test's failure flag, which the writer's
+//! wait for lookups checks ([`thread_failure`]): a failed check fails the
+//! test instead of leaving the writer waiting.
+
+mod thread_failure;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
@@ -12,6 +18,7 @@ use memslot::{
     DirtyLogMode, Gfn, HostPhysAddr, MemslotError, Memslots, SlotFlags, SlotId, SlotSpec,
     VcpuSlotCache,
 };
+use thread_failure::FailureFlag;
 
 const IDS: u32 = 24;
 const GFNS: u64 = 2048;
@@ -69,10 +76,11 @@ fn every_answer_is_right_for_a_generation_live_during_the_lookup() {
     let lookups = Arc::new(AtomicU64::new(0));
     const READERS: u64 = 3;
     let ready = Arc::new(std::sync::Barrier::new(READERS as usize + 1));
+    let failure = Arc::new(FailureFlag::default());
 
     let readers: Vec<_> = (0..READERS)
         .map(|r| {
-            let (vm, collector, started, finished, stop, lookups, ready) = (
+            let (vm, collector, started, finished, stop, lookups, ready, failure) = (
                 vm.clone(),
                 collector.clone(),
                 started.clone(),
@@ -80,8 +88,10 @@ fn every_answer_is_right_for_a_generation_live_during_the_lookup() {
                 stop.clone(),
                 lookups.clone(),
                 ready.clone(),
+                failure.clone(),
             );
             thread::spawn(move || {
+                let _watch = failure.watch();
                 let handle = collector.register();
                 let mut rng = Rng(0x1234_5678 + r);
                 let mut cache = VcpuSlotCache::new();
@@ -166,6 +176,7 @@ fn every_answer_is_right_for_a_generation_live_during_the_lookup() {
         history.push(state.clone());
     }
     while lookups.load(Ordering::Relaxed) < 2000 {
+        failure.check();
         thread::yield_now();
     }
     stop.store(true, Ordering::Release);

@@ -26,6 +26,10 @@
 //! under the read lock, before walking: if an invalidation is in progress or
 //! `seq` moved, the fault returns [`Error::Again`](crate::Error::Again) and the vCPU re-enters the
 //! guest, which faults again and looks the slot up afresh.
+//! [`MmuReader::relax_perms_checked`] and [`MmuReader::set_young_checked`]
+//! check the same ticket before they widen a leaf or set its access flag:
+//! enabling dirty logging is an invalidation too, and a fault whose slot view
+//! predates it must not make a write-protected page writable unlogged.
 //!
 //! # Why it is enough
 //!
@@ -48,7 +52,7 @@
 //! between its publication and its unmap.
 
 use crate::mmu::{Mmu, MmuReader, MmuWriter};
-use core::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 /// A VM's invalidation counters (in [`Mmu`]).
 #[derive(Debug, Default)]

@@ -133,8 +133,13 @@
 //! - Run-time slot delete and move against faults in flight (stress) and
 //!   interleaved with faults (model): `cargo test --release -p pgtable --test
 //!   slot_sync --test slot_sync_model`.
+//! - The MMU writer waits for a reader inside its read section on every CPU:
+//!   `cargo test --release -p pgtable --test mmu_lock`.
 //! - Loom models of the shared-walk protocol, bounded to seconds:
 //!   `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom cargo test --release -p pgtable --test loom_bbm`.
+//! - Loom models of the MMU lock and of the invalidation ticket against a
+//!   run-time slot delete, with the epoch collectors on loom too:
+//!   `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom-epoch cargo test --release -p pgtable --test loom_slot_sync`.
 #![no_std]
 
 extern crate alloc;

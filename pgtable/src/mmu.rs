@@ -14,27 +14,32 @@
 //! registered CPU ([`Mmu::register`] returns its [`MmuCpu`]) has its own
 //! `spin::RwLock` on its own cache line and read-locks only that one, so
 //! vCPUs faulting at the same time share no written cache line; a writer
-//! write-locks every CPU's lock, in order. While a writer waits, new readers
+//! write-locks every CPU's lock, in order. (Under `--cfg loom --cfg crossbeam_loom`
+//! the locks and the table cell are loom's, `crate::sync`, so that the
+//! models check the exclusion.) While a writer waits, new readers
 //! hold back, so faults cannot starve the write side. The same handle
 //! carries the CPU's epoch registration: shared walks pin it, and the tables
 //! they unlink are retired to the MMU's collector.
 //!
 //! The MMU also holds the VM's invalidation sequence ([`crate::invalidate`]):
-//! [`MmuReader::map_checked`] installs a fault's leaf only if no invalidation
-//! began or ended since the fault took its ticket.
+//! [`MmuReader::map_checked`] installs a fault's leaf,
+//! [`MmuReader::relax_perms_checked`] widens one and
+//! [`MmuReader::set_young_checked`] sets its access flag only if no
+//! invalidation began or ended since the fault took its ticket.
 
 use crate::cache::PageCache;
 use crate::descriptor::Perms;
 use crate::fault::FaultMapping;
 use crate::invalidate::{FaultTicket, Invalidation};
 use crate::mm::PageTableMemory;
+use crate::sync::{
+    AtomicUsize, CpuReadGuard, CpuRwLock, CpuWriteGuard, Ordering, TableCell, read_lock, spin_wait,
+    write_lock,
+};
 use crate::table::{Error, Mapping, Stage2PageTable};
 use crate::walk::{Visitor, WalkFlags};
 use alloc::boxed::Box;
-use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicUsize, Ordering};
 use crossbeam_epoch::{Collector, LocalHandle};
-use spin::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tlb::{TlbInvalidate, TlbTarget};
 
 /// Most CPUs one MMU serves.
@@ -42,11 +47,11 @@ pub const MAX_MMU_CPUS: usize = 64;
 
 /// One CPU's reader lock, alone on its cache line(s).
 #[repr(align(128))]
-struct ReaderLock(RwLock<()>);
+struct ReaderLock(CpuRwLock);
 
 /// A VM's stage-2 MMU: the table, its lock, and its epoch collector.
 pub struct Mmu<M: PageTableMemory> {
-    table: UnsafeCell<Stage2PageTable<M>>,
+    table: TableCell<Stage2PageTable<M>>,
     readers: Box<[ReaderLock]>,
     registered: AtomicUsize,
     /// Writers waiting for the lock: new readers hold back while nonzero.
@@ -84,8 +89,10 @@ impl<M: PageTableMemory + Clone + Send + 'static> Mmu<M> {
             return Err(Error::TooManyCpus);
         }
         Ok(Self {
-            table: UnsafeCell::new(table),
-            readers: (0..max_cpus).map(|_| ReaderLock(RwLock::new(()))).collect(),
+            table: TableCell::new(table),
+            readers: (0..max_cpus)
+                .map(|_| ReaderLock(CpuRwLock::new(())))
+                .collect(),
             registered: AtomicUsize::new(0),
             writers_waiting: AtomicUsize::new(0),
             collector: Collector::new(),
@@ -114,12 +121,12 @@ impl<M: PageTableMemory + Clone + Send + 'static> Mmu<M> {
             return Err(Error::ForeignHandle);
         }
         while self.writers_waiting.load(Ordering::Acquire) != 0 {
-            core::hint::spin_loop();
+            spin_wait();
         }
-        let lock = self.readers[cpu.slot].0.read();
+        let lock = read_lock(&self.readers[cpu.slot].0);
         // SAFETY: a read lock is held for the reader's lifetime, so no
         // `MmuWriter` (which needs every write lock) exists meanwhile.
-        let table = unsafe { &*self.table.get() };
+        let table = unsafe { self.table.get() };
         Ok(MmuReader {
             table,
             cpu,
@@ -134,7 +141,7 @@ impl<M: PageTableMemory + Clone + Send + 'static> Mmu<M> {
     pub fn write(&self) -> MmuWriter<'_, M> {
         self.writers_waiting.fetch_add(1, Ordering::AcqRel);
         // Every writer locks in the same order, so two cannot deadlock.
-        let locks = core::array::from_fn(|i| self.readers.get(i).map(|r| r.0.write()));
+        let locks = core::array::from_fn(|i| self.readers.get(i).map(|r| write_lock(&r.0)));
         self.writers_waiting.fetch_sub(1, Ordering::Release);
         MmuWriter {
             mmu: self,
@@ -177,7 +184,7 @@ pub struct MmuReader<'a, M: PageTableMemory> {
     table: &'a Stage2PageTable<M>,
     cpu: &'a MmuCpu,
     invalidation: &'a Invalidation,
-    _lock: RwLockReadGuard<'a, ()>,
+    _lock: CpuReadGuard<'a>,
 }
 
 impl<M: PageTableMemory + Clone + Send + 'static> MmuReader<'_, M> {
@@ -235,6 +242,36 @@ impl<M: PageTableMemory + Clone + Send + 'static> MmuReader<'_, M> {
         self.table.set_young_shared(ipa)
     }
 
+    /// [`MmuReader::relax_perms`] for a fault that took `ticket` before its
+    /// memslot lookup: `Err(Again)` without touching the table when an
+    /// invalidation began or ended since. The permissions a fault asks for
+    /// come from its slot view (a write to a slot that does not log dirty
+    /// pages is not marked), and enabling dirty logging is an invalidation,
+    /// so a stale view must not widen a leaf the invalidation narrowed.
+    pub fn relax_perms_checked(
+        &self,
+        ticket: FaultTicket,
+        ipa: u64,
+        perms: Perms,
+        tlb: &impl TlbInvalidate,
+    ) -> Result<(), Error> {
+        if self.invalidation.is_stale(ticket) {
+            return Err(Error::Again);
+        }
+        self.relax_perms(ipa, perms, tlb)
+    }
+
+    /// [`MmuReader::set_young`] for a fault that took `ticket` before its
+    /// memslot lookup: `Err(Again)` without touching the table when an
+    /// invalidation began or ended since (the leaf may belong to a slot
+    /// deleted or moved meanwhile).
+    pub fn set_young_checked(&self, ticket: FaultTicket, ipa: u64) -> Result<bool, Error> {
+        if self.invalidation.is_stale(ticket) {
+            return Err(Error::Again);
+        }
+        self.set_young(ipa)
+    }
+
     /// Runs `visitor` over `[ipa, ipa + size)` in a shared walk, pinned:
     /// [`WalkFlags::SHARED`] is forced, so every change the visitor makes
     /// is a compare-and-swap, and an `Again` it returns skips that entry.
@@ -272,14 +309,14 @@ impl<M: PageTableMemory + Clone + Send + 'static> MmuReader<'_, M> {
 /// The write side of an [`Mmu`]: exclusive access to the table.
 pub struct MmuWriter<'a, M: PageTableMemory> {
     mmu: &'a Mmu<M>,
-    _locks: [Option<RwLockWriteGuard<'a, ()>>; MAX_MMU_CPUS],
+    _locks: [Option<CpuWriteGuard<'a>>; MAX_MMU_CPUS],
 }
 
 impl<M: PageTableMemory> core::ops::Deref for MmuWriter<'_, M> {
     type Target = Stage2PageTable<M>;
     fn deref(&self) -> &Stage2PageTable<M> {
         // SAFETY: every CPU's write lock is held: no other reference exists.
-        unsafe { &*self.mmu.table.get() }
+        unsafe { self.mmu.table.get() }
     }
 }
 
@@ -287,6 +324,6 @@ impl<M: PageTableMemory> core::ops::DerefMut for MmuWriter<'_, M> {
     fn deref_mut(&mut self) -> &mut Stage2PageTable<M> {
         // SAFETY: every CPU's write lock is held, and `&mut self` makes this
         // the only reference.
-        unsafe { &mut *self.mmu.table.get() }
+        unsafe { self.mmu.table.get_mut() }
     }
 }

@@ -31,7 +31,8 @@
 //! 2. pin the memslots' epoch, look the slot up, translate the IPA (and
 //!    mark it dirty), unpin;
 //! 3. top the page cache up, then `mmu.read(cpu)?.map_checked(ticket, leaf,
-//!    cache, tlb)`; `Err(Again)` means "re-enter the guest".
+//!    cache, tlb)` (or `relax_perms_checked` / `set_young_checked` for a
+//!    leaf that is there already); `Err(Again)` means "re-enter the guest".
 //!
 //! Control path (one CPU, neither pinned in the memslots' collector nor
 //! holding an `MmuReader`): top a [`PageCache`] up to at least

@@ -25,6 +25,12 @@
 //! A second test checks that a delete and a move each invalidate the TLB with
 //! exactly one range operation (plus the trailing `VMALLE1IS`) and no
 //! per-page `TLBI`.
+//!
+//! A failed check ends every thread ([`thread_failure`]): the control thread
+//! stops the vCPUs whatever happens, and stops waiting for their faults once
+//! one of them has panicked.
+
+mod thread_failure;
 
 use crossbeam_epoch::{Collector, LocalHandle};
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, SlotSpec};
@@ -35,6 +41,7 @@ use pgtable::{
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use thread_failure::FailureFlag;
 use tlb::{RecordingTlb, TlbCaps};
 
 const PAGE: u64 = 4096;
@@ -96,10 +103,12 @@ struct Shared {
     faults: AtomicU64,
     use_after_free: AtomicU64,
     stop: AtomicBool,
+    failure: FailureFlag,
 }
 
 /// One vCPU: fault until told to stop. Returns (installed, retried).
 fn vcpu(shared: &Shared, handle: &LocalHandle, seed: u64) -> (u64, u64) {
+    let _watch = shared.failure.watch();
     let cpu = shared.mmu.register().expect("a CPU slot");
     let mut cache = PageCache::with_capacity(FAULT_CACHE_PAGES);
     let mut rng = Rng(seed);
@@ -173,6 +182,7 @@ fn check_leaves(shared: &Shared, live: Option<(u64, u64)>, when: &str) -> u64 {
 fn let_faults_run(shared: &Shared) {
     let start = shared.faults.load(Ordering::Relaxed);
     while shared.faults.load(Ordering::Relaxed) < start + FAULTS_BETWEEN {
+        shared.failure.check();
         std::thread::yield_now();
     }
 }
@@ -247,6 +257,7 @@ fn delete_and_move_race_faults_without_stale_leaves() {
         faults: AtomicU64::new(0),
         use_after_free: AtomicU64::new(0),
         stop: AtomicBool::new(false),
+        failure: FailureFlag::default(),
     };
     let (leaves, results) = std::thread::scope(|s| {
         let cpus: Vec<_> = (0..VCPUS as u64)

@@ -5,6 +5,8 @@
 //!
 //! Run it optimised: `cargo test --release -p pgtable --test split_chunks`.
 
+mod thread_failure;
+
 use pgtable::walk::{Step, VisitContext, VisitKind, WalkError, WalkFlags};
 use pgtable::{
     Attributes, Error, FAULT_CACHE_PAGES, FaultMapping, HostMemory, Mmu, OutOfMemory, PageCache,
@@ -13,6 +15,7 @@ use pgtable::{
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use thread_failure::FailureFlag;
 use tlb::{ModelTlb, RecordingTlb, TlbCaps, TlbiCounts};
 
 const PAGE: u64 = 4096;
@@ -239,7 +242,9 @@ fn top_up_runs_outside_the_lock_and_its_failure_is_reported() {
 /// entry) while the write side splits it in 2 MiB chunks, repeatedly, the
 /// space collapsed back to blocks between rounds. Faults must complete
 /// between chunks of a split in progress; afterwards every leaf is a page
-/// and translates to its backing.
+/// and translates to its backing. A thread that fails ends the others
+/// ([`thread_failure`]): the vCPUs stop when the splitting thread panics,
+/// and it stops when one of them does.
 #[test]
 fn faults_run_between_chunks() {
     const VCPUS: usize = 3;
@@ -258,16 +263,20 @@ fn faults_run_between_chunks() {
     let between = AtomicU64::new(0);
     let faults = AtomicU64::new(0);
     let done = AtomicBool::new(false);
+    let failure = FailureFlag::default();
     std::thread::scope(|s| {
+        let _watch = failure.watch();
         for v in 0..VCPUS {
-            let (mmu, mem, tlb) = (&mmu, &mem, &tlb);
+            let (mmu, mem, tlb, failure) = (&mmu, &mem, &tlb, &failure);
             let (splitting, between, faults, done) = (&splitting, &between, &faults, &done);
             s.spawn(move || {
+                let _watch = failure.watch();
                 ModelTlb::set_cpu(v + 1);
                 let cpu = mmu.register().unwrap();
                 let mut cache = PageCache::with_capacity(FAULT_CACHE_PAGES);
                 let mut seed = 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(v as u64 + 1);
                 while !done.load(Ordering::Relaxed) {
+                    failure.check();
                     seed ^= seed << 13;
                     seed ^= seed >> 7;
                     seed ^= seed << 17;
@@ -320,6 +329,7 @@ fn faults_run_between_chunks() {
                     // Between chunks: give a vCPU the chance to fault.
                     let deadline = Instant::now() + Duration::from_millis(20);
                     while faults.load(Ordering::Relaxed) == last && Instant::now() < deadline {
+                        failure.check();
                         std::thread::yield_now();
                     }
                     last = faults.load(Ordering::Relaxed);

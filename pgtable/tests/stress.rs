@@ -22,7 +22,13 @@
 //! The two sides are paced to one write-side operation per 100 faults, so
 //! each run has about 1,200 write-side operations beside its 120,000 faults.
 //!
+//! A thread that panics raises the test's failure flag, and every thread
+//! that waits for another one checks it ([`thread_failure`]), so a failed
+//! check fails the run at once instead of leaving the others waiting.
+//!
 //! Run it optimised (as CI does): `cargo test --release -p pgtable --test stress`.
+
+mod thread_failure;
 
 use pgtable::walk::{Step, VisitContext, VisitKind, WalkError, WalkFlags};
 use pgtable::{
@@ -31,6 +37,7 @@ use pgtable::{
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use thread_failure::FailureFlag;
 use tlb::{ModelTlb, TlbCaps};
 
 const PAGE: u64 = 4096;
@@ -77,6 +84,18 @@ impl Rng {
     }
 }
 
+/// What the threads of a run share to pace each other and to stop.
+#[derive(Default)]
+struct Pace {
+    /// Faults begun.
+    ops: AtomicU64,
+    /// Write-side operations done.
+    writes: AtomicU64,
+    /// The vCPUs are done: the write side stops.
+    done: AtomicBool,
+    failure: FailureFlag,
+}
+
 /// One vCPU: faults until the shared operation budget is spent.
 fn vcpu(
     cpu_id: usize,
@@ -84,9 +103,15 @@ fn vcpu(
     mmu: &Mmu<Memory>,
     mem: &Memory,
     tlb: &ModelTlb,
-    ops: &AtomicU64,
-    writes: &AtomicU64,
+    pace: &Pace,
 ) -> u64 {
+    let Pace {
+        ops,
+        writes,
+        failure,
+        ..
+    } = pace;
+    let _watch = failure.watch();
     let cpu = mmu.register().expect("a CPU slot");
     ModelTlb::set_cpu(cpu_id);
     let mut cache = PageCache::with_capacity(FAULT_CACHE_PAGES);
@@ -98,6 +123,7 @@ fn vcpu(
             break;
         }
         while op / FAULTS_PER_WRITE > writes.load(Ordering::Relaxed) {
+            failure.check();
             std::thread::yield_now();
         }
         cache
@@ -162,21 +188,21 @@ fn vcpu(
 
 /// The write side: unmap, write-protect and split random ranges until the
 /// vCPUs are done. Returns the number of operations.
-fn writer(
-    seed: u64,
-    mmu: &Mmu<Memory>,
-    mem: &Memory,
-    tlb: &ModelTlb,
-    done: &AtomicBool,
-    ops: &AtomicU64,
-    writes: &AtomicU64,
-) -> u64 {
+fn writer(seed: u64, mmu: &Mmu<Memory>, mem: &Memory, tlb: &ModelTlb, pace: &Pace) -> u64 {
+    let Pace {
+        ops,
+        writes,
+        done,
+        failure,
+    } = pace;
+    let _watch = failure.watch();
     ModelTlb::set_cpu(0);
     let mut cache = PageCache::with_capacity(64);
     let mut rng = Rng(seed);
     let mut count = 0;
     while !done.load(Ordering::Relaxed) {
         if count > ops.load(Ordering::Relaxed) / FAULTS_PER_WRITE {
+            failure.check();
             std::thread::yield_now();
             continue;
         }
@@ -258,28 +284,26 @@ fn run(vcpus: u64) {
     let tlb = ModelTlb::with_cpus(CAPS, vcpus as usize + 1);
     let table = Stage2PageTable::new(Stage2Config::new(40).unwrap(), mem.clone(), 1, true).unwrap();
     let mmu = Mmu::new(table, vcpus as usize).expect("CPU count");
-    let ops = AtomicU64::new(0);
-    let writes = AtomicU64::new(0);
-    let done = AtomicBool::new(false);
+    let pace = Pace::default();
     let (again, writes) = std::thread::scope(|s| {
-        let w = s.spawn(|| writer(0x5eed, &mmu, &mem, &tlb, &done, &ops, &writes));
+        let w = s.spawn(|| writer(0x5eed, &mmu, &mem, &tlb, &pace));
         let cpus: Vec<_> = (0..vcpus)
             .map(|i| {
-                let (mmu, mem, tlb, ops, writes) = (&mmu, &mem, &tlb, &ops, &writes);
+                let (mmu, mem, tlb, pace) = (&mmu, &mem, &tlb, &pace);
                 s.spawn(move || {
                     let seed = 0x1234_5678 + i * 0x9e37_79b9;
-                    vcpu(i as usize + 1, seed, mmu, mem, tlb, ops, writes)
+                    vcpu(i as usize + 1, seed, mmu, mem, tlb, pace)
                 })
             })
             .collect();
         // Stop the writer before looking at the results, so a failed vCPU
         // fails the test instead of leaving the writer running forever.
         let results: Vec<_> = cpus.into_iter().map(|c| c.join()).collect();
-        done.store(true, Ordering::Relaxed);
+        pace.done.store(true, Ordering::Relaxed);
         let again: u64 = results.into_iter().map(|r| r.expect("vCPU thread")).sum();
         (again, w.join().expect("writer thread"))
     });
-    assert!(ops.load(Ordering::Relaxed) >= OPS);
+    assert!(pace.ops.load(Ordering::Relaxed) >= OPS);
     assert!(
         writes >= OPS / FAULTS_PER_WRITE - 1,
         "the write side ran {writes} times"

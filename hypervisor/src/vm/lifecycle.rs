@@ -200,7 +200,7 @@ impl Lifecycle {
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
     use std::vec::Vec;
 
     #[test]
@@ -270,18 +270,35 @@ mod tests {
     /// Threads play vCPUs: each halts, the one that claims rebuilds (counts
     /// a rebuild while checking that nobody else is released), the others
     /// wait for the generation. Exactly one rebuild per restart, every vCPU
-    /// released, over many rounds.
+    /// released, over many rounds. A thread that panics raises `failed`,
+    /// which every waiting loop checks, so a failed check ends all threads
+    /// instead of leaving them waiting for the one that died.
     #[test]
     fn exactly_one_rebuilder_and_every_vcpu_released() {
         const VCPUS: usize = 4;
         const ROUNDS: u64 = 200;
+        /// Raises the flag if its thread unwinds.
+        struct RaiseOnPanic(Arc<AtomicBool>);
+        impl Drop for RaiseOnPanic {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    self.0.store(true, Ordering::SeqCst);
+                }
+            }
+        }
         let life = Arc::new(Lifecycle::new());
         let rebuilds = Arc::new(AtomicUsize::new(0));
         let released = Arc::new(AtomicUsize::new(0));
+        let failed = Arc::new(AtomicBool::new(false));
         let threads: Vec<_> = (0..VCPUS)
             .map(|_| {
                 let (life, rebuilds, released) = (life.clone(), rebuilds.clone(), released.clone());
+                let failed = failed.clone();
                 std::thread::spawn(move || {
+                    let _raise = RaiseOnPanic(failed.clone());
+                    let other_failed = || {
+                        assert!(!failed.load(Ordering::SeqCst), "another vCPU thread failed");
+                    };
                     for round in 0..ROUNDS {
                         // Every vCPU asks; only one request is taken.
                         let _ = life.request_restart();
@@ -298,12 +315,14 @@ mod tests {
                                 life.finish();
                                 break;
                             }
+                            other_failed();
                             std::thread::yield_now();
                         }
                         released.fetch_add(1, Ordering::SeqCst);
                         // Wait for the others before the next round, as
                         // vCPUs of a running VM would.
                         while released.load(Ordering::SeqCst) < (round as usize + 1) * VCPUS {
+                            other_failed();
                             std::thread::yield_now();
                         }
                     }
