@@ -36,6 +36,7 @@ pub mod devices;
 pub mod drivers;
 pub mod exit;
 pub mod platform;
+pub mod runtime;
 pub mod stage2;
 pub mod sysreg_values;
 pub mod vm;

@@ -11,12 +11,12 @@
 //! other's grace periods.
 //!
 //! [`Machine`] implements the calls:
-//! - VM ids are indices in the VM table (`arch::machine`); pause, resume
-//!   and stop are `arch::vm_ops` over the VM's run state
+//! - VM ids are indices in the VM table (`runtime::vm_table`); pause, resume
+//!   and stop are `runtime::vm_ops` over the VM's run state
 //!   (`vm::run_state`): `VM_PAUSE` returns once no vCPU of the VM runs
 //!   guest code, `VM_STOP` once the VM's own CPU carried the stop out and
 //!   reported it (bounded: `vm_ops::STOP_WAIT_SECONDS`);
-//! - memslot changes and guest memory copies are `arch::vm_ops` (shared
+//! - memslot changes and guest memory copies are `runtime::vm_ops` (shared
 //!   with the console monitor), run here, on a CPU that runs none of the
 //!   target's vCPUs and holds none of its locks or pins;
 //! - vCPU registers of a paused VM: each vCPU parks a copy of `x0..x30`, PC
@@ -25,16 +25,16 @@
 //!   vCPU's own CPU, which no other CPU can read, and answer
 //!   `NOT_SUPPORTED`.
 
-use crate::arch::dirty_log;
-use crate::arch::machine::Machine as VmTable;
-use crate::arch::migrate::{self, MigrateError};
-use crate::arch::vm::Vm;
-use crate::arch::vm_ops::{self, HostPiece, VmOpError};
+use crate::arch::hardware::Vm;
+use crate::arch::hardware::{EL2, VmTable};
 use crate::control::abi::registers::ParkedRegisters;
 use crate::control::abi::{
     Caller, CallerMemory, CallerPage, ControlTarget, HostSpan, NewSlot, VmId, buffer::MAX_SPANS,
     dispatch, memslot_error,
 };
+use crate::runtime::dirty_log;
+use crate::runtime::live_migration::{self, MigrateError};
+use crate::runtime::vm_ops::{self, HostPiece, VmOpError};
 use crate::vm::run_state::Requested;
 use control_abi::reply::Capabilities;
 use control_abi::vm_info::{VmInfo, VmState};
@@ -251,13 +251,13 @@ impl ControlTarget for Machine {
     }
 
     fn write_host(&mut self, dst: HostPhysAddr, bytes: &[u8]) {
-        vm_ops::write_host(dst, bytes, self.fwb);
+        vm_ops::write_host(&EL2, dst, bytes, self.fwb);
     }
 
     fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), Error> {
         // `request` refuses at once (the VMs' states, shapes, a GICv2 host);
         // what fails later is reported in the hypervisor's log.
-        migrate::request(vm(src)?, vm(dst)?).map_err(|e| match e {
+        live_migration::request(vm(src)?, vm(dst)?).map_err(|e| match e {
             MigrateError::SameVm | MigrateError::Shape(_) => Error::InvalidParameters,
             MigrateError::Busy => Error::Busy,
             MigrateError::Blocked(_) => Error::NotSupported,
@@ -271,7 +271,7 @@ impl ControlTarget for Machine {
     }
 
     fn read_host(&mut self, src: HostPhysAddr, out: &mut [u8]) {
-        vm_ops::read_host(src, out, self.fwb);
+        vm_ops::read_host(&EL2, src, out, self.fwb);
     }
 
     fn dirty_log_get(&mut self, id: VmId, slot: SlotId, out: &mut [u64]) -> Result<u64, Error> {

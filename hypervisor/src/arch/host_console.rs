@@ -2,7 +2,7 @@
 //! and the monitor) behind its lock, its terminal (the host UART), the
 //! console CPU's poll timer, and where a CPU goes when it has nothing left
 //! to run. `arch::monitor` feeds it typed bytes and drives the machine; the
-//! VMs feed it their output here, below the VM layer, so that `arch::vm`
+//! VMs feed it their output here, below the VM layer, so that `runtime::vm_instance`
 //! does not import the monitor.
 //!
 //! # The console CPU

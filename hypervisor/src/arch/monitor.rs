@@ -31,17 +31,18 @@
 //! the CPUs of the vCPUs that must see it are kicked.
 
 use crate::arch::boot::firmware;
-use crate::arch::dirty_log;
 use crate::arch::drivers::{console, gic};
+use crate::arch::hardware::Vm;
+use crate::arch::hardware::VmTable;
 use crate::arch::host_console::{self, HostUart};
-use crate::arch::machine::Machine;
-use crate::arch::migrate::{self, MigrateError};
-use crate::arch::vm::{GuestUart, Vm};
-use crate::arch::vm_ops::{self, VmOpError};
 use crate::control::console::{Console, GuestInput};
 use crate::control::console_mux::{ConsoleError, VmId};
 use crate::control::monitor::{DirtyPages, MonitorTarget, SlotInfo, SlotRequest, VmInfo, VmState};
 use crate::drivers::gic::HostIrq;
+use crate::runtime::dirty_log;
+use crate::runtime::live_migration::{self, MigrateError};
+use crate::runtime::vm_instance::GuestUart;
+use crate::runtime::vm_ops::{self, VmOpError};
 use crate::vm::lifecycle::RestartError;
 use crate::vm::run_state::{Requested, RunStateError};
 use alloc::vec::Vec;
@@ -60,7 +61,7 @@ fn vms() -> &'static [&'static Vm] {
 /// Builds the console for `machine`'s VMs and installs it, with the poll
 /// timer on this CPU (the console CPU, the boot CPU), whose interrupt is
 /// `poll_intid`. Once, before any vCPU runs.
-pub fn start(machine: &'static Machine, poll_intid: u32) -> Result<(), ConsoleError> {
+pub fn start(machine: &'static VmTable, poll_intid: u32) -> Result<(), ConsoleError> {
     let vms = machine.vms();
     let names: Vec<&str> = vms.iter().map(|vm| vm.name.as_str()).collect();
     let console = Console::new(&names)?;
@@ -299,9 +300,9 @@ impl MonitorTarget for MachineTarget {
             .map_err(MonitorError::Restart)
     }
 
-    /// Posted to the destination's vCPU 0 (`arch::migrate`), which reports.
+    /// Posted to the destination's vCPU 0 (`runtime::live_migration`), which reports.
     fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), MonitorError> {
-        migrate::request(vm_at(src)?, vm_at(dst)?).map_err(MonitorError::Migrate)
+        live_migration::request(vm_at(src)?, vm_at(dst)?).map_err(MonitorError::Migrate)
     }
 
     fn slots(&self, vm: VmId, each: &mut dyn FnMut(SlotInfo)) -> Result<(), MonitorError> {

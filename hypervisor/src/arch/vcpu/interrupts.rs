@@ -220,7 +220,7 @@ impl Vcpu {
             if self.vm.is_stopping() {
                 break Ok(());
             }
-            // A migration asks for this vCPU's whole state (`arch::migrate`).
+            // A migration asks for this vCPU's whole state (`runtime::live_migration`).
             if self.vm.capture_requested() && self.vm.vcpu_states[self.index].lock().is_none() {
                 match self.capture_state() {
                     Ok(state) => {
