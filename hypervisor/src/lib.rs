@@ -40,6 +40,7 @@ pub mod runtime;
 pub mod stage2;
 pub mod sysreg_values;
 pub mod vm;
+pub mod vocabulary;
 
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub mod arch;

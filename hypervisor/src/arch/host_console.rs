@@ -21,8 +21,8 @@ use crate::arch::cpu::percpu;
 use crate::arch::drivers::{console, gic};
 use crate::control::console::Console;
 use crate::control::console_mux::{ConsoleOutput, VmId};
-use crate::devices::timer::TimerId;
 use crate::read_sysreg;
+use crate::vocabulary::timers::TimerId;
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use spin::{Mutex, Once};
 

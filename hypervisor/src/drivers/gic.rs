@@ -17,7 +17,7 @@
 //!   bits must go back unchanged to `GICC_EOIR`), [`gicv2::list_register_count`]
 //!   (`GICH_VTR.ListRegs + 1`).
 
-use crate::devices::timer::TimerId;
+use crate::vocabulary::timers::TimerId;
 
 /// GICv2 host registers and the values built from them.
 pub mod gicv2 {

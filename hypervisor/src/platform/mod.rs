@@ -31,8 +31,9 @@ pub mod cpu_features;
 pub mod dt_translate;
 pub mod ranges;
 
-use crate::drivers::uart::{IoWidth, UartKind};
 use crate::platform::ranges::PhysRange;
+use crate::vocabulary::timers::TimerIrqs;
+use crate::vocabulary::uart_kind::{IoWidth, UartKind};
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use dt_translate::Bus;
@@ -76,19 +77,6 @@ pub struct Gicv2 {
     pub virtual_cpu: Option<PhysRange>,
     /// The maintenance interrupt (its `interrupts` property), when given.
     pub maintenance_intid: Option<u32>,
-}
-
-/// The architected timer's interrupts (PPI numbers as INTIDs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TimerIrqs {
-    /// Secure physical timer.
-    pub secure_phys: u32,
-    /// Non-secure physical timer.
-    pub phys: u32,
-    /// Virtual timer.
-    pub virt: u32,
-    /// Hypervisor (EL2) physical timer.
-    pub hyp_phys: u32,
 }
 
 /// What the hypervisor learned about the machine.

@@ -31,7 +31,6 @@ use super::restart;
 use super::vm_instance::{Vm, VmError, create_vm};
 use super::vm_ops;
 use super::vm_table::{MachineError, VmTable};
-use crate::drivers::uart::UartKind;
 use crate::platform::cpu_features::CpuFeatures;
 use crate::platform::ranges::PhysRange;
 use crate::platform::{Platform, PsciConduit};
@@ -41,6 +40,7 @@ use crate::vm::layout::GUEST_RAM_BASE;
 use crate::vm::power::PowerState;
 use crate::vm::run_state::Requested;
 use crate::vm::vcpu_state::VectorLengths;
+use crate::vocabulary::uart_kind::UartKind;
 
 const PAGE: u64 = 1 << PAGE_SHIFT;
 /// What fresh frames hold before anyone zeroes them.

@@ -163,7 +163,7 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
     }
 
     if let Some(host_gic) = platform.gic.as_ref().filter(|_| list_regs.is_some()) {
-        let timers = crate::devices::timer::TimerId::ALL.map(|t| t.host_intid(platform.timer));
+        let timers = crate::vocabulary::timers::TimerId::ALL.map(|t| t.host_intid(platform.timer));
         gic::init_distributor(host_gic, timers, platform.uart_intid, boot_mpidr);
         match gic::init_cpu(0) {
             Ok(()) => {
@@ -174,7 +174,7 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
             Err(e) => log::warn!("GICv3 CPU interface: {e:?}"),
         }
     } else if let Some(host_gic) = platform.gicv2.as_ref() {
-        let timers = crate::devices::timer::TimerId::ALL.map(|t| t.host_intid(platform.timer));
+        let timers = crate::vocabulary::timers::TimerId::ALL.map(|t| t.host_intid(platform.timer));
         if gic::init_gicv2(host_gic, timers, platform.uart_intid) {
             match gic::init_cpu(0) {
                 Ok(()) => {

@@ -10,7 +10,8 @@
 //! writes without the lock (another CPU may hold it forever) after giving it a
 //! moment to come free.
 
-use crate::drivers::uart::{AnyUart, MmioBank, Uart, UartKind};
+use crate::drivers::uart::{AnyUart, MmioBank, Uart};
+use crate::vocabulary::uart_kind::UartKind;
 use core::fmt::Write;
 use spin::{Mutex, Once};
 

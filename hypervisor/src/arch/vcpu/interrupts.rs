@@ -8,12 +8,13 @@ use crate::arch::drivers::gic;
 use crate::arch::host_console;
 use crate::arch::monitor;
 use crate::control::abi::registers::ParkedRegisters;
-use crate::devices::timer::{TimerId, timer_line};
+use crate::devices::timer::timer_line;
 use crate::devices::vgic::VcpuSet;
 use crate::drivers::gic::HostIrq;
 use crate::exit::flow::{ListRegisterOp, StopReason};
 use crate::read_sysreg;
 use crate::vm::run_state::Requested;
+use crate::vocabulary::timers::TimerId;
 
 /// The guest's `CNTV_CTL_EL0` or `CNTP_CTL_EL0` (live in this CPU: the
 /// vCPU never leaves it).
