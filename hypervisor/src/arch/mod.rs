@@ -15,8 +15,8 @@
 //! firmware calls, host memory), `cpu` (system registers, the running CPU's
 //! features, per-CPU data), `drivers` (the host GIC and console), `vcpu` (a
 //! vCPU: its state, run loop and the machine side of exit handling);
-//! `stage2`, `host_console`, `hardware`, `monitor`, `control` and `run` are
-//! files.
+//! `stage2`, `host_console`, `hardware`, `monitor_target`, `control_target`
+//! and `run` are files.
 //!
 //! # Dependency order
 //!
@@ -33,9 +33,9 @@
 //!    poll timer and the parking of CPUs.
 //! 5. `hardware` (host memory, stage 2, drivers, host console, firmware,
 //!    per-CPU data): the runtime's `Hardware` at EL2.
-//! 6. `monitor` (the VM table, host console, drivers): the console's input
-//!    and the monitor's machine; `control` (the VM table): the control
-//!    interface's machine side.
+//! 6. `monitor_target` (the VM table, host console, drivers): the console's
+//!    input and the machine behind `control::monitor`; `control_target`
+//!    (the VM table): the machine behind `control::abi`.
 //! 7. `vcpu` (the VM, monitor, control, host console, exception entry,
 //!    firmware, drivers, stage 2, features).
 //! 8. `run` (the VM table, monitor, vCPU): starts them on every CPU, halts
@@ -43,12 +43,12 @@
 //! 9. `boot` (the boot sequence itself), which hands over to `run`.
 
 pub mod boot;
-pub mod control;
+pub mod control_target;
 pub mod cpu;
 pub mod drivers;
 pub mod hardware;
 pub mod host_console;
-pub mod monitor;
+pub mod monitor_target;
 pub mod run;
 pub mod stage2;
 pub mod vcpu;

@@ -30,14 +30,14 @@
 //! of its CPU, so a VM whose vCPU 0 is not on the boot CPU boots too.
 
 use crate::arch::boot::firmware;
-use crate::arch::control;
+use crate::arch::control_target;
 use crate::arch::cpu::percpu;
 use crate::arch::cpu::sysreg;
 use crate::arch::drivers::gic;
 use crate::arch::hardware::VmTable;
 use crate::arch::hardware::{EL2, Vm};
 use crate::arch::host_console;
-use crate::arch::monitor;
+use crate::arch::monitor_target;
 use crate::arch::vcpu::Vcpu;
 use crate::exit::flow::{Flow, StopReason};
 use crate::runtime::boot_info::BootInfo;
@@ -97,10 +97,10 @@ pub fn run_boot_cpu(info: &BootInfo) -> ! {
         .platform
         .timer
         .map_or(DEFAULT_EL2_TIMER_INTID, |timer| timer.hyp_phys);
-    if let Err(e) = monitor::start(machine, poll_intid) {
+    if let Err(e) = monitor_target::start(machine, poll_intid) {
         cannot_start(&e);
     }
-    control::start(machine);
+    control_target::start(machine);
     sysreg::send_event();
     let this_cpu = percpu::current().index();
     for cpu in (0..info.cpus_online).filter(|&cpu| cpu != this_cpu) {

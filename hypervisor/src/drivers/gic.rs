@@ -1,5 +1,5 @@
 //! Register encodings of the host's GICv3, as pure functions the EL2 driver
-//! (`arch::gic`) and the run loop use.
+//! (`arch::drivers::gic`) and the run loop use.
 //!
 //! - [`sgi1r_value`]: the `ICC_SGI1R_EL1` value that sends an SGI to exactly
 //!   one CPU, from its MPIDR affinity (Aff0 goes to the target list, with the

@@ -1,5 +1,5 @@
 //! Live migration of a running VM into a waiting one (`start=0` in its
-//! `vm.conf`), with the algorithm of `vm::migration`: pre-copy with dirty
+//! `vm.conf`), with the algorithm of `vm::migration_plan`: pre-copy with dirty
 //! logging (`runtime::dirty_log`), stop-and-copy with the vCPUs' whole state
 //! (`vm::vcpu_state`, captured by the source's parked vCPUs on their own
 //! CPUs), a byte-for-byte check of the destination's memory, then the
@@ -19,7 +19,7 @@ use crate::runtime::vm_instance::Vm;
 use crate::runtime::vm_ops::{self, VmOpError};
 use crate::runtime::vm_table::VmTable;
 use crate::runtime::{Hardware, micros_since};
-use crate::vm::migration::{MigrationReport, Next, PrecopyPlan};
+use crate::vm::migration_plan::{MigrationReport, Next, PrecopyPlan};
 use crate::vm::power::{BootRequest, PowerState};
 use crate::vm::run_state::RunStateError;
 use crate::vm::vcpu_state::MigrationBlocker;

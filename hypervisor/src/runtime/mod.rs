@@ -9,7 +9,7 @@
 //!   copies from outside a VM.
 //! - [`dirty_log`]: dirty logging of a memslot (enable, collect, disable).
 //! - [`live_migration`]: pre-copy live migration of a VM into a waiting one
-//!   (the plan is `vm::migration`).
+//!   (the plan is `vm::migration_plan`).
 //! - [`restart`]: rebuilding a VM in place.
 //! - [`boot_info`]: what the boot CPU learned about the machine.
 //!

@@ -1,6 +1,6 @@
 //! Changes to a running VM made from outside it: pause / resume / stop,
 //! memslot create / delete / move / flags and copies of its guest memory. The control interface
-//! (`arch::control`) and the console monitor call these; both run them on a
+//! (`arch::control_target`) and the console monitor call these; both run them on a
 //! CPU that is not running one of the target VM's vCPUs and that holds no
 //! pin of the target's memslots nor a reader of its stage-2 MMU.
 //!

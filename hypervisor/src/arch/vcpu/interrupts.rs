@@ -6,7 +6,7 @@
 use super::Vcpu;
 use crate::arch::drivers::gic;
 use crate::arch::host_console;
-use crate::arch::monitor;
+use crate::arch::monitor_target;
 use crate::control::abi::registers::ParkedRegisters;
 use crate::devices::timer::timer_line;
 use crate::devices::vgic::VcpuSet;
@@ -179,9 +179,9 @@ impl Vcpu {
                         self.set_timer_line(timer, true)?;
                     }
                 }
-                HostIrq::UartReceive => monitor::host_input(),
+                HostIrq::UartReceive => monitor_target::host_input(),
                 HostIrq::Unexpected(intid) if host_console::is_poll_timer(intid) => {
-                    monitor::poll_tick();
+                    monitor_target::poll_tick();
                 }
                 HostIrq::Unexpected(other) => log::warn!(
                     "vm{} vcpu{}: unexpected host interrupt {other}",
