@@ -11,6 +11,9 @@
 //! - [`live_migration`]: pre-copy live migration of a VM into a waiting one
 //!   (the plan is `vm::migration_plan`).
 //! - [`restart`]: rebuilding a VM in place.
+//! - [`monitor_target`]: the console monitor's machine and the VMs'
+//!   console input over the VM table.
+//! - [`control_target`]: the control interface's calls over the VM table.
 //! - [`boot_info`]: what the boot CPU learned about the machine.
 //!
 //! Everything here reaches the machine only through the trait
@@ -24,11 +27,14 @@
 //! # Dependency order
 //!
 //! `boot_info` (a leaf) -> `vm_instance` -> `vm_ops`, `vm_table` ->
-//! `dirty_log` -> `restart`, `live_migration`.
+//! `dirty_log` -> `restart`, `live_migration` -> `monitor_target`,
+//! `control_target`.
 
 pub mod boot_info;
+pub mod control_target;
 pub mod dirty_log;
 pub mod live_migration;
+pub mod monitor_target;
 pub mod restart;
 pub mod vm_instance;
 pub mod vm_ops;

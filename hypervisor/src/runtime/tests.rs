@@ -27,10 +27,14 @@ use super::Hardware;
 use super::boot_info::BootInfo;
 use super::dirty_log;
 use super::live_migration::{self, MigrateError};
+use super::monitor_target::{MonitorError, MonitorMachine, VmConsoleInputs};
 use super::restart;
 use super::vm_instance::{Vm, VmError, create_vm};
 use super::vm_ops;
 use super::vm_table::{MachineError, VmTable};
+use crate::control::console::GuestInput;
+use crate::control::console_mux::VmId;
+use crate::control::monitor::{MonitorTarget, SlotRequest};
 use crate::platform::cpu_features::CpuFeatures;
 use crate::platform::ranges::PhysRange;
 use crate::platform::{Platform, PsciConduit};
@@ -854,4 +858,70 @@ fn the_table_refuses_a_cpu_named_twice_and_powers_off_after_the_last_vm() {
     assert!(!hw.powered_off.load(Ordering::Acquire));
     table.vm_ended();
     assert!(hw.powered_off.load(Ordering::Acquire));
+}
+
+// ---------------------------------------------------------------------------
+// The monitor's and the control interface's machines
+
+#[test]
+fn the_monitor_drives_slots_and_dirty_logging_of_the_vms() {
+    let (hw, vm) = mapped_vm(8);
+    let vms: &'static [&'static Vm<FakeHardware>] = Vec::leak(vec![vm]);
+    let mut monitor = MonitorMachine::new(hw, vms);
+    let id = VmId(0);
+    monitor
+        .set_slot_flags(id, slot0(), SlotFlags::LOG_DIRTY)
+        .unwrap();
+    let cpu = vm.stage2.register().unwrap();
+    guest_write_fault(vm, &cpu, 2);
+    let dirty = monitor.collect_dirty(id, slot0()).unwrap();
+    assert_eq!(dirty.ipa, GUEST_RAM_BASE);
+    assert_eq!(set_bits(&dirty.bitmap), vec![2]);
+    let request = |ipa, size| SlotRequest {
+        id: SlotId::new(2).unwrap(),
+        ipa,
+        size,
+        flags: SlotFlags::NONE,
+    };
+    assert!(matches!(
+        monitor.add_slot(id, request(0x8000_0123, 0x4000)),
+        Err(MonitorError::Unaligned { value: 0x8000_0123 })
+    ));
+    let backing = monitor.add_slot(id, request(0x8000_0000, 0x4000)).unwrap();
+    let spec = vm_ops::slot_spec(vm, SlotId::new(2).unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!((backing, spec.npages), (spec.backing.0, 4));
+    let mut listed = Vec::new();
+    monitor
+        .slots(id, &mut |slot| listed.push(slot.id.get()))
+        .unwrap();
+    assert_eq!(listed, vec![0, 2]);
+    assert!(matches!(
+        monitor.pause(VmId(5)),
+        Err(MonitorError::NoSuchVm(5))
+    ));
+    monitor.pause(id).unwrap();
+    assert_eq!(vm.requested_state(), Requested::Paused);
+    monitor.power_off().unwrap();
+    assert!(hw.powered_off.load(Ordering::Acquire));
+}
+
+#[test]
+fn a_byte_typed_for_a_vm_reaches_its_pl011() {
+    let hw = FakeHardware::new();
+    let vms: &'static [&'static Vm<FakeHardware>] = Vec::leak(create(
+        hw,
+        &[("a", conf(4, &[0], true)), ("b", conf(4, &[1], true))],
+    ));
+    let mut inputs = VmConsoleInputs::new(vms);
+    assert!(inputs.push_rx(VmId(1), b'x'));
+    assert!(!inputs.push_rx(VmId(7), b'y'));
+    // Only `b` has a byte received (UARTRIS.RXRIS), which its guest reads
+    // from the data register.
+    const RXRIS: u32 = 1 << 4;
+    assert_eq!(vms[0].uart.lock().device.raw_interrupts() & RXRIS, 0);
+    assert_ne!(vms[1].uart.lock().device.raw_interrupts() & RXRIS, 0);
+    let data = vms[1].uart.lock().device.read(0).unwrap();
+    assert_eq!(data & 0xff, u32::from(b'x'));
 }
