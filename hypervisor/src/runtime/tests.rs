@@ -50,11 +50,15 @@ const PAGE: u64 = 1 << PAGE_SHIFT;
 /// What fresh frames hold before anyone zeroes them.
 const GARBAGE: u8 = 0x5a;
 
+/// The page interval `[first, end)` one TLBI removes (`None`: the whole
+/// VMID).
+type OpPages = Option<(u64, u64)>;
+
 /// A TLB that records each sequence it is asked to execute, as the page
 /// intervals of its operations (`None`: the whole VMID).
 #[derive(Default)]
 struct FakeTlb {
-    sequences: Mutex<Vec<Vec<Option<(u64, u64)>>>>,
+    sequences: Mutex<Vec<Vec<OpPages>>>,
 }
 
 impl TlbInvalidate for FakeTlb {
@@ -73,7 +77,7 @@ impl TlbInvalidate for FakeTlb {
 impl FakeTlb {
     /// The sequences since the last call, each as the IPA interval its
     /// operations cover (`None` for a whole-VMID flush).
-    fn take_spans(&self) -> Vec<Option<(u64, u64)>> {
+    fn take_spans(&self) -> Vec<OpPages> {
         let sequences = core::mem::take(&mut *self.sequences.lock().unwrap());
         sequences
             .iter()
