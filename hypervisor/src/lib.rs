@@ -1,11 +1,15 @@
 //! A standalone type-1 hypervisor for arm64 that runs at EL2.
 //!
 //! The crate is split in two layers. The pure layer holds the decisions and
-//! builds and is unit-tested on the host; the machine layer (`arch`, only on
-//! `aarch64` bare metal) touches system registers and devices, runs the boot
-//! path, exception vectors, CPUs, memory management and the vCPU run loop,
-//! and calls into the pure layer for every decision. The pure layer's folders:
+//! the VM runtime, and builds and is unit-tested on the host; the machine
+//! layer (`arch`, only on `aarch64` bare metal) touches system registers and
+//! devices, runs the boot path, exception vectors, CPUs and the vCPU run
+//! loop, and calls into the pure layer for every decision. The pure layer's
+//! folders:
 //!
+//! - `vocabulary`: leaf types several folders name (a system register's
+//!   encoding, the guest timers and their interrupts, the console UART's
+//!   kind), so that the folders depend on each other one way.
 //! - `platform`: the host platform read from the device tree, bus address
 //!   translation, memory-range arithmetic, CPU feature decoding.
 //! - `drivers`: the register logic of the host console UARTs (PL011, 16550)
@@ -20,9 +24,13 @@
 //! - `devices`: the emulated PL011, the virtual GIC and the forwarding of the
 //!   guest timers' interrupts.
 //! - `stage2`: stage-2 fault leaves and guest cache maintenance without
-//!   FEAT_S2FWB (the TLBI counts come from `tlb::CountingTlb`).
+//!   FEAT_S2FWB.
 //! - `control`: the control plane: the host console's VM multiplexing and
 //!   monitor, and the hypercall interface of control VMs (`control::abi`).
+//! - `runtime`: the running VMs and what is done to them from outside
+//!   (creation, the VM table, memslot changes, dirty-log collection, live
+//!   migration, restart), over the trait `runtime::Hardware` that `arch`
+//!   implements and the host tests fake.
 //!
 //! The boot payload's formats (cpio newc archive, arm64 `Image` header,
 //! `vm.conf`) come from the `boot-payload` crate, which `qemu-runner` writes
@@ -36,9 +44,11 @@ pub mod devices;
 pub mod drivers;
 pub mod exit;
 pub mod platform;
+pub mod runtime;
 pub mod stage2;
 pub mod sysreg_values;
 pub mod vm;
+pub mod vocabulary;
 
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub mod arch;

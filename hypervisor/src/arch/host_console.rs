@@ -1,8 +1,8 @@
 //! The one hypervisor [`Console`] (`crate::control::console`: the output mux
 //! and the monitor) behind its lock, its terminal (the host UART), the
 //! console CPU's poll timer, and where a CPU goes when it has nothing left
-//! to run. `arch::monitor` feeds it typed bytes and drives the machine; the
-//! VMs feed it their output here, below the VM layer, so that `arch::vm`
+//! to run. `arch::monitor_target` feeds it typed bytes and drives the machine; the
+//! VMs feed it their output here, below the VM layer, so that `runtime::vm_instance`
 //! does not import the monitor.
 //!
 //! # The console CPU
@@ -12,7 +12,7 @@
 //! every [`POLL_MS`] milliseconds for [`Console::poll`]: it is the console
 //! CPU. A CPU that would halt for good (its VM stopped, or it has no vCPU)
 //! calls [`park`]: the console CPU then serves the console's interrupts
-//! forever through the server `arch::monitor` registered, with every other
+//! forever through the server `arch::monitor_target` registered, with every other
 //! interrupt of this CPU (its former guest's timers, the list registers'
 //! maintenance interrupt) disabled; any other CPU halts.
 
@@ -21,8 +21,8 @@ use crate::arch::cpu::percpu;
 use crate::arch::drivers::{console, gic};
 use crate::control::console::Console;
 use crate::control::console_mux::{ConsoleOutput, VmId};
-use crate::devices::timer::TimerId;
 use crate::read_sysreg;
+use crate::vocabulary::timers::TimerId;
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use spin::{Mutex, Once};
 

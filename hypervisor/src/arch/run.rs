@@ -6,7 +6,7 @@
 //! The one place where the boot sequence reaches the VM and vCPU layers, and
 //! the one place that ends a VM: a vCPU's run returns a `Flow` or a
 //! `StopReason` (`crate::exit::flow`), and `run_cpu` stops the VM or powers it
-//! off (the machine powers off with its last VM, `arch::machine`), resets
+//! off (the machine powers off with its last VM, `runtime::vm_table`), resets
 //! the machine when its only VM asks, or restarts the VM alone when it is one
 //! of several.
 //!
@@ -17,32 +17,33 @@
 //! `vm::lifecycle`, waiting on its CPU (still serving this CPU's host
 //! interrupts, so the console CPU keeps serving the console). The halted
 //! vCPU that finds every vCPU halted and a restart requested rebuilds the
-//! VM (`arch::restart`) and hands vCPU 0 its boot request; every halted
+//! VM (`runtime::restart`) and hands vCPU 0 its boot request; every halted
 //! vCPU then waits for `CPU_ON` again, as at boot.
 //!
 //! # Starting the VMs
 //!
 //! The boot CPU parses the payload, checks its CPU lists against the online
 //! CPUs, creates every VM (any error: it says why and powers off), publishes
-//! the [`Machine`] and kicks every other CPU out of its wait for it. Each
+//! the [`VmTable`] and kicks every other CPU out of its wait for it. Each
 //! VM's vCPU 0 is then started: on the boot CPU directly if it is the boot
 //! CPU's, else by a `CPU_ON`-like request in the VM's power states and a kick
 //! of its CPU, so a VM whose vCPU 0 is not on the boot CPU boots too.
 
 use crate::arch::boot::firmware;
-use crate::arch::boot::info::BootInfo;
-use crate::arch::control;
+use crate::arch::control_target;
 use crate::arch::cpu::percpu;
 use crate::arch::cpu::sysreg;
 use crate::arch::drivers::gic;
+use crate::arch::hardware::VmTable;
+use crate::arch::hardware::{EL2, Vm};
 use crate::arch::host_console;
-use crate::arch::machine::Machine;
-use crate::arch::migrate;
-use crate::arch::monitor;
-use crate::arch::restart;
+use crate::arch::monitor_target;
 use crate::arch::vcpu::Vcpu;
-use crate::arch::vm::{Vm, create_vm};
 use crate::exit::flow::{Flow, StopReason};
+use crate::runtime::boot_info::BootInfo;
+use crate::runtime::live_migration;
+use crate::runtime::restart;
+use crate::runtime::vm_instance::create_vm;
 use crate::vm::lifecycle::AfterRebuild;
 use crate::vm::power::BootRequest;
 use crate::vm::run_state::Requested;
@@ -51,7 +52,7 @@ use boot_payload::VmsRef;
 use spin::Once;
 
 /// The machine, once the boot CPU created its VMs.
-static MACHINE: Once<Machine> = Once::new();
+static MACHINE: Once<VmTable> = Once::new();
 
 /// The EL2 physical timer's PPI when the device tree has no timer node (the
 /// architecture's recommended INTID).
@@ -83,22 +84,23 @@ pub fn run_boot_cpu(info: &BootInfo) -> ! {
     let mut created = Vec::with_capacity(vms.len());
     let mut boots = Vec::with_capacity(vms.len());
     for (index, vm) in vms.as_slice().iter().enumerate() {
-        let (vm, boot) = create_vm(info, index, vm)
+        let (vm, boot) = create_vm(&EL2, info, index, vm)
             .unwrap_or_else(|e| cannot_start(&format_args!("vm{index} ({}): {e}", vm.name)));
         created.push(vm);
         boots.push(boot);
     }
-    let machine = Machine::new(created, info.cpus_online).unwrap_or_else(|e| cannot_start(&e));
+    let machine =
+        VmTable::new(&EL2, created, info.cpus_online).unwrap_or_else(|e| cannot_start(&e));
     let machine = MACHINE.call_once(|| machine);
     // The console CPU is this one: the host UART's interrupt comes here.
     let poll_intid = info
         .platform
         .timer
         .map_or(DEFAULT_EL2_TIMER_INTID, |timer| timer.hyp_phys);
-    if let Err(e) = monitor::start(machine, poll_intid) {
+    if let Err(e) = monitor_target::start(machine, poll_intid) {
         cannot_start(&e);
     }
-    control::start(machine);
+    control_target::start(machine);
     sysreg::send_event();
     let this_cpu = percpu::current().index();
     for cpu in (0..info.cpus_online).filter(|&cpu| cpu != this_cpu) {
@@ -153,7 +155,7 @@ pub fn run_secondary_cpu(index: usize) -> ! {
 /// stops the VM with the vCPU's [`StopReason`], powers the VM off, resets
 /// the machine when its only VM asked, or restarts the VM.
 fn run_cpu(
-    machine: &'static Machine,
+    machine: &'static VmTable,
     vm: &'static Vm,
     index: usize,
     first: Option<BootRequest>,
@@ -187,11 +189,11 @@ fn run_cpu(
             continue;
         }
         // A migration into this VM runs on its vCPU 0's CPU while the
-        // vCPU waits for its start (`arch::migrate`).
+        // vCPU waits for its start (`runtime::live_migration`).
         if index == 0 {
             let job = vm.migration_job.lock().take();
             if let Some(source) = job {
-                migrate::run(machine, source, vm);
+                live_migration::run(machine, source, vm);
                 continue;
             }
         }
@@ -204,7 +206,7 @@ fn run_cpu(
 
 /// Stops `vm` (vCPU `index` found `reason`) and tells the machine, unless
 /// the VM was ending already.
-fn stop(machine: &Machine, vm: &Vm, index: usize, reason: &StopReason) {
+fn stop(machine: &VmTable, vm: &Vm, index: usize, reason: &StopReason) {
     if vm.stop(index, reason) {
         machine.vm_ended();
     }
@@ -214,7 +216,7 @@ fn stop(machine: &Machine, vm: &Vm, index: usize, reason: &StopReason) {
 /// the next `CPU_ON`; a halt waits for a restart; `SYSTEM_OFF` and a
 /// [`StopReason`] end the VM; `SYSTEM_RESET` resets the machine when the VM
 /// is its only one, else restarts the VM.
-fn after_run(machine: &Machine, vm: &'static Vm, index: usize, end: Result<Flow, StopReason>) {
+fn after_run(machine: &VmTable, vm: &'static Vm, index: usize, end: Result<Flow, StopReason>) {
     match end {
         Ok(Flow::Resume | Flow::Off | Flow::Halt) => {}
         Ok(Flow::SystemOff) => {
@@ -233,7 +235,7 @@ fn after_run(machine: &Machine, vm: &'static Vm, index: usize, end: Result<Flow,
 
 /// Halts vCPU `vcpu` while its VM ends or restarts (see the module doc);
 /// returns once the VM was rebuilt, the vCPU off and waiting for `CPU_ON`.
-fn halt(machine: &Machine, vm: &Vm, vcpu: &mut Vcpu) {
+fn halt(machine: &VmTable, vm: &Vm, vcpu: &mut Vcpu) {
     vcpu.quiesce_for_halt();
     let generation = vm.lifecycle.arrive();
     while vm.lifecycle.generation() == generation {
@@ -253,7 +255,7 @@ fn halt(machine: &Machine, vm: &Vm, vcpu: &mut Vcpu) {
 
 /// Rebuilds `vm` (the caller claimed it, every vCPU halted) and starts it
 /// again, or says why it cannot.
-fn rebuild(machine: &Machine, vm: &Vm) {
+fn rebuild(machine: &VmTable, vm: &Vm) {
     let was_ended = vm.has_ended();
     match restart::rebuild(vm) {
         Ok(boot) => {

@@ -6,14 +6,15 @@
 //! `CNTV_*_EL0` and `CNTP_*_EL0` directly, without a trap (`CNTHCTL_EL2`
 //! EL1PCTEN and EL1PCEN set). Nothing is emulated, so nothing drifts; what
 //! the hypervisor adds is the delivery of each timer's interrupt through the
-//! virtual GIC, the same way for both ([`TimerId`]):
+//! virtual GIC, the same way for both
+//! ([`TimerId`](crate::vocabulary::timers::TimerId)):
 //!
 //! 1. The timer's host PPI (from the host device tree: 27 virtual, 30
 //!    physical on QEMU `virt`) fires while the guest runs and becomes an IRQ
 //!    exit. [`TimerForward::fired`]: mask that PPI at the host redistributor
 //!    (the level would otherwise fire again at once; the guest's `CNTx_CTL_EL0`
 //!    is never touched) and raise the vCPU's virtual PPI line in the vgic
-//!    (INTID 27 or 30, [`TimerId::guest_intid`]).
+//!    (INTID 27 or 30, [`TimerId::guest_intid`](crate::vocabulary::timers::TimerId::guest_intid)).
 //! 2. Before every entry, [`TimerForward::sample`] reads the line again from
 //!    the guest's `CNTx_CTL_EL0` ([`timer_line`]: ENABLE and ISTATUS set,
 //!    IMASK clear) and tells the vgic only when it moved.
@@ -29,13 +30,6 @@
 //! monotonic, and the same on every vCPU. This holds on CPUs without
 //! FEAT_ECV (Cortex-A57, QEMU 7.2 `-cpu max`) as on those with it.
 
-use crate::devices::vgic::{PTIMER_INTID, VTIMER_INTID};
-
-/// First PPI INTID.
-const FIRST_PPI: u32 = 16;
-/// First SPI INTID (one past the last PPI).
-const FIRST_SPI: u32 = 32;
-
 /// `CNTV_CTL_EL0` / `CNTP_CTL_EL0` fields (one layout for both timers).
 pub mod ctl {
     /// `ENABLE`: the timer is on.
@@ -50,58 +44,6 @@ pub mod ctl {
 /// condition is met and the guest has not masked it.
 pub const fn timer_line(ctl_value: u64) -> bool {
     ctl_value & (ctl::ENABLE | ctl::IMASK | ctl::ISTATUS) == ctl::ENABLE | ctl::ISTATUS
-}
-
-/// One of the guest's EL1 timers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TimerId {
-    /// The virtual timer (`CNTV_*_EL0`), counting `CNTVCT_EL0`.
-    Virtual,
-    /// The EL1 physical timer (`CNTP_*_EL0`), counting `CNTPCT_EL0`.
-    Physical,
-}
-
-impl TimerId {
-    /// Both timers, in [`TimerId::index`] order.
-    pub const ALL: [TimerId; 2] = [TimerId::Virtual, TimerId::Physical];
-
-    /// Position in per-timer arrays.
-    pub const fn index(self) -> usize {
-        match self {
-            TimerId::Virtual => 0,
-            TimerId::Physical => 1,
-        }
-    }
-
-    /// The INTID the guest gets for this timer (what its device tree names:
-    /// PPI 11 and PPI 14).
-    pub const fn guest_intid(self) -> u32 {
-        match self {
-            TimerId::Virtual => VTIMER_INTID,
-            TimerId::Physical => PTIMER_INTID,
-        }
-    }
-
-    /// The timer's name in messages.
-    pub const fn name(self) -> &'static str {
-        match self {
-            TimerId::Virtual => "virtual",
-            TimerId::Physical => "physical",
-        }
-    }
-
-    /// The host PPI of this timer: the host device tree's (`virt`, `phys`)
-    /// when it is a PPI (16..=31), else the INTID that QEMU `virt` and Arm's
-    /// recommendations use (the guest's own).
-    pub fn host_intid(self, irqs: Option<crate::platform::TimerIrqs>) -> u32 {
-        let named = irqs.map(|irqs| match self {
-            TimerId::Virtual => irqs.virt,
-            TimerId::Physical => irqs.phys,
-        });
-        named
-            .filter(|intid| (FIRST_PPI..FIRST_SPI).contains(intid))
-            .unwrap_or(self.guest_intid())
-    }
 }
 
 /// What a vCPU's run loop does when the timer's host PPI fires.
@@ -185,7 +127,7 @@ impl TimerForward {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::platform::TimerIrqs;
+    use crate::vocabulary::timers::{TimerId, TimerIrqs};
 
     #[test]
     fn line_needs_enable_and_status_without_mask() {

@@ -1,5 +1,5 @@
 //! Register encodings of the host's GICv3, as pure functions the EL2 driver
-//! (`arch::gic`) and the run loop use.
+//! (`arch::drivers::gic`) and the run loop use.
 //!
 //! - [`sgi1r_value`]: the `ICC_SGI1R_EL1` value that sends an SGI to exactly
 //!   one CPU, from its MPIDR affinity (Aff0 goes to the target list, with the
@@ -17,7 +17,7 @@
 //!   bits must go back unchanged to `GICC_EOIR`), [`gicv2::list_register_count`]
 //!   (`GICH_VTR.ListRegs + 1`).
 
-use crate::devices::timer::TimerId;
+use crate::vocabulary::timers::TimerId;
 
 /// GICv2 host registers and the values built from them.
 pub mod gicv2 {

@@ -7,6 +7,8 @@
 //! direction, sign extension) that MMIO emulation needs when `ISV` is set. For
 //! trapped `MSR`/`MRS` it decodes the system-register encoding.
 
+use crate::vocabulary::sysreg_encoding::SysRegEncoding;
+
 /// The exception classes the hypervisor handles, plus `Other` for the rest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExceptionClass {
@@ -227,31 +229,6 @@ pub struct SysRegAccess {
     pub rt: u8,
     /// `MRS` (read into `Rt`) when true, `MSR` (write from `Rt`) when false.
     pub read: bool,
-}
-
-/// A system register's `op0, op1, CRn, CRm, op2` encoding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SysRegEncoding {
-    /// op0 (2 bits).
-    pub op0: u8,
-    /// op1 (3 bits).
-    pub op1: u8,
-    /// CRn (4 bits).
-    pub crn: u8,
-    /// CRm (4 bits).
-    pub crm: u8,
-    /// op2 (3 bits).
-    pub op2: u8,
-}
-
-impl core::fmt::Display for SysRegEncoding {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(
-            f,
-            "S{}_{}_C{}_C{}_{}",
-            self.op0, self.op1, self.crn, self.crm, self.op2
-        )
-    }
 }
 
 impl SysRegAccess {

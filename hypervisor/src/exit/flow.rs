@@ -7,11 +7,12 @@
 //! reason's text, so handlers never stop anything themselves and every way a
 //! VM can stop is listed here.
 
-use crate::devices::timer::TimerId;
 use crate::devices::vgic::VgicError;
-use crate::exit::esr::{ExceptionClass, FaultKind, SysRegEncoding};
+use crate::exit::esr::{ExceptionClass, FaultKind};
 use crate::exit::inject::InjectKind;
 use crate::vm::vcpu_state::MigrationBlocker;
+use crate::vocabulary::sysreg_encoding::SysRegEncoding;
+use crate::vocabulary::timers::TimerId;
 
 /// How the vCPU goes on after an exit it handled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,5 +22,5 @@ pub mod inject;
 pub mod instruction_abort;
 pub mod mmio;
 pub mod psci;
-pub mod sync;
+pub mod sync_exit;
 pub mod sysreg;

@@ -20,8 +20,9 @@
 //! (`ICC_SGI1R_EL1` and the group 0 ones), the ID registers, then [`policy`].
 
 use crate::devices::vgic::SgiGroup;
-use crate::exit::esr::{SysRegAccess, SysRegEncoding};
+use crate::exit::esr::SysRegAccess;
 use crate::stage2::cache_maint::{self, VmReg};
+use crate::vocabulary::sysreg_encoding::SysRegEncoding;
 
 /// How to emulate a trapped register.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

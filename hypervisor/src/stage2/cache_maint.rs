@@ -25,7 +25,7 @@
 //! Everything here is pure (register values in, decisions out) and tested on
 //! the host; `arch` runs the instructions.
 
-use crate::exit::esr::SysRegEncoding;
+use crate::vocabulary::sysreg_encoding::SysRegEncoding;
 use aarch64_cpu::registers::{HCR_EL2, SCTLR_EL1};
 use tock_registers::LocalRegisterCopy;
 use tock_registers::register_bitfields;

@@ -81,7 +81,7 @@ pub enum Event {
     /// A device access refused or not emulated.
     DeviceAccess,
     /// A trapped access to a system register the hypervisor does not know.
-    UnknownSysReg(crate::exit::esr::SysRegEncoding),
+    UnknownSysReg(crate::vocabulary::sysreg_encoding::SysRegEncoding),
     /// A `TEST_REPORT` hypercall.
     TestReport,
 }
@@ -268,7 +268,8 @@ pub struct EventLog {
     policy: RatePolicy,
     buckets: [Bucket; EventKind::ALL.len()],
     reported_calls: BoundedSet<u64, REMEMBERED_HYPERCALLS>,
-    reported_sysregs: BoundedSet<crate::exit::esr::SysRegEncoding, REMEMBERED_SYSREGS>,
+    reported_sysregs:
+        BoundedSet<crate::vocabulary::sysreg_encoding::SysRegEncoding, REMEMBERED_SYSREGS>,
 }
 
 impl EventLog {
@@ -278,7 +279,7 @@ impl EventLog {
             policy,
             buckets: [Bucket::full(policy); EventKind::ALL.len()],
             reported_calls: BoundedSet::new(0),
-            reported_sysregs: BoundedSet::new(crate::exit::esr::SysRegEncoding {
+            reported_sysregs: BoundedSet::new(crate::vocabulary::sysreg_encoding::SysRegEncoding {
                 op0: 0,
                 op1: 0,
                 crn: 0,
@@ -328,7 +329,7 @@ impl EventLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exit::esr::SysRegEncoding;
+    use crate::vocabulary::sysreg_encoding::SysRegEncoding;
 
     const POLICY: RatePolicy = RatePolicy {
         burst: 3,

@@ -3,7 +3,7 @@
 //! A VM restarts when its guest calls PSCI `SYSTEM_RESET` while other VMs
 //! run, or when the console monitor's `restart VM` asks (for a running,
 //! paused, stopped or powered-off VM alike). The VM is rebuilt where it
-//! stands (`arch::vm`: guest RAM, stage 2, devices, power states) and its
+//! stands (`runtime::vm_instance`: guest RAM, stage 2, devices, power states) and its
 //! vCPU 0 boots again; the other VMs never notice.
 //!
 //! # Protocol

@@ -8,7 +8,7 @@ pub mod device_tree;
 pub mod event_log;
 pub mod layout;
 pub mod lifecycle;
-pub mod migration;
+pub mod migration_plan;
 pub mod power;
 pub mod run_state;
 pub mod vcpu_state;

@@ -1,5 +1,5 @@
 //! Everything a vCPU needs to continue on another VM's vCPU: the state a
-//! live migration carries (`arch::migrate`).
+//! live migration carries (`runtime::live_migration`).
 //!
 //! The general registers, PC and PSTATE travel through the hypervisor's
 //! register frame; the guest's EL1 system registers, FP/SIMD registers,

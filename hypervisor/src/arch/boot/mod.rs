@@ -4,7 +4,7 @@
 //! the platform from the device tree, starts the console, carves host memory
 //! and switches to the final EL2 tables, installs the vectors and per-CPU data,
 //! prints the banner, starts every other CPU with PSCI `CPU_ON`, publishes the
-//! boot information (`info`) and hands over to `arch::run`. `secondary_main` is where the other CPUs arrive.
+//! boot information (`runtime::boot_info`) and hands over to `arch::run`. `secondary_main` is where the other CPUs arrive.
 //! `wrong_el_main` reports that the image was entered outside EL2.
 //!
 //! CPU features: every CPU reads its own ID registers as it comes up. The boot
@@ -19,7 +19,6 @@
 mod entry;
 pub mod exceptions;
 pub mod firmware;
-pub mod info;
 pub mod memory;
 
 use crate::arch::cpu::features::local_features;
@@ -32,9 +31,9 @@ use crate::devices::vgic::ListRegisters;
 use crate::platform::cpu_features::{CpuFeatures, SystemFeatures};
 use crate::platform::ranges::PhysRange;
 use crate::platform::{Platform, PsciConduit};
+use crate::runtime::boot_info::{self, BootInfo};
 use aarch64_cpu::registers::ICH_VTR_EL2;
 use core::sync::atomic::Ordering;
-use info::BootInfo;
 use spin::Once;
 
 /// What a secondary CPU must have, published by the boot CPU before it starts
@@ -164,7 +163,7 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
     }
 
     if let Some(host_gic) = platform.gic.as_ref().filter(|_| list_regs.is_some()) {
-        let timers = crate::devices::timer::TimerId::ALL.map(|t| t.host_intid(platform.timer));
+        let timers = crate::vocabulary::timers::TimerId::ALL.map(|t| t.host_intid(platform.timer));
         gic::init_distributor(host_gic, timers, platform.uart_intid, boot_mpidr);
         match gic::init_cpu(0) {
             Ok(()) => {
@@ -175,7 +174,7 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
             Err(e) => log::warn!("GICv3 CPU interface: {e:?}"),
         }
     } else if let Some(host_gic) = platform.gicv2.as_ref() {
-        let timers = crate::devices::timer::TimerId::ALL.map(|t| t.host_intid(platform.timer));
+        let timers = crate::vocabulary::timers::TimerId::ALL.map(|t| t.host_intid(platform.timer));
         if gic::init_gicv2(host_gic, timers, platform.uart_intid) {
             match gic::init_cpu(0) {
                 Ok(()) => {
@@ -218,7 +217,7 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
             "per-IPA, whole-VMID invalidation for ranges"
         }
     );
-    let info = info::publish(BootInfo {
+    let info = boot_info::publish(BootInfo {
         platform,
         features,
         cpus_online,

@@ -10,7 +10,8 @@
 //! writes without the lock (another CPU may hold it forever) after giving it a
 //! moment to come free.
 
-use crate::drivers::uart::{AnyUart, MmioBank, Uart, UartKind};
+use crate::drivers::uart::{AnyUart, MmioBank, Uart};
+use crate::vocabulary::uart_kind::UartKind;
 use core::fmt::Write;
 use spin::{Mutex, Once};
 
@@ -74,7 +75,7 @@ pub fn receive(buf: &mut [u8]) -> usize {
 }
 
 /// Writes `bytes` as they are (`\n` becomes `\r\n`): the hypervisor
-/// console's terminal output (`crate::arch::monitor`).
+/// console's terminal output (`crate::arch::monitor_target`).
 pub fn write_bytes(bytes: &[u8]) {
     let mut guard = CONSOLE.lock();
     if let Some(uart) = guard.as_mut() {

@@ -33,14 +33,15 @@
 //! wrote them (see `crate::devices::timer`).
 
 use crate::arch::cpu::percpu::{self, MAX_CPUS};
-use crate::devices::timer::TimerId;
+use crate::arch::drivers::list_registers::HardwareListRegisters;
 use crate::devices::vgic::list_regs::MAX_LIST_REGISTERS;
-use crate::devices::vgic::{HardwareListRegisters, ListRegister, ListRegisters, LrEncoding};
+use crate::devices::vgic::{ListRegister, ListRegisters, LrEncoding};
 use crate::drivers::gic::gicv2::{self as v2regs, gicc, gich};
 use crate::drivers::gic::{
     self as host_gic, DEFAULT_MAINTENANCE_INTID, HOST_PRIORITY, KICK_SGI, gicd, gicr, sgi1r_value,
 };
 use crate::platform::{Gicv2, Gicv3};
+use crate::vocabulary::timers::TimerId;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use spin::Once;

@@ -3,3 +3,4 @@
 
 pub mod console;
 pub mod gic;
+pub mod list_registers;

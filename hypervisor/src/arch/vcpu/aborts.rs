@@ -2,8 +2,8 @@
 //! `crate::exit::instruction_abort` route them; guest RAM is faulted in here.
 
 use super::Vcpu;
+use crate::arch::hardware::Vm;
 use crate::arch::stage2::FrameMemory;
-use crate::arch::vm::Vm;
 use crate::exit::data_abort::{self, DataAbortRoute};
 use crate::exit::esr::{DataAbort, FaultKind, InstructionAbort};
 use crate::exit::flow::{Flow, StopReason};

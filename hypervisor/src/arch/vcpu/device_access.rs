@@ -2,10 +2,10 @@
 //! window, completed on the device model and stepped over.
 
 use super::Vcpu;
-use crate::arch::vm::GuestUart;
 use crate::exit::esr::DataAccess;
 use crate::exit::flow::{Flow, StopReason};
 use crate::exit::mmio;
+use crate::runtime::vm_instance::GuestUart;
 use crate::vm::event_log::Event;
 
 impl Vcpu {

@@ -1,11 +1,11 @@
 //! Hypervisor and secure-monitor calls (`HVC`, trapped `SMC`): decoded by
 //! `crate::exit::hypercall`, PSCI answered by `crate::exit::psci`. A control
 //! VM's calls of the control interface's range (`control_abi::Function::in_range`)
-//! go to `arch::control`; any other VM's calls of that range are unknown
+//! go to `arch::control_target`; any other VM's calls of that range are unknown
 //! hypercalls like every other id, answered `NOT_SUPPORTED` (-1).
 
 use super::Vcpu;
-use crate::arch::control;
+use crate::arch::control_target;
 use crate::arch::cpu::sysreg;
 use crate::exit::flow::{Flow, ListRegisterOp, StopReason};
 use crate::exit::hypercall::{GuestCall, NOT_SUPPORTED, SMCCC_VERSION_1_1};
@@ -18,7 +18,7 @@ impl Vcpu {
         let x = &self.regs.x;
         if self.vm.control && control_abi::Function::in_range(x[0]) {
             let regs = [x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]];
-            let out = control::handle_call(self.vm, &self.epoch, &regs);
+            let out = control_target::handle_call(self.vm, &self.epoch, &regs);
             self.regs.x[..4].copy_from_slice(&out);
             return Ok(Flow::Resume);
         }

@@ -6,14 +6,15 @@
 use super::Vcpu;
 use crate::arch::drivers::gic;
 use crate::arch::host_console;
-use crate::arch::monitor;
+use crate::arch::monitor_target;
 use crate::control::abi::registers::ParkedRegisters;
-use crate::devices::timer::{TimerId, timer_line};
+use crate::devices::timer::timer_line;
 use crate::devices::vgic::VcpuSet;
 use crate::drivers::gic::HostIrq;
 use crate::exit::flow::{ListRegisterOp, StopReason};
 use crate::read_sysreg;
 use crate::vm::run_state::Requested;
+use crate::vocabulary::timers::TimerId;
 
 /// The guest's `CNTV_CTL_EL0` or `CNTP_CTL_EL0` (live in this CPU: the
 /// vCPU never leaves it).
@@ -178,9 +179,9 @@ impl Vcpu {
                         self.set_timer_line(timer, true)?;
                     }
                 }
-                HostIrq::UartReceive => monitor::host_input(),
+                HostIrq::UartReceive => monitor_target::host_input(),
                 HostIrq::Unexpected(intid) if host_console::is_poll_timer(intid) => {
-                    monitor::poll_tick();
+                    monitor_target::poll_tick();
                 }
                 HostIrq::Unexpected(other) => log::warn!(
                     "vm{} vcpu{}: unexpected host interrupt {other}",
@@ -220,7 +221,7 @@ impl Vcpu {
             if self.vm.is_stopping() {
                 break Ok(());
             }
-            // A migration asks for this vCPU's whole state (`arch::migrate`).
+            // A migration asks for this vCPU's whole state (`runtime::live_migration`).
             if self.vm.capture_requested() && self.vm.vcpu_states[self.index].lock().is_none() {
                 match self.capture_state() {
                     Ok(state) => {

@@ -6,13 +6,14 @@ use super::Vcpu;
 use crate::arch::boot::exceptions::GuestRegs;
 use crate::arch::cpu::features::local_features;
 use crate::arch::drivers::gic;
-use crate::devices::timer::{TimerForward, TimerId};
+use crate::devices::timer::TimerForward;
 use crate::exit::flow::{ListRegisterOp, StopReason};
 use crate::exit::inject;
 use crate::stage2::cache_maint::{self, SetWayTracker};
 use crate::sysreg_values;
 use crate::vm::layout::vcpu_mpidr;
 use crate::vm::power::BootRequest;
+use crate::vocabulary::timers::TimerId;
 use crate::{read_sysreg, write_sysreg};
 use aarch64_cpu::registers::{ICH_VTR_EL2, ID_AA64DFR0_EL1};
 

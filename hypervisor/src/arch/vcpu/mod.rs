@@ -49,7 +49,7 @@
 //! permission on the first instruction fetch (as KVM does), so instruction
 //! cache maintenance covers only executed memory; in a slot that logs dirty
 //! pages they map 4 KiB pages, reads read-only, and a write marks its page
-//! (`stage2::fault`, `arch::dirty_log`). Without FEAT_S2FWB the
+//! (`stage2::fault`, `runtime::dirty_log`). Without FEAT_S2FWB the
 //! guest's set/way cache maintenance is trapped (`HCR_EL2.TSW`) and turned
 //! into flushes of guest memory by address, and while set/way is tracked the
 //! virtual-memory control registers are trapped (`HCR_EL2.TVM`) so that the
@@ -86,7 +86,7 @@ pub use vector_regs::{measure_lengths, vector_lengths};
 
 use crate::arch::boot::exceptions::GuestRegs;
 use crate::arch::drivers::gic;
-use crate::arch::vm::Vm;
+use crate::arch::hardware::Vm;
 use crate::devices::timer::TimerForward;
 use crate::devices::vgic::VcpuSet;
 use crate::exit::aarch32;

@@ -5,7 +5,7 @@
 use super::Vcpu;
 use crate::arch::boot::exceptions::{ExitKind, enter_guest};
 use crate::exit::flow::{Flow, StopReason, UnexpectedExit};
-use crate::exit::sync::{self, SyncExit};
+use crate::exit::sync_exit::{self, SyncExit};
 use crate::vm::counters::Counter;
 use crate::vm::power::BootRequest;
 
@@ -67,7 +67,8 @@ impl Vcpu {
     /// Handles a synchronous exit: `exit::sync` names it, the handler for its
     /// kind answers it.
     pub(super) fn handle_sync(&mut self) -> Result<Flow, StopReason> {
-        let exit = sync::classify(self.regs.esr, self.regs.pstate, self.regs.pc, self.regs.far)?;
+        let exit =
+            sync_exit::classify(self.regs.esr, self.regs.pstate, self.regs.pc, self.regs.far)?;
         if let Some(counter) = exit.counter() {
             self.bump(counter);
         }

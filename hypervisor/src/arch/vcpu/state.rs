@@ -1,5 +1,5 @@
 //! Capturing and restoring a vCPU's whole state for a live migration
-//! (`crate::vm::vcpu_state` says what and why; `arch::migrate` drives it).
+//! (`crate::vm::vcpu_state` says what and why; `runtime::live_migration` drives it).
 //! Both run on the vCPU's own CPU, where the state is live: the capture
 //! while the vCPU is parked for a pause (its list registers first unloaded
 //! into the vgic model, which travels separately), the restore right after
@@ -190,7 +190,7 @@ impl Vcpu {
 
     /// Restores `state` after `load` reset this CPU for the vCPU's start
     /// (streaming mode and ZA off, every vector register zero). Vector state
-    /// is restored only at the lengths it was captured at: `arch::migrate`
+    /// is restored only at the lengths it was captured at: `runtime::live_migration`
     /// compared them with the migrating CPU's, and a CPU of the destination
     /// that differs stops the VM rather than drop the registers.
     pub(super) fn restore_state(&mut self, state: &VcpuState) -> Result<(), StopReason> {

@@ -34,10 +34,7 @@ pub const PRIVATE_COUNT: u32 = 32;
 pub const FIRST_SPI: u32 = 32;
 /// Largest INTID an SPI may have (1020..=1023 are special).
 pub const MAX_SPI_INTID: u32 = 1019;
-/// Virtual timer PPI (`CNTV_*`).
-pub const VTIMER_INTID: u32 = 27;
-/// EL1 physical timer PPI (`CNTP_*`).
-pub const PTIMER_INTID: u32 = 30;
+pub use crate::vocabulary::timers::{PTIMER_INTID, VTIMER_INTID};
 /// Priority bits kept by the priority registers: five, the minimum every
 /// virtual CPU interface implements, so a priority the guest reads back is one
 /// the list registers can carry unchanged.

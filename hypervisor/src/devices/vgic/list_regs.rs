@@ -2,8 +2,8 @@
 //!
 //! [`ListRegisters`] is everything the vGIC needs from the hardware: the
 //! number of list registers, `ICH_LR<n>_EL2`, `ICH_HCR_EL2`, `ICH_MISR_EL2`
-//! and `ICH_ELRSR_EL2`. `HardwareListRegisters` reaches them with
-//! `mrs`/`msr` (bare-metal aarch64 only); [`ModelListRegisters`] is a host
+//! and `ICH_ELRSR_EL2`. The machine layer reaches them with `mrs`/`msr`
+//! (`arch::drivers::list_registers`); [`ModelListRegisters`] is a host
 //! model of the same registers that also plays the guest's side
 //! (acknowledge, EOI) and derives `ELRSR` and `MISR` from the list registers
 //! the way the CPU interface does, so the fold/fill logic is tested against
@@ -426,132 +426,6 @@ impl ListRegisters for ModelListRegisters {
                 lr.is_empty() && !lr.eoi_maintenance()
             })
             .fold(0, |acc, (index, _)| acc | 1 << index)
-    }
-}
-
-#[cfg(all(target_arch = "aarch64", target_os = "none"))]
-pub use hardware::HardwareListRegisters;
-
-#[cfg(all(target_arch = "aarch64", target_os = "none"))]
-mod hardware {
-    use super::{ListRegisters, MAX_LIST_REGISTERS};
-    use core::arch::asm;
-
-    /// The list registers of the CPU this code runs on, by `mrs`/`msr`.
-    #[derive(Debug)]
-    pub struct HardwareListRegisters {
-        count: usize,
-    }
-
-    macro_rules! read_sysreg {
-        ($name:literal) => {{
-            let value: u64;
-            // SAFETY: reading an ICH_* register at EL2 has no side effect; the
-            // constructor's contract guarantees EL2 with the system register
-            // interface enabled.
-            unsafe {
-                asm!(concat!("mrs {}, ", $name), out(reg) value, options(nomem, nostack, preserves_flags))
-            };
-            value
-        }};
-    }
-
-    macro_rules! write_sysreg {
-        ($name:literal, $value:expr) => {{
-            let value: u64 = $value;
-            // SAFETY: the ICH_* registers only shape the virtual CPU interface
-            // seen by EL1; the constructor's contract guarantees EL2 with the
-            // system register interface enabled.
-            unsafe {
-                asm!(concat!("msr ", $name, ", {}"), in(reg) value, options(nomem, nostack, preserves_flags))
-            };
-        }};
-    }
-
-    macro_rules! lr_dispatch {
-        ($index:expr, $body:ident) => {
-            match $index {
-                0 => $body!("ich_lr0_el2"),
-                1 => $body!("ich_lr1_el2"),
-                2 => $body!("ich_lr2_el2"),
-                3 => $body!("ich_lr3_el2"),
-                4 => $body!("ich_lr4_el2"),
-                5 => $body!("ich_lr5_el2"),
-                6 => $body!("ich_lr6_el2"),
-                7 => $body!("ich_lr7_el2"),
-                8 => $body!("ich_lr8_el2"),
-                9 => $body!("ich_lr9_el2"),
-                10 => $body!("ich_lr10_el2"),
-                11 => $body!("ich_lr11_el2"),
-                12 => $body!("ich_lr12_el2"),
-                13 => $body!("ich_lr13_el2"),
-                14 => $body!("ich_lr14_el2"),
-                15 => $body!("ich_lr15_el2"),
-                index => panic!("ICH_LR{index}_EL2 does not exist"),
-            }
-        };
-    }
-
-    impl HardwareListRegisters {
-        /// Reads `ICH_VTR_EL2` to count the list registers.
-        ///
-        /// # Safety
-        ///
-        /// Must run at EL2 with `ICC_SRE_EL2.SRE` set (the GICv3 system
-        /// register interface), on the CPU whose list registers the caller
-        /// means to manage.
-        pub unsafe fn new() -> Self {
-            let vtr = read_sysreg!("ich_vtr_el2");
-            let count = (vtr & 0x1f) as usize + 1;
-            Self {
-                count: count.min(MAX_LIST_REGISTERS),
-            }
-        }
-    }
-
-    impl ListRegisters for HardwareListRegisters {
-        fn count(&self) -> usize {
-            self.count
-        }
-
-        fn read_lr(&self, index: usize) -> u64 {
-            assert!(index < self.count, "ICH_LR{index}_EL2 is not implemented");
-            macro_rules! read_lr {
-                ($name:literal) => {
-                    read_sysreg!($name)
-                };
-            }
-            lr_dispatch!(index, read_lr)
-        }
-
-        fn write_lr(&mut self, index: usize, value: u64) {
-            assert!(index < self.count, "ICH_LR{index}_EL2 is not implemented");
-            macro_rules! write_lr {
-                ($name:literal) => {
-                    write_sysreg!($name, value)
-                };
-            }
-            lr_dispatch!(index, write_lr)
-        }
-
-        fn read_hcr(&self) -> u64 {
-            read_sysreg!("ich_hcr_el2")
-        }
-
-        fn write_hcr(&mut self, value: u64) {
-            write_sysreg!("ich_hcr_el2", value);
-            // SAFETY: an instruction barrier has no memory effect; it makes
-            // the new ICH_HCR_EL2 visible before the next guest entry.
-            unsafe { asm!("isb", options(nomem, nostack, preserves_flags)) };
-        }
-
-        fn read_misr(&self) -> u64 {
-            read_sysreg!("ich_misr_el2")
-        }
-
-        fn read_elrsr(&self) -> u64 {
-            read_sysreg!("ich_elrsr_el2")
-        }
     }
 }
 

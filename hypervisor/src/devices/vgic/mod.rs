@@ -89,6 +89,7 @@
 mod distributor;
 mod distributor_v2;
 pub mod irq;
+mod list_register_sync;
 pub mod list_regs;
 #[cfg(test)]
 mod model_test;
@@ -96,15 +97,12 @@ mod redistributor;
 mod regs;
 pub mod sgi;
 mod state;
-mod sync;
 
 pub use irq::{IntIdClass, PRIORITY_MASK, PTIMER_INTID, Trigger, VTIMER_INTID};
-#[cfg(all(target_arch = "aarch64", target_os = "none"))]
-pub use list_regs::HardwareListRegisters;
+pub use list_register_sync::FillOutcome;
 pub use list_regs::{ListRegister, ListRegisters, LrEncoding, ModelListRegisters};
 pub use sgi::{SgiGroup, SgiRequest, SgiTargets};
 pub use state::{MAX_VCPUS_V2, VgicConfig, VgicState, VgicVersion};
-pub use sync::FillOutcome;
 
 /// Size of the distributor frame.
 pub const DISTRIBUTOR_SIZE: u64 = 0x1_0000;

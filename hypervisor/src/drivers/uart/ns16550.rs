@@ -262,7 +262,7 @@ mod tests {
         // SAFETY: `mem` is live, aligned and only touched through this bank;
         // registers 0 to 5 at stride 4 stay inside it.
         let bank = unsafe {
-            crate::drivers::uart::MmioBank::new(base, 2, crate::drivers::uart::IoWidth::U8)
+            crate::drivers::uart::MmioBank::new(base, 2, crate::vocabulary::uart_kind::IoWidth::U8)
         };
         let mut uart = Ns16550::new(bank);
         uart.put(b'Z');
@@ -283,7 +283,7 @@ mod tests {
         // SAFETY: `mem` is live, aligned and only touched through this bank
         // while the driver runs; registers 0 to 5 at stride 4 stay inside it.
         let bank = unsafe {
-            crate::drivers::uart::MmioBank::new(base, 2, crate::drivers::uart::IoWidth::U32)
+            crate::drivers::uart::MmioBank::new(base, 2, crate::vocabulary::uart_kind::IoWidth::U32)
         };
         let mut uart = Ns16550::new(bank);
         // Plain memory keeps LSR.DR set, so receive fills the buffer from IO.

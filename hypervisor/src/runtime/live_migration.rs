@@ -1,6 +1,6 @@
 //! Live migration of a running VM into a waiting one (`start=0` in its
-//! `vm.conf`), with the algorithm of `vm::migration`: pre-copy with dirty
-//! logging (`arch::dirty_log`), stop-and-copy with the vCPUs' whole state
+//! `vm.conf`), with the algorithm of `vm::migration_plan`: pre-copy with dirty
+//! logging (`runtime::dirty_log`), stop-and-copy with the vCPUs' whole state
 //! (`vm::vcpu_state`, captured by the source's parked vCPUs on their own
 //! CPUs), a byte-for-byte check of the destination's memory, then the
 //! destination starts and the source ends.
@@ -14,15 +14,12 @@
 //! start), so the copies never hold the console and the source runs on its
 //! CPUs meanwhile.
 
-use crate::arch::cpu::sysreg;
-use crate::arch::dirty_log;
-use crate::arch::drivers::gic;
-use crate::arch::machine::Machine;
-use crate::arch::vm::Vm;
-use crate::arch::vm_ops::{self, VmOpError};
-use crate::read_sysreg;
-use crate::stage2::cache_maint::CacheCaps;
-use crate::vm::migration::{MigrationReport, Next, PrecopyPlan};
+use crate::runtime::dirty_log;
+use crate::runtime::vm_instance::Vm;
+use crate::runtime::vm_ops::{self, VmOpError};
+use crate::runtime::vm_table::VmTable;
+use crate::runtime::{Hardware, micros_since};
+use crate::vm::migration_plan::{MigrationReport, Next, PrecopyPlan};
 use crate::vm::power::{BootRequest, PowerState};
 use crate::vm::run_state::RunStateError;
 use crate::vm::vcpu_state::MigrationBlocker;
@@ -96,7 +93,7 @@ const CAPTURE_WAIT_SECONDS: u64 = 5;
 
 /// Checks a migration of `src` into `dst` and posts it to `dst`'s vCPU 0
 /// (see the module doc). Returns at once.
-pub fn request(src: &'static Vm, dst: &'static Vm) -> Result<(), MigrateError> {
+pub fn request<H: Hardware>(src: &'static Vm<H>, dst: &'static Vm<H>) -> Result<(), MigrateError> {
     if core::ptr::eq(src, dst) {
         return Err(MigrateError::SameVm);
     }
@@ -112,7 +109,7 @@ pub fn request(src: &'static Vm, dst: &'static Vm) -> Result<(), MigrateError> {
     if src.ram != dst.ram {
         return Err(MigrateError::Shape("RAM size"));
     }
-    if gic::is_v2() {
+    if src.hw.gic_is_v2() {
         return Err(MigrateError::Blocked(MigrationBlocker::Gicv2));
     }
     let mut job = dst.migration_job.lock();
@@ -128,29 +125,22 @@ pub fn request(src: &'static Vm, dst: &'static Vm) -> Result<(), MigrateError> {
         dst.index,
         dst.name
     );
-    sysreg::send_event();
+    src.hw.send_event();
     dst.kick(0);
     Ok(())
 }
 
 /// Carries out the migration of `src` into `dst` on `dst`'s vCPU 0's CPU,
 /// and says how it went.
-pub fn run(machine: &Machine, src: &'static Vm, dst: &'static Vm) {
+pub fn run<H: Hardware>(table: &VmTable<H>, src: &'static Vm<H>, dst: &'static Vm<H>) {
     let prefix = format!(
         "vm{} ({}) -> vm{} ({})",
         src.index, src.name, dst.index, dst.name
     );
-    match migrate(machine, src, dst) {
+    match migrate(table, src, dst, &mut |_| {}) {
         Ok(report) => log::info!("{prefix}: migrated: {report}"),
         Err(e) => log::error!("{prefix}: migration failed, the source runs on: {e}"),
     }
-}
-
-/// Microseconds since `start` (system counter).
-fn micros_since(start: u64) -> u64 {
-    let frequency = read_sysreg!(cntfrq_el0).max(1);
-    let ticks = read_sysreg!(cntpct_el0).wrapping_sub(start);
-    (u128::from(ticks) * 1_000_000 / u128::from(frequency)) as u64
 }
 
 /// A source slot and where its copy lives in the destination.
@@ -164,26 +154,26 @@ struct SlotPair {
 /// Copies `pages` pages from page `first` of `pair`'s source backing to the
 /// destination's, with cache maintenance without FEAT_S2FWB (the guest may
 /// run with caches off).
-fn copy_pages(pair: &SlotPair, first: u64, pages: u64, fwb: bool, caps: &CacheCaps) {
+fn copy_pages<H: Hardware>(hw: &H, pair: &SlotPair, first: u64, pages: u64, fwb: bool) {
     let offset = first << PAGE_SHIFT;
     let len = (pages << PAGE_SHIFT) as usize;
     let from = (pair.spec.backing.0 + offset) as usize;
     let to = (pair.dst_backing + offset) as usize;
     if !fwb {
-        sysreg::clean_inval_dcache_to_poc(from, len, caps.dline);
+        hw.clean_inval_dcache_to_poc(from, len);
     }
     // SAFETY: both ranges are inside their slots' backings (host RAM,
     // identity mapped), distinct VMs' memory, so they do not overlap; the
     // destination's vCPUs do not run yet.
     unsafe { core::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, len) };
     if !fwb {
-        sysreg::clean_inval_dcache_to_poc(to, len, caps.dline);
+        hw.clean_inval_dcache_to_poc(to, len);
     }
 }
 
 /// Harvests `pair`'s dirty log and copies the pages it reports; returns
 /// how many.
-fn copy_dirty(src: &Vm, pair: &SlotPair, fwb: bool, caps: &CacheCaps) -> Result<u64, MigrateError> {
+fn copy_dirty<H: Hardware>(src: &Vm<H>, pair: &SlotPair, fwb: bool) -> Result<u64, MigrateError> {
     if !pair.logging {
         return Ok(0);
     }
@@ -202,7 +192,7 @@ fn copy_dirty(src: &Vm, pair: &SlotPair, fwb: bool, caps: &CacheCaps) -> Result<
             word &= word - 1;
             let page = index as u64 * 64 + bit;
             if page < pair.spec.npages {
-                copy_pages(pair, page, 1, fwb, caps);
+                copy_pages(src.hw, pair, page, 1, fwb);
                 copied += 1;
             }
         }
@@ -240,7 +230,7 @@ fn differences(pair: &SlotPair) -> u64 {
 /// The destination's slots made to match the source's: a slot the
 /// destination lacks is created (fresh backing), one it has must have the
 /// same place and size.
-fn pair_slots(src: &Vm, dst: &Vm) -> Result<Vec<SlotPair>, MigrateError> {
+fn pair_slots<H: Hardware>(src: &Vm<H>, dst: &Vm<H>) -> Result<Vec<SlotPair>, MigrateError> {
     let specs = vm_ops::slot_specs(src)?;
     let mut pairs = Vec::with_capacity(specs.len());
     for spec in specs {
@@ -265,7 +255,7 @@ fn pair_slots(src: &Vm, dst: &Vm) -> Result<Vec<SlotPair>, MigrateError> {
 
 /// Turns the migration's dirty logging off again (on failure or after the
 /// stop), keeping slots that logged before the migration logging.
-fn stop_logging(src: &Vm, pairs: &[SlotPair]) {
+fn stop_logging<H: Hardware>(src: &Vm<H>, pairs: &[SlotPair]) {
     for pair in pairs.iter().filter(|p| p.logging) {
         if !pair.spec.flags.contains(SlotFlags::LOG_DIRTY)
             && let Err(e) = dirty_log::disable(src, pair.spec.id)
@@ -280,7 +270,7 @@ fn stop_logging(src: &Vm, pairs: &[SlotPair]) {
 }
 
 /// Lets the source run again after a failed stop-and-copy.
-fn resume_source(src: &Vm) {
+fn resume_source<H: Hardware>(src: &Vm<H>) {
     src.set_capture_requested(false);
     for state in src.vcpu_states.iter() {
         *state.lock() = None;
@@ -293,14 +283,22 @@ fn resume_source(src: &Vm) {
     }
 }
 
-fn migrate(
-    machine: &Machine,
-    src: &'static Vm,
-    dst: &'static Vm,
+/// One pre-copy round is over: `round` (0 for the full copy) copied its
+/// pages while the source runs. The source's guest keeps writing between
+/// rounds; the host tests write for it here.
+pub type RoundHook<'a> = dyn FnMut(u32) + 'a;
+
+/// Migrates `src` into `dst` (see the module doc), calling `after_round`
+/// after each pre-copy round.
+pub(crate) fn migrate<H: Hardware>(
+    table: &VmTable<H>,
+    src: &'static Vm<H>,
+    dst: &'static Vm<H>,
+    after_round: &mut RoundHook<'_>,
 ) -> Result<MigrationReport, MigrateError> {
-    let start = read_sysreg!(cntpct_el0);
+    let hw = src.hw;
+    let start = hw.counter_ticks();
     let fwb = src.fwb;
-    let caps = CacheCaps::from_ctr(read_sysreg!(ctr_el0));
     let pairs = pair_slots(src, dst)?;
     for pair in pairs.iter().filter(|p| p.logging) {
         if let Err(e) = dirty_log::enable(src, pair.spec.id) {
@@ -311,8 +309,9 @@ fn migrate(
     let mut report = MigrationReport::default();
     // Iteration 0: everything, while the source runs.
     for pair in &pairs {
-        copy_pages(pair, 0, pair.spec.npages, fwb, &caps);
+        copy_pages(hw, pair, 0, pair.spec.npages, fwb);
     }
+    after_round(0);
     report
         .pages_per_iteration
         .push(pairs.iter().map(|p| p.spec.npages).sum());
@@ -321,7 +320,7 @@ fn migrate(
     loop {
         let mut dirty = 0;
         for pair in &pairs {
-            match copy_dirty(src, pair, fwb, &caps) {
+            match copy_dirty(src, pair, fwb) {
                 Ok(pages) => dirty += pages,
                 Err(e) => {
                     stop_logging(src, &pairs);
@@ -330,26 +329,27 @@ fn migrate(
             }
         }
         report.pages_per_iteration.push(dirty);
+        after_round(iteration);
         if plan.next(iteration, dirty) == Next::StopAndCopy {
             break;
         }
         iteration += 1;
     }
     // Stop-and-copy.
-    let paused_at = read_sysreg!(cntpct_el0);
+    let paused_at = hw.counter_ticks();
     if let Err(e) = vm_ops::pause(src) {
         stop_logging(src, &pairs);
         return Err(MigrateError::Pause(e));
     }
     src.set_capture_requested(true);
-    let frequency = read_sysreg!(cntfrq_el0);
+    let frequency = hw.counter_frequency();
     for vcpu in 0..src.vcpus {
         if src.power.state(vcpu) != PowerState::On {
             continue;
         }
-        let waited = read_sysreg!(cntpct_el0);
+        let waited = hw.counter_ticks();
         while src.vcpu_states[vcpu].lock().is_none() {
-            if read_sysreg!(cntpct_el0).wrapping_sub(waited) > CAPTURE_WAIT_SECONDS * frequency {
+            if hw.counter_ticks().wrapping_sub(waited) > CAPTURE_WAIT_SECONDS * frequency {
                 stop_logging(src, &pairs);
                 resume_source(src);
                 return Err(MigrateError::CaptureTimeout(vcpu));
@@ -359,9 +359,7 @@ fn migrate(
         let blocked = src.vcpu_states[vcpu]
             .lock()
             .as_ref()
-            .map_or(Ok(()), |state| {
-                state.check(vcpu, crate::arch::vcpu::vector_lengths())
-            });
+            .map_or(Ok(()), |state| state.check(vcpu, hw.vector_lengths()));
         if let Err(e) = blocked {
             stop_logging(src, &pairs);
             resume_source(src);
@@ -370,7 +368,7 @@ fn migrate(
     }
     let mut last = 0;
     for pair in &pairs {
-        match copy_dirty(src, pair, fwb, &caps) {
+        match copy_dirty(src, pair, fwb) {
             Ok(pages) => last += pages,
             Err(e) => {
                 stop_logging(src, &pairs);
@@ -381,9 +379,9 @@ fn migrate(
     }
     report.pages_per_iteration.push(last);
     stop_logging(src, &pairs);
-    let verify_start = read_sysreg!(cntpct_el0);
+    let verify_start = hw.counter_ticks();
     report.differences = pairs.iter().map(differences).sum();
-    report.verify_us = micros_since(verify_start);
+    report.verify_us = micros_since(hw, verify_start);
     if report.differences != 0 {
         resume_source(src);
         return Err(MigrateError::Differences(report.differences));
@@ -421,13 +419,13 @@ fn migrate(
     src.set_capture_requested(false);
     dst.awaiting_migration.store(false, Ordering::Release);
     if src.end_migrated(&format_args!("migrated to vm{} ({})", dst.index, dst.name)) {
-        machine.vm_ended();
+        table.vm_ended();
     }
-    sysreg::send_event();
+    hw.send_event();
     for vcpu in 1..dst.vcpus {
         dst.kick(vcpu);
     }
-    report.downtime_us = micros_since(paused_at);
-    report.total_us = micros_since(start);
+    report.downtime_us = micros_since(hw, paused_at);
+    report.total_us = micros_since(hw, start);
     Ok(report)
 }

@@ -1,4 +1,4 @@
-//! Live migration's plan and report (the machine side is `arch::migrate`).
+//! Live migration's plan and report (the machine side is `runtime::live_migration`).
 //!
 //! # Algorithm
 //!

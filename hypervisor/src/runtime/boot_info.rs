@@ -2,8 +2,9 @@
 //! platform, the system-wide CPU features, the online CPUs, the boot
 //! payload), published once before any VM exists and read-only afterwards.
 //!
-//! A leaf: it imports nothing from the rest of the machine layer, so every
-//! layer above the boot sequence may read it without an import circle.
+//! A leaf: it imports only the platform's description, so the boot
+//! sequence (`arch::boot`) publishes it and the runtime reads it without an
+//! import circle.
 
 use crate::platform::Platform;
 use crate::platform::cpu_features::CpuFeatures;

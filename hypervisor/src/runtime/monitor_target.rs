@@ -1,132 +1,47 @@
-//! The hypervisor console's input side and the monitor's machine: typed
-//! bytes from the host UART go through the one [`Console`]
-//! (`arch::host_console`) to the focused VM's PL011 ([`VmInputs`]) or to the
-//! monitor, whose commands act on the VM table ([`MachineTarget`]).
-//!
-//! # Where it runs
-//!
-//! Every CPU may run a vCPU, so the console has no CPU of its own: it runs
-//! on the console CPU (the boot CPU, `arch::host_console`), which takes the
-//! host UART's receive interrupt and the console's poll timer at EL2
-//! whatever it is doing: as IRQ exits while it runs a vCPU of any VM
-//! (`HCR_EL2.IMO`), in its wait while its vCPU is off, and, once it has no
-//! vCPU left (none given, or its VM ended), in `serve_forever`. A typed
-//! byte is thus handled within one interrupt whatever the VMs do: a busy
-//! guest on the console CPU is interrupted, a stopped one does not hold it.
+//! The console monitor's machine and the VMs' console input, over the VM
+//! table: [`MonitorMachine`] implements `control::monitor::MonitorTarget`
+//! (list, counters, pause, resume, stop, restart, migrate, memslots, dirty
+//! logging, power off), [`VmConsoleInputs`] implements
+//! `control::console::GuestInput` (a typed byte into the focused VM's PL011,
+//! its interrupt line into the vgic). The EL2 side (the host UART, the poll
+//! timer, the console CPU) is `arch::monitor_target`.
 //!
 //! # Locks
 //!
-//! Lock order: the console lock, then a VM's UART lock, then its vgic lock;
-//! the host UART driver's lock is taken last and alone. The monitor calls
-//! the VM table with the console lock held, so nothing it calls writes guest
-//! output through the console: a stop is requested, and the VM's own CPU
-//! ends the VM (and flushes its line). The hypervisor's `[hv]` log lines go
-//! to the UART directly (the logger may run with the console lock held).
-//!
-//! # Input
-//!
-//! Bytes read from the host UART go through [`Console::on_host_rx_byte`]:
-//! to the monitor after the escape key, else to the focused VM, whose PL011
-//! backlog takes them; its receive interrupt line is updated in its vgic and
-//! the CPUs of the vCPUs that must see it are kicked.
+//! Lock order: the console lock, then a VM's UART lock, then its vgic lock.
+//! The monitor calls the VM table with the console lock held, so nothing it
+//! calls writes guest output through the console: a stop is requested, and
+//! the VM's own CPU ends the VM (and flushes its line).
 
-use crate::arch::boot::firmware;
-use crate::arch::dirty_log;
-use crate::arch::drivers::{console, gic};
-use crate::arch::host_console::{self, HostUart};
-use crate::arch::machine::Machine;
-use crate::arch::migrate::{self, MigrateError};
-use crate::arch::vm::{GuestUart, Vm};
-use crate::arch::vm_ops::{self, VmOpError};
-use crate::control::console::{Console, GuestInput};
-use crate::control::console_mux::{ConsoleError, VmId};
+use crate::control::console::GuestInput;
+use crate::control::console_mux::VmId;
 use crate::control::monitor::{DirtyPages, MonitorTarget, SlotInfo, SlotRequest, VmInfo, VmState};
-use crate::drivers::gic::HostIrq;
+use crate::runtime::Hardware;
+use crate::runtime::dirty_log;
+use crate::runtime::live_migration::{self, MigrateError};
+use crate::runtime::vm_instance::{GuestUart, Vm};
+use crate::runtime::vm_ops::{self, VmOpError};
 use crate::vm::lifecycle::RestartError;
 use crate::vm::run_state::{Requested, RunStateError};
 use alloc::vec::Vec;
 use core::fmt;
 use memslot::{DirtyLogMode, Gfn, PAGE_SHIFT, SlotFlags, SlotId};
-use spin::Once;
-
-/// The VM table, once the console started.
-static VMS: Once<&'static [&'static Vm]> = Once::new();
-
-/// The VMs the console serves (empty before [`start`]).
-fn vms() -> &'static [&'static Vm] {
-    VMS.get().copied().unwrap_or(&[])
-}
-
-/// Builds the console for `machine`'s VMs and installs it, with the poll
-/// timer on this CPU (the console CPU, the boot CPU), whose interrupt is
-/// `poll_intid`. Once, before any vCPU runs.
-pub fn start(machine: &'static Machine, poll_intid: u32) -> Result<(), ConsoleError> {
-    let vms = machine.vms();
-    let names: Vec<&str> = vms.iter().map(|vm| vm.name.as_str()).collect();
-    let console = Console::new(&names)?;
-    VMS.call_once(|| vms);
-    host_console::install(console, serve_forever, poll_intid);
-    Ok(())
-}
-
-/// The host UART's receive interrupt: every byte it holds goes through the
-/// console (to the focused VM or the monitor).
-pub fn host_input() {
-    let mut buf = [0u8; 64];
-    loop {
-        let len = console::receive(&mut buf);
-        if len == 0 {
-            return;
-        }
-        host_console::with_console(|console| {
-            for &byte in &buf[..len] {
-                console.on_host_rx_byte(byte, &mut HostUart, &mut VmInputs, &mut MachineTarget);
-            }
-        });
-    }
-}
-
-/// The poll timer's interrupt: re-arms it and runs [`Console::poll`].
-pub fn poll_tick() {
-    host_console::arm_poll_timer();
-    host_console::with_console(|console| console.poll(&mut HostUart));
-}
-
-/// The console CPU once it has no vCPU to run (`host_console::park`):
-/// serves the host UART and the poll timer forever; anything else pending
-/// (a stray kick) is finished unhandled.
-fn serve_forever() -> ! {
-    let uart = vms().first().and_then(|vm| vm.host_uart_intid);
-    if !gic::is_up() {
-        firmware::halt();
-    }
-    loop {
-        loop {
-            let ack = gic::acknowledge();
-            let irq = HostIrq::classify(
-                ack.intid,
-                gic::maintenance_intid(),
-                gic::timer_intids(),
-                uart,
-            );
-            match irq {
-                HostIrq::Spurious => break,
-                HostIrq::UartReceive => host_input(),
-                HostIrq::Unexpected(intid) if host_console::is_poll_timer(intid) => poll_tick(),
-                _ => {}
-            }
-            gic::end_of_interrupt(ack);
-        }
-        gic::wait_for_wakeup();
-    }
-}
 
 /// The VMs' PL011 receive paths.
-pub struct VmInputs;
+pub struct VmConsoleInputs<H: Hardware> {
+    vms: &'static [&'static Vm<H>],
+}
 
-impl GuestInput for VmInputs {
+impl<H: Hardware> VmConsoleInputs<H> {
+    /// The receive paths of `vms` (VM id = index).
+    pub const fn new(vms: &'static [&'static Vm<H>]) -> Self {
+        Self { vms }
+    }
+}
+
+impl<H: Hardware> GuestInput for VmConsoleInputs<H> {
     fn push_rx(&mut self, vm: VmId, byte: u8) -> bool {
-        let Some(vm) = vms().get(vm.0) else {
+        let Some(vm) = self.vms.get(vm.0) else {
             return false;
         };
         let mut uart = vm.uart.lock();
@@ -144,7 +59,7 @@ impl GuestInput for VmInputs {
 /// Gives `vm`'s vgic its PL011's interrupt level when it moved, from outside
 /// the VM's vCPUs, and kicks the CPUs of the vCPUs that must see it. A vgic
 /// refusal (it never refuses the UART's own SPI) is logged.
-fn update_uart_line(vm: &Vm) {
+fn update_uart_line<H: Hardware>(vm: &Vm<H>) {
     let mut uart = vm.uart.lock();
     let level = uart.device.interrupt_pending();
     if uart.irq_level == level {
@@ -156,7 +71,7 @@ fn update_uart_line(vm: &Vm) {
     match result {
         Ok(kicks) => {
             for vcpu in kicks.iter() {
-                gic::kick(vm.cpu_of(vcpu));
+                vm.kick(vcpu);
             }
         }
         Err(error) => log::warn!("vm{}: UART line not updated: {error:?}", vm.index),
@@ -211,10 +126,23 @@ impl core::error::Error for MonitorError {
 }
 
 /// The VM table as the monitor drives it.
-pub struct MachineTarget;
+pub struct MonitorMachine<H: Hardware> {
+    hw: &'static H,
+    vms: &'static [&'static Vm<H>],
+}
 
-fn vm_at(vm: VmId) -> Result<&'static Vm, MonitorError> {
-    vms().get(vm.0).copied().ok_or(MonitorError::NoSuchVm(vm.0))
+impl<H: Hardware> MonitorMachine<H> {
+    /// The monitor's machine over `vms` (VM id = index) on `hw`.
+    pub const fn new(hw: &'static H, vms: &'static [&'static Vm<H>]) -> Self {
+        Self { hw, vms }
+    }
+
+    fn vm_at(&self, vm: VmId) -> Result<&'static Vm<H>, MonitorError> {
+        self.vms
+            .get(vm.0)
+            .copied()
+            .ok_or(MonitorError::NoSuchVm(vm.0))
+    }
 }
 
 fn pages(value: u64) -> Result<u64, MonitorError> {
@@ -226,7 +154,7 @@ fn pages(value: u64) -> Result<u64, MonitorError> {
 }
 
 /// Calls `each` with every memslot of `vm` by ascending id.
-fn each_slot(vm: &Vm, each: &mut dyn FnMut(SlotInfo)) -> Result<(), MonitorError> {
+fn each_slot<H: Hardware>(vm: &Vm<H>, each: &mut dyn FnMut(SlotInfo)) -> Result<(), MonitorError> {
     let handle = vm.collector.register();
     let guard = handle.pin();
     let slots = vm
@@ -249,11 +177,11 @@ fn each_slot(vm: &Vm, each: &mut dyn FnMut(SlotInfo)) -> Result<(), MonitorError
     Ok(())
 }
 
-impl MonitorTarget for MachineTarget {
+impl<H: Hardware> MonitorTarget for MonitorMachine<H> {
     type Error = MonitorError;
 
     fn vm_info(&self, vm: VmId) -> Result<VmInfo, MonitorError> {
-        let vm = vm_at(vm)?;
+        let vm = self.vm_at(vm)?;
         let mut memslots = 0;
         each_slot(vm, &mut |_| memslots += 1)?;
         let cpus = vm.cpus.iter().fold(0u64, |mask, &cpu| mask | 1 << cpu);
@@ -272,7 +200,7 @@ impl MonitorTarget for MachineTarget {
     }
 
     fn counters(&self, vm: VmId, each: &mut dyn FnMut(&str, u64)) -> Result<(), MonitorError> {
-        let vm = vm_at(vm)?;
+        let vm = self.vm_at(vm)?;
         for (name, value) in vm.counters.snapshot(&vm.tlb.counts()) {
             each(name, value);
         }
@@ -280,36 +208,36 @@ impl MonitorTarget for MachineTarget {
     }
 
     fn pause(&mut self, vm: VmId) -> Result<(), MonitorError> {
-        vm_at(vm)?.request_pause().map_err(MonitorError::State)
+        self.vm_at(vm)?.request_pause().map_err(MonitorError::State)
     }
 
     fn resume(&mut self, vm: VmId) -> Result<(), MonitorError> {
-        vm_at(vm)?.resume().map_err(MonitorError::State)
+        self.vm_at(vm)?.resume().map_err(MonitorError::State)
     }
 
     fn stop(&mut self, vm: VmId) -> Result<(), MonitorError> {
-        vm_at(vm)?.request_stop().map_err(MonitorError::State)
+        self.vm_at(vm)?.request_stop().map_err(MonitorError::State)
     }
 
     /// Requested, not waited for: the VM's own CPUs halt and rebuild it
     /// (`arch::run`), and say so on the console.
     fn restart(&mut self, vm: VmId) -> Result<(), MonitorError> {
-        vm_at(vm)?
+        self.vm_at(vm)?
             .request_restart(&"monitor restart")
             .map_err(MonitorError::Restart)
     }
 
-    /// Posted to the destination's vCPU 0 (`arch::migrate`), which reports.
+    /// Posted to the destination's vCPU 0 (`runtime::live_migration`), which reports.
     fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), MonitorError> {
-        migrate::request(vm_at(src)?, vm_at(dst)?).map_err(MonitorError::Migrate)
+        live_migration::request(self.vm_at(src)?, self.vm_at(dst)?).map_err(MonitorError::Migrate)
     }
 
     fn slots(&self, vm: VmId, each: &mut dyn FnMut(SlotInfo)) -> Result<(), MonitorError> {
-        each_slot(vm_at(vm)?, each)
+        each_slot(self.vm_at(vm)?, each)
     }
 
     fn add_slot(&mut self, vm: VmId, request: SlotRequest) -> Result<u64, MonitorError> {
-        let vm = vm_at(vm)?;
+        let vm = self.vm_at(vm)?;
         let base = Gfn(pages(request.ipa)?);
         let npages = pages(request.size)?;
         vm_ops::create_slot(vm, request.id, base, npages, request.flags)
@@ -324,14 +252,14 @@ impl MonitorTarget for MachineTarget {
     }
 
     fn delete_slot(&mut self, vm: VmId, slot: SlotId) -> Result<(), MonitorError> {
-        vm_ops::delete_slot(vm_at(vm)?, slot)
+        vm_ops::delete_slot(self.vm_at(vm)?, slot)
             .map(|_| ())
             .map_err(MonitorError::Slot)
     }
 
     fn move_slot(&mut self, vm: VmId, slot: SlotId, ipa: u64) -> Result<(), MonitorError> {
         let base = Gfn(pages(ipa)?);
-        vm_ops::move_slot(vm_at(vm)?, slot, base)
+        vm_ops::move_slot(self.vm_at(vm)?, slot, base)
             .map(|_| ())
             .map_err(MonitorError::Slot)
     }
@@ -342,11 +270,12 @@ impl MonitorTarget for MachineTarget {
         slot: SlotId,
         flags: SlotFlags,
     ) -> Result<(), MonitorError> {
-        dirty_log::set_slot_flags(vm_at(vm)?, slot, flags).map_err(MonitorError::Slot)
+        dirty_log::set_slot_flags(self.vm_at(vm)?, slot, flags).map_err(MonitorError::Slot)
     }
 
     fn collect_dirty(&mut self, vm: VmId, slot: SlotId) -> Result<DirtyPages, MonitorError> {
-        let (ipa, bitmap) = dirty_log::collect(vm_at(vm)?, slot).map_err(MonitorError::Slot)?;
+        let (ipa, bitmap) =
+            dirty_log::collect(self.vm_at(vm)?, slot).map_err(MonitorError::Slot)?;
         Ok(DirtyPages { ipa, bitmap })
     }
 
@@ -356,12 +285,13 @@ impl MonitorTarget for MachineTarget {
         mode: DirtyLogMode,
         chunk: u64,
     ) -> Result<(), MonitorError> {
-        dirty_log::configure(vm_at(vm)?, mode, chunk).map_err(MonitorError::Slot)
+        dirty_log::configure(self.vm_at(vm)?, mode, chunk).map_err(MonitorError::Slot)
     }
 
     fn power_off(&mut self) -> Result<(), MonitorError> {
         log::info!("monitor: power off");
         log::info!("system off");
-        firmware::system_off()
+        self.hw.system_off();
+        Ok(())
     }
 }

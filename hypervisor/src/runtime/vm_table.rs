@@ -1,12 +1,12 @@
-//! The machine: the table of VMs the boot payload describes, which
+//! The VM table: the VMs the boot payload describes, which
 //! (VM, vCPU) each physical CPU runs, and how many VMs still run.
 //!
 //! # Partitioning
 //!
-//! The boot CPU creates every VM of the payload (`arch::vm::create_vm`) and
+//! The boot CPU creates every VM of the payload (`runtime::vm_instance::create_vm`) and
 //! publishes the table once; no entry changes afterwards. Each VM names its
 //! CPUs (`cpus=` in its `vm.conf`, else `0..vcpus` for a single VM); the
-//! payload reader refuses a CPU named twice, and [`Machine::new`] checks it
+//! payload reader refuses a CPU named twice, and [`VmTable::new`] checks it
 //! again while it fills the per-CPU record, so each CPU runs at most one
 //! vCPU of one VM, for the life of the machine. CPUs no VM names stay the
 //! hypervisor's: they idle with their GIC CPU interface quiesced.
@@ -14,14 +14,14 @@
 //! # Ending
 //!
 //! Every VM counts as running from creation until it ends (powered off or
-//! stopped, `arch::vm`); [`Machine::vm_ended`] takes one off the count and
+//! stopped, `runtime::vm_instance`); [`VmTable::vm_ended`] takes one off the count and
 //! the CPU that takes the last one powers the machine off. A VM's end never
 //! touches another VM: its own vCPUs halt on their own CPUs. A VM that ended
-//! and is restarted counts again ([`Machine::vm_restarted`]); once the
+//! and is restarted counts again ([`VmTable::vm_restarted`]); once the
 //! machine has powered off nothing restarts.
 
-use crate::arch::boot::firmware;
-use crate::arch::vm::Vm;
+use crate::runtime::Hardware;
+use crate::runtime::vm_instance::Vm;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -70,17 +70,22 @@ impl core::fmt::Display for MachineError {
 impl core::error::Error for MachineError {}
 
 /// The VM table and the per-CPU record.
-pub struct Machine {
-    vms: Vec<&'static Vm>,
+pub struct VmTable<H: Hardware> {
+    hw: &'static H,
+    vms: Vec<&'static Vm<H>>,
     /// Indexed by physical CPU: what it runs (`None`: the hypervisor's).
     cpus: Vec<Option<CpuAssignment>>,
     running: AtomicUsize,
 }
 
-impl Machine {
+impl<H: Hardware> VmTable<H> {
     /// The machine of `vms` on `cpus_online` CPUs: fills the per-CPU record
     /// from each VM's CPU map.
-    pub fn new(vms: Vec<&'static Vm>, cpus_online: usize) -> Result<Machine, MachineError> {
+    pub fn new(
+        hw: &'static H,
+        vms: Vec<&'static Vm<H>>,
+        cpus_online: usize,
+    ) -> Result<Self, MachineError> {
         let mut cpus = vec![None; cpus_online];
         for vm in &vms {
             for (vcpu, &cpu) in vm.cpus.iter().enumerate() {
@@ -98,16 +103,21 @@ impl Machine {
             }
         }
         let running = AtomicUsize::new(vms.len());
-        Ok(Machine { vms, cpus, running })
+        Ok(Self {
+            hw,
+            vms,
+            cpus,
+            running,
+        })
     }
 
     /// The VMs, in payload order.
-    pub fn vms(&self) -> &[&'static Vm] {
+    pub fn vms(&self) -> &[&'static Vm<H>] {
         &self.vms
     }
 
     /// What physical CPU `cpu` runs: a VM and its vCPU, or `None`.
-    pub fn assignment(&self, cpu: usize) -> Option<(&'static Vm, usize)> {
+    pub fn assignment(&self, cpu: usize) -> Option<(&'static Vm<H>, usize)> {
         let CpuAssignment { vm, vcpu } = (*self.cpus.get(cpu)?)?;
         Some((self.vms[vm], vcpu))
     }
@@ -119,7 +129,7 @@ impl Machine {
         if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             log::info!("no VM left to run");
             log::info!("system off");
-            firmware::system_off()
+            self.hw.system_off();
         }
     }
 

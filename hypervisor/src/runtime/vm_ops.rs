@@ -1,12 +1,12 @@
 //! Changes to a running VM made from outside it: pause / resume / stop,
 //! memslot create / delete / move / flags and copies of its guest memory. The control interface
-//! (`arch::control`) and the console monitor call these; both run them on a
+//! (`arch::control_target`) and the console monitor call these; both run them on a
 //! CPU that is not running one of the target VM's vCPUs and that holds no
 //! pin of the target's memslots nor a reader of its stage-2 MMU.
 //!
 //! # Memslots
 //!
-//! - Create: the backing is fresh host frames ([`memory::alloc_frames`]),
+//! - Create: the backing is fresh host frames ([`Hardware::alloc_frames`]),
 //!   zeroed before the slot is published, so no data of an earlier owner
 //!   reaches the guest. Nothing is mapped: the VM's faults map the slot
 //!   lazily, and its stage-2 page provider cleans each page to the point of
@@ -35,17 +35,16 @@
 //! target also invalidates the instruction cache for it and marks its pages
 //! in the target's dirty log.
 
-use crate::arch::boot::memory::{self, FRAME_SIZE};
-use crate::arch::cpu::sysreg;
-use crate::arch::stage2::FrameMemory;
-use crate::arch::vm::Vm;
-use crate::read_sysreg;
-use crate::stage2::cache_maint::{CacheCaps, IcacheInval};
+use crate::runtime::Hardware;
+use crate::runtime::vm_instance::Vm;
 use crate::vm::run_state::{Requested, RunStateError};
 use alloc::vec::Vec;
 use core::fmt;
 use memslot::{Gfn, HostPhysAddr, MemslotError, PAGE_SHIFT, SlotFlags, SlotId, SlotSpec};
 use pgtable::{PAGE_SIZE, PageCache, SLOT_UNMAP_CACHE_PAGES, SlotSyncError};
+
+/// The host frame size.
+pub const FRAME_SIZE: u64 = 4096;
 
 /// The largest alignment of a slot's backing: 2 MiB, so that 2 MiB blocks
 /// line up.
@@ -125,8 +124,8 @@ impl From<SlotSyncError> for VmOpError {
 
 /// Creates slot `id` of `npages` pages at `base_gfn` in `vm`, backed by
 /// fresh zeroed host frames. The VM maps it on first touch.
-pub fn create_slot(
-    vm: &Vm,
+pub fn create_slot<H: Hardware>(
+    vm: &Vm<H>,
     id: SlotId,
     base_gfn: Gfn,
     npages: u64,
@@ -136,9 +135,9 @@ pub fn create_slot(
         .checked_mul(FRAME_SIZE)
         .ok_or(VmOpError::Memslot(MemslotError::TooManyPages(npages)))?;
     let align = backing_align(size);
-    let backing = memory::alloc_frames(size, align).ok_or(VmOpError::NoMemory)?;
+    let backing = vm.hw.alloc_frames(size, align).ok_or(VmOpError::NoMemory)?;
     // No data of an earlier owner may reach the guest.
-    sysreg::zero_memory(backing as usize, size as usize);
+    vm.hw.zero_memory(backing as usize, size as usize);
     let spec = SlotSpec {
         id,
         base_gfn,
@@ -150,38 +149,42 @@ pub fn create_slot(
     match vm.memslots.create(&handle, spec) {
         Ok(_) => Ok(()),
         Err(e) => {
-            memory::free_frames(backing, size, align);
+            vm.hw.free_frames(backing, size, align);
             Err(VmOpError::Memslot(e))
         }
     }
 }
 
 /// A page cache holding what a slot unmap may need.
-fn unmap_cache() -> Result<PageCache, VmOpError> {
+fn unmap_cache<H: Hardware>(hw: &H) -> Result<PageCache, VmOpError> {
     let mut cache = PageCache::with_capacity(SLOT_UNMAP_CACHE_PAGES);
     cache
-        .top_up(&FrameMemory::TABLES, SLOT_UNMAP_CACHE_PAGES)
+        .top_up(&hw.table_memory(), SLOT_UNMAP_CACHE_PAGES)
         .map_err(|_| VmOpError::NoMemory)?;
     Ok(cache)
 }
 
 /// Deletes slot `id` of `vm` at run time and frees its backing (see the
 /// module doc). Returns the deleted slot's spec.
-pub fn delete_slot(vm: &Vm, id: SlotId) -> Result<SlotSpec, VmOpError> {
-    let mut cache = unmap_cache()?;
+pub fn delete_slot<H: Hardware>(vm: &Vm<H>, id: SlotId) -> Result<SlotSpec, VmOpError> {
+    let mut cache = unmap_cache(vm.hw)?;
     let handle = vm.collector.register();
     let result = pgtable::delete_slot(&vm.memslots, &handle, &vm.stage2, id, &mut cache, &vm.tlb);
-    cache.release(&FrameMemory::TABLES);
+    cache.release(&vm.hw.table_memory());
     let spec = result?;
     let size = spec.npages << PAGE_SHIFT;
-    memory::free_frames(spec.backing.0, size, backing_align(size));
+    vm.hw.free_frames(spec.backing.0, size, backing_align(size));
     Ok(spec)
 }
 
 /// Moves slot `id` of `vm` to `base_gfn` at run time (see the module doc).
 /// Returns the spec the slot had before.
-pub fn move_slot(vm: &Vm, id: SlotId, base_gfn: Gfn) -> Result<SlotSpec, VmOpError> {
-    let mut cache = unmap_cache()?;
+pub fn move_slot<H: Hardware>(
+    vm: &Vm<H>,
+    id: SlotId,
+    base_gfn: Gfn,
+) -> Result<SlotSpec, VmOpError> {
+    let mut cache = unmap_cache(vm.hw)?;
     let handle = vm.collector.register();
     let result = pgtable::move_slot(
         &vm.memslots,
@@ -192,7 +195,7 @@ pub fn move_slot(vm: &Vm, id: SlotId, base_gfn: Gfn) -> Result<SlotSpec, VmOpErr
         &mut cache,
         &vm.tlb,
     );
-    cache.release(&FrameMemory::TABLES);
+    cache.release(&vm.hw.table_memory());
     Ok(result?)
 }
 
@@ -216,19 +219,19 @@ enum Direction {
 
 /// Copies `vm`'s guest memory from `ipa` on into `dst`, in order (see the
 /// module doc). The pieces' lengths add up to the transfer.
-pub fn read_guest(vm: &Vm, ipa: u64, dst: &[HostPiece]) -> Result<(), VmOpError> {
+pub fn read_guest<H: Hardware>(vm: &Vm<H>, ipa: u64, dst: &[HostPiece]) -> Result<(), VmOpError> {
     copy_guest(vm, ipa, dst, Direction::FromGuest)
 }
 
 /// Copies `src`, in order, into `vm`'s guest memory from `ipa` on, marking
 /// the pages dirty and making the bytes visible to the VM's instruction
 /// fetches (see the module doc).
-pub fn write_guest(vm: &Vm, ipa: u64, src: &[HostPiece]) -> Result<(), VmOpError> {
+pub fn write_guest<H: Hardware>(vm: &Vm<H>, ipa: u64, src: &[HostPiece]) -> Result<(), VmOpError> {
     copy_guest(vm, ipa, src, Direction::ToGuest)
 }
 
-fn copy_guest(
-    vm: &Vm,
+fn copy_guest<H: Hardware>(
+    vm: &Vm<H>,
     ipa: u64,
     pieces: &[HostPiece],
     direction: Direction,
@@ -247,7 +250,7 @@ fn copy_guest(
             .ok_or(VmOpError::NotMapped { ipa: at })?;
         at = (slot.end_gfn().0 << PAGE_SHIFT).min(end);
     }
-    let caps = CacheCaps::from_ctr(read_sysreg!(ctr_el0));
+    let hw = vm.hw;
     let maintain = !vm.fwb;
     let mut guest_at = ipa;
     for piece in pieces {
@@ -268,8 +271,8 @@ fn copy_guest(
             match direction {
                 Direction::FromGuest => {
                     if maintain {
-                        sysreg::clean_inval_dcache_to_poc(guest, len, caps.dline);
-                        sysreg::clean_inval_dcache_to_poc(host, len, caps.dline);
+                        hw.clean_inval_dcache_to_poc(guest, len);
+                        hw.clean_inval_dcache_to_poc(host, len);
                     }
                     // SAFETY: `guest` is backing of a slot of the pinned set
                     // (the grace period keeps it from being freed until the
@@ -278,20 +281,20 @@ fn copy_guest(
                     // bytes within one page each.
                     unsafe { core::ptr::copy(guest as *const u8, host as *mut u8, len) };
                     if maintain {
-                        sysreg::clean_inval_dcache_to_poc(host, len, caps.dline);
+                        hw.clean_inval_dcache_to_poc(host, len);
                     }
                 }
                 Direction::ToGuest => {
                     if maintain {
-                        sysreg::clean_inval_dcache_to_poc(host, len, caps.dline);
-                        sysreg::clean_inval_dcache_to_poc(guest, len, caps.dline);
+                        hw.clean_inval_dcache_to_poc(host, len);
+                        hw.clean_inval_dcache_to_poc(guest, len);
                     }
                     // SAFETY: as above, the other way round.
                     unsafe { core::ptr::copy(host as *const u8, guest as *mut u8, len) };
                     if maintain {
-                        sysreg::clean_inval_dcache_to_poc(guest, len, caps.dline);
+                        hw.clean_inval_dcache_to_poc(guest, len);
                     }
-                    make_executable(&caps, guest, len);
+                    hw.make_executable(guest, len);
                     slot.mark_dirty(gfn);
                 }
             }
@@ -302,45 +305,29 @@ fn copy_guest(
     Ok(())
 }
 
-/// Makes `len` bytes just written at `addr` visible to instruction fetches
-/// (the VM may execute them), as `CTR_EL0` requires.
-fn make_executable(caps: &CacheCaps, addr: usize, len: usize) {
-    let plan = caps.icache_plan();
-    if plan.clean_to_pou {
-        sysreg::clean_dcache_to_pou(addr, len, caps.dline);
-    }
-    match plan.invalidate {
-        IcacheInval::None => {}
-        IcacheInval::ByAddress => sysreg::invalidate_icache_range(addr, len, caps.iline),
-        IcacheInval::All => sysreg::invalidate_icache_all(),
-    }
-}
-
 /// Writes `bytes` to host memory at `dst` (a span of a caller's buffer the
 /// dispatcher translated), cleaning it to the point of coherency when `fwb`
 /// is false.
-pub fn write_host(dst: HostPhysAddr, bytes: &[u8], fwb: bool) {
+pub fn write_host<H: Hardware>(hw: &H, dst: HostPhysAddr, bytes: &[u8], fwb: bool) {
     let addr = dst.0 as usize;
-    let caps = CacheCaps::from_ctr(read_sysreg!(ctr_el0));
     if !fwb {
-        sysreg::clean_inval_dcache_to_poc(addr, bytes.len(), caps.dline);
+        hw.clean_inval_dcache_to_poc(addr, bytes.len());
     }
     // SAFETY: `dst` is identity-mapped RAM of the caller's translated buffer,
     // at least `bytes.len()` bytes long (one span), owned by the caller's VM.
     unsafe { core::ptr::copy(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
     if !fwb {
-        sysreg::clean_inval_dcache_to_poc(addr, bytes.len(), caps.dline);
+        hw.clean_inval_dcache_to_poc(addr, bytes.len());
     }
 }
 
 /// Reads `out.len()` bytes of host memory at `src` (a translated span of a
 /// caller's buffer), cleaned and invalidated to the point of coherency first
 /// without FEAT_S2FWB (the caller may have written it non-cacheable).
-pub fn read_host(src: HostPhysAddr, out: &mut [u8], fwb: bool) {
+pub fn read_host<H: Hardware>(hw: &H, src: HostPhysAddr, out: &mut [u8], fwb: bool) {
     let addr = src.0 as usize;
     if !fwb {
-        let caps = CacheCaps::from_ctr(read_sysreg!(ctr_el0));
-        sysreg::clean_inval_dcache_to_poc(addr, out.len(), caps.dline);
+        hw.clean_inval_dcache_to_poc(addr, out.len());
     }
     // SAFETY: `src` is identity-mapped RAM of the caller's translated buffer,
     // at least `out.len()` bytes long (one span).
@@ -348,7 +335,7 @@ pub fn read_host(src: HostPhysAddr, out: &mut [u8], fwb: bool) {
 }
 
 /// The specs of every memslot of `vm`, in one view of its published set.
-pub fn slot_specs(vm: &Vm) -> Result<Vec<SlotSpec>, VmOpError> {
+pub fn slot_specs<H: Hardware>(vm: &Vm<H>) -> Result<Vec<SlotSpec>, VmOpError> {
     let handle = vm.collector.register();
     let guard = handle.pin();
     let slots = vm.memslots.slots(&guard).map_err(VmOpError::Memslot)?;
@@ -356,7 +343,7 @@ pub fn slot_specs(vm: &Vm) -> Result<Vec<SlotSpec>, VmOpError> {
 }
 
 /// The spec of memslot `id` of `vm`, if it exists.
-pub fn slot_spec(vm: &Vm, id: SlotId) -> Result<Option<SlotSpec>, VmOpError> {
+pub fn slot_spec<H: Hardware>(vm: &Vm<H>, id: SlotId) -> Result<Option<SlotSpec>, VmOpError> {
     let handle = vm.collector.register();
     let guard = handle.pin();
     let slots = vm.memslots.slots(&guard).map_err(VmOpError::Memslot)?;
@@ -365,7 +352,7 @@ pub fn slot_spec(vm: &Vm, id: SlotId) -> Result<Option<SlotSpec>, VmOpError> {
 
 /// Pages in all of `vm`'s memslots, and how many slots it has (one view of
 /// its published set).
-pub fn slot_totals(vm: &Vm) -> Result<(u64, u32), VmOpError> {
+pub fn slot_totals<H: Hardware>(vm: &Vm<H>) -> Result<(u64, u32), VmOpError> {
     let handle = vm.collector.register();
     let guard = handle.pin();
     let slots = vm.memslots.slots(&guard).map_err(VmOpError::Memslot)?;
@@ -375,7 +362,7 @@ pub fn slot_totals(vm: &Vm) -> Result<(u64, u32), VmOpError> {
 /// Pauses `vm` and returns once none of its vCPUs runs guest code
 /// (`vm::run_state`, "Waiting for a pause"); pausing a paused VM succeeds.
 /// Returns early if the VM is resumed or stopped meanwhile.
-pub fn pause(vm: &Vm) -> Result<(), RunStateError> {
+pub fn pause<H: Hardware>(vm: &Vm<H>) -> Result<(), RunStateError> {
     match vm.request_pause() {
         Ok(()) | Err(RunStateError::NotRunning(Requested::Paused)) => {}
         Err(e) => return Err(e),
@@ -388,7 +375,7 @@ pub fn pause(vm: &Vm) -> Result<(), RunStateError> {
 
 /// Lets a paused `vm` run again; resuming a running VM succeeds, a stopped
 /// one is refused.
-pub fn resume(vm: &Vm) -> Result<(), RunStateError> {
+pub fn resume<H: Hardware>(vm: &Vm<H>) -> Result<(), RunStateError> {
     if vm.is_stopping() {
         return Err(RunStateError::Stopped);
     }
@@ -407,13 +394,13 @@ pub const STOP_WAIT_SECONDS: u64 = 5;
 /// the VM's end is reported (`Vm::has_ended`), so that no output of the
 /// stopped VM follows, or after [`STOP_WAIT_SECONDS`] (the stop stays
 /// requested and happens when its CPU gets to it); says which.
-pub fn stop(vm: &Vm) -> StopWait {
+pub fn stop<H: Hardware>(vm: &Vm<H>) -> StopWait {
     // `Stopped`: stopping or stopped already, which is what was asked.
     let _already = vm.request_stop();
-    let frequency = read_sysreg!(cntfrq_el0);
-    let start = read_sysreg!(cntpct_el0);
+    let frequency = vm.hw.counter_frequency();
+    let start = vm.hw.counter_ticks();
     while !vm.has_ended() {
-        if read_sysreg!(cntpct_el0).wrapping_sub(start) > STOP_WAIT_SECONDS * frequency {
+        if vm.hw.counter_ticks().wrapping_sub(start) > STOP_WAIT_SECONDS * frequency {
             return StopWait::Requested;
         }
         core::hint::spin_loop();

@@ -23,11 +23,11 @@
 //! Each vCPU's CPU state (EL1 registers, timers, list registers) is reset by
 //! its next `CPU_ON`, as for every start of a vCPU.
 
-use crate::arch::cpu::sysreg;
-use crate::arch::vm::{BootImage, GuestUart, Vm};
-use crate::arch::vm_ops::{self, VmOpError};
 use crate::devices::pl011::{Pl011, RxBacklog};
 use crate::devices::vgic::VgicError;
+use crate::runtime::Hardware;
+use crate::runtime::vm_instance::{BootImage, GuestUart, Vm};
+use crate::runtime::vm_ops::{self, VmOpError};
 use crate::vm::counters::Counter;
 use crate::vm::power::BootRequest;
 use alloc::vec::Vec;
@@ -66,7 +66,7 @@ const RAM_SLOT: u32 = 0;
 
 /// Rebuilds `vm` (see the module doc) and returns vCPU 0's boot request.
 /// Only with every vCPU of `vm` halted.
-pub fn rebuild(vm: &Vm) -> Result<BootRequest, RebuildError> {
+pub fn rebuild<H: Hardware>(vm: &Vm<H>) -> Result<BootRequest, RebuildError> {
     vm.flush_console_line();
     let ids: Vec<SlotId> = vm_ops::slot_specs(vm)
         .map_err(RebuildError::Slots)?
@@ -100,7 +100,7 @@ pub fn rebuild(vm: &Vm) -> Result<BootRequest, RebuildError> {
 }
 
 /// The host address backing the RAM slot's first page.
-fn ram_backing(vm: &Vm, id: SlotId) -> Result<u64, RebuildError> {
+fn ram_backing<H: Hardware>(vm: &Vm<H>, id: SlotId) -> Result<u64, RebuildError> {
     vm_ops::slot_spec(vm, id)
         .map_err(RebuildError::Slots)?
         .map(|spec| spec.backing.0)
@@ -111,12 +111,12 @@ fn ram_backing(vm: &Vm, id: SlotId) -> Result<u64, RebuildError> {
 
 /// Copies the kernel, initrd and device tree into the RAM backed from
 /// `backing` (the VM's RAM range, zeroed), as `create_vm` placed them.
-fn load_boot_image(vm: &Vm, image: &BootImage, backing: u64) {
+fn load_boot_image<H: Hardware>(vm: &Vm<H>, image: &BootImage, backing: u64) {
     let host = |ipa: u64| memslot::HostPhysAddr(backing + (ipa - vm.ram.start));
-    vm_ops::write_host(host(image.kernel_ipa), image.kernel, vm.fwb);
+    vm_ops::write_host(vm.hw, host(image.kernel_ipa), image.kernel, vm.fwb);
     if let (Some(ipa), Some(initrd)) = (image.initrd_ipa, image.initrd) {
-        vm_ops::write_host(host(ipa), initrd, vm.fwb);
+        vm_ops::write_host(vm.hw, host(ipa), initrd, vm.fwb);
     }
-    vm_ops::write_host(host(image.dtb_ipa), &image.dtb, vm.fwb);
-    sysreg::invalidate_icache_all();
+    vm_ops::write_host(vm.hw, host(image.dtb_ipa), &image.dtb, vm.fwb);
+    vm.hw.invalidate_icache_all();
 }

@@ -1,5 +1,5 @@
-//! The VM layer: one VM of the boot payload (`arch::machine` holds the
-//! table of them, `run` starts them).
+//! One running VM of the boot payload (`runtime::vm_table` holds the table
+//! of them, `arch::run` starts them): the live object whose model is `vm/`.
 //!
 //! The boot CPU reads the payload (a cpio newc archive the boot loader passed
 //! as an initrd: `kernel`, optional `initrd`, `cmdline`, `vm.conf`, or the
@@ -35,7 +35,7 @@
 //!
 //! Guest `SYSTEM_RESET` while other VMs run, and the monitor's `restart`,
 //! rebuild the VM in place ([`Vm::request_restart`], `vm::lifecycle` for
-//! the protocol, `arch::restart` for the rebuild). The VM keeps what a
+//! the protocol, `runtime::restart` for the rebuild). The VM keeps what a
 //! rebuild needs from its creation ([`BootImage`]: the kernel and initrd as
 //! the payload holds them, which stays in memory, and the device tree it
 //! built).
@@ -43,21 +43,14 @@
 //! the VM's `event_log::EventLog` (fixed size, rate-limited per kind, timed by
 //! the system counter) whether to print it.
 
-use crate::arch::boot::firmware;
-use crate::arch::boot::info::BootInfo;
-use crate::arch::boot::memory;
-use crate::arch::cpu::sysreg;
-use crate::arch::drivers::console;
-use crate::arch::drivers::gic;
-use crate::arch::host_console;
-use crate::arch::stage2::FrameMemory;
 use crate::control::abi::registers::ParkedRegisters;
 use crate::devices::pl011::{Pl011, RxBacklog};
 use crate::devices::vgic::{self, Vgic, VgicConfig};
 use crate::exit::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::platform::ranges::PhysRange;
-use crate::read_sysreg;
-use crate::stage2::cache_maint::{CacheCaps, IcacheInval};
+use crate::runtime::Hardware;
+use crate::runtime::boot_info::BootInfo;
+use crate::stage2::cache_maint::IcacheInval;
 use crate::stage2::fault::SlotView;
 use crate::vm::counters::{Counter, VmCounters};
 use crate::vm::device_tree::{self, GuestDtbConfig, GuestGic, GuestGicFrames, GuestTimer};
@@ -86,7 +79,7 @@ use pgtable::{
     Attributes, MemType, Mmu, PageCache, Perms, PhysAddr, Stage2Config, Stage2PageTable,
 };
 use spin::Mutex;
-use tlb::{Aarch64Tlb, CountingTlb};
+use tlb::CountingTlb;
 
 /// Guest RAM backing is aligned to this, so 2 MiB blocks line up.
 const BACKING_ALIGN: u64 = 2 << 20;
@@ -122,8 +115,10 @@ pub struct BootImage {
     pub request: BootRequest,
 }
 
-/// One virtual machine.
-pub struct Vm {
+/// One virtual machine on the machine `H`.
+pub struct Vm<H: Hardware> {
+    /// The machine it runs on.
+    pub hw: &'static H,
     /// VM number in reports (`vm<V>`): its place in the payload.
     pub index: usize,
     /// Its name from the payload.
@@ -136,7 +131,7 @@ pub struct Vm {
     pub control: bool,
     /// Stage-2 translation: shared walks for faults (read side), range
     /// operations behind the write side.
-    pub stage2: Mmu<FrameMemory>,
+    pub stage2: Mmu<H::TableMemory>,
     /// `VTCR_EL2` for this VM.
     pub vtcr: u64,
     /// `VTTBR_EL2` for this VM.
@@ -144,7 +139,7 @@ pub struct Vm {
     /// Stage 2 uses FEAT_S2FWB: no guest cache maintenance, no set/way traps.
     pub fwb: bool,
     /// TLB backend, counting what it issues for the power-off report.
-    pub tlb: CountingTlb<Aarch64Tlb>,
+    pub tlb: CountingTlb<H::Tlb>,
     /// Epoch collector for the memslot sets.
     pub collector: &'static Collector,
     /// Guest memory slots.
@@ -172,7 +167,7 @@ pub struct Vm {
     /// Its restarts (`vm::lifecycle`).
     pub lifecycle: Lifecycle,
     /// Eager split chunk size for dirty logging in bytes; 0: off
-    /// (`arch::dirty_log`).
+    /// (`runtime::dirty_log`).
     pub eager_split_chunk: core::sync::atomic::AtomicU64,
     /// It boots (`start=1`, the default); else it waits as a migration
     /// destination until one arrives.
@@ -180,10 +175,10 @@ pub struct Vm {
     /// A migration destination that has not received one yet.
     pub awaiting_migration: AtomicBool,
     /// Per vCPU: the whole state captured for a migration (source) or to
-    /// restore at its start (destination) (`arch::migrate`).
+    /// restore at its start (destination) (`runtime::live_migration`).
     pub vcpu_states: Box<[Mutex<Option<Box<VcpuState>>>]>,
     /// The source VM of a migration this VM's vCPU 0 is to carry out.
-    pub migration_job: Mutex<Option<&'static Vm>>,
+    pub migration_job: Mutex<Option<&'static Vm<H>>>,
     capture_requested: AtomicBool,
     /// The CPUs have the GICv3 system-register CPU interface (system-wide).
     pub gic_sysregs: bool,
@@ -278,7 +273,7 @@ impl core::error::Error for VmError {
     }
 }
 
-impl Vm {
+impl<H: Hardware> Vm<H> {
     /// The VM's RAM slot as the fault path needs it, if `ipa` is in one.
     pub fn slot_for(
         &self,
@@ -327,7 +322,7 @@ impl Vm {
         level: log::Level,
         args: core::fmt::Arguments<'_>,
     ) {
-        let now = read_sysreg!(cntpct_el0);
+        let now = self.hw.counter_ticks();
         let decision = self.event_log.lock().admit(event, now);
         match decision {
             LogDecision::Log { suppressed: 0 } => {
@@ -381,13 +376,13 @@ impl Vm {
 
     /// Sends the kick SGI to the CPU of vCPU `vcpu`.
     pub fn kick(&self, vcpu: usize) {
-        gic::kick(self.cpu_of(vcpu));
+        self.hw.kick(self.cpu_of(vcpu));
     }
 
     /// Writes a byte of guest console output (the hypervisor console
     /// prefixes and routes it).
     pub fn console_byte(&self, byte: u8) {
-        host_console::guest_output(self.index, byte);
+        self.hw.guest_output(self.index, byte);
     }
 
     /// The monitor's `pause`: holds every vCPU at EL2 from its next exit
@@ -404,7 +399,7 @@ impl Vm {
     /// The monitor's `resume` of a paused VM.
     pub fn resume(&self) -> Result<(), RunStateError> {
         self.run_state.resume()?;
-        sysreg::send_event();
+        self.hw.send_event();
         self.kick_all();
         Ok(())
     }
@@ -414,7 +409,7 @@ impl Vm {
     pub fn request_stop(&self) -> Result<(), RunStateError> {
         // A restart under way ends in this stop instead of a boot.
         if self.lifecycle.stop_after_restart() {
-            sysreg::send_event();
+            self.hw.send_event();
             self.kick_all();
             return Ok(());
         }
@@ -422,7 +417,7 @@ impl Vm {
             return Err(RunStateError::Stopped);
         }
         self.run_state.request_stop()?;
-        sysreg::send_event();
+        self.hw.send_event();
         self.kick_all();
         Ok(())
     }
@@ -451,17 +446,17 @@ impl Vm {
         } else {
             log::info!("vm{} ({}): restarting ({why})", self.index, self.name);
         }
-        sysreg::send_event();
+        self.hw.send_event();
         self.kick_all();
         Ok(())
     }
 
     /// Asks (or stops asking) the VM's parked vCPUs to capture their whole
-    /// state into [`Vm::vcpu_states`] (a migration; see `arch::migrate`).
+    /// state into [`Vm::vcpu_states`] (a migration; see `runtime::live_migration`).
     pub fn set_capture_requested(&self, on: bool) {
         self.capture_requested.store(on, Ordering::Release);
         if on {
-            sysreg::send_event();
+            self.hw.send_event();
             self.kick_all();
         }
     }
@@ -476,7 +471,7 @@ impl Vm {
         self.lifecycle.restart_pending()
     }
 
-    /// Called by the rebuilder (`arch::restart`) with every vCPU halted:
+    /// Called by the rebuilder (`runtime::restart`) with every vCPU halted:
     /// the VM runs again from here (not stopping, not ended, running, no
     /// registers parked).
     pub fn reset_run_flags(&self) {
@@ -516,7 +511,7 @@ impl Vm {
         if self.stopping.swap(true, Ordering::AcqRel) {
             return false;
         }
-        sysreg::send_event();
+        self.hw.send_event();
         for other in (0..self.vcpus).filter(|&other| other != vcpu) {
             self.kick(other);
         }
@@ -524,14 +519,15 @@ impl Vm {
     }
 
     fn flush_console(&self) {
-        host_console::flush_vm(self.index);
+        self.hw.flush_guest_line(self.index);
     }
 
     fn print_counters(&self) {
         self.report_suppressed_lines();
         log::info!("vm{} ({}): counters", self.index, self.name);
         for (name, value) in self.counters.snapshot(&self.tlb.counts()) {
-            console::write_line(format_args!("STAT vm{} {name} {value}", self.index));
+            self.hw
+                .write_line(format_args!("STAT vm{} {name} {value}", self.index));
         }
     }
 
@@ -554,13 +550,13 @@ impl Vm {
     /// machine.
     pub fn system_reset(&self, vcpu: usize) -> ! {
         if !self.begin_stop(vcpu) {
-            host_console::park();
+            self.hw.park();
         }
         self.flush_console();
         log::info!("vm{} vcpu{vcpu}: PSCI SYSTEM_RESET", self.index);
         self.print_counters();
         log::info!("system reset");
-        firmware::system_reset()
+        self.hw.system_reset()
     }
 
     /// Stops the VM because of `reason` (an exit that cannot be handled, or
@@ -603,11 +599,12 @@ impl Vm {
 /// describes; returns it with the boot request of its vCPU 0. Its vCPUs run
 /// on the CPUs its `vm.conf` names (`cpus=`), else on CPUs `0..vcpus`. The
 /// VM keeps what its vCPUs need of `info`.
-pub fn create_vm(
+pub fn create_vm<H: Hardware>(
+    hw: &'static H,
     info: &BootInfo,
     index: usize,
     vm: &VmRef<'static>,
-) -> Result<(&'static Vm, BootRequest), VmError> {
+) -> Result<(&'static Vm<H>, BootRequest), VmError> {
     let name = vm.name;
     let PayloadRef {
         kernel,
@@ -654,7 +651,7 @@ pub fn create_vm(
         .platform
         .gicv2
         .as_ref()
-        .filter(|_| gic::is_v2())
+        .filter(|_| hw.gic_is_v2())
         .and_then(|g| g.virtual_cpu);
 
     let placement = layout::place(
@@ -666,10 +663,11 @@ pub fn create_vm(
     .map_err(|e| VmError::DoesNotFit(e.0))?;
     let bootargs = String::from(cmdline.unwrap_or_default());
 
-    let backing =
-        memory::alloc_frames(mem_bytes, BACKING_ALIGN).ok_or(VmError::NoHostMemory(mem_bytes))?;
+    let backing = hw
+        .alloc_frames(mem_bytes, BACKING_ALIGN)
+        .ok_or(VmError::NoHostMemory(mem_bytes))?;
     // No data of an earlier owner may reach the guest.
-    sysreg::zero_memory(backing as usize, mem_bytes as usize);
+    hw.zero_memory(backing as usize, mem_bytes as usize);
     // SAFETY: the frames were just allocated for this VM and are identity mapped.
     let guest_ram =
         unsafe { core::slice::from_raw_parts_mut(backing as *mut u8, mem_bytes as usize) };
@@ -727,7 +725,7 @@ pub fn create_vm(
     // unless stage 2 forces them write-back cacheable (FEAT_S2FWB). Without
     // FWB each page is cleaned to the point of coherency when it is mapped
     // at stage 2 (as KVM does), not here: see `cache_maint`.
-    sysreg::invalidate_icache_all();
+    hw.invalidate_icache_all();
 
     let features = info.features;
     let vmid16 = features.vmid_bits == 16;
@@ -739,8 +737,8 @@ pub fn create_vm(
         .vtcr(features.pa_range, vmid16)
         .map_err(|e| VmError::Stage2(e.into()))?;
     let counters: &'static VmCounters = Box::leak(Box::new(VmCounters::new()));
-    let cache_caps = CacheCaps::from_ctr(read_sysreg!(ctr_el0));
-    let frames = FrameMemory::for_guest(cache_caps, counters);
+    let cache_caps = hw.cache_caps();
+    let frames = hw.guest_table_memory(cache_caps, counters);
     let mut stage2 = Stage2PageTable::new(config, frames, vmid, vmid16).map_err(VmError::Stage2)?;
     if let Some(gicv) = gicv2 {
         // The guest's GICC window is the hardware's virtual CPU interface:
@@ -752,7 +750,7 @@ pub fn create_vm(
             .pages_needed_to_map(GUEST_GICC_BASE, size, pa)
             .map_err(VmError::Stage2)?;
         cache
-            .top_up(&FrameMemory::TABLES, needed)
+            .top_up(&hw.table_memory(), needed)
             .map_err(|_| VmError::Stage2(pgtable::Error::NoMemory))?;
         let attrs = Attributes {
             perms: Perms::RW,
@@ -765,10 +763,10 @@ pub fn create_vm(
                 pa,
                 attrs,
                 &mut cache,
-                &Aarch64Tlb::new(info.tlb_caps),
+                &hw.tlb(info.tlb_caps),
             )
             .map_err(VmError::Stage2)?;
-        cache.release(&FrameMemory::TABLES);
+        cache.release(&hw.table_memory());
     }
     let vttbr = stage2.vttbr();
     // One read-side handle per vCPU (each vCPU registers once, on its CPU).
@@ -833,6 +831,7 @@ pub fn create_vm(
         );
     }
     let vm = Box::leak(Box::new(Vm {
+        hw,
         index,
         name,
         cpus,
@@ -842,7 +841,7 @@ pub fn create_vm(
         vtcr,
         vttbr,
         fwb: features.fwb,
-        tlb: CountingTlb::new(Aarch64Tlb::new(info.tlb_caps)),
+        tlb: CountingTlb::new(hw.tlb(info.tlb_caps)),
         collector,
         memslots,
         ram,
@@ -868,7 +867,7 @@ pub fn create_vm(
         gic_sysregs: features.gic_sysregs,
         host_uart_intid: info.platform.uart_intid,
         event_log: Mutex::new(EventLog::new(RatePolicy::for_counter_frequency(
-            read_sysreg!(cntfrq_el0),
+            hw.counter_frequency(),
         ))),
         stopping: AtomicBool::new(false),
         ended: AtomicBool::new(false),

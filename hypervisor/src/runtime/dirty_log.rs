@@ -38,10 +38,9 @@
 
 use alloc::vec::Vec;
 
-use crate::arch::stage2::FrameMemory;
-use crate::arch::vm::Vm;
-use crate::arch::vm_ops::{self, VmOpError};
-use crate::read_sysreg;
+use crate::runtime::vm_instance::Vm;
+use crate::runtime::vm_ops::{self, VmOpError};
+use crate::runtime::{Hardware, micros_since};
 use core::sync::atomic::Ordering;
 use memslot::{DirtyLogMode, MemslotError, PAGE_SHIFT, SlotFlags, SlotId, SlotSpec};
 use pgtable::{PAGE_SIZE, PageCache, SplitStats};
@@ -57,7 +56,7 @@ pub struct EnableReport {
 }
 
 /// The live spec of slot `id` of `vm`.
-fn live_spec(vm: &Vm, id: SlotId) -> Result<SlotSpec, VmOpError> {
+fn live_spec<H: Hardware>(vm: &Vm<H>, id: SlotId) -> Result<SlotSpec, VmOpError> {
     vm_ops::slot_spec(vm, id)?.ok_or(VmOpError::Memslot(MemslotError::NoSuchSlot(id)))
 }
 
@@ -68,7 +67,11 @@ fn ipa_range(spec: &SlotSpec) -> (u64, u64) {
 
 /// Sets the VM's dirty-log mode and eager split chunk size (0: off; else a
 /// multiple of 4 KiB). The mode is refused while a slot logs.
-pub fn configure(vm: &Vm, mode: DirtyLogMode, eager_chunk: u64) -> Result<(), VmOpError> {
+pub fn configure<H: Hardware>(
+    vm: &Vm<H>,
+    mode: DirtyLogMode,
+    eager_chunk: u64,
+) -> Result<(), VmOpError> {
     if !eager_chunk.is_multiple_of(PAGE_SIZE) {
         return Err(VmOpError::BadChunk(eager_chunk));
     }
@@ -82,12 +85,12 @@ pub fn configure(vm: &Vm, mode: DirtyLogMode, eager_chunk: u64) -> Result<(), Vm
 
 /// Starts logging slot `id` of `vm` (see the module doc). Enabling a slot
 /// that logs already changes nothing.
-pub fn enable(vm: &Vm, id: SlotId) -> Result<EnableReport, VmOpError> {
+pub fn enable<H: Hardware>(vm: &Vm<H>, id: SlotId) -> Result<EnableReport, VmOpError> {
     let spec = live_spec(vm, id)?;
     if spec.flags.contains(SlotFlags::LOG_DIRTY) {
         return Ok(EnableReport::default());
     }
-    let started = read_sysreg!(cntpct_el0);
+    let started = vm.hw.counter_ticks();
     let handle = vm.collector.register();
     let token = vm.stage2.begin_invalidate();
     if let Err(e) = vm
@@ -119,13 +122,12 @@ pub fn enable(vm: &Vm, id: SlotId) -> Result<EnableReport, VmOpError> {
         let result =
             vm.stage2
                 .split_in_chunks(ipa, size, chunk, &mut cache, &vm.tlb, |cache, pages| {
-                    cache.top_up(&FrameMemory::TABLES, pages)
+                    cache.top_up(&vm.hw.table_memory(), pages)
                 });
-        cache.release(&FrameMemory::TABLES);
+        cache.release(&vm.hw.table_memory());
         result.map_err(VmOpError::Stage2)?
     };
-    let ticks = read_sysreg!(cntpct_el0).wrapping_sub(started);
-    let micros = ticks.saturating_mul(1_000_000) / read_sysreg!(cntfrq_el0).max(1);
+    let micros = micros_since(vm.hw, started);
     log::info!(
         "vm{} ({}): dirty logging on for slot {}: {protected:#x} bytes write-protected, {} blocks split in {} chunks in {micros} us",
         vm.index,
@@ -139,7 +141,7 @@ pub fn enable(vm: &Vm, id: SlotId) -> Result<EnableReport, VmOpError> {
 
 /// Stops logging slot `id` of `vm` (see the module doc). Disabling a slot
 /// that does not log changes nothing.
-pub fn disable(vm: &Vm, id: SlotId) -> Result<(), VmOpError> {
+pub fn disable<H: Hardware>(vm: &Vm<H>, id: SlotId) -> Result<(), VmOpError> {
     let spec = live_spec(vm, id)?;
     if !spec.flags.contains(SlotFlags::LOG_DIRTY) {
         return Ok(());
@@ -153,7 +155,12 @@ pub fn disable(vm: &Vm, id: SlotId) -> Result<(), VmOpError> {
 
 /// Write-protects the pages whose bits are set in `bits` (bit `i` is page
 /// `first_page + i` of the slot) with one range flush over their span.
-fn protect_pages(vm: &Vm, spec: &SlotSpec, first_page: u64, bits: &[u64]) -> Result<(), VmOpError> {
+fn protect_pages<H: Hardware>(
+    vm: &Vm<H>,
+    spec: &SlotSpec,
+    first_page: u64,
+    bits: &[u64],
+) -> Result<(), VmOpError> {
     let (base, _) = ipa_range(spec);
     let mut writer = vm.stage2.write();
     let mut span: Option<(u64, u64)> = None;
@@ -198,7 +205,7 @@ fn protect_pages(vm: &Vm, spec: &SlotSpec, first_page: u64, bits: &[u64]) -> Res
 /// slot's first; at least `npages.div_ceil(64)` words) and returns how many.
 /// Without manual protection the reported pages are taken and
 /// write-protected again (see the module doc).
-pub fn get(vm: &Vm, id: SlotId, out: &mut [u64]) -> Result<u64, VmOpError> {
+pub fn get<H: Hardware>(vm: &Vm<H>, id: SlotId, out: &mut [u64]) -> Result<u64, VmOpError> {
     let spec = live_spec(vm, id)?;
     let handle = vm.collector.register();
     let count = vm
@@ -215,7 +222,12 @@ pub fn get(vm: &Vm, id: SlotId, out: &mut [u64]) -> Result<u64, VmOpError> {
 /// Manual protection: clears the pages of `mask` (bit `i` is page
 /// `first_page + i`, `first_page` a multiple of 64) from slot `id`'s log
 /// and write-protects those that were dirty; returns how many.
-pub fn clear(vm: &Vm, id: SlotId, first_page: u64, mask: &mut [u64]) -> Result<u64, VmOpError> {
+pub fn clear<H: Hardware>(
+    vm: &Vm<H>,
+    id: SlotId,
+    first_page: u64,
+    mask: &mut [u64],
+) -> Result<u64, VmOpError> {
     let spec = live_spec(vm, id)?;
     let handle = vm.collector.register();
     let count = vm
@@ -233,7 +245,7 @@ pub fn clear(vm: &Vm, id: SlotId, first_page: u64, mask: &mut [u64]) -> Result<u
 /// from the slot's first, with the slot's first IPA. In either mode the
 /// reported pages are taken from the log and write-protected again: [`get`],
 /// and with manual protection [`clear`] of what it reported.
-pub fn collect(vm: &Vm, id: SlotId) -> Result<(u64, Vec<u64>), VmOpError> {
+pub fn collect<H: Hardware>(vm: &Vm<H>, id: SlotId) -> Result<(u64, Vec<u64>), VmOpError> {
     let spec = live_spec(vm, id)?;
     let mut bitmap = alloc::vec![0u64; spec.npages.div_ceil(64) as usize];
     get(vm, id, &mut bitmap)?;
@@ -247,7 +259,11 @@ pub fn collect(vm: &Vm, id: SlotId) -> Result<(u64, Vec<u64>), VmOpError> {
 /// Changes the flags of slot `id` of `vm`: turning `LOG_DIRTY` on or off
 /// enables or disables logging as above; other changes go to the memslots
 /// as they are (which refuse toggling `READ_ONLY` on a live slot).
-pub fn set_slot_flags(vm: &Vm, id: SlotId, flags: SlotFlags) -> Result<(), VmOpError> {
+pub fn set_slot_flags<H: Hardware>(
+    vm: &Vm<H>,
+    id: SlotId,
+    flags: SlotFlags,
+) -> Result<(), VmOpError> {
     let spec = live_spec(vm, id)?;
     let logging = SlotFlags::LOG_DIRTY;
     match (spec.flags.contains(logging), flags.contains(logging)) {

@@ -1,5 +1,6 @@
-//! The control interface on the machine: [`ControlTarget`] over the VM
-//! table, and the entry the hypercall exit calls.
+//! The control interface over the running VMs: [`ControlTarget`] over the
+//! VM table, and the entry the hypercall exit calls (through
+//! `arch::control_target`, which holds the published table).
 //!
 //! A control call runs on the CPU of the calling vCPU, inside its `HVC`
 //! exit. [`handle_call`] pins the caller's memslots for the calls that name
@@ -10,13 +11,13 @@
 //! VM's slot while that one deletes one of its own cannot wait on each
 //! other's grace periods.
 //!
-//! [`Machine`] implements the calls:
-//! - VM ids are indices in the VM table (`arch::machine`); pause, resume
-//!   and stop are `arch::vm_ops` over the VM's run state
+//! [`ControlMachine`] implements the calls:
+//! - VM ids are indices in the VM table (`runtime::vm_table`); pause, resume
+//!   and stop are `runtime::vm_ops` over the VM's run state
 //!   (`vm::run_state`): `VM_PAUSE` returns once no vCPU of the VM runs
 //!   guest code, `VM_STOP` once the VM's own CPU carried the stop out and
 //!   reported it (bounded: `vm_ops::STOP_WAIT_SECONDS`);
-//! - memslot changes and guest memory copies are `arch::vm_ops` (shared
+//! - memslot changes and guest memory copies are `runtime::vm_ops` (shared
 //!   with the console monitor), run here, on a CPU that runs none of the
 //!   target's vCPUs and holds none of its locks or pins;
 //! - vCPU registers of a paused VM: each vCPU parks a copy of `x0..x30`, PC
@@ -25,40 +26,26 @@
 //!   vCPU's own CPU, which no other CPU can read, and answer
 //!   `NOT_SUPPORTED`.
 
-use crate::arch::dirty_log;
-use crate::arch::machine::Machine as VmTable;
-use crate::arch::migrate::{self, MigrateError};
-use crate::arch::vm::Vm;
-use crate::arch::vm_ops::{self, HostPiece, VmOpError};
 use crate::control::abi::registers::ParkedRegisters;
 use crate::control::abi::{
     Caller, CallerMemory, CallerPage, ControlTarget, HostSpan, NewSlot, VmId, buffer::MAX_SPANS,
     dispatch, memslot_error,
 };
+use crate::runtime::Hardware;
+use crate::runtime::dirty_log;
+use crate::runtime::live_migration::{self, MigrateError};
+use crate::runtime::vm_instance::Vm;
+use crate::runtime::vm_ops::{self, HostPiece, VmOpError};
 use crate::vm::run_state::Requested;
 use control_abi::reply::Capabilities;
 use control_abi::vm_info::{VmInfo, VmState};
 use control_abi::{Error, Function, RegisterId};
 use crossbeam_epoch::LocalHandle;
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, SlotFlags, SlotId};
-use spin::Once;
 
 /// The capability bits this hypervisor offers: all of 1.0 but vCPU
 /// registers.
 pub const CAPABILITIES: u64 = Capabilities::ALL_1_1;
-
-/// The VM table, once the boot CPU created it.
-static VMS: Once<&'static [&'static Vm]> = Once::new();
-
-/// Publishes `table`'s VMs to the control calls. Once, before any vCPU runs.
-pub fn start(table: &'static VmTable) {
-    VMS.call_once(|| table.vms());
-}
-
-/// The VMs, in id order (empty before [`start`]: no vCPU runs then).
-fn vms() -> &'static [&'static Vm] {
-    VMS.get().copied().unwrap_or(&[])
-}
 
 /// Caller memory with no pages: the calls that name no buffer.
 struct NoBuffer;
@@ -73,10 +60,19 @@ impl CallerMemory for NoBuffer {
 
 /// Answers the control call in `regs` (`x0..x7`) of a vCPU of `caller`
 /// whose handle of the caller's memslot collector is `epoch` (unpinned);
-/// returns `x0..x3`.
-pub fn handle_call(caller: &'static Vm, epoch: &LocalHandle, regs: &[u64; 8]) -> [u64; 4] {
+/// `vms` are the VMs in id order. Returns `x0..x3`.
+pub fn handle_call<H: Hardware>(
+    vms: &'static [&'static Vm<H>],
+    caller: &'static Vm<H>,
+    epoch: &LocalHandle,
+    regs: &[u64; 8],
+) -> [u64; 4] {
     let id = caller.index as VmId;
-    let mut machine = Machine { fwb: caller.fwb };
+    let mut machine = ControlMachine {
+        hw: caller.hw,
+        vms,
+        fwb: caller.fwb,
+    };
     let needs_buffer = matches!(
         Function::from_x0(regs[0]),
         Some(
@@ -110,7 +106,11 @@ pub fn handle_call(caller: &'static Vm, epoch: &LocalHandle, regs: &[u64; 8]) ->
 }
 
 /// The machine side of the control calls.
-pub struct Machine {
+pub struct ControlMachine<H: Hardware> {
+    /// The machine the VMs run on.
+    hw: &'static H,
+    /// The VMs, in id order.
+    vms: &'static [&'static Vm<H>],
     /// Stage 2 forces write-back (FEAT_S2FWB): no cache maintenance.
     fwb: bool,
 }
@@ -119,8 +119,8 @@ pub struct Machine {
 /// for a vCPU the VM lacks, `BAD_STATE` unless the VM is paused, `BUSY` while
 /// the vCPU has not parked yet (it is on its way out of the guest, or it is
 /// off and never will: the caller retries a bounded number of times).
-fn with_parked<T>(
-    vm: &Vm,
+fn with_parked<H: Hardware, T>(
+    vm: &Vm<H>,
     vcpu: u32,
     f: impl FnOnce(&mut ParkedRegisters) -> Result<T, Error>,
 ) -> Result<T, Error> {
@@ -132,12 +132,14 @@ fn with_parked<T>(
     f(parked.as_mut().ok_or(Error::Busy)?)
 }
 
-fn vm(id: VmId) -> Result<&'static Vm, Error> {
-    usize::try_from(id)
-        .ok()
-        .and_then(|index| vms().get(index))
-        .copied()
-        .ok_or(Error::NoSuchVm)
+impl<H: Hardware> ControlMachine<H> {
+    fn vm(&self, id: VmId) -> Result<&'static Vm<H>, Error> {
+        usize::try_from(id)
+            .ok()
+            .and_then(|index| self.vms.get(index))
+            .copied()
+            .ok_or(Error::NoSuchVm)
+    }
 }
 
 fn op_error(e: VmOpError) -> Error {
@@ -170,17 +172,17 @@ fn pieces(spans: &[HostSpan]) -> Result<([HostPiece; MAX_SPANS], usize), Error> 
     Ok((out, spans.len()))
 }
 
-impl ControlTarget for Machine {
+impl<H: Hardware> ControlTarget for ControlMachine<H> {
     fn capabilities(&self) -> u64 {
         CAPABILITIES
     }
 
     fn vm_count(&self) -> usize {
-        vms().len()
+        self.vms.len()
     }
 
     fn vm_info(&self, index: usize) -> Option<VmInfo> {
-        let vm = *vms().get(index)?;
+        let vm = *self.vms.get(index)?;
         // Cannot fail: the handle is of the VM's own collector.
         let (ram_pages, slots) = vm_ops::slot_totals(vm).ok()?;
         Some(VmInfo {
@@ -198,15 +200,15 @@ impl ControlTarget for Machine {
     }
 
     fn pause(&mut self, id: VmId) -> Result<(), Error> {
-        vm_ops::pause(vm(id)?).map_err(|_| Error::BadState)
+        vm_ops::pause(self.vm(id)?).map_err(|_| Error::BadState)
     }
 
     fn resume(&mut self, id: VmId) -> Result<(), Error> {
-        vm_ops::resume(vm(id)?).map_err(|_| Error::BadState)
+        vm_ops::resume(self.vm(id)?).map_err(|_| Error::BadState)
     }
 
     fn stop(&mut self, id: VmId) -> Result<(), Error> {
-        let target = vm(id)?;
+        let target = self.vm(id)?;
         if vm_ops::stop(target) == vm_ops::StopWait::Requested {
             log::warn!(
                 "vm{}: stop requested by a control VM; not carried out within {} s",
@@ -218,46 +220,52 @@ impl ControlTarget for Machine {
     }
 
     fn create_slot(&mut self, id: VmId, slot: NewSlot) -> Result<(), Error> {
-        vm_ops::create_slot(vm(id)?, slot.id, slot.base_gfn, slot.npages, slot.flags)
-            .map_err(op_error)
+        vm_ops::create_slot(
+            self.vm(id)?,
+            slot.id,
+            slot.base_gfn,
+            slot.npages,
+            slot.flags,
+        )
+        .map_err(op_error)
     }
 
     fn delete_slot(&mut self, id: VmId, slot: SlotId) -> Result<(), Error> {
-        vm_ops::delete_slot(vm(id)?, slot)
+        vm_ops::delete_slot(self.vm(id)?, slot)
             .map(|_| ())
             .map_err(op_error)
     }
 
     fn move_slot(&mut self, id: VmId, slot: SlotId, base_gfn: Gfn) -> Result<(), Error> {
-        vm_ops::move_slot(vm(id)?, slot, base_gfn)
+        vm_ops::move_slot(self.vm(id)?, slot, base_gfn)
             .map(|_| ())
             .map_err(op_error)
     }
 
     fn set_slot_flags(&mut self, id: VmId, slot: SlotId, flags: SlotFlags) -> Result<(), Error> {
-        dirty_log::set_slot_flags(vm(id)?, slot, flags).map_err(op_error)
+        dirty_log::set_slot_flags(self.vm(id)?, slot, flags).map_err(op_error)
     }
 
     fn read_memory(&mut self, id: VmId, ipa: u64, dst: &[HostSpan]) -> Result<(), Error> {
-        let target = vm(id)?;
+        let target = self.vm(id)?;
         let (pieces, count) = pieces(dst)?;
         vm_ops::read_guest(target, ipa, &pieces[..count]).map_err(op_error)
     }
 
     fn write_memory(&mut self, id: VmId, ipa: u64, src: &[HostSpan]) -> Result<(), Error> {
-        let target = vm(id)?;
+        let target = self.vm(id)?;
         let (pieces, count) = pieces(src)?;
         vm_ops::write_guest(target, ipa, &pieces[..count]).map_err(op_error)
     }
 
     fn write_host(&mut self, dst: HostPhysAddr, bytes: &[u8]) {
-        vm_ops::write_host(dst, bytes, self.fwb);
+        vm_ops::write_host(self.hw, dst, bytes, self.fwb);
     }
 
     fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), Error> {
         // `request` refuses at once (the VMs' states, shapes, a GICv2 host);
         // what fails later is reported in the hypervisor's log.
-        migrate::request(vm(src)?, vm(dst)?).map_err(|e| match e {
+        live_migration::request(self.vm(src)?, self.vm(dst)?).map_err(|e| match e {
             MigrateError::SameVm | MigrateError::Shape(_) => Error::InvalidParameters,
             MigrateError::Busy => Error::Busy,
             MigrateError::Blocked(_) => Error::NotSupported,
@@ -271,11 +279,11 @@ impl ControlTarget for Machine {
     }
 
     fn read_host(&mut self, src: HostPhysAddr, out: &mut [u8]) {
-        vm_ops::read_host(src, out, self.fwb);
+        vm_ops::read_host(self.hw, src, out, self.fwb);
     }
 
     fn dirty_log_get(&mut self, id: VmId, slot: SlotId, out: &mut [u64]) -> Result<u64, Error> {
-        dirty_log::get(vm(id)?, slot, out).map_err(op_error)
+        dirty_log::get(self.vm(id)?, slot, out).map_err(op_error)
     }
 
     fn dirty_log_clear(
@@ -285,7 +293,7 @@ impl ControlTarget for Machine {
         first_page: u64,
         mask: &mut [u64],
     ) -> Result<u64, Error> {
-        dirty_log::clear(vm(id)?, slot, first_page, mask).map_err(op_error)
+        dirty_log::clear(self.vm(id)?, slot, first_page, mask).map_err(op_error)
     }
 
     fn dirty_log_config(
@@ -294,11 +302,11 @@ impl ControlTarget for Machine {
         mode: DirtyLogMode,
         eager_chunk: u64,
     ) -> Result<(), Error> {
-        dirty_log::configure(vm(id)?, mode, eager_chunk).map_err(op_error)
+        dirty_log::configure(self.vm(id)?, mode, eager_chunk).map_err(op_error)
     }
 
     fn get_register(&mut self, id: VmId, vcpu: u32, reg: RegisterId) -> Result<u64, Error> {
-        with_parked(vm(id)?, vcpu, |regs| regs.get(reg))
+        with_parked(self.vm(id)?, vcpu, |regs| regs.get(reg))
     }
 
     fn set_register(
@@ -308,6 +316,6 @@ impl ControlTarget for Machine {
         reg: RegisterId,
         value: u64,
     ) -> Result<(), Error> {
-        with_parked(vm(id)?, vcpu, |regs| regs.set(reg, value))
+        with_parked(self.vm(id)?, vcpu, |regs| regs.set(reg, value))
     }
 }

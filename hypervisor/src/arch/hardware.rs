@@ -1,0 +1,131 @@
+//! The machine as the VM runtime sees it: [`El2`] implements
+//! `runtime::Hardware` with the frame allocator, the cache and TLB
+//! instructions, the system counter, the GIC's kick SGI, the host console
+//! and the firmware's power calls. [`Vm`] and [`VmTable`] are the runtime's
+//! types on this machine.
+
+use crate::arch::boot::firmware;
+use crate::arch::boot::memory;
+use crate::arch::cpu::{percpu, sysreg};
+use crate::arch::drivers::{console, gic};
+use crate::arch::host_console;
+use crate::arch::stage2::FrameMemory;
+use crate::read_sysreg;
+use crate::runtime::Hardware;
+use crate::stage2::cache_maint::{CacheCaps, IcacheInval};
+use crate::vm::counters::VmCounters;
+use crate::vm::vcpu_state::VectorLengths;
+use tlb::{Aarch64Tlb, TlbCaps};
+
+/// The machine the hypervisor runs on, at EL2.
+pub struct El2;
+
+/// The one machine.
+pub static EL2: El2 = El2;
+
+/// A VM on this machine.
+pub type Vm = crate::runtime::vm_instance::Vm<El2>;
+/// The VM table of this machine.
+pub type VmTable = crate::runtime::vm_table::VmTable<El2>;
+
+impl Hardware for El2 {
+    type TableMemory = FrameMemory;
+    type Tlb = Aarch64Tlb;
+
+    fn alloc_frames(&self, size: u64, align: u64) -> Option<u64> {
+        memory::alloc_frames(size, align)
+    }
+
+    fn free_frames(&self, pa: u64, size: u64, align: u64) {
+        memory::free_frames(pa, size, align);
+    }
+
+    fn zero_memory(&self, addr: usize, len: usize) {
+        sysreg::zero_memory(addr, len);
+    }
+
+    fn table_memory(&self) -> FrameMemory {
+        FrameMemory::TABLES
+    }
+
+    fn guest_table_memory(&self, caps: CacheCaps, counters: &'static VmCounters) -> FrameMemory {
+        FrameMemory::for_guest(caps, counters)
+    }
+
+    fn tlb(&self, caps: TlbCaps) -> Aarch64Tlb {
+        Aarch64Tlb::new(caps)
+    }
+
+    fn cache_caps(&self) -> CacheCaps {
+        CacheCaps::from_ctr(read_sysreg!(ctr_el0))
+    }
+
+    fn clean_inval_dcache_to_poc(&self, addr: usize, len: usize) {
+        sysreg::clean_inval_dcache_to_poc(addr, len, self.cache_caps().dline);
+    }
+
+    fn make_executable(&self, addr: usize, len: usize) {
+        let caps = self.cache_caps();
+        let plan = caps.icache_plan();
+        if plan.clean_to_pou {
+            sysreg::clean_dcache_to_pou(addr, len, caps.dline);
+        }
+        match plan.invalidate {
+            IcacheInval::None => {}
+            IcacheInval::ByAddress => sysreg::invalidate_icache_range(addr, len, caps.iline),
+            IcacheInval::All => sysreg::invalidate_icache_all(),
+        }
+    }
+
+    fn invalidate_icache_all(&self) {
+        sysreg::invalidate_icache_all();
+    }
+
+    fn counter_ticks(&self) -> u64 {
+        read_sysreg!(cntpct_el0)
+    }
+
+    fn counter_frequency(&self) -> u64 {
+        read_sysreg!(cntfrq_el0)
+    }
+
+    fn kick(&self, cpu: usize) {
+        gic::kick(cpu);
+    }
+
+    fn send_event(&self) {
+        sysreg::send_event();
+    }
+
+    fn gic_is_v2(&self) -> bool {
+        gic::is_v2()
+    }
+
+    fn vector_lengths(&self) -> VectorLengths {
+        *percpu::current().vector_lengths.lock()
+    }
+
+    fn guest_output(&self, vm: usize, byte: u8) {
+        host_console::guest_output(vm, byte);
+    }
+
+    fn flush_guest_line(&self, vm: usize) {
+        host_console::flush_vm(vm);
+    }
+
+    fn write_line(&self, args: core::fmt::Arguments<'_>) {
+        console::write_line(args);
+    }
+
+    fn system_off(&self) {
+        firmware::system_off()
+    }
+
+    fn system_reset(&self) -> ! {
+        firmware::system_reset()
+    }
+
+    fn park(&self) -> ! {
+        host_console::park()
+    }
+}

@@ -1,0 +1,127 @@
+//! The VM runtime: the VMs of the boot payload as live objects and what is
+//! done to them from outside their vCPUs, built and tested on the host.
+//!
+//! - [`vm_instance`]: one running VM ([`vm_instance::Vm`]) and its creation
+//!   from the boot payload ([`vm_instance::create_vm`]).
+//! - [`vm_table`]: the table of VMs, which (VM, vCPU) each CPU runs, and how
+//!   many VMs still run.
+//! - [`vm_ops`]: pause, resume, stop, memslot changes and guest memory
+//!   copies from outside a VM.
+//! - [`dirty_log`]: dirty logging of a memslot (enable, collect, disable).
+//! - [`live_migration`]: pre-copy live migration of a VM into a waiting one
+//!   (the plan is `vm::migration_plan`).
+//! - [`restart`]: rebuilding a VM in place.
+//! - [`monitor_target`]: the console monitor's machine and the VMs'
+//!   console input over the VM table.
+//! - [`control_target`]: the control interface's calls over the VM table.
+//! - [`boot_info`]: what the boot CPU learned about the machine.
+//!
+//! Everything here reaches the machine only through the trait
+//! [`Hardware`] (frames, cache and TLB maintenance, the system counter,
+//! kicks, the console, power), which `arch` implements at EL2 and the
+//! host tests implement with a fake machine over host memory
+//! (`runtime::tests`). A host physical address here is a pointer of the
+//! hypervisor's identity map; the fake hands out addresses of host
+//! allocations, so copies and comparisons run unchanged on the host.
+//!
+//! # Dependency order
+//!
+//! `boot_info` (a leaf) -> `vm_instance` -> `vm_ops`, `vm_table` ->
+//! `dirty_log` -> `restart`, `live_migration` -> `monitor_target`,
+//! `control_target`.
+
+pub mod boot_info;
+pub mod control_target;
+pub mod dirty_log;
+pub mod live_migration;
+pub mod monitor_target;
+pub mod restart;
+pub mod vm_instance;
+pub mod vm_ops;
+pub mod vm_table;
+
+#[cfg(test)]
+mod tests;
+
+use crate::stage2::cache_maint::CacheCaps;
+use crate::vm::counters::VmCounters;
+use crate::vm::vcpu_state::VectorLengths;
+use pgtable::PageTableMemory;
+use tlb::TlbInvalidate;
+
+/// What the VM runtime needs of the machine. `arch` implements it with the
+/// frame allocator, system registers, the GIC and the host console; the
+/// host tests with a fake that records what it is asked.
+pub trait Hardware: Sync + 'static {
+    /// The page provider of a VM's stage-2 table (and of page caches).
+    type TableMemory: PageTableMemory + Copy + Send + Sync + 'static;
+    /// The TLB maintenance backend of a VM's stage 2.
+    type Tlb: TlbInvalidate + Send + Sync + 'static;
+
+    /// `size` bytes of host frames aligned to `align`, not zeroed; `None`
+    /// when the memory is exhausted.
+    fn alloc_frames(&self, size: u64, align: u64) -> Option<u64>;
+    /// Gives back frames from [`Hardware::alloc_frames`] with the same size
+    /// and alignment.
+    fn free_frames(&self, pa: u64, size: u64, align: u64);
+    /// Zeroes `len` bytes of host memory at `addr`.
+    fn zero_memory(&self, addr: usize, len: usize);
+    /// Table pages only, without guest cache maintenance (to fill page
+    /// caches).
+    fn table_memory(&self) -> Self::TableMemory;
+    /// The page provider of a VM's stage 2, which runs the guest cache
+    /// maintenance `caps` requires when stage 2 cannot force write-back,
+    /// counted in `counters`.
+    fn guest_table_memory(
+        &self,
+        caps: CacheCaps,
+        counters: &'static VmCounters,
+    ) -> Self::TableMemory;
+    /// A TLB backend with the capabilities every CPU has.
+    fn tlb(&self, caps: tlb::TlbCaps) -> Self::Tlb;
+
+    /// The cache geometry (`CTR_EL0`).
+    fn cache_caps(&self) -> CacheCaps;
+    /// Cleans and invalidates `len` bytes at `addr` to the point of
+    /// coherency.
+    fn clean_inval_dcache_to_poc(&self, addr: usize, len: usize);
+    /// Makes `len` bytes just written at `addr` visible to instruction
+    /// fetches, as `CTR_EL0` requires.
+    fn make_executable(&self, addr: usize, len: usize);
+    /// Invalidates the whole instruction cache (inner shareable).
+    fn invalidate_icache_all(&self);
+
+    /// The system counter now.
+    fn counter_ticks(&self) -> u64;
+    /// The system counter's frequency in Hz.
+    fn counter_frequency(&self) -> u64;
+
+    /// Sends the kick SGI to physical CPU `cpu`.
+    fn kick(&self, cpu: usize);
+    /// Wakes CPUs waiting in `WFE`.
+    fn send_event(&self);
+    /// The host GIC is a GICv2.
+    fn gic_is_v2(&self) -> bool;
+    /// The vector lengths (SVE, SME) of the running CPU.
+    fn vector_lengths(&self) -> VectorLengths;
+
+    /// A byte of VM `vm`'s console output.
+    fn guest_output(&self, vm: usize, byte: u8);
+    /// Writes out VM `vm`'s unfinished console line.
+    fn flush_guest_line(&self, vm: usize);
+    /// Writes a whole line to the host console (the `STAT` lines).
+    fn write_line(&self, args: core::fmt::Arguments<'_>);
+    /// Powers the machine off (the last VM ended). Returns only on a fake.
+    fn system_off(&self);
+    /// Resets the machine.
+    fn system_reset(&self) -> !;
+    /// Halts the running CPU for good (its VM is ending elsewhere).
+    fn park(&self) -> !;
+}
+
+/// Microseconds from counter value `start` to now on `hw`.
+pub fn micros_since<H: Hardware>(hw: &H, start: u64) -> u64 {
+    let frequency = hw.counter_frequency().max(1);
+    let ticks = hw.counter_ticks().wrapping_sub(start);
+    (u128::from(ticks) * 1_000_000 / u128::from(frequency)) as u64
+}

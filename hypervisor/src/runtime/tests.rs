@@ -1,0 +1,931 @@
+//! Host tests of the VM runtime against a fake machine: [`FakeHardware`]
+//! hands out host allocations as frames (filled with garbage, so a missing
+//! zeroing shows), runs a real `pgtable` stage 2 over `pgtable::HostMemory`,
+//! records every TLB sequence, cache clean, kick and console line, and has
+//! a system counter that advances one tick per read.
+//!
+//! VMs are created from real boot payloads (`boot_payload`) by
+//! `create_vm`, exactly as at boot; the tests then drive migration, dirty-log
+//! collection, restart and VM creation and check their effects on guest
+//! memory, stage 2, memslots and the VMs' states.
+
+use std::collections::BTreeMap;
+use std::string::String;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::vec;
+use std::vec::Vec;
+
+use boot_payload::cpuset::CpuSet;
+use boot_payload::vmconf::VmConf;
+use boot_payload::{NamedPayload, Payload, VmsRef};
+use memslot::{DirtyLogMode, Gfn, PAGE_SHIFT, SlotFlags, SlotId, VcpuSlotCache};
+use pgtable::{Attributes, HostMemory, PageCache, Perms, PhysAddr};
+use tlb::{Scope, TlbCaps, TlbInvalidate, TlbTarget, TlbiOp};
+
+use super::Hardware;
+use super::boot_info::BootInfo;
+use super::dirty_log;
+use super::live_migration::{self, MigrateError};
+use super::monitor_target::{MonitorError, MonitorMachine, VmConsoleInputs};
+use super::restart;
+use super::vm_instance::{Vm, VmError, create_vm};
+use super::vm_ops;
+use super::vm_table::{MachineError, VmTable};
+use crate::control::console::GuestInput;
+use crate::control::console_mux::VmId;
+use crate::control::monitor::{MonitorTarget, SlotRequest};
+use crate::platform::cpu_features::CpuFeatures;
+use crate::platform::ranges::PhysRange;
+use crate::platform::{Platform, PsciConduit};
+use crate::stage2::cache_maint::CacheCaps;
+use crate::vm::counters::{Counter, VmCounters};
+use crate::vm::layout::GUEST_RAM_BASE;
+use crate::vm::power::PowerState;
+use crate::vm::run_state::Requested;
+use crate::vm::vcpu_state::VectorLengths;
+use crate::vocabulary::uart_kind::UartKind;
+
+const PAGE: u64 = 1 << PAGE_SHIFT;
+/// What fresh frames hold before anyone zeroes them.
+const GARBAGE: u8 = 0x5a;
+
+/// The page interval `[first, end)` one TLBI removes (`None`: the whole
+/// VMID).
+type OpPages = Option<(u64, u64)>;
+
+/// A TLB that records each sequence it is asked to execute, as the page
+/// intervals of its operations (`None`: the whole VMID).
+#[derive(Default)]
+struct FakeTlb {
+    sequences: Mutex<Vec<Vec<OpPages>>>,
+}
+
+impl TlbInvalidate for FakeTlb {
+    fn caps(&self) -> TlbCaps {
+        TlbCaps::ALL
+    }
+
+    fn execute(&self, _target: &TlbTarget, ops: &mut dyn Iterator<Item = TlbiOp>, _: Scope) {
+        let ops: Vec<_> = ops.map(|op| op.pages()).collect();
+        if !ops.is_empty() {
+            self.sequences.lock().unwrap().push(ops);
+        }
+    }
+}
+
+impl FakeTlb {
+    /// The sequences since the last call, each as the IPA interval its
+    /// operations cover (`None` for a whole-VMID flush).
+    fn take_spans(&self) -> Vec<OpPages> {
+        let sequences = core::mem::take(&mut *self.sequences.lock().unwrap());
+        sequences
+            .iter()
+            .map(|ops| {
+                ops.iter().try_fold((u64::MAX, 0), |(lo, hi), op| {
+                    op.map(|(first, end)| (lo.min(first << PAGE_SHIFT), hi.max(end << PAGE_SHIFT)))
+                })
+            })
+            .collect()
+    }
+}
+
+/// The fake machine (see the module doc).
+struct FakeHardware {
+    tables: &'static HostMemory,
+    tlb: &'static FakeTlb,
+    gicv2: bool,
+    /// Live frame allocations: address -> (size, alignment).
+    frames: Mutex<BTreeMap<u64, (u64, u64)>>,
+    /// Frames given back: (address, size).
+    freed: Mutex<Vec<(u64, u64)>>,
+    ticks: AtomicU64,
+    dcache_cleans: AtomicUsize,
+    icache_invalidations: AtomicUsize,
+    kicks: Mutex<Vec<usize>>,
+    output: Mutex<Vec<(usize, u8)>>,
+    lines: Mutex<Vec<String>>,
+    powered_off: AtomicBool,
+}
+
+impl FakeHardware {
+    /// A machine with a GICv3.
+    fn new() -> &'static Self {
+        Self::with_gicv2(false)
+    }
+
+    fn with_gicv2(gicv2: bool) -> &'static Self {
+        Box::leak(Box::new(Self {
+            tables: Box::leak(Box::new(HostMemory::new())),
+            tlb: Box::leak(Box::new(FakeTlb::default())),
+            gicv2,
+            frames: Mutex::new(BTreeMap::new()),
+            freed: Mutex::new(Vec::new()),
+            ticks: AtomicU64::new(0),
+            dcache_cleans: AtomicUsize::new(0),
+            icache_invalidations: AtomicUsize::new(0),
+            kicks: Mutex::new(Vec::new()),
+            output: Mutex::new(Vec::new()),
+            lines: Mutex::new(Vec::new()),
+            powered_off: AtomicBool::new(false),
+        }))
+    }
+}
+
+impl Hardware for FakeHardware {
+    type TableMemory = &'static HostMemory;
+    type Tlb = &'static FakeTlb;
+
+    fn alloc_frames(&self, size: u64, align: u64) -> Option<u64> {
+        let layout = std::alloc::Layout::from_size_align(size as usize, align as usize).ok()?;
+        // SAFETY: the layout has a non-zero size (every caller asks for
+        // at least a page).
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: `ptr` is `size` bytes just allocated.
+        unsafe { core::ptr::write_bytes(ptr, GARBAGE, size as usize) };
+        self.frames
+            .lock()
+            .unwrap()
+            .insert(ptr as u64, (size, align));
+        Some(ptr as u64)
+    }
+
+    fn free_frames(&self, pa: u64, size: u64, align: u64) {
+        let had = self.frames.lock().unwrap().remove(&pa);
+        assert_eq!(had, Some((size, align)), "frames freed with another shape");
+        // Kept allocated (a test may still look at them); recorded.
+        self.freed.lock().unwrap().push((pa, size));
+    }
+
+    fn zero_memory(&self, addr: usize, len: usize) {
+        // SAFETY: the runtime zeroes only frames it was given.
+        unsafe { core::ptr::write_bytes(addr as *mut u8, 0, len) };
+    }
+
+    fn table_memory(&self) -> &'static HostMemory {
+        self.tables
+    }
+
+    fn guest_table_memory(&self, _: CacheCaps, _: &'static VmCounters) -> &'static HostMemory {
+        self.tables
+    }
+
+    fn tlb(&self, _: TlbCaps) -> &'static FakeTlb {
+        self.tlb
+    }
+
+    fn cache_caps(&self) -> CacheCaps {
+        // 64-byte lines, no IDC/DIC: every maintenance is needed.
+        CacheCaps::from_ctr(0x8444_c004)
+    }
+
+    fn clean_inval_dcache_to_poc(&self, _: usize, _: usize) {
+        self.dcache_cleans.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn make_executable(&self, _: usize, _: usize) {}
+
+    fn invalidate_icache_all(&self) {
+        self.icache_invalidations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn counter_ticks(&self) -> u64 {
+        self.ticks.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn counter_frequency(&self) -> u64 {
+        1000
+    }
+
+    fn kick(&self, cpu: usize) {
+        self.kicks.lock().unwrap().push(cpu);
+    }
+
+    fn send_event(&self) {}
+
+    fn gic_is_v2(&self) -> bool {
+        self.gicv2
+    }
+
+    fn vector_lengths(&self) -> VectorLengths {
+        VectorLengths::default()
+    }
+
+    fn guest_output(&self, vm: usize, byte: u8) {
+        self.output.lock().unwrap().push((vm, byte));
+    }
+
+    fn flush_guest_line(&self, _: usize) {}
+
+    fn write_line(&self, args: core::fmt::Arguments<'_>) {
+        self.lines.lock().unwrap().push(std::format!("{args}"));
+    }
+
+    fn system_off(&self) {
+        self.powered_off.store(true, Ordering::Release);
+    }
+
+    fn system_reset(&self) -> ! {
+        panic!("the fake machine was reset")
+    }
+
+    fn park(&self) -> ! {
+        panic!("a CPU of the fake machine parked")
+    }
+}
+
+/// A host with `cpus` CPUs, a GICv3 and no FEAT_S2FWB.
+fn boot_info(cpus: usize) -> BootInfo {
+    BootInfo {
+        platform: Platform {
+            model: String::from("fake"),
+            ram: vec![PhysRange::from_start_size(0x4000_0000, 1 << 30)],
+            reserved: Vec::new(),
+            no_map: Vec::new(),
+            uart: PhysRange::from_start_size(0x0900_0000, 0x1000),
+            uart_kind: UartKind::Pl011,
+            uart_from_stdout_path: true,
+            console_note: None,
+            uart_intid: None,
+            gic: None,
+            gicv2: None,
+            timer: None,
+            cpus: (0..cpus as u64).collect(),
+            psci: PsciConduit::Smc,
+            initrd: None,
+            dtb_size: 0,
+        },
+        features: CpuFeatures {
+            pa_bits: 40,
+            pa_range: 2,
+            vmid_bits: 16,
+            gic_sysregs: true,
+            granule_4k: true,
+            ..CpuFeatures::NOTHING
+        },
+        cpus_online: cpus,
+        payload: None,
+        tlb_caps: TlbCaps::ALL,
+    }
+}
+
+/// The test kernel: a raw binary of recognisable bytes.
+fn kernel() -> Vec<u8> {
+    (0..3 * PAGE as usize + 100)
+        .map(|i| (i % 251) as u8)
+        .collect()
+}
+
+/// A VM's settings: `mem_mib` MiB, one vCPU per CPU of `cpus`.
+fn conf(mem_mib: u64, cpus: &[u32], start: bool) -> VmConf {
+    let mask = cpus.iter().fold(0, |mask, &cpu| mask | 1 << cpu);
+    VmConf {
+        vcpus: Some(cpus.len() as u32),
+        mem_mib: Some(mem_mib),
+        cpus: CpuSet::from_mask(mask),
+        control: None,
+        start: Some(start),
+    }
+}
+
+/// Creates the VMs of a payload with `vms` (name, settings) on `hw`.
+fn create(hw: &'static FakeHardware, vms: &[(&str, VmConf)]) -> Vec<&'static Vm<FakeHardware>> {
+    let named: Vec<NamedPayload> = vms
+        .iter()
+        .map(|(name, conf)| NamedPayload {
+            name: String::from(*name),
+            payload: Payload {
+                kernel: kernel(),
+                initrd: None,
+                cmdline: Some(String::from("console=ttyAMA0")),
+                conf: *conf,
+            },
+        })
+        .collect();
+    let archive: &'static [u8] = Vec::leak(boot_payload::write_several(&named).unwrap());
+    let parsed = VmsRef::parse(archive).unwrap();
+    let info = boot_info(4);
+    parsed
+        .as_slice()
+        .iter()
+        .enumerate()
+        .map(|(index, vm)| create_vm(hw, &info, index, vm).unwrap().0)
+        .collect()
+}
+
+fn slot0() -> SlotId {
+    SlotId::new(0).unwrap()
+}
+
+/// The host address of guest page `page` of slot `id` of `vm`.
+fn host_page<H: Hardware>(vm: &Vm<H>, id: SlotId, page: u64) -> *mut u8 {
+    let spec = vm_ops::slot_spec(vm, id).unwrap().unwrap();
+    (spec.backing.0 + page * PAGE) as *mut u8
+}
+
+/// The bytes of guest page `page` of `vm`'s slot 0.
+fn read_page<H: Hardware>(vm: &Vm<H>, page: u64) -> Vec<u8> {
+    // SAFETY: the page is inside the slot's backing, a live host allocation.
+    unsafe { core::slice::from_raw_parts(host_page(vm, slot0(), page), PAGE as usize).to_vec() }
+}
+
+/// The guest writes `byte` over page `page` of its RAM: the bytes change
+/// and, as the fault path does, the page is marked in the dirty log when
+/// `logged`.
+fn guest_write<H: Hardware>(vm: &Vm<H>, page: u64, byte: u8, logged: bool) {
+    // SAFETY: as in `read_page`.
+    unsafe { core::ptr::write_bytes(host_page(vm, slot0(), page), byte, PAGE as usize) };
+    if logged {
+        let handle = vm.collector.register();
+        vm.mark_dirty(
+            &handle,
+            GUEST_RAM_BASE + page * PAGE,
+            &mut VcpuSlotCache::new(),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Live migration
+
+/// A source (CPU 0, running) and a waiting destination (CPU 1) of 8 MiB.
+fn migration_pair() -> (
+    &'static FakeHardware,
+    VmTable<FakeHardware>,
+    &'static Vm<FakeHardware>,
+    &'static Vm<FakeHardware>,
+) {
+    let hw = FakeHardware::new();
+    let vms = create(
+        hw,
+        &[("src", conf(8, &[0], true)), ("dst", conf(8, &[1], false))],
+    );
+    let table = VmTable::new(hw, vms.clone(), 4).unwrap();
+    (hw, table, vms[0], vms[1])
+}
+
+#[test]
+fn precopy_rounds_copy_exactly_the_dirty_pages() {
+    let (hw, table, src, dst) = migration_pair();
+    let npages = src.ram.size() / PAGE;
+    let dirty = [3u64, 70, 500];
+    // A page the guest changes without the log seeing it (as no real write
+    // can): a round that copied more than the log reports would copy it.
+    let unlogged = 900u64;
+    let before = read_page(src, unlogged);
+    let mut rounds = Vec::new();
+    let report = live_migration::migrate(&table, src, dst, &mut |round| {
+        rounds.push(round);
+        match round {
+            0 => {
+                for &page in &dirty {
+                    guest_write(src, page, 0xd0 + page as u8, true);
+                }
+                guest_write(src, unlogged, 0xee, false);
+            }
+            1 => {
+                for &page in &dirty {
+                    assert_eq!(read_page(dst, page), read_page(src, page), "page {page}");
+                }
+                assert_eq!(
+                    read_page(dst, unlogged),
+                    before,
+                    "an unreported page was copied"
+                );
+                // Undo it, so that the check after the copy passes.
+                // SAFETY: inside slot 0's backing.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        before.as_ptr(),
+                        host_page(src, slot0(), unlogged),
+                        PAGE as usize,
+                    )
+                };
+            }
+            _ => {}
+        }
+    })
+    .unwrap();
+    // Round 0 copies everything, round 1 the three pages (few enough to
+    // stop), the stop-and-copy nothing more.
+    assert_eq!(report.pages_per_iteration, vec![npages, 3, 0]);
+    assert_eq!(rounds, vec![0, 1]);
+    assert_eq!(report.differences, 0);
+    for page in 0..npages {
+        assert_eq!(read_page(dst, page), read_page(src, page), "page {page}");
+    }
+    // The destination runs, the source ended; the machine still runs the
+    // destination.
+    assert!(!dst.awaiting_migration.load(Ordering::Acquire));
+    assert!(src.has_ended());
+    assert!(!hw.powered_off.load(Ordering::Acquire));
+    // The migration's dirty logging is off again.
+    let spec = vm_ops::slot_spec(src, slot0()).unwrap().unwrap();
+    assert!(!spec.flags.contains(SlotFlags::LOG_DIRTY));
+}
+
+#[test]
+fn precopy_iterates_while_the_guest_dirties_many_pages() {
+    let (_hw, table, src, dst) = migration_pair();
+    let npages = src.ram.size() / PAGE;
+    // Rounds 0 to 2 each leave 300 dirty pages (more than the 256 that
+    // stop pre-copy), round 3 leaves 10.
+    let report = live_migration::migrate(&table, src, dst, &mut |round| {
+        let count = if round < 3 {
+            300
+        } else if round == 3 {
+            10
+        } else {
+            0
+        };
+        for page in 0..count {
+            guest_write(src, page * 3, round as u8 + 1, true);
+        }
+    })
+    .unwrap();
+    assert_eq!(
+        report.pages_per_iteration,
+        vec![npages, 300, 300, 300, 10, 0]
+    );
+    for page in 0..npages {
+        assert_eq!(read_page(dst, page), read_page(src, page), "page {page}");
+    }
+}
+
+#[test]
+fn a_copy_that_differs_fails_and_the_source_runs_on() {
+    let (hw, table, src, dst) = migration_pair();
+    let err = live_migration::migrate(&table, src, dst, &mut |round| {
+        if round == 1 {
+            guest_write(src, 42, 0x11, false);
+        }
+    })
+    .unwrap_err();
+    assert_eq!(err, MigrateError::Differences(1));
+    // The source runs on, not captured, its logging off; the destination
+    // still waits and nothing of it started.
+    assert_eq!(src.requested_state(), Requested::Running);
+    assert!(!src.capture_requested());
+    assert!(!src.has_ended());
+    let spec = vm_ops::slot_spec(src, slot0()).unwrap().unwrap();
+    assert!(!spec.flags.contains(SlotFlags::LOG_DIRTY));
+    assert!(dst.awaiting_migration.load(Ordering::Acquire));
+    assert_eq!(dst.power.state(0), PowerState::Off);
+    assert!(!hw.powered_off.load(Ordering::Acquire));
+}
+
+#[test]
+fn refused_migrations_leave_both_vms_as_they_were() {
+    let hw = FakeHardware::new();
+    let vms = create(
+        hw,
+        &[
+            ("src", conf(8, &[0], true)),
+            ("dst", conf(8, &[1], false)),
+            ("small", conf(4, &[2], false)),
+            ("running", conf(8, &[3], true)),
+        ],
+    );
+    let (src, dst, small, running) = (vms[0], vms[1], vms[2], vms[3]);
+    let cases = [
+        (src, src, MigrateError::SameVm),
+        (src, running, MigrateError::NotWaiting),
+        (dst, small, MigrateError::SourceNotRunning),
+        (src, small, MigrateError::Shape("RAM size")),
+    ];
+    for (from, to, expected) in cases {
+        assert_eq!(live_migration::request(from, to), Err(expected));
+    }
+    for vm in &vms {
+        assert!(vm.migration_job.lock().is_none());
+    }
+    assert!(hw.kicks.lock().unwrap().is_empty());
+    // A second request while one is posted is refused and keeps the first.
+    live_migration::request(src, dst).unwrap();
+    assert_eq!(
+        live_migration::request(running, dst),
+        Err(MigrateError::Busy)
+    );
+    let posted = dst.migration_job.lock().unwrap();
+    assert!(core::ptr::eq(posted, src));
+    assert_eq!(*hw.kicks.lock().unwrap(), vec![1]);
+    assert!(dst.awaiting_migration.load(Ordering::Acquire));
+    assert_eq!(src.requested_state(), Requested::Running);
+}
+
+#[test]
+fn a_gicv2_host_refuses_migration() {
+    let hw = FakeHardware::with_gicv2(true);
+    let vms = create(
+        hw,
+        &[("src", conf(8, &[0], true)), ("dst", conf(8, &[1], false))],
+    );
+    assert_eq!(
+        live_migration::request(vms[0], vms[1]),
+        Err(MigrateError::Blocked(
+            crate::vm::vcpu_state::MigrationBlocker::Gicv2
+        ))
+    );
+    assert!(vms[1].migration_job.lock().is_none());
+}
+
+// ---------------------------------------------------------------------------
+// Dirty-log collection
+
+/// A VM of 4 MiB whose first `pages` pages are mapped writable at stage 2,
+/// 4 KiB each, as faults would have left them.
+fn mapped_vm(pages: u64) -> (&'static FakeHardware, &'static Vm<FakeHardware>) {
+    let hw = FakeHardware::new();
+    let vm = create(hw, &[("vm", conf(4, &[0], true))])[0];
+    map_pages(vm, slot0(), pages);
+    (hw, vm)
+}
+
+/// Maps the first `pages` pages of slot `id` writable at stage 2, 4 KiB
+/// each, as faults would (the flushes are not kept).
+fn map_pages(vm: &Vm<FakeHardware>, id: SlotId, pages: u64) {
+    let hw = vm.hw;
+    let spec = vm_ops::slot_spec(vm, id).unwrap().unwrap();
+    let mut cache = PageCache::with_capacity(64);
+    cache.top_up(&hw.table_memory(), 64).unwrap();
+    let mut writer = vm.stage2.write();
+    for page in 0..pages {
+        writer
+            .map(
+                (spec.base_gfn.0 << PAGE_SHIFT) + page * PAGE,
+                PAGE,
+                PhysAddr::new(spec.backing.0 + page * PAGE),
+                Attributes::normal(Perms::RW),
+                &mut cache,
+                &vm.tlb,
+            )
+            .unwrap();
+    }
+    drop(writer);
+    cache.release(&hw.table_memory());
+    hw.tlb.take_spans();
+}
+
+/// Which of the first `pages` pages are writable at stage 2.
+fn writable(vm: &Vm<FakeHardware>, pages: u64) -> Vec<u64> {
+    let writer = vm.stage2.write();
+    (0..pages)
+        .filter(|&page| {
+            writer
+                .lookup(GUEST_RAM_BASE + page * PAGE)
+                .expect("mapped")
+                .perms()
+                .contains(Perms::WRITE)
+        })
+        .collect()
+}
+
+/// The guest writes page `page` of a logging slot, as the fault path lets
+/// it: the leaf becomes writable and the page is marked dirty.
+fn guest_write_fault(vm: &Vm<FakeHardware>, cpu: &pgtable::MmuCpu, page: u64) {
+    let ipa = GUEST_RAM_BASE + page * PAGE;
+    vm.stage2
+        .read(cpu)
+        .unwrap()
+        .relax_perms(ipa, Perms::WRITE, &vm.tlb)
+        .unwrap();
+    guest_write(vm, page, 0x77, true);
+}
+
+/// The pages whose bits are set.
+fn set_bits(bitmap: &[u64]) -> Vec<u64> {
+    (0..bitmap.len() as u64 * 64)
+        .filter(|&page| bitmap[(page / 64) as usize] & 1 << (page % 64) != 0)
+        .collect()
+}
+
+#[test]
+fn enabling_write_protects_the_slot_with_one_flush() {
+    let (hw, vm) = mapped_vm(16);
+    let report = dirty_log::enable(vm, slot0()).unwrap();
+    assert_eq!(report.protected, 16 * PAGE);
+    assert!(writable(vm, 16).is_empty());
+    let spans = hw.tlb.take_spans();
+    assert_eq!(
+        spans,
+        vec![Some((GUEST_RAM_BASE, GUEST_RAM_BASE + 16 * PAGE))]
+    );
+}
+
+#[test]
+fn collection_reports_and_reprotects_exactly_the_written_pages() {
+    let (hw, vm) = mapped_vm(200);
+    dirty_log::enable(vm, slot0()).unwrap();
+    let cpu = vm.stage2.register().unwrap();
+    let written = [1u64, 2, 3, 9, 130];
+    for &page in &written {
+        guest_write_fault(vm, &cpu, page);
+    }
+    assert_eq!(writable(vm, 200), written);
+    hw.tlb.take_spans();
+    let (ipa, bitmap) = dirty_log::collect(vm, slot0()).unwrap();
+    assert_eq!(ipa, GUEST_RAM_BASE);
+    assert_eq!(set_bits(&bitmap), written);
+    // Exactly those pages are read-only again, with one flush over their
+    // span.
+    assert!(writable(vm, 200).is_empty());
+    assert_eq!(
+        hw.tlb.take_spans(),
+        vec![Some((GUEST_RAM_BASE + PAGE, GUEST_RAM_BASE + 131 * PAGE))]
+    );
+    // The next interval starts empty and costs no flush.
+    let (_, bitmap) = dirty_log::collect(vm, slot0()).unwrap();
+    assert!(set_bits(&bitmap).is_empty());
+    assert!(hw.tlb.take_spans().is_empty());
+    // A page written again is reported again.
+    guest_write_fault(vm, &cpu, 9);
+    let (_, bitmap) = dirty_log::collect(vm, slot0()).unwrap();
+    assert_eq!(set_bits(&bitmap), vec![9]);
+}
+
+#[test]
+fn manual_protection_get_copies_and_clear_protects() {
+    let (hw, vm) = mapped_vm(64);
+    let mode = DirtyLogMode {
+        manual_protect: true,
+        initially_all_set: false,
+    };
+    dirty_log::configure(vm, mode, 0).unwrap();
+    dirty_log::enable(vm, slot0()).unwrap();
+    let cpu = vm.stage2.register().unwrap();
+    for page in [5u64, 6, 40] {
+        guest_write_fault(vm, &cpu, page);
+    }
+    hw.tlb.take_spans();
+    let words = (vm.ram.size() / PAGE).div_ceil(64) as usize;
+    let mut bits = vec![0u64; words];
+    assert_eq!(dirty_log::get(vm, slot0(), &mut bits).unwrap(), 3);
+    assert_eq!(set_bits(&bits), vec![5, 6, 40]);
+    // `get` only copies: the pages stay writable, the bits stay set.
+    assert_eq!(writable(vm, 64), vec![5, 6, 40]);
+    assert!(hw.tlb.take_spans().is_empty());
+    // Clearing 5 and 6 protects those two only.
+    let mut mask = vec![0u64; words];
+    mask[0] = 1 << 5 | 1 << 6;
+    assert_eq!(dirty_log::clear(vm, slot0(), 0, &mut mask).unwrap(), 2);
+    assert_eq!(writable(vm, 64), vec![40]);
+    assert_eq!(
+        hw.tlb.take_spans(),
+        vec![Some((GUEST_RAM_BASE + 5 * PAGE, GUEST_RAM_BASE + 7 * PAGE))]
+    );
+    // `collect` takes the rest in one go.
+    let (_, bitmap) = dirty_log::collect(vm, slot0()).unwrap();
+    assert_eq!(set_bits(&bitmap), vec![40]);
+    assert!(writable(vm, 64).is_empty());
+}
+
+#[test]
+fn disabling_stops_the_marks() {
+    let (_hw, vm) = mapped_vm(8);
+    dirty_log::enable(vm, slot0()).unwrap();
+    dirty_log::disable(vm, slot0()).unwrap();
+    guest_write(vm, 2, 1, true);
+    assert!(dirty_log::collect(vm, slot0()).is_err());
+}
+
+// ---------------------------------------------------------------------------
+// Restart
+
+#[test]
+fn restart_rebuilds_memory_slots_and_devices_from_the_boot_image() {
+    let hw = FakeHardware::new();
+    let vm = create(hw, &[("vm", conf(4, &[0, 1], true))])[0];
+    let old_ram = vm_ops::slot_spec(vm, slot0()).unwrap().unwrap();
+    let kernel_page = (vm.boot.kernel_ipa - GUEST_RAM_BASE) / PAGE;
+    // A run that changed everything: memory, an extra slot, dirty logging,
+    // the run state and the power states.
+    let extra = SlotId::new(3).unwrap();
+    vm_ops::create_slot(vm, extra, Gfn::from_ipa(0x8000_0000), 16, SlotFlags::NONE).unwrap();
+    let extra_spec = vm_ops::slot_spec(vm, extra).unwrap().unwrap();
+    map_pages(vm, slot0(), 4);
+    map_pages(vm, extra, 2);
+    dirty_log::enable(vm, slot0()).unwrap();
+    for page in [0, kernel_page, 700] {
+        guest_write(vm, page, 0xab, true);
+    }
+    vm.request_pause().unwrap();
+    vm.power
+        .request_on(
+            1,
+            crate::vm::power::BootRequest {
+                entry: 0,
+                context_id: 0,
+            },
+        )
+        .unwrap();
+    vm.set_capture_requested(true);
+    hw.tlb.take_spans();
+    let icache_before = hw.icache_invalidations.load(Ordering::Relaxed);
+
+    let request = restart::rebuild(vm).unwrap();
+
+    assert_eq!(request, vm.boot.request);
+    // Only the RAM slot, at its place, not logging, on fresh frames; both
+    // old backings went back to the allocator.
+    let specs = vm_ops::slot_specs(vm).unwrap();
+    assert_eq!(specs.len(), 1);
+    let ram = specs[0];
+    assert_eq!(
+        (ram.id, ram.base_gfn, ram.npages),
+        (slot0(), old_ram.base_gfn, old_ram.npages)
+    );
+    assert_eq!(ram.flags, SlotFlags::NONE);
+    let freed = hw.freed.lock().unwrap().clone();
+    assert!(freed.contains(&(old_ram.backing.0, old_ram.npages * PAGE)));
+    assert!(freed.contains(&(extra_spec.backing.0, 16 * PAGE)));
+    // Memory as at boot: the kernel and device tree in place, zeros
+    // elsewhere (the fresh frames held garbage).
+    let kernel = kernel();
+    let at = |ipa: u64| (ram.backing.0 + (ipa - GUEST_RAM_BASE)) as *const u8;
+    // SAFETY: inside the new RAM slot's backing.
+    let loaded = unsafe { core::slice::from_raw_parts(at(vm.boot.kernel_ipa), kernel.len()) };
+    assert_eq!(loaded, &kernel[..]);
+    // SAFETY: as above.
+    let dtb = unsafe { core::slice::from_raw_parts(at(vm.boot.dtb_ipa), vm.boot.dtb.len()) };
+    assert_eq!(dtb, &vm.boot.dtb[..]);
+    assert_eq!(read_page(vm, 700), vec![0; PAGE as usize]);
+    assert!(hw.icache_invalidations.load(Ordering::Relaxed) > icache_before);
+    // Each slot's mappings went with one flush over them (the engine may
+    // widen it to the table it freed), and nothing is mapped now.
+    let spans = hw.tlb.take_spans();
+    assert_eq!(spans.len(), 2, "{spans:x?}");
+    let covers = |span: Option<(u64, u64)>, start: u64, end: u64| {
+        span.is_some_and(|(lo, hi)| lo <= start && end <= hi)
+    };
+    assert!(covers(spans[0], GUEST_RAM_BASE, GUEST_RAM_BASE + 4 * PAGE));
+    assert!(covers(spans[1], 0x8000_0000, 0x8000_0000 + 2 * PAGE));
+    let writer = vm.stage2.write();
+    assert!(writer.lookup(GUEST_RAM_BASE).is_none());
+    assert!(writer.lookup(0x8000_0000).is_none());
+    drop(writer);
+    // Running again, nothing pending.
+    assert_eq!(vm.requested_state(), Requested::Running);
+    assert_eq!(vm.power.state(1), PowerState::Off);
+    assert!(!vm.capture_requested());
+    assert!(!vm.is_stopping());
+    assert_eq!(vm.counters.get(Counter::Restarts), 1);
+}
+
+// ---------------------------------------------------------------------------
+// VM creation and the VM table
+
+#[test]
+fn a_created_vm_has_zeroed_ram_with_its_kernel_and_device_tree() {
+    let hw = FakeHardware::new();
+    let vm = create(hw, &[("vm", conf(4, &[2, 3], true))])[0];
+    assert_eq!(vm.cpus, vec![2, 3]);
+    assert_eq!(vm.vcpus, 2);
+    let spec = vm_ops::slot_spec(vm, slot0()).unwrap().unwrap();
+    assert_eq!(spec.npages, 1024);
+    let ram = (0..spec.npages)
+        .flat_map(|page| read_page(vm, page))
+        .collect::<Vec<u8>>();
+    let kernel = kernel();
+    let kernel_at = (vm.boot.kernel_ipa - GUEST_RAM_BASE) as usize;
+    let dtb_at = (vm.boot.dtb_ipa - GUEST_RAM_BASE) as usize;
+    assert_eq!(&ram[kernel_at..kernel_at + kernel.len()], &kernel[..]);
+    assert_eq!(&ram[dtb_at..dtb_at + vm.boot.dtb.len()], &vm.boot.dtb[..]);
+    let outside = ram
+        .iter()
+        .enumerate()
+        .filter(|&(at, _)| {
+            !(kernel_at..kernel_at + kernel.len()).contains(&at)
+                && !(dtb_at..dtb_at + vm.boot.dtb.len()).contains(&at)
+        })
+        .all(|(_, &byte)| byte == 0);
+    assert!(outside, "RAM outside the boot image is not zeroed");
+    // Kicks go to the vCPUs' own CPUs.
+    vm.kick(1);
+    assert_eq!(*hw.kicks.lock().unwrap(), vec![3]);
+}
+
+#[test]
+fn vm_creation_refuses_more_vcpus_than_cpus() {
+    let hw = FakeHardware::new();
+    let named = [NamedPayload {
+        name: String::from("big"),
+        payload: Payload {
+            kernel: kernel(),
+            conf: VmConf {
+                vcpus: Some(8),
+                ..VmConf::default()
+            },
+            ..Payload::default()
+        },
+    }];
+    let archive: &'static [u8] = Vec::leak(boot_payload::write_several(&named).unwrap());
+    let parsed = VmsRef::parse(archive).unwrap();
+    let err = create_vm(hw, &boot_info(4), 0, &parsed.as_slice()[0]).err();
+    assert!(matches!(
+        err,
+        Some(VmError::TooManyVcpus {
+            asked: 8,
+            online: 4
+        })
+    ));
+    assert!(
+        hw.frames.lock().unwrap().is_empty(),
+        "memory taken for a refused VM"
+    );
+}
+
+#[test]
+fn the_table_refuses_a_cpu_named_twice_and_powers_off_after_the_last_vm() {
+    let hw = FakeHardware::new();
+    // The payload reader refuses this already; the table checks again.
+    let mut vms = create(hw, &[("a", conf(4, &[0], true))]);
+    vms.extend(create(hw, &[("b", conf(4, &[1, 0], true))]));
+    assert!(matches!(
+        VmTable::new(hw, vms, 4),
+        Err(MachineError::CpuTwice { cpu: 0, .. })
+    ));
+    let vms = create(
+        hw,
+        &[("a", conf(4, &[0], true)), ("b", conf(4, &[2], true))],
+    );
+    let table = VmTable::new(hw, vms.clone(), 4).unwrap();
+    let (vm, vcpu) = table.assignment(2).unwrap();
+    assert!(core::ptr::eq(vm, vms[1]) && vcpu == 0);
+    assert!(table.assignment(1).is_none());
+    table.vm_ended();
+    assert!(!hw.powered_off.load(Ordering::Acquire));
+    table.vm_restarted();
+    table.vm_ended();
+    assert!(!hw.powered_off.load(Ordering::Acquire));
+    table.vm_ended();
+    assert!(hw.powered_off.load(Ordering::Acquire));
+}
+
+// ---------------------------------------------------------------------------
+// The monitor's and the control interface's machines
+
+#[test]
+fn the_monitor_drives_slots_and_dirty_logging_of_the_vms() {
+    let (hw, vm) = mapped_vm(8);
+    let vms: &'static [&'static Vm<FakeHardware>] = Vec::leak(vec![vm]);
+    let mut monitor = MonitorMachine::new(hw, vms);
+    let id = VmId(0);
+    monitor
+        .set_slot_flags(id, slot0(), SlotFlags::LOG_DIRTY)
+        .unwrap();
+    let cpu = vm.stage2.register().unwrap();
+    guest_write_fault(vm, &cpu, 2);
+    let dirty = monitor.collect_dirty(id, slot0()).unwrap();
+    assert_eq!(dirty.ipa, GUEST_RAM_BASE);
+    assert_eq!(set_bits(&dirty.bitmap), vec![2]);
+    let request = |ipa, size| SlotRequest {
+        id: SlotId::new(2).unwrap(),
+        ipa,
+        size,
+        flags: SlotFlags::NONE,
+    };
+    assert!(matches!(
+        monitor.add_slot(id, request(0x8000_0123, 0x4000)),
+        Err(MonitorError::Unaligned { value: 0x8000_0123 })
+    ));
+    let backing = monitor.add_slot(id, request(0x8000_0000, 0x4000)).unwrap();
+    let spec = vm_ops::slot_spec(vm, SlotId::new(2).unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!((backing, spec.npages), (spec.backing.0, 4));
+    let mut listed = Vec::new();
+    monitor
+        .slots(id, &mut |slot| listed.push(slot.id.get()))
+        .unwrap();
+    assert_eq!(listed, vec![0, 2]);
+    assert!(matches!(
+        monitor.pause(VmId(5)),
+        Err(MonitorError::NoSuchVm(5))
+    ));
+    monitor.pause(id).unwrap();
+    assert_eq!(vm.requested_state(), Requested::Paused);
+    monitor.power_off().unwrap();
+    assert!(hw.powered_off.load(Ordering::Acquire));
+}
+
+#[test]
+fn a_byte_typed_for_a_vm_reaches_its_pl011() {
+    let hw = FakeHardware::new();
+    let vms: &'static [&'static Vm<FakeHardware>] = Vec::leak(create(
+        hw,
+        &[("a", conf(4, &[0], true)), ("b", conf(4, &[1], true))],
+    ));
+    let mut inputs = VmConsoleInputs::new(vms);
+    assert!(inputs.push_rx(VmId(1), b'x'));
+    assert!(!inputs.push_rx(VmId(7), b'y'));
+    // Only `b` has a byte received (UARTRIS.RXRIS), which its guest reads
+    // from the data register.
+    const RXRIS: u32 = 1 << 4;
+    assert_eq!(vms[0].uart.lock().device.raw_interrupts() & RXRIS, 0);
+    assert_ne!(vms[1].uart.lock().device.raw_interrupts() & RXRIS, 0);
+    let data = vms[1].uart.lock().device.read(0).unwrap();
+    assert_eq!(data & 0xff, u32::from(b'x'));
+}
