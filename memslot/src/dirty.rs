@@ -20,7 +20,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
 use crate::error::MemslotError;
-use crate::sync::AtomicU64;
+use crate::sync_primitives::AtomicU64;
 
 /// A dirty bitmap for one slot.
 #[derive(Debug)]

@@ -66,7 +66,7 @@ pub mod interval;
 pub mod memslots;
 pub mod set;
 mod slot;
-mod sync;
+mod sync_primitives;
 
 pub use dirty::DirtyBitmap;
 pub use error::MemslotError;

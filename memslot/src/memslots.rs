@@ -53,7 +53,7 @@ use crate::dirty::DirtyBitmap;
 use crate::error::MemslotError;
 use crate::set::MemslotSet;
 use crate::slot::{Gfn, Memslot, SlotFlags, SlotId, SlotSpec};
-use crate::sync::{AtomicU64, AtomicUsize, ProtocolCell, spin_wait};
+use crate::sync_primitives::{AtomicU64, AtomicUsize, ProtocolCell, spin_wait};
 
 /// How dirty logging behaves for a VM (KVM's manual-protect capability).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -23,7 +23,7 @@ use crate::descriptor::{
     Descriptor, ENTRIES_PER_TABLE, LAST_LEVEL, MemType, PAGE_SIZE, Perms, level_size,
 };
 use crate::mm::PageTableMemory;
-use crate::slot_atomics::{owned_slots, read_owned, write_owned};
+use crate::sync_primitives::{owned_slots, read_owned, write_owned};
 use crate::table::free_subtree;
 use crate::walk::{VisitContext, WalkError};
 use tlb::{Scope, TlbInvalidate, TlbTarget};

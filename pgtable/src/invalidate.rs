@@ -52,7 +52,7 @@
 //! between its publication and its unmap.
 
 use crate::mmu::{Mmu, MmuReader, MmuWriter};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync_primitives::{AtomicU64, Ordering};
 
 /// A VM's invalidation counters (in [`Mmu`]).
 #[derive(Debug, Default)]

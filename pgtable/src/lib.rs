@@ -156,7 +156,7 @@ pub mod invalidate;
 mod map;
 mod mm;
 mod mmu;
-mod slot_atomics;
+mod sync_primitives;
 pub mod slot_sync;
 mod split;
 mod table;

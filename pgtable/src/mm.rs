@@ -443,7 +443,7 @@ mod host {
 
         use super::HostMemory;
         use crate::descriptor::{ENTRIES_PER_TABLE, PAGE_SIZE};
-        use crate::slot_atomics::{AtomicU64, read_owned, write_owned};
+        use crate::sync_primitives::{AtomicU64, read_owned, write_owned};
         use core::ptr::NonNull;
         use std::boxed::Box;
         use std::collections::HashMap;

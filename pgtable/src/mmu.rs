@@ -15,7 +15,7 @@
 //! `spin::RwLock` on its own cache line and read-locks only that one, so
 //! vCPUs faulting at the same time share no written cache line; a writer
 //! write-locks every CPU's lock, in order. (Under `--cfg loom --cfg crossbeam_loom`
-//! the locks and the table cell are loom's, `crate::sync`, so that the
+//! the locks and the table cell are loom's, `crate::sync_primitives`, so that the
 //! models check the exclusion.) While a writer waits, new readers
 //! hold back, so faults cannot starve the write side. The same handle
 //! carries the CPU's epoch registration: shared walks pin it, and the tables
@@ -32,7 +32,7 @@ use crate::descriptor::Perms;
 use crate::fault::FaultMapping;
 use crate::invalidate::{FaultTicket, Invalidation};
 use crate::mm::PageTableMemory;
-use crate::sync::{
+use crate::sync_primitives::{
     AtomicUsize, CpuReadGuard, CpuRwLock, CpuWriteGuard, Ordering, TableCell, read_lock, spin_wait,
     write_lock,
 };

@@ -14,7 +14,7 @@ use crate::descriptor::{
     Attributes, Descriptor, ENTRIES_PER_TABLE, LAST_LEVEL, PAGE_SIZE, level_shift,
 };
 use crate::mm::PageTableMemory;
-use crate::slot_atomics::{Ordering, owned_slots, read_owned};
+use crate::sync_primitives::{Ordering, owned_slots, read_owned};
 use crate::walk::{
     Step, VisitContext, VisitKind, Visitor, WalkError, WalkFlags, Walker, table_slots,
 };

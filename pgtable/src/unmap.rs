@@ -31,7 +31,7 @@ use crate::cache::PageCache;
 use crate::descriptor::{Descriptor, level_size};
 use crate::map::{MapVisitor, fresh_tables};
 use crate::mm::PageTableMemory;
-use crate::slot_atomics::{owned_slots, read_owned, write_owned};
+use crate::sync_primitives::{owned_slots, read_owned, write_owned};
 use crate::table::{Error, Stage2PageTable, table_is_empty};
 use crate::walk::{Step, VisitContext, VisitKind, Visitor, WalkError, WalkFlags};
 use alloc::vec::Vec;

@@ -20,7 +20,7 @@
 use crate::addr::PhysAddr;
 use crate::descriptor::{Descriptor, ENTRIES_PER_TABLE, level_shift, level_size};
 use crate::mm::PageTableMemory;
-use crate::slot_atomics::{AtomicU64, Ordering};
+use crate::sync_primitives::{AtomicU64, Ordering};
 
 /// Which visits a walk makes, and how it behaves.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

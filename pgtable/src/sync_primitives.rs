@@ -1,4 +1,6 @@
-//! The atomics table slots are made of, and exclusive access to owned pages.
+//! The synchronisation primitives the engine's lock-free paths are made of:
+//! the table slots' atomics, the MMU lock and its spin waits, and exclusive
+//! access to owned pages.
 //!
 //! Slots are `AtomicU64`: core's normally, loom's when the crate is built with
 //! `--cfg loom`, so the loom models explore every interleaving of the
