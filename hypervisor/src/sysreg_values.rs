@@ -135,13 +135,14 @@ pub fn cptr_el2_guest(sme: bool) -> u64 {
     res1 | tsm
 }
 
-/// `CNTHCTL_EL2` while a guest runs: both timers and both counters belong to
-/// the guest, untrapped (`EL1PCTEN`, `EL1PCEN`; see `crate::devices::timer`).
+/// `CNTHCTL_EL2` while a guest runs: both counters and the virtual timer
+/// belong to the guest, untrapped (`EL1PCTEN`); the EL1 physical timer's
+/// registers trap (`EL1PCEN` clear) so that a write that drops its line
+/// withdraws its pending interrupt at once (see `crate::devices::timer`).
 /// Every other field is clear: no event stream, and `ECV` clear so that
 /// `CNTPOFF_EL2` is not applied on a CPU with FEAT_ECV: the physical offset is
 /// zero, like `CNTVOFF_EL2`, and the guest's two counters read the same value.
-pub const CNTHCTL_EL2_GUEST: u64 =
-    CNTHCTL_EL2::EL1PCTEN::SET.value | CNTHCTL_EL2::EL1PCEN::SET.value;
+pub const CNTHCTL_EL2_GUEST: u64 = CNTHCTL_EL2::EL1PCTEN::SET.value;
 
 /// `SCTLR_EL1` as after a reset: the RES1 bits, MMU and caches off.
 pub const SCTLR_EL1_RESET: u64 = SCTLR_EL1_EXTRA::EOS::SET.value
@@ -255,8 +256,8 @@ mod tests {
     }
 
     #[test]
-    fn cnthctl_el2_leaves_counters_and_timer_to_the_guest() {
-        assert_eq!(CNTHCTL_EL2_GUEST, 0b11);
+    fn cnthctl_el2_leaves_counters_to_the_guest_and_traps_the_physical_timer() {
+        assert_eq!(CNTHCTL_EL2_GUEST, 0b01);
         assert_eq!(CNTHCTL_EL2_GUEST & CNTHCTL_EL2_EXTRA::ECV::SET.value, 0);
     }
 

@@ -2,11 +2,13 @@
 //!
 //! A vCPU never leaves its physical CPU, and the hypervisor itself uses no
 //! timer (the EL2 physical timer, `CNTHP_*`, stays off and its PPI disabled),
-//! so the guest owns both of the CPU's EL1 timers outright: it programs
-//! `CNTV_*_EL0` and `CNTP_*_EL0` directly, without a trap (`CNTHCTL_EL2`
-//! EL1PCTEN and EL1PCEN set). Nothing is emulated, so nothing drifts; what
-//! the hypervisor adds is the delivery of each timer's interrupt through the
-//! virtual GIC, the same way for both
+//! so the guest owns both of the CPU's EL1 timers outright: its
+//! `CNTV_*_EL0` and `CNTP_*_EL0` are the CPU's own. The virtual timer's
+//! registers and both counters are untrapped (`CNTHCTL_EL2.EL1PCTEN` set);
+//! the physical timer's registers trap (`EL1PCEN` clear,
+//! [`PhysicalTimerReg`]) and the hypervisor performs the access on the same
+//! register, so nothing drifts. What the hypervisor adds is the delivery of
+//! each timer's interrupt through the virtual GIC, the same way for both
 //! ([`TimerId`](crate::vocabulary::timers::TimerId)):
 //!
 //! 1. The timer's host PPI (from the host device tree: 27 virtual, 30
@@ -18,6 +20,17 @@
 //! 2. Before every entry, [`TimerForward::sample`] reads the line again from
 //!    the guest's `CNTx_CTL_EL0` ([`timer_line`]: ENABLE and ISTATUS set,
 //!    IMASK clear) and tells the vgic only when it moved.
+//!    The vgic withdraws a level interrupt whose line dropped before the
+//!    guest acknowledged it (a pending list register is taken back at the
+//!    refill), so an interrupt pending while the guest had IRQs masked does
+//!    not outlive the guest disabling, masking or reprogramming its timer.
+//!    Every exit re-samples, and a trapped physical timer access is an exit:
+//!    a guest that turns its physical timer off and then unmasks IRQs never
+//!    takes its stale INTID 30. The virtual timer's registers cannot trap
+//!    without FEAT_ECV (`CNTHCTL_EL2.EL1TVT`): its line is re-sampled at the
+//!    next exit of any kind (KVM does the same), so a guest that disables it
+//!    and unmasks IRQs with no exit in between may still take INTID 27 once
+//!    (spurious to it: the handler finds the timer off).
 //! 3. After the list registers are refilled, [`TimerForward::unmask_if_low`]
 //!    unmasks the host PPI once the line is low: the guest has handled the
 //!    interrupt (disabled, masked or re-armed the timer). The exit that lets
@@ -30,6 +43,8 @@
 //! monotonic, and the same on every vCPU. This holds on CPUs without
 //! FEAT_ECV (Cortex-A57, QEMU 7.2 `-cpu max`) as on those with it.
 
+use crate::vocabulary::sysreg_encoding::SysRegEncoding;
+
 /// `CNTV_CTL_EL0` / `CNTP_CTL_EL0` fields (one layout for both timers).
 pub mod ctl {
     /// `ENABLE`: the timer is on.
@@ -38,6 +53,35 @@ pub mod ctl {
     pub const IMASK: u64 = 1 << 1;
     /// `ISTATUS` (read-only): the timer condition is met.
     pub const ISTATUS: u64 = 1 << 2;
+}
+
+/// An EL1 physical timer register, trapped to EL2 (`CNTHCTL_EL2.EL1PCEN`
+/// clear) and accessed there on the guest's behalf: at EL2 without VHE the
+/// same instruction reaches the same EL1 physical timer, and `TVAL` keeps
+/// its meaning (relative to `CNTPCT_EL0`, whose offset is zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PhysicalTimerReg {
+    /// `CNTP_TVAL_EL0` (`op0 3, op1 3, CRn 14, CRm 2, op2 0`).
+    Tval,
+    /// `CNTP_CTL_EL0` (`op2 1`).
+    Ctl,
+    /// `CNTP_CVAL_EL0` (`op2 2`).
+    Cval,
+}
+
+impl PhysicalTimerReg {
+    /// The register `reg` names, if it is one of the three.
+    pub const fn from_encoding(reg: SysRegEncoding) -> Option<Self> {
+        if reg.op0 != 3 || reg.op1 != 3 || reg.crn != 14 || reg.crm != 2 {
+            return None;
+        }
+        match reg.op2 {
+            0 => Some(Self::Tval),
+            1 => Some(Self::Ctl),
+            2 => Some(Self::Cval),
+            _ => None,
+        }
+    }
 }
 
 /// The timer's interrupt output: high while the timer is enabled, its
@@ -226,6 +270,58 @@ mod tests {
             }
         );
         assert_eq!(t.line(), Some(true));
+    }
+
+    #[test]
+    fn physical_timer_registers_by_encoding() {
+        let enc = |op0, op1, crn, crm, op2| SysRegEncoding {
+            op0,
+            op1,
+            crn,
+            crm,
+            op2,
+        };
+        assert_eq!(
+            PhysicalTimerReg::from_encoding(enc(3, 3, 14, 2, 0)),
+            Some(PhysicalTimerReg::Tval)
+        );
+        assert_eq!(
+            PhysicalTimerReg::from_encoding(enc(3, 3, 14, 2, 1)),
+            Some(PhysicalTimerReg::Ctl)
+        );
+        assert_eq!(
+            PhysicalTimerReg::from_encoding(enc(3, 3, 14, 2, 2)),
+            Some(PhysicalTimerReg::Cval)
+        );
+        // The virtual timer (CRm 3) and the counters (CRm 0) never trap.
+        assert_eq!(PhysicalTimerReg::from_encoding(enc(3, 3, 14, 3, 1)), None);
+        assert_eq!(PhysicalTimerReg::from_encoding(enc(3, 3, 14, 0, 1)), None);
+        assert_eq!(PhysicalTimerReg::from_encoding(enc(3, 3, 14, 2, 3)), None);
+        assert_eq!(PhysicalTimerReg::from_encoding(enc(3, 0, 14, 2, 1)), None);
+    }
+
+    #[test]
+    fn disabling_a_pending_timer_drops_the_line_at_the_next_sample() {
+        // The physical timer fired while the guest had IRQs masked: the line
+        // is high and the host PPI masked. The guest's trapped
+        // `CNTP_CTL_EL0 = 0` is an exit; the sample before the entry reads
+        // the line low and tells the vgic (which withdraws the pending
+        // interrupt), and the host PPI is unmasked for the next arming.
+        let mut t = TimerForward::new();
+        assert_eq!(t.sample(false), Some(false));
+        t.fired();
+        let ctl_after_disable = 0;
+        assert_eq!(t.sample(timer_line(ctl_after_disable)), Some(false));
+        assert!(t.unmask_if_low());
+        // Masked (IMASK) or reprogrammed to a later CVAL (ISTATUS clear):
+        // the line is low as well.
+        for ctl_value in [ctl::ENABLE | ctl::IMASK | ctl::ISTATUS, ctl::ENABLE] {
+            let mut t = TimerForward::new();
+            t.sample(false);
+            t.fired();
+            assert_eq!(t.sample(timer_line(ctl_value)), Some(false));
+            assert!(t.unmask_if_low());
+        }
     }
 
     #[test]

@@ -17,8 +17,11 @@
 //! it, in this order: a set/way cache maintenance instruction or a write to a
 //! virtual-memory control register (both trapped only without FEAT_S2FWB, see
 //! `crate::stage2::cache_maint`), the virtual GIC's SGI generation registers
-//! (`ICC_SGI1R_EL1` and the group 0 ones), the ID registers, then [`policy`].
+//! (`ICC_SGI1R_EL1` and the group 0 ones), the EL1 physical timer's
+//! registers (trapped with `CNTHCTL_EL2.EL1PCEN` clear, see
+//! `crate::devices::timer`), the ID registers, then [`policy`].
 
+use crate::devices::timer::PhysicalTimerReg;
 use crate::devices::vgic::SgiGroup;
 use crate::exit::esr::SysRegAccess;
 use crate::stage2::cache_maint::{self, VmReg};
@@ -85,6 +88,8 @@ pub enum SysRegTrap {
     VmRegWrite(VmReg),
     /// An access to an SGI generation register of this group.
     Sgi(SgiGroup),
+    /// An EL1 physical timer register (`CNTP_CTL/CVAL/TVAL_EL0`).
+    PhysicalTimer(PhysicalTimerReg),
     /// An ID register.
     IdRegister,
     /// Any other register, emulated as the policy says.
@@ -104,6 +109,9 @@ pub fn classify(access: &SysRegAccess) -> SysRegTrap {
     }
     if let Some(group) = SgiGroup::from_sysreg(r.op0, r.op1, r.crn, r.crm, r.op2) {
         return SysRegTrap::Sgi(group);
+    }
+    if let Some(reg) = PhysicalTimerReg::from_encoding(r) {
+        return SysRegTrap::PhysicalTimer(reg);
     }
     if is_id_register(r) {
         return SysRegTrap::IdRegister;
@@ -159,6 +167,12 @@ mod tests {
             classify(&access(enc(3, 0, 12, 11, 5), false)),
             SysRegTrap::Sgi(SgiGroup::Group1)
         );
+        for read in [false, true] {
+            assert_eq!(
+                classify(&access(enc(3, 3, 14, 2, 1), read)),
+                SysRegTrap::PhysicalTimer(PhysicalTimerReg::Ctl)
+            );
+        }
         assert_eq!(
             classify(&access(ID_AA64PFR1_EL1, true)),
             SysRegTrap::IdRegister

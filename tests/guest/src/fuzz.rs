@@ -74,6 +74,22 @@
 //!   INTID; other interrupts left active and group 0 left as it is, as the
 //!   default mix has `FuzzOptions::ALLOW_KEEP_ACTIVE` and
 //!   `ALLOW_GROUP0_OFF`), must arrive within two seconds (one retry).
+//! * Timers (`timers`): with IRQs masked, both EL1 timers (the physical one
+//!   only with `ptimer`) armed to fire at once, soon or later, some with
+//!   `IMASK`, left to fire for up to 300 us, then each disabled, masked,
+//!   pushed a second ahead, re-armed or left, in a random order, sometimes
+//!   followed by a hypercall; then IRQs unmasked for 300 us. A timer
+//!   interrupt taken while its timer does not assert it (`CTL` not ENABLE
+//!   and ISTATUS without IMASK) is a violation: always for the physical
+//!   timer, whose registers trap, and for the virtual timer when an exit
+//!   (the hypercall, a physical timer access) came after its last write (its
+//!   registers do not trap: the hypervisor re-samples its line at exits).
+//! * The GIC CPU interface (`icc`): two to five random accesses among
+//!   `ICC_BPR0/1_EL1` (any 3-bit value), `ICC_CTLR_EL1.CBPR`, `ICC_PMR_EL1`
+//!   (must read back as written, less the unimplemented priority bits),
+//!   `ICC_IGRPEN0/1_EL1`, an `ICC_IAR1_EL1` read completed by
+//!   `ICC_EOIR1_EL1`, and reads of `RPR`/`HPPIR1`/`BPR`/`CTLR`; with
+//!   `icc-wide`, binary point values with bits above the field.
 //!
 //! At the end the boot vCPU restores the PL011, prints
 //! `FUZZ: seeds=K ops=N violations=V` and passes only without violations.
@@ -151,6 +167,13 @@ const DFSC_ALIGNMENT: u64 = 0x21;
 const NOP: u32 = 0xd503_201f;
 /// Virtual timer PPI.
 const TIMER_INTID: u32 = 27;
+/// EL1 physical timer PPI.
+const PTIMER_INTID: u32 = 30;
+/// `TIMER_WATCH` bits: the timers family runs on this vCPU; a physical or
+/// virtual timer interrupt taken with its line low is stale.
+const WATCH_ACTIVE: u32 = 1 << 0;
+const WATCH_PHYSICAL: u32 = 1 << 1;
+const WATCH_VIRTUAL: u32 = 1 << 2;
 
 #[repr(C, align(4096))]
 struct Pages<const N: usize>([[u8; PAGE]; N]);
@@ -267,6 +290,10 @@ static TAKEN_FAR: [[AtomicU64; 2]; FUZZ_CPUS] =
 static IRQS: [[AtomicU32; 32]; FUZZ_CPUS] =
     [const { [const { AtomicU32::new(0) }; 32] }; FUZZ_CPUS];
 static OTHER_IRQS: AtomicU64 = AtomicU64::new(0);
+/// What the timers family watches on each vCPU (`WATCH_*` bits).
+static TIMER_WATCH: [AtomicU32; FUZZ_CPUS] = [const { AtomicU32::new(0) }; FUZZ_CPUS];
+/// A stale timer interrupt the handler saw: `intid << 32 | CTL`, 0 if none.
+static STALE_TIMER: [AtomicU64; FUZZ_CPUS] = [const { AtomicU64::new(0) }; FUZZ_CPUS];
 
 /// What the run found, per vCPU.
 static OPS: [AtomicU64; FUZZ_CPUS] = [const { AtomicU64::new(0) }; FUZZ_CPUS];
@@ -444,8 +471,22 @@ fn count_and_silence(cpu: usize, intid: u32) {
     } else {
         OTHER_IRQS.fetch_add(1, Ordering::Relaxed);
     }
+    let watch = TIMER_WATCH[cpu].load(Ordering::Relaxed);
+    if intid == TIMER_INTID || intid == PTIMER_INTID {
+        let (ctl, bit) = if intid == PTIMER_INTID {
+            (read_sysreg!("cntp_ctl_el0"), WATCH_PHYSICAL)
+        } else {
+            (read_sysreg!("cntv_ctl_el0"), WATCH_VIRTUAL)
+        };
+        // ENABLE and ISTATUS set, IMASK clear: the line is high.
+        if watch & bit != 0 && ctl & 0b111 != 0b101 {
+            STALE_TIMER[cpu].store(u64::from(intid) << 32 | ctl, Ordering::Relaxed);
+        }
+    }
     if intid == TIMER_INTID {
         write_sysreg!("cntv_ctl_el0", 0);
+    } else if intid == PTIMER_INTID && watch & WATCH_ACTIVE != 0 {
+        write_sysreg!("cntp_ctl_el0", 0);
     } else if intid < 32 {
         gic::write_bits(Bank::Redistributor(cpu), ICENABLER, intid, 1 << intid);
     } else {
@@ -609,7 +650,9 @@ impl Ctx {
             77..86 => ("random EL1 word", Ctx::random_el1),
             86..90 => ("window", Ctx::window_op),
             90..96 => ("EL0", Ctx::el0_op),
-            _ => ("interrupt", Ctx::interrupt_op),
+            96..98 => ("interrupt", Ctx::interrupt_op),
+            98 => ("timers", Ctx::timer_op),
+            _ => ("icc", Ctx::icc_op),
         };
         self.note = note;
         if self.verbose {
@@ -1498,6 +1541,175 @@ impl Ctx {
         }
     }
 
+    /// The timers family (see the module docs); without `timers`, an
+    /// interrupt operation.
+    fn timer_op(&mut self) {
+        if !self.allows(FuzzOptions::ALLOW_TIMERS) {
+            return self.interrupt_op();
+        }
+        let physical = self.allows(FuzzOptions::ALLOW_PTIMER);
+        let own = Bank::Redistributor(self.cpu);
+        mmio_write32(
+            self.layout.gicr + self.cpu as u64 * fuzz_model::GICR_STRIDE + GICR_WAKER,
+            0,
+        );
+        for intid in [TIMER_INTID, PTIMER_INTID] {
+            if intid == PTIMER_INTID && !physical {
+                continue;
+            }
+            gic::set_group1(own, intid);
+            gic::set_priority(own, intid, PRIORITY);
+            gic::write_bits(own, ICACTIVER, intid, 1 << intid);
+            gic::write_bits(own, ISENABLER, intid, 1 << intid);
+        }
+        mmio_write32(
+            self.layout.gicd + GICD_CTLR,
+            GICD_CTLR_ARE | GICD_CTLR_ENABLE_GRP1 | GICD_CTLR_ENABLE_GRP0,
+        );
+        gic::set_priority_mask(0xff);
+        write_sysreg!("icc_bpr1_el1", 0);
+        write_sysreg!("icc_ctlr_el1", 0);
+        write_sysreg!("icc_igrpen1_el1", 1);
+        // SAFETY: masking IRQ and FIQ only defers interrupts.
+        unsafe { asm!("msr daifset, #3", options(nostack)) };
+        let frequency = read_sysreg!("cntfrq_el0");
+        let now = read_sysreg!("cntvct_el0");
+        let timers: &[bool] = if physical { &[true, false] } else { &[false] };
+        for &is_physical in timers {
+            let cval = match self.rng.below(3) {
+                0 => now.saturating_sub(self.rng.below(frequency / 1000)),
+                1 => now + self.rng.below(frequency / 5000),
+                _ => now + frequency / 100,
+            };
+            let ctl = if self.rng.one_in(4) { 0b11 } else { 0b01 };
+            set_timer(is_physical, Some(cval), None, ctl);
+        }
+        // Let them fire while masked: until the CPU interface signals one,
+        // or a random while.
+        let until = read_sysreg!("cntvct_el0") + self.rng.below(frequency / 3333);
+        while read_sysreg!("cntvct_el0") < until && read_sysreg!("isr_el1") & (1 << 7) == 0 {
+            core::hint::spin_loop();
+        }
+        // Reprogram each, in a random order: the virtual timer's stale
+        // interrupt counts only when an exit follows its last write.
+        let order: &[bool] = match (physical, self.rng.one_in(2)) {
+            (false, _) => &[false],
+            (true, true) => &[true, false],
+            (true, false) => &[false, true],
+        };
+        let mut virtual_exited = false;
+        for &is_physical in order {
+            let now = read_sysreg!("cntvct_el0");
+            let ctl = if is_physical {
+                read_sysreg!("cntp_ctl_el0")
+            } else {
+                read_sysreg!("cntv_ctl_el0")
+            };
+            match self.rng.below(5) {
+                0 => set_timer(is_physical, None, None, 0),
+                1 => set_timer(is_physical, None, None, (ctl & 0b11) | 0b10),
+                2 => set_timer(is_physical, Some(now + frequency), None, ctl & 0b11),
+                3 => set_timer(
+                    is_physical,
+                    None,
+                    Some(self.rng.below(frequency / 5000)),
+                    0b01,
+                ),
+                _ => {}
+            }
+            // A physical timer access traps: an exit after the virtual
+            // timer's writes.
+            virtual_exited = is_physical;
+        }
+        if self.rng.one_in(2) {
+            crate::psci::call(0x8400_0000, 0, 0, 0);
+            virtual_exited = true;
+        }
+        let mut watch = WATCH_ACTIVE;
+        if physical {
+            watch |= WATCH_PHYSICAL;
+        }
+        if virtual_exited {
+            watch |= WATCH_VIRTUAL;
+        }
+        STALE_TIMER[self.cpu].store(0, Ordering::Relaxed);
+        TIMER_WATCH[self.cpu].store(watch, Ordering::Relaxed);
+        let until = read_sysreg!("cntvct_el0") + frequency / 3333;
+        // SAFETY: unmasking IRQ and FIQ: the hook acknowledges and completes
+        // every interrupt and silences its source.
+        unsafe { asm!("msr daifclr, #3", options(nostack)) };
+        while read_sysreg!("cntvct_el0") < until {
+            core::hint::spin_loop();
+        }
+        // SAFETY: masking interrupts again.
+        unsafe { asm!("msr daifset, #3", options(nostack)) };
+        TIMER_WATCH[self.cpu].store(0, Ordering::Relaxed);
+        write_sysreg!("cntv_ctl_el0", 0);
+        if physical {
+            write_sysreg!("cntp_ctl_el0", 0);
+        }
+        let stale = STALE_TIMER[self.cpu].swap(0, Ordering::Relaxed);
+        if stale != 0 {
+            self.violation(
+                "timer interrupt taken while its timer did not assert it",
+                stale >> 32,
+                stale & 0xffff_ffff,
+            );
+        }
+    }
+
+    /// The GIC CPU interface family (see the module docs); without `icc`,
+    /// an interrupt operation.
+    fn icc_op(&mut self) {
+        if !self.allows(FuzzOptions::ALLOW_ICC) {
+            return self.interrupt_op();
+        }
+        let wide = self.allows(FuzzOptions::ALLOW_ICC_WIDE);
+        for _ in 0..2 + self.rng.below(4) {
+            let binary_point = if wide && self.rng.one_in(2) {
+                self.rng.next() | 8
+            } else {
+                self.rng.below(8)
+            };
+            match self.rng.below(7) {
+                0 => write_sysreg!("icc_bpr0_el1", binary_point),
+                1 => write_sysreg!("icc_bpr1_el1", binary_point),
+                // CBPR only: EOImode 1 would need ICC_DIR_EL1 in the hook.
+                2 => write_sysreg!("icc_ctlr_el1", self.rng.below(2)),
+                3 => {
+                    write_sysreg!("icc_pmr_el1", 0xff);
+                    let implemented = read_sysreg!("icc_pmr_el1");
+                    let value = self.rng.below(256);
+                    write_sysreg!("icc_pmr_el1", value);
+                    let read = read_sysreg!("icc_pmr_el1");
+                    if read != value & implemented {
+                        self.violation("ICC_PMR_EL1 did not read back as written", value, read);
+                    }
+                }
+                4 => {
+                    write_sysreg!("icc_igrpen1_el1", self.rng.below(2));
+                    write_sysreg!("icc_igrpen0_el1", self.rng.below(2));
+                }
+                5 => {
+                    let ack = read_sysreg!("icc_iar1_el1");
+                    if gic::is_interrupt((ack & 0xff_ffff) as u32) {
+                        write_sysreg!("icc_eoir1_el1", ack);
+                    }
+                }
+                _ => {
+                    let _ = read_sysreg!("icc_rpr_el1");
+                    let _ = read_sysreg!("icc_hppir1_el1");
+                    let _ = read_sysreg!("icc_bpr0_el1");
+                    let _ = read_sysreg!("icc_bpr1_el1");
+                    let _ = read_sysreg!("icc_ctlr_el1");
+                }
+            }
+        }
+        // The interrupt operations set the interface up again; the mask
+        // goes back now so that other vCPUs' SGIs still reach this one.
+        gic::set_priority_mask(0xff);
+    }
+
     /// Sets up the GIC for an SGI or the timer on this vCPU, raises it and
     /// waits for it; one retry before a violation.
     fn interrupt_op(&mut self) {
@@ -1619,6 +1831,28 @@ impl Ctx {
         unsafe { asm!("msr daifset, #3", options(nostack)) };
         write_sysreg!("cntv_ctl_el0", 0);
         delivered
+    }
+}
+
+/// Writes the physical (`CNTP_*`) or virtual (`CNTV_*`) timer: `CVAL` or
+/// `TVAL` when given, then `CTL`.
+fn set_timer(physical: bool, cval: Option<u64>, tval: Option<u64>, ctl: u64) {
+    if physical {
+        if let Some(cval) = cval {
+            write_sysreg!("cntp_cval_el0", cval);
+        }
+        if let Some(tval) = tval {
+            write_sysreg!("cntp_tval_el0", tval);
+        }
+        write_sysreg!("cntp_ctl_el0", ctl);
+    } else {
+        if let Some(cval) = cval {
+            write_sysreg!("cntv_cval_el0", cval);
+        }
+        if let Some(tval) = tval {
+            write_sysreg!("cntv_tval_el0", tval);
+        }
+        write_sysreg!("cntv_ctl_el0", ctl);
     }
 }
 

@@ -16,7 +16,17 @@
 //!    `WFI` until its interrupt has been taken;
 //! 4. arms both timers at once ([`ROUNDS`] times, either one first or both
 //!    together) and waits until both interrupts have been taken;
-//! 5. checks the counters again.
+//! 5. leaves a stale interrupt behind ([`STALE_ROUNDS`] times, alternately
+//!    the physical and the virtual timer's): with `PSTATE.I` set it arms the
+//!    timer for 10 us and spins until `ISR_EL1.I` shows its interrupt pending
+//!    at the virtual CPU interface, then disables the timer (`CTL = 0`, the
+//!    physical one's then the virtual one's, as a guest switching timers
+//!    would), arms the other timer for 1 ms and unmasks without a `WFI`: the
+//!    first interrupt taken must be the other timer's, at or after its
+//!    compare value. A level-sensitive interrupt follows its line, so the
+//!    disabled timer's interrupt must be gone (the handler rejects a timer
+//!    interrupt taken while its timer is disabled);
+//! 6. checks the counters again.
 //!
 //! The IRQ vector hands the scenario its interrupts through
 //! `gic::take_interrupts`, which acknowledges from `ICC_IAR1_EL1` until
@@ -53,6 +63,8 @@ use crate::{exceptions, gic};
 
 /// Rounds of each phase.
 pub const ROUNDS: u64 = 6;
+/// Rounds of the stale-interrupt phase (half of them each timer's).
+pub const STALE_ROUNDS: u64 = 4;
 /// How long one round may take before its missing interrupt is reported.
 pub const ROUND_TIMEOUT_SECONDS: u64 = 10;
 /// Counter triples read in each counter check.
@@ -229,6 +241,26 @@ fn wait_and_take_interrupts() {
     };
 }
 
+/// `ISR_EL1.I`: an IRQ is pending at the (virtual) CPU interface.
+fn irq_signalled() -> bool {
+    let value: u64;
+    // SAFETY: reading ISR_EL1 has no side effects.
+    unsafe { asm!("isb", "mrs {}, isr_el1", out(reg) value, options(nomem, nostack)) };
+    value & (1 << 7) != 0
+}
+
+/// Unmasks IRQs and spins (no `WFI`, no trapped access) until `done` or the
+/// virtual counter reaches `deadline`; masks them again.
+fn take_interrupts_until(deadline: u64, done: impl Fn() -> bool) {
+    // SAFETY: unmasking IRQs lets the installed handler run; it saves
+    // everything it touches.
+    unsafe { asm!("msr daifclr, #2", "isb", options(nostack)) };
+    while !done() && counter(Timer::Virtual) < deadline {
+        core::hint::spin_loop();
+    }
+    mask_irqs();
+}
+
 /// How a round arms a timer.
 #[derive(Clone, Copy, Debug)]
 enum Arm {
@@ -353,6 +385,52 @@ fn round(cpu: usize, physical: Option<Arm>, virtual_: Option<Arm>) -> Result<(),
     outcome
 }
 
+/// One round of the stale-interrupt phase (step 5 of the module docs):
+/// `stale`'s interrupt is left pending and its timer disabled, the other
+/// timer armed for 1 ms; the other's interrupt must be the first one taken.
+fn stale_round(cpu: usize, stale: Timer) -> Result<(), Failure> {
+    mask_irqs();
+    let other = match stale {
+        Timer::Physical => Timer::Virtual,
+        Timer::Virtual => Timer::Physical,
+    };
+    let start = Timer::ALL.map(|t| fired(cpu, t));
+    let deadline = counter(Timer::Virtual) + ROUND_TIMEOUT_SECONDS * frequency();
+    arm(stale, Arm::Tval((frequency() / 100_000).max(1)));
+    while !irq_signalled() {
+        if counter(Timer::Virtual) >= deadline {
+            write_ctl(stale, 0);
+            return Err(silent(cpu, stale));
+        }
+        core::hint::spin_loop();
+    }
+    write_ctl(Timer::Physical, 0);
+    write_ctl(Timer::Virtual, 0);
+    arm(other, Arm::Tval(frequency() / 1000));
+    take_interrupts_until(deadline, || {
+        fired(cpu, other) != start[other.index()] || HANDLER_FAILURES[cpu].read().is_some()
+    });
+    for timer in Timer::ALL {
+        write_ctl(timer, 0);
+    }
+    if let Some(Err(failure)) = HANDLER_FAILURES[cpu].read() {
+        return Err(failure);
+    }
+    if fired(cpu, stale) != start[stale.index()] {
+        return Err(Failure::TimerEarly {
+            cpu,
+            timer: stale,
+            ctl: 0,
+            count: TAKEN_AT[cpu][stale.index()].load(Ordering::Relaxed),
+            cval: read_cval(stale),
+        });
+    }
+    if fired(cpu, other) == start[other.index()] {
+        return Err(silent(cpu, other));
+    }
+    Ok(())
+}
+
 /// Reads the counters [`COUNTER_READS`] times (see the module docs).
 fn check_counters(cpu: usize) -> Result<(), Failure> {
     // SAFETY: a barrier only orders: the floor is read before the counters.
@@ -392,6 +470,14 @@ fn run(cpu: usize) -> Result<(), Failure> {
         };
         round(cpu, Some(physical), Some(virtual_))?;
     }
+    for n in 0..STALE_ROUNDS {
+        let stale = if n % 2 == 0 {
+            Timer::Physical
+        } else {
+            Timer::Virtual
+        };
+        stale_round(cpu, stale)?;
+    }
     check_counters(cpu)
 }
 
@@ -409,7 +495,7 @@ pub fn scenario(platform: &Platform) -> Result<(), Failure> {
     let ppis = TimerPpis::from_cells(cells).map_err(Failure::TimerNode)?;
     println!(
         "test-guest: timers: physical timer INTID {}, virtual timer INTID {}, counter {} Hz, \
-         {ROUNDS} rounds physical then {ROUNDS} both",
+         {ROUNDS} rounds physical, {ROUNDS} both, {STALE_ROUNDS} with a stale interrupt",
         ppis.physical,
         ppis.virtual_,
         frequency()
@@ -421,7 +507,8 @@ pub fn scenario(platform: &Platform) -> Result<(), Failure> {
     let workers = platform.cpus().len();
     smp::start_secondaries(platform)?;
     worker(0);
-    let deadline = Deadline::after_seconds(2 * ROUNDS * ROUND_TIMEOUT_SECONDS + 30);
+    let deadline =
+        Deadline::after_seconds((2 * ROUNDS + STALE_ROUNDS) * ROUND_TIMEOUT_SECONDS + 30);
     let arrived = DONE.wait(workers, Some(deadline));
     for slot in RESULTS.iter().take(workers) {
         if let Some(Err(failure)) = slot.read() {

@@ -4,6 +4,7 @@
 
 use super::Vcpu;
 use crate::arch::cpu::sysreg;
+use crate::devices::timer::PhysicalTimerReg;
 use crate::exit::esr::SysRegAccess;
 use crate::exit::flow::StopReason;
 use crate::exit::sysreg::{self as sysreg_trap, SysRegPolicy, SysRegTrap};
@@ -34,6 +35,7 @@ impl Vcpu {
                     }
                 }
             }
+            SysRegTrap::PhysicalTimer(reg) => self.physical_timer_access(reg, &access),
             SysRegTrap::IdRegister => {
                 if access.read {
                     let r = access.reg;
@@ -63,6 +65,35 @@ impl Vcpu {
         }
         self.skip_trapped_instruction();
         Ok(())
+    }
+
+    /// A trapped access to the EL1 physical timer (`CNTHCTL_EL2.EL1PCEN`
+    /// clear): done here on the same register. The exit is the point: the
+    /// sample before the next entry sees the line the access left
+    /// (`crate::devices::timer`), so a disabled, masked or reprogrammed
+    /// timer's pending interrupt is withdrawn before the guest can take it.
+    fn physical_timer_access(&mut self, reg: PhysicalTimerReg, access: &SysRegAccess) {
+        if access.read {
+            let value = match reg {
+                PhysicalTimerReg::Tval => read_sysreg!(cntp_tval_el0),
+                PhysicalTimerReg::Ctl => read_sysreg!(cntp_ctl_el0),
+                PhysicalTimerReg::Cval => read_sysreg!(cntp_cval_el0),
+            };
+            self.set_reg(access.rt, value);
+        } else {
+            let value = self.reg(access.rt);
+            // SAFETY: the EL1 physical timer belongs to the guest running
+            // on this CPU; the trap only delayed the guest's own write, done
+            // here. Its interrupt reaches the guest through the vgic only.
+            unsafe {
+                match reg {
+                    PhysicalTimerReg::Tval => write_sysreg!(cntp_tval_el0, value),
+                    PhysicalTimerReg::Ctl => write_sysreg!(cntp_ctl_el0, value),
+                    PhysicalTimerReg::Cval => write_sysreg!(cntp_cval_el0, value),
+                }
+                core::arch::asm!("isb", options(nomem, nostack));
+            }
+        }
     }
 
     /// A trapped set/way cache maintenance instruction (`HCR_EL2.TSW`, no

@@ -655,6 +655,49 @@ mod tests {
     }
 
     #[test]
+    fn timer_lines_dropping_while_the_guest_masks_irqs_withdraw_on_every_vcpu() {
+        // Each vCPU's timers fired while the guest had IRQs masked: both
+        // INTIDs listed pending, none acknowledged. The guest then disables
+        // one timer (the sample before the next entry drops its line): the
+        // fill takes that list register back and keeps the other.
+        for (stale, kept) in [(PTIMER_INTID, VTIMER_INTID), (VTIMER_INTID, PTIMER_INTID)] {
+            let mut gic = ready(&[VTIMER_INTID, PTIMER_INTID]);
+            let mut lrs = [ModelListRegisters::new(4), ModelListRegisters::new(4)];
+            for (vcpu, lrs) in lrs.iter_mut().enumerate() {
+                gic.set_ppi_level(vcpu, VTIMER_INTID, true).unwrap();
+                gic.set_ppi_level(vcpu, PTIMER_INTID, true).unwrap();
+                gic.fill(vcpu, lrs).unwrap();
+                assert_eq!(listed(lrs), vec![(27, 0, 1), (30, 0, 1)]);
+            }
+            for (vcpu, lrs) in lrs.iter_mut().enumerate() {
+                // The holder is told to refill (its own exit does it).
+                let kicks = gic.set_ppi_level(vcpu, stale, false).unwrap();
+                assert_eq!(kicks.iter().collect::<Vec<_>>(), vec![vcpu]);
+                gic.fill(vcpu, lrs).unwrap();
+                assert_eq!(listed(lrs), vec![(kept, 0, 1)], "vcpu{vcpu}");
+                assert!(!gic.irq(vcpu, stale).unwrap().pending());
+            }
+        }
+    }
+
+    #[test]
+    fn timer_line_dropping_after_the_acknowledge_keeps_it_active_until_eoi() {
+        // Acknowledged before the line dropped: it stays listed active (the
+        // guest owes its EOI) and is not pending again afterwards.
+        let mut gic = ready(&[PTIMER_INTID]);
+        let mut lrs = ModelListRegisters::new(4);
+        gic.set_ppi_level(1, PTIMER_INTID, true).unwrap();
+        gic.fill(1, &mut lrs).unwrap();
+        assert_eq!(lrs.acknowledge(), Some(30));
+        gic.set_ppi_level(1, PTIMER_INTID, false).unwrap();
+        gic.fill(1, &mut lrs).unwrap();
+        assert_eq!(listed(&lrs), vec![(30, 0, 2)]);
+        lrs.end_of_interrupt(30);
+        gic.fill(1, &mut lrs).unwrap();
+        assert_eq!(listed(&lrs), vec![]);
+    }
+
+    #[test]
     fn both_timer_lines_are_independent_per_vcpu() {
         let mut gic = ready(&[VTIMER_INTID, PTIMER_INTID]);
         let mut lrs0 = ModelListRegisters::new(4);
