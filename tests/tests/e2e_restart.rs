@@ -1,5 +1,5 @@
 //! End-to-end: restarting one VM while another runs (`vm::lifecycle`,
-//! `arch::restart`).
+//! `runtime::restart`).
 //!
 //! * A bad guest beside a good one makes its hostile accesses (aborts are
 //!   injected into it) and then asks for PSCI `SYSTEM_RESET`: with several
