@@ -11,6 +11,7 @@ use crate::exit::inject::InjectKind;
 use crate::exit::instruction_abort::{self, InstructionAbortRoute};
 use crate::stage2::fault::{self, Access, MappedFault, MappedLeaf, SlotView};
 use crate::vm::counters::Counter;
+use crate::vm::exit_profile::ExitClass;
 use crossbeam_epoch::LocalHandle;
 use memslot::VcpuSlotCache;
 use pgtable::{Attributes, FAULT_CACHE_PAGES, FaultMapping, FaultTicket, PhysAddr};
@@ -24,6 +25,7 @@ impl Vcpu {
         let slot = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache);
         match data_abort::route(&abort, ipa, self.regs.pc, slot, &self.vm.mmio)? {
             DataAbortRoute::FaultIn { slot, kind } => {
+                self.exit_class = ExitClass::Stage2Fault;
                 // A stage-1 walk counts as a write (it may set flags).
                 let access = if abort.write || abort.stage1_walk {
                     Access::Write
@@ -33,10 +35,15 @@ impl Vcpu {
                 self.fault_in(ticket, slot, ipa, kind, access)
             }
             DataAbortRoute::Uart { access, offset } => {
+                self.exit_class = ExitClass::MmioUart;
                 self.uart_access(abort.write, access, offset)
             }
-            DataAbortRoute::Gic { access } => self.gic_access(abort.write, access, ipa),
+            DataAbortRoute::Gic { access } => {
+                self.exit_class = ExitClass::MmioGic;
+                self.gic_access(abort.write, access, ipa)
+            }
             DataAbortRoute::InjectAbort(cause) => {
+                self.exit_class = ExitClass::AbortInjected;
                 self.inject_abort(InjectKind::DataAbort { write: abort.write }, ipa, cause)?;
                 Ok(Flow::Resume)
             }
@@ -54,9 +61,11 @@ impl Vcpu {
         let slot = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache);
         match instruction_abort::route(&abort, ipa, self.regs.pc, slot)? {
             InstructionAbortRoute::FaultIn { slot, kind } => {
+                self.exit_class = ExitClass::Stage2Fault;
                 self.fault_in(ticket, slot, ipa, kind, Access::Exec)
             }
             InstructionAbortRoute::InjectAbort(cause) => {
+                self.exit_class = ExitClass::AbortInjected;
                 self.inject_abort(InjectKind::InstructionAbort, ipa, cause)?;
                 Ok(Flow::Resume)
             }

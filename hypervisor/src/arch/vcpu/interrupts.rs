@@ -13,6 +13,7 @@ use crate::devices::vgic::VcpuSet;
 use crate::drivers::gic::HostIrq;
 use crate::exit::flow::{ListRegisterOp, StopReason};
 use crate::read_sysreg;
+use crate::vm::exit_profile::{ExitClass, Work};
 use crate::vm::run_state::Requested;
 use crate::vocabulary::timers::TimerId;
 
@@ -51,6 +52,7 @@ impl Vcpu {
         if self.needs_fill
             && let Some(lrs) = self.lrs.as_mut()
         {
+            self.vm.exit_profiles[self.index].work(Work::ListRegisterFill);
             let result = self.vm.vgic.lock().fill(self.index, lrs);
             if let Err(error) = result {
                 return Err(StopReason::ListRegisters {
@@ -162,7 +164,17 @@ impl Vcpu {
         let uart = self.vm.host_uart_intid;
         loop {
             let ack = gic::acknowledge();
-            match HostIrq::classify(ack.intid, maintenance, timers, uart) {
+            let irq = HostIrq::classify(ack.intid, maintenance, timers, uart);
+            if self.exit_class == ExitClass::IrqOther {
+                self.exit_class = match irq {
+                    HostIrq::Kick => ExitClass::IrqKick,
+                    HostIrq::Maintenance => ExitClass::IrqMaintenance,
+                    HostIrq::Timer(_) => ExitClass::IrqTimer,
+                    HostIrq::UartReceive => ExitClass::IrqUart,
+                    HostIrq::Spurious | HostIrq::Unexpected(_) => ExitClass::IrqOther,
+                };
+            }
+            match irq {
                 HostIrq::Spurious => return Ok(()),
                 HostIrq::Maintenance => {
                     gic::end_of_interrupt(ack);
