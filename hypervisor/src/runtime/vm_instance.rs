@@ -53,9 +53,9 @@ use crate::runtime::boot_info::BootInfo;
 use crate::stage2::cache_maint::IcacheInval;
 use crate::stage2::fault::SlotView;
 use crate::vm::counters::{Counter, VmCounters};
-use crate::vm::exit_profile::{self, ExitProfile};
 use crate::vm::device_tree::{self, GuestDtbConfig, GuestGic, GuestGicFrames, GuestTimer};
 use crate::vm::event_log::{Event, EventKind, EventLog, LogDecision, RatePolicy};
+use crate::vm::exit_profile::{self, ExitProfile};
 use crate::vm::layout::{
     self, GUEST_GICC_BASE, GUEST_GICC_SIZE, GUEST_GICD_BASE, GUEST_GICR_BASE,
     GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE, GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE,

@@ -235,7 +235,10 @@ pub fn report(profiles: &[ExitProfile], ticks_per_second: u64, mut line: impl Fn
         let count = profiles.iter().map(|p| p.work_done(work)).sum();
         line(name.of("work_", work.name(), "_count"), count);
     }
-    line("guest_ticks", profiles.iter().map(ExitProfile::guest_ticks).sum());
+    line(
+        "guest_ticks",
+        profiles.iter().map(ExitProfile::guest_ticks).sum(),
+    );
     line("ticks_per_second", ticks_per_second);
 }
 
@@ -322,10 +325,7 @@ mod tests {
     #[test]
     fn every_class_and_work_has_two_lines_in_order() {
         let lines = lines(&[ExitProfile::new()]);
-        assert_eq!(
-            lines.len(),
-            2 * ExitClass::ALL.len() + Work::ALL.len() + 2
-        );
+        assert_eq!(lines.len(), 2 * ExitClass::ALL.len() + Work::ALL.len() + 2);
         assert_eq!(lines[0].0, "exit_wfx_count");
         assert_eq!(lines[1].0, "exit_wfx_ticks");
         for (i, class) in ExitClass::ALL.iter().enumerate() {

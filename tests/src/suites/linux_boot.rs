@@ -30,9 +30,9 @@
 
 use std::time::Duration;
 
+use qemu_runner::console::Counters;
 use qemu_runner::initramfs::INIT_MARKER;
 use qemu_runner::linux::{BusyboxInit, LinuxBoot};
-use qemu_runner::console::Counters;
 use qemu_runner::{Boot, RunConfig};
 
 use crate::measure::{median, report};
@@ -197,7 +197,9 @@ fn print_exit_table(prefix: &str, sample: &Sample) {
         ms(el2) * 1000.0 / exits.max(1) as f64,
         100.0
     );
-    let fills = counters.get(0, "work_list_register_fill_count").unwrap_or(0);
+    let fills = counters
+        .get(0, "work_list_register_fill_count")
+        .unwrap_or(0);
     println!("  list-register refills (inside the exits above): {fills}");
     let guest = counters.get(0, "guest_ticks").unwrap_or(0);
     let share = 100.0 * el2 as f64 / (el2 + guest).max(1) as f64;
@@ -268,7 +270,11 @@ fn measure(setup: &Setup) -> bool {
         return false;
     }
     if let [hypervisor, direct] = medians[..] {
-        report(&format!("{}/overhead", setup.prefix), hypervisor / direct, "x");
+        report(
+            &format!("{}/overhead", setup.prefix),
+            hypervisor / direct,
+            "x",
+        );
     }
     true
 }
