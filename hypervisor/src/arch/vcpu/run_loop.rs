@@ -11,8 +11,8 @@ use super::Vcpu;
 use crate::arch::boot::exceptions::{ExitKind, enter_guest};
 use crate::exit::flow::{Flow, StopReason, UnexpectedExit};
 use crate::exit::sync::{self, SyncExit};
-use crate::vm::counters::Counter;
 use crate::read_sysreg;
+use crate::vm::counters::Counter;
 use crate::vm::exit_profile::ExitClass;
 use crate::vm::power::BootRequest;
 
@@ -71,7 +71,7 @@ impl Vcpu {
                 // `host_interrupts` names the first interrupt it takes.
                 self.exit_class = ExitClass::IrqOther;
                 self.needs_fill = true;
-                self.host_interrupts()?;
+                self.host_interrupts(false)?;
                 return Ok(Flow::Resume);
             }
             ExitKind::Fiq => UnexpectedExit::Fiq,
