@@ -120,9 +120,12 @@ fn time_to_line(setup: &Setup, boot: Boot) -> Result<Sample, String> {
         seconds,
         counters: run.counters().clone(),
         vm_built: run.time_to(VM_BUILT_LINE),
+        hypervisor_started: run.time_to(HYPERVISOR_LINE),
     })
 }
 
+/// The start of every line of the hypervisor's log.
+const HYPERVISOR_LINE: &str = "[hv] ";
 /// The hypervisor's line saying VM 0 is built (`runtime::vm_instance`).
 const VM_BUILT_LINE: &str = "[hv] vm0: ";
 
@@ -135,6 +138,9 @@ struct Sample {
     /// When the hypervisor had VM 0 built (its RAM zeroed, the kernel
     /// copied in), after QEMU started.
     vm_built: Option<Duration>,
+    /// When the hypervisor printed its first line (the firmware had loaded
+    /// and started it).
+    hypervisor_started: Option<Duration>,
 }
 
 /// One row of the exit table: a name, a count and its ticks.
@@ -208,10 +214,12 @@ fn print_exit_table(prefix: &str, sample: &Sample) {
         ms(guest),
         ms(el2)
     );
-    if let Some(at) = sample.vm_built {
+    if let (Some(started), Some(built)) = (sample.hypervisor_started, sample.vm_built) {
         println!(
-            "  VM 0 built (RAM zeroed, kernel copied) {} ms after QEMU started",
-            at.as_millis()
+            "  hypervisor's first line {} ms after QEMU started, VM 0 built (RAM zeroed, \
+             kernel copied) at {} ms",
+            started.as_millis(),
+            built.as_millis()
         );
     }
     report(&format!("{prefix}/hypervisor/exits"), exits as f64, "exits");
