@@ -145,6 +145,15 @@ impl TimerForward {
         fired
     }
 
+    /// Whether the line must be re-sampled before an entry: unless it is
+    /// known low with the host PPI unmasked. Then a rise needs no sampling:
+    /// the PPI itself fires (before or right after the entry) and
+    /// [`fired`](Self::fired) raises the line, so the entry saves reading
+    /// the guest's timer control.
+    pub fn needs_sample(&self) -> bool {
+        self.host_masked || self.line != Some(false)
+    }
+
     /// Before an entry, with `line` read from the guest's `CNTx_CTL_EL0`:
     /// the level to give the vgic, when it differs from what it last heard.
     pub fn sample(&mut self, line: bool) -> Option<bool> {
@@ -172,6 +181,30 @@ impl TimerForward {
 mod tests {
     use super::*;
     use crate::vocabulary::timers::{TimerId, TimerIrqs};
+
+    #[test]
+    fn sampling_is_needed_until_the_line_is_low_and_the_ppi_unmasked() {
+        let mut timer = TimerForward::new();
+        assert!(timer.needs_sample(), "after a load the vgic knows nothing");
+        assert_eq!(timer.sample(false), Some(false));
+        assert!(
+            !timer.needs_sample(),
+            "low and unmasked: the PPI reports a rise"
+        );
+        let fired = timer.fired();
+        assert!(fired.mask_host && fired.raise_line);
+        assert!(
+            timer.needs_sample(),
+            "high and masked: only sampling sees it drop"
+        );
+        assert_eq!(timer.sample(false), Some(false));
+        assert!(
+            timer.needs_sample(),
+            "low but still masked until unmask_if_low"
+        );
+        assert!(timer.unmask_if_low());
+        assert!(!timer.needs_sample());
+    }
 
     #[test]
     fn line_needs_enable_and_status_without_mask() {

@@ -55,6 +55,7 @@ use crate::stage2::fault::SlotView;
 use crate::vm::counters::{Counter, VmCounters};
 use crate::vm::device_tree::{self, GuestDtbConfig, GuestGic, GuestGicFrames, GuestTimer};
 use crate::vm::event_log::{Event, EventKind, EventLog, LogDecision, RatePolicy};
+use crate::vm::exit_profile::{self, ExitProfile};
 use crate::vm::layout::{
     self, GUEST_GICC_BASE, GUEST_GICC_SIZE, GUEST_GICD_BASE, GUEST_GICR_BASE,
     GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE, GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE,
@@ -162,6 +163,9 @@ pub struct Vm<H: Hardware> {
     pub parked: Box<[Mutex<Option<ParkedRegisters>>]>,
     /// Event counters.
     pub counters: &'static VmCounters,
+    /// Per vCPU: its exits counted and timed by class (`vm::exit_profile`),
+    /// written only by the vCPU's CPU.
+    pub exit_profiles: Box<[ExitProfile]>,
     /// What it boots from.
     pub boot: BootImage,
     /// Its restarts (`vm::lifecycle`).
@@ -529,6 +533,14 @@ impl<H: Hardware> Vm<H> {
             self.hw
                 .write_line(format_args!("STAT vm{} {name} {value}", self.index));
         }
+        exit_profile::report(
+            &self.exit_profiles,
+            self.hw.counter_frequency(),
+            |name, value| {
+                self.hw
+                    .write_line(format_args!("STAT vm{} {name} {value}", self.index));
+            },
+        );
     }
 
     /// Guest `SYSTEM_OFF`: ends this VM (see the module doc) and reports;
@@ -855,6 +867,7 @@ pub fn create_vm<H: Hardware>(
         power: PowerStates::new(vcpus),
         run_state: RunState::new(),
         parked: (0..vcpus).map(|_| Mutex::new(None)).collect(),
+        exit_profiles: (0..vcpus).map(|_| ExitProfile::new()).collect(),
         counters,
         boot,
         lifecycle: Lifecycle::new(),

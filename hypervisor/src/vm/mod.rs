@@ -6,6 +6,7 @@
 pub mod counters;
 pub mod device_tree;
 pub mod event_log;
+pub mod exit_profile;
 pub mod layout;
 pub mod lifecycle;
 pub mod migration_plan;

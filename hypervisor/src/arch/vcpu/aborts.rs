@@ -12,6 +12,7 @@ use crate::exit::instruction_abort::{self, InstructionAbortRoute};
 use crate::stage2::fault::{Access, SlotView};
 use crate::stage2::fault_in::{self, GuestRamFault};
 use crate::vm::counters::Counter;
+use crate::vm::exit_profile::ExitClass;
 use crossbeam_epoch::LocalHandle;
 use memslot::VcpuSlotCache;
 use pgtable::FaultTicket;
@@ -25,6 +26,7 @@ impl Vcpu {
         let slot = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache);
         match data_abort::route(&abort, ipa, self.regs.pc, slot, &self.vm.mmio)? {
             DataAbortRoute::FaultIn { slot, kind } => {
+                self.exit_class = ExitClass::Stage2Fault;
                 // A stage-1 walk counts as a write (it may set flags).
                 let access = if abort.write || abort.stage1_walk {
                     Access::Write
@@ -34,10 +36,15 @@ impl Vcpu {
                 self.fault_in(ticket, slot, ipa, kind, access)
             }
             DataAbortRoute::Uart { access, offset } => {
+                self.exit_class = ExitClass::MmioUart;
                 self.uart_access(abort.write, access, offset)
             }
-            DataAbortRoute::Gic { access } => self.gic_access(abort.write, access, ipa),
+            DataAbortRoute::Gic { access } => {
+                self.exit_class = ExitClass::MmioGic;
+                self.gic_access(abort.write, access, ipa)
+            }
             DataAbortRoute::InjectAbort(cause) => {
+                self.exit_class = ExitClass::AbortInjected;
                 self.inject_abort(InjectKind::DataAbort { write: abort.write }, ipa, cause)?;
                 Ok(Flow::Resume)
             }
@@ -55,9 +62,11 @@ impl Vcpu {
         let slot = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache);
         match instruction_abort::route(&abort, ipa, self.regs.pc, slot)? {
             InstructionAbortRoute::FaultIn { slot, kind } => {
+                self.exit_class = ExitClass::Stage2Fault;
                 self.fault_in(ticket, slot, ipa, kind, Access::Exec)
             }
             InstructionAbortRoute::InjectAbort(cause) => {
+                self.exit_class = ExitClass::AbortInjected;
                 self.inject_abort(InjectKind::InstructionAbort, ipa, cause)?;
                 Ok(Flow::Resume)
             }

@@ -13,6 +13,7 @@ use crate::devices::vgic::VcpuSet;
 use crate::drivers::gic::HostIrq;
 use crate::exit::flow::{ListRegisterOp, StopReason};
 use crate::read_sysreg;
+use crate::vm::exit_profile::{ExitClass, Work};
 use crate::vm::run_state::Requested;
 use crate::vocabulary::timers::TimerId;
 
@@ -26,8 +27,9 @@ fn timer_ctl(timer: TimerId) -> u64 {
 }
 
 impl Vcpu {
-    /// Before an entry: re-samples both timer lines (the vgic hears of a
-    /// line only when it moved), refills the list registers when something
+    /// Before an entry: re-samples the timer lines that need it (the vgic
+    /// hears of a line only when it moved; a low line with its PPI unmasked
+    /// needs no sampling, `TimerForward::needs_sample`), refills the list registers when something
     /// could have changed what they should hold, then kicks the vCPUs the
     /// exit made something deliverable to.
     ///
@@ -43,6 +45,9 @@ impl Vcpu {
             return Ok(());
         }
         for timer in TimerId::ALL {
+            if !self.timers[timer.index()].needs_sample() {
+                continue;
+            }
             let line = timer_line(timer_ctl(timer));
             if let Some(level) = self.timers[timer.index()].sample(line) {
                 self.set_timer_line(timer, level)?;
@@ -51,6 +56,7 @@ impl Vcpu {
         if self.needs_fill
             && let Some(lrs) = self.lrs.as_mut()
         {
+            self.vm.exit_profiles[self.index].work(Work::ListRegisterFill);
             let result = self.vm.vgic.lock().fill(self.index, lrs);
             if let Err(error) = result {
                 return Err(StopReason::ListRegisters {
@@ -147,22 +153,36 @@ impl Vcpu {
     /// end at once.
     pub fn handle_interrupts_while_off(&mut self) -> Result<(), StopReason> {
         if gic::is_up() {
-            self.host_interrupts()?;
+            self.host_interrupts(true)?;
         }
         Ok(())
     }
 
-    /// Acknowledges and handles the pending host interrupts. The maintenance
-    /// interrupt is a level that stays high until the list registers are
-    /// refilled, so it ends the loop: the refill comes before the next entry,
-    /// and anything else still pending exits again right after it.
-    pub(super) fn host_interrupts(&mut self) -> Result<(), StopReason> {
+    /// Acknowledges and handles the pending host interrupts: all of them
+    /// with `drain` (the vCPU is not about to enter), else one: the common
+    /// IRQ exit has one interrupt pending, and a second one still pending
+    /// exits again right after the entry, so an exit saves the acknowledge
+    /// that would only read "spurious" (each acknowledge is a CPU-interface
+    /// access, serialising under emulation). The maintenance interrupt is a
+    /// level that stays high until the list registers are refilled, so it
+    /// ends the loop either way: the refill comes before the next entry.
+    pub(super) fn host_interrupts(&mut self, drain: bool) -> Result<(), StopReason> {
         let maintenance = gic::maintenance_intid();
         let timers = gic::timer_intids();
         let uart = self.vm.host_uart_intid;
         loop {
             let ack = gic::acknowledge();
-            match HostIrq::classify(ack.intid, maintenance, timers, uart) {
+            let irq = HostIrq::classify(ack.intid, maintenance, timers, uart);
+            if self.exit_class == ExitClass::IrqOther {
+                self.exit_class = match irq {
+                    HostIrq::Kick => ExitClass::IrqKick,
+                    HostIrq::Maintenance => ExitClass::IrqMaintenance,
+                    HostIrq::Timer(_) => ExitClass::IrqTimer,
+                    HostIrq::UartReceive => ExitClass::IrqUart,
+                    HostIrq::Spurious | HostIrq::Unexpected(_) => ExitClass::IrqOther,
+                };
+            }
+            match irq {
                 HostIrq::Spurious => return Ok(()),
                 HostIrq::Maintenance => {
                     gic::end_of_interrupt(ack);
@@ -190,6 +210,9 @@ impl Vcpu {
                 ),
             }
             gic::end_of_interrupt(ack);
+            if !drain {
+                return Ok(());
+            }
         }
     }
 

@@ -95,6 +95,7 @@ use crate::exit::flow::StopReason;
 use crate::stage2::cache_maint::SetWayTracker;
 use crate::vm::counters::Counter;
 use crate::vm::event_log::Event;
+use crate::vm::exit_profile::ExitClass;
 use crossbeam_epoch::LocalHandle;
 use memslot::VcpuSlotCache;
 use pgtable::{FAULT_CACHE_PAGES, MmuCpu, PageCache};
@@ -122,6 +123,8 @@ pub struct Vcpu {
     hcr: u64,
     /// Set/way tracking (no FWB): whether `HCR_EL2.TVM` is set.
     set_way: SetWayTracker,
+    /// The class of the exit being handled, for the VM's exit profile.
+    exit_class: ExitClass,
 }
 
 impl Vcpu {
@@ -146,6 +149,7 @@ impl Vcpu {
             needs_fill: true,
             hcr: crate::sysreg_values::HCR_EL2_GUEST,
             set_way: SetWayTracker::new(),
+            exit_class: ExitClass::Other,
         })
     }
 

@@ -1,12 +1,19 @@
 //! The run loop: enter the guest, dispatch the exit by kind, enter again,
 //! until the vCPU turns off, the guest powers the machine off or resets it,
 //! or an exit stops the VM.
+//!
+//! Each exit is timed from the guest's exit to its next entry with the
+//! generic timer's physical count and recorded under the class the handlers
+//! named (`vm::exit_profile`): two counter reads and two stores to this
+//! CPU's own profile per exit.
 
 use super::Vcpu;
 use crate::arch::boot::exceptions::{ExitKind, enter_guest};
 use crate::exit::flow::{Flow, StopReason, UnexpectedExit};
 use crate::exit::sync_exit::{self, SyncExit};
+use crate::read_sysreg;
 use crate::vm::counters::Counter;
+use crate::vm::exit_profile::ExitClass;
 use crate::vm::power::BootRequest;
 
 impl Vcpu {
@@ -17,6 +24,8 @@ impl Vcpu {
     /// acts on the answer; nothing here stops the VM.
     pub fn run(&mut self, boot: BootRequest) -> Result<Flow, StopReason> {
         self.load(boot)?;
+        // When the guest last exited, until the entry that ends the exit.
+        let mut exited: Option<u64> = None;
         loop {
             if self.vm.is_stopping() {
                 return Ok(Flow::Halt);
@@ -29,9 +38,18 @@ impl Vcpu {
             if !self.vm.run_state.enter() {
                 continue;
             }
+            let profile = &self.vm.exit_profiles[self.index];
+            let entered = read_sysreg!(cntpct_el0);
+            if let Some(at) = exited {
+                profile.exit(self.exit_class, entered.wrapping_sub(at));
+            }
             // SAFETY: `load` set this CPU's stage-2 translation and traps for
             // this VM, so the guest reaches only its own memory.
             let kind = unsafe { enter_guest(&mut self.regs) };
+            let at = read_sysreg!(cntpct_el0);
+            profile.guest(at.wrapping_sub(entered));
+            exited = Some(at);
+            self.exit_class = ExitClass::Other;
             self.vm.run_state.leave();
             let flow = self.handle_exit(kind)?;
             if matches!(flow, Flow::SystemOff | Flow::SystemReset) {
@@ -50,8 +68,10 @@ impl Vcpu {
             ExitKind::Sync => return self.handle_sync(),
             ExitKind::Irq => {
                 self.bump(Counter::ExitsIrq);
+                // `host_interrupts` names the first interrupt it takes.
+                self.exit_class = ExitClass::IrqOther;
                 self.needs_fill = true;
-                self.host_interrupts()?;
+                self.host_interrupts(false)?;
                 return Ok(Flow::Resume);
             }
             ExitKind::Fiq => UnexpectedExit::Fiq,
@@ -72,6 +92,13 @@ impl Vcpu {
         if let Some(counter) = exit.counter() {
             self.bump(counter);
         }
+        // Aborts and system registers name their class more closely.
+        self.exit_class = match exit {
+            SyncExit::Hvc => ExitClass::Hvc,
+            SyncExit::Smc => ExitClass::Smc,
+            SyncExit::Wfx => ExitClass::Wfx,
+            _ => ExitClass::Other,
+        };
         match exit {
             SyncExit::ConditionFailed => {
                 self.skip_trapped_instruction();

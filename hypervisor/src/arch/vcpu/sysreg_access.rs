@@ -11,12 +11,21 @@ use crate::exit::sysreg::{self as sysreg_trap, SysRegPolicy, SysRegTrap};
 use crate::stage2::cache_maint::VmReg;
 use crate::vm::counters::Counter;
 use crate::vm::event_log::Event;
+use crate::vm::exit_profile::ExitClass;
 use crate::{read_sysreg, write_sysreg};
 
 impl Vcpu {
     /// A trapped system register access, sorted by `exit::sysreg::classify`.
     pub(super) fn sysreg(&mut self, access: SysRegAccess) -> Result<(), StopReason> {
-        match sysreg_trap::classify(&access) {
+        let trap = sysreg_trap::classify(&access);
+        self.exit_class = match trap {
+            SysRegTrap::SetWay => ExitClass::SysregSetWay,
+            SysRegTrap::VmRegWrite(_) => ExitClass::SysregVmReg,
+            SysRegTrap::Sgi(_) => ExitClass::SysregSgi,
+            SysRegTrap::IdRegister => ExitClass::SysregId,
+            SysRegTrap::Other(_) => ExitClass::SysregOther,
+        };
+        match trap {
             SysRegTrap::SetWay => self.set_way_trap()?,
             SysRegTrap::VmRegWrite(reg) => {
                 let value = self.reg(access.rt);

@@ -35,7 +35,10 @@
 //! (group, priority, state); a level interrupt is listed with EOI
 //! maintenance, and while it is active it is listed active only, so the line
 //! is re-sampled after its EOI instead of a stale pending state being
-//! delivered again. The unused list registers are cleared.
+//! delivered again. The unused list registers that an earlier fill wrote
+//! are cleared; the others are empty already and are not touched, and
+//! `ICH_HCR_EL2` is written only when it changes (read once per fill), so
+//! a fill with nothing to list reads one register.
 //!
 //! When pending interrupts were left out, maintenance interrupts ask for the
 //! next fill at the moment one could be taken: `ICH_HCR_EL2.UIE` once at most
@@ -96,13 +99,25 @@ impl VgicState {
     /// it after every exit of the vCPU, on the CPU that ran it; calling it
     /// again before the next fill changes nothing.
     pub fn fold(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
+        self.fold_reading_hcr(vcpu, lrs).map(|_| ())
+    }
+
+    /// [`fold`](Self::fold), returning `ICH_HCR_EL2` as it is afterwards
+    /// (so that a fill need not read it again). `ELRSR` is read only when
+    /// something is listed: each access of a virtual-interface register is
+    /// work at EL2 (an exit's worth under emulation, where it serialises).
+    fn fold_reading_hcr(
+        &mut self,
+        vcpu: usize,
+        lrs: &mut impl ListRegisters,
+    ) -> Result<u64, VgicError> {
         if vcpu >= self.vcpus.len() {
             return Err(VgicError::NoSuchVcpu(vcpu));
         }
         // EOIcount first: the interrupts the guest completed without a list
         // register are told apart from the ones still listed (a list register
         // the guest acknowledged since the last fill is not folded yet).
-        let hcr = lrs.read_hcr();
+        let mut hcr = lrs.read_hcr();
         let eoi_count = (hcr & ICH_HCR_EOICOUNT_MASK) >> ICH_HCR_EOICOUNT_SHIFT;
         if eoi_count != 0 {
             for _ in 0..eoi_count {
@@ -110,7 +125,11 @@ impl VgicState {
                     break;
                 }
             }
-            lrs.write_hcr(hcr & !ICH_HCR_EOICOUNT_MASK);
+            hcr &= !ICH_HCR_EOICOUNT_MASK;
+            lrs.write_hcr(hcr);
+        }
+        if self.vcpus[vcpu].listed.iter().all(Option::is_none) {
+            return Ok(hcr);
         }
         let elrsr = lrs.read_elrsr();
         for index in 0..lrs.count().min(MAX_LIST_REGISTERS) {
@@ -126,7 +145,7 @@ impl VgicState {
                 irq.fold(lr.pending(), lr.active(), lr.priority());
             }
         }
-        Ok(())
+        Ok(hcr)
     }
 
     /// Folds `vcpu`'s list registers, empties them and disables the virtual
@@ -138,6 +157,7 @@ impl VgicState {
         for index in 0..lrs.count().min(MAX_LIST_REGISTERS) {
             lrs.write_lr(index, ListRegister::EMPTY.0);
         }
+        self.vcpus[vcpu].written = 0;
         lrs.write_hcr(0);
         Ok(())
     }
@@ -239,7 +259,7 @@ impl VgicState {
         vcpu: usize,
         lrs: &mut impl ListRegisters,
     ) -> Result<FillOutcome, VgicError> {
-        self.fold(vcpu, lrs)?;
+        let hcr_now = self.fold_reading_hcr(vcpu, lrs)?;
         let count = lrs.count().min(MAX_LIST_REGISTERS);
         let running = self.running_priority(vcpu);
         let mut best = [Candidate::default(); MAX_LIST_REGISTERS];
@@ -304,21 +324,29 @@ impl VgicState {
                 irq.listed_source = Some(source);
             }
             self.vcpus[vcpu].listed[index] = Some(intid);
+            self.vcpus[vcpu].written |= 1 << index;
             lrs.write_lr(index, lr.0);
         }
+        // Only the registers a fill wrote can hold anything (load and
+        // unload empty them all); the others need no write.
         for index in len..count {
-            lrs.write_lr(index, ListRegister::EMPTY.0);
+            if self.vcpus[vcpu].written & (1 << index) != 0 {
+                lrs.write_lr(index, ListRegister::EMPTY.0);
+                self.vcpus[vcpu].written &= !(1 << index);
+            }
         }
         // Keep the ICH_HCR_EL2 bits this module does not own (trap controls).
         let owned = ICH_HCR_EN | ICH_HCR_UIE | ICH_HCR_LRENPIE | ICH_HCR_EOICOUNT_MASK;
-        let mut hcr = (lrs.read_hcr() & !owned) | ICH_HCR_EN;
+        let mut hcr = (hcr_now & !owned) | ICH_HCR_EN;
         if pending_left_over && count > 1 {
             hcr |= ICH_HCR_UIE;
         }
         if in_service_left_over {
             hcr |= ICH_HCR_LRENPIE;
         }
-        lrs.write_hcr(hcr);
+        if hcr != hcr_now {
+            lrs.write_hcr(hcr);
+        }
         Ok(FillOutcome {
             listed: len,
             left_over,
@@ -366,6 +394,102 @@ mod tests {
             .filter(|lr| !lr.is_empty())
             .map(|lr| (lr.intid(), lr.priority(), lr.state()))
             .collect()
+    }
+
+    /// A model that counts the accesses a fill makes.
+    struct CountingLrs {
+        model: ModelListRegisters,
+        reads: core::cell::Cell<usize>,
+        writes: usize,
+    }
+
+    impl CountingLrs {
+        fn new(count: usize) -> Self {
+            Self {
+                model: ModelListRegisters::new(count),
+                reads: core::cell::Cell::new(0),
+                writes: 0,
+            }
+        }
+
+        /// (reads, writes) since the last call.
+        fn take(&mut self) -> (usize, usize) {
+            let counts = (self.reads.take(), self.writes);
+            self.writes = 0;
+            counts
+        }
+
+        fn read(&self) {
+            self.reads.set(self.reads.get() + 1);
+        }
+    }
+
+    impl ListRegisters for CountingLrs {
+        fn count(&self) -> usize {
+            self.model.count()
+        }
+        fn read_lr(&self, index: usize) -> u64 {
+            self.read();
+            self.model.read_lr(index)
+        }
+        fn write_lr(&mut self, index: usize, value: u64) {
+            self.writes += 1;
+            self.model.write_lr(index, value);
+        }
+        fn read_hcr(&self) -> u64 {
+            self.read();
+            self.model.read_hcr()
+        }
+        fn write_hcr(&mut self, value: u64) {
+            self.writes += 1;
+            self.model.write_hcr(value);
+        }
+        fn read_misr(&self) -> u64 {
+            self.read();
+            self.model.read_misr()
+        }
+        fn read_elrsr(&self) -> u64 {
+            self.read();
+            self.model.read_elrsr()
+        }
+    }
+
+    #[test]
+    fn a_fill_touches_only_what_changed() {
+        let mut gic = ready(&[40]);
+        let mut lrs = CountingLrs::new(4);
+        gic.unload(0, &mut lrs).unwrap();
+        lrs.take();
+        // The first fill turns the interface on; the next has nothing to do
+        // but read ICH_HCR_EL2.
+        gic.fill(0, &mut lrs).unwrap();
+        assert_eq!(lrs.take(), (1, 1));
+        gic.fill(0, &mut lrs).unwrap();
+        assert_eq!(lrs.take(), (1, 0));
+        // An interrupt: one list register written.
+        gic.inject_spi_edge(40).unwrap();
+        gic.fill(0, &mut lrs).unwrap();
+        assert_eq!(lrs.take(), (1, 1));
+        assert_eq!(listed(&lrs.model).len(), 1);
+        // Taken and completed: ICH_HCR_EL2, ELRSR and the list register are
+        // read back, and the list register is cleared once.
+        let intid = lrs.model.acknowledge().unwrap();
+        lrs.model.end_of_interrupt(intid);
+        gic.fill(0, &mut lrs).unwrap();
+        assert_eq!(lrs.take(), (3, 1));
+        assert!(listed(&lrs.model).is_empty());
+        gic.fill(0, &mut lrs).unwrap();
+        assert_eq!(lrs.take(), (1, 0));
+        // A fold before the fill (a GIC register access) does not lose track
+        // of the register to clear.
+        gic.inject_spi_edge(40).unwrap();
+        gic.fill(0, &mut lrs).unwrap();
+        let intid = lrs.model.acknowledge().unwrap();
+        lrs.model.end_of_interrupt(intid);
+        gic.fold(0, &mut lrs).unwrap();
+        lrs.model.write_lr(0, ListRegister::EMPTY.0 | 0xdead);
+        gic.fill(0, &mut lrs).unwrap();
+        assert_eq!(lrs.model.list_registers()[0], ListRegister::EMPTY.0);
     }
 
     #[test]

@@ -67,6 +67,10 @@ pub(crate) struct VcpuState {
     pub processor_sleep: bool,
     /// The INTID written to each list register by the last fill.
     pub listed: [Option<u32>; MAX_LIST_REGISTERS],
+    /// Bit n: list register n was written with an interrupt and not cleared
+    /// since (a fold leaves the hardware register as it is), so a fill that
+    /// puts nothing there must clear it. The others are empty already.
+    pub written: u32,
 }
 
 impl VcpuState {
@@ -80,6 +84,7 @@ impl VcpuState {
             private,
             processor_sleep: true,
             listed: [None; MAX_LIST_REGISTERS],
+            written: 0,
         }
     }
 }
