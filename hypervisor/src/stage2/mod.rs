@@ -2,4 +2,3 @@
 
 pub mod cache_maint;
 pub mod fault;
-pub mod fault_in;

@@ -36,6 +36,8 @@ pub enum ExitClass {
     SysregSetWay,
     /// A trapped write of a virtual-memory control register (`HCR_EL2.TVM`).
     SysregVmReg,
+    /// A trapped access to the EL1 physical timer (`CNTP_*_EL0`).
+    SysregTimer,
     /// Any other trapped system register (read as zero, write ignored).
     SysregOther,
     /// A stage-2 fault that mapped guest RAM (data or instruction).
@@ -66,12 +68,13 @@ pub enum ExitClass {
 
 impl ExitClass {
     /// Every class, in report order.
-    pub const ALL: [ExitClass; 18] = [
+    pub const ALL: [ExitClass; 19] = [
         ExitClass::Wfx,
         ExitClass::SysregSgi,
         ExitClass::SysregId,
         ExitClass::SysregSetWay,
         ExitClass::SysregVmReg,
+        ExitClass::SysregTimer,
         ExitClass::SysregOther,
         ExitClass::Stage2Fault,
         ExitClass::MmioUart,
@@ -95,6 +98,7 @@ impl ExitClass {
             ExitClass::SysregId => "sysreg_id",
             ExitClass::SysregSetWay => "sysreg_setway",
             ExitClass::SysregVmReg => "sysreg_vmreg",
+            ExitClass::SysregTimer => "sysreg_timer",
             ExitClass::SysregOther => "sysreg_other",
             ExitClass::Stage2Fault => "stage2_fault",
             ExitClass::MmioUart => "mmio_uart",

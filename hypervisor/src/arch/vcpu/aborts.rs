@@ -9,8 +9,8 @@ use crate::exit::esr::{DataAbort, FaultKind, InstructionAbort};
 use crate::exit::flow::{Flow, StopReason};
 use crate::exit::inject::InjectKind;
 use crate::exit::instruction_abort::{self, InstructionAbortRoute};
+use crate::exit::ram_fault::{self, GuestRamFault};
 use crate::stage2::fault::{Access, SlotView};
-use crate::stage2::fault_in::{self, GuestRamFault};
 use crate::vm::counters::Counter;
 use crate::vm::exit_profile::ExitClass;
 use crossbeam_epoch::LocalHandle;
@@ -84,7 +84,7 @@ impl Vcpu {
     /// enabled) happened since `ticket` was taken, before the slot lookup;
     /// otherwise the guest retries. While the slot logs dirty pages, faults
     /// map pages only, reads map read-only and a write marks its page dirty
-    /// inside the same read-side section (`stage2::fault_in`).
+    /// inside the same read-side section (`exit::ram_fault`).
     pub(super) fn fault_in(
         &mut self,
         ticket: FaultTicket,
@@ -95,7 +95,7 @@ impl Vcpu {
     ) -> Result<Flow, StopReason> {
         self.bump(Counter::Stage2Faults);
         let (vm, epoch, slot_cache) = (self.vm, &self.epoch, &mut self.slot_cache);
-        let resolved = fault_in::resolve(
+        let resolved = ram_fault::resolve(
             GuestRamFault {
                 ticket,
                 slot,

@@ -23,6 +23,7 @@ impl Vcpu {
             SysRegTrap::VmRegWrite(_) => ExitClass::SysregVmReg,
             SysRegTrap::Sgi(_) => ExitClass::SysregSgi,
             SysRegTrap::IdRegister => ExitClass::SysregId,
+            SysRegTrap::PhysicalTimer(_) => ExitClass::SysregTimer,
             SysRegTrap::Other(_) => ExitClass::SysregOther,
         };
         match trap {
