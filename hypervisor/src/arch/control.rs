@@ -35,6 +35,7 @@ use crate::control::abi::{
 use crate::runtime::dirty_log;
 use crate::runtime::live_migration::{self, MigrateError};
 use crate::runtime::vm_ops::{self, HostPiece, VmOpError};
+use crate::vm::migration::MigrationOptions;
 use crate::vm::run_state::Requested;
 use control_abi::reply::Capabilities;
 use control_abi::vm_info::{VmInfo, VmState};
@@ -254,10 +255,10 @@ impl ControlTarget for Machine {
         vm_ops::write_host(&EL2, dst, bytes, self.fwb);
     }
 
-    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), Error> {
+    fn migrate(&mut self, src: VmId, dst: VmId, options: MigrationOptions) -> Result<(), Error> {
         // `request` refuses at once (the VMs' states, shapes, a GICv2 host);
         // what fails later is reported in the hypervisor's log.
-        live_migration::request(vm(src)?, vm(dst)?).map_err(|e| match e {
+        live_migration::request(vm(src)?, vm(dst)?, options).map_err(|e| match e {
             MigrateError::SameVm | MigrateError::Shape(_) => Error::InvalidParameters,
             MigrateError::Busy => Error::Busy,
             MigrateError::Blocked(_) => Error::NotSupported,

@@ -44,6 +44,7 @@ use crate::runtime::live_migration::{self, MigrateError};
 use crate::runtime::vm_instance::GuestUart;
 use crate::runtime::vm_ops::{self, VmOpError};
 use crate::vm::lifecycle::RestartError;
+use crate::vm::migration::MigrationOptions;
 use crate::vm::run_state::{Requested, RunStateError};
 use alloc::vec::Vec;
 use core::fmt;
@@ -301,8 +302,13 @@ impl MonitorTarget for MachineTarget {
     }
 
     /// Posted to the destination's vCPU 0 (`runtime::live_migration`), which reports.
-    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), MonitorError> {
-        live_migration::request(vm_at(src)?, vm_at(dst)?).map_err(MonitorError::Migrate)
+    fn migrate(
+        &mut self,
+        src: VmId,
+        dst: VmId,
+        options: MigrationOptions,
+    ) -> Result<(), MonitorError> {
+        live_migration::request(vm_at(src)?, vm_at(dst)?, options).map_err(MonitorError::Migrate)
     }
 
     fn slots(&self, vm: VmId, each: &mut dyn FnMut(SlotInfo)) -> Result<(), MonitorError> {

@@ -122,6 +122,9 @@ pub struct Vcpu {
     hcr: u64,
     /// Set/way tracking (no FWB): whether `HCR_EL2.TVM` is set.
     set_way: SetWayTracker,
+    /// While a migration throttles its VM: the counter when this vCPU
+    /// last went back to the guest after a hold (0: not throttled).
+    throttle_since: u64,
 }
 
 impl Vcpu {
@@ -146,6 +149,7 @@ impl Vcpu {
             needs_fill: true,
             hcr: crate::sysreg_values::HCR_EL2_GUEST,
             set_way: SetWayTracker::new(),
+            throttle_since: 0,
         })
     }
 
