@@ -482,6 +482,8 @@ pub(crate) fn migrate<H: Hardware>(
             return Err(MigrateError::Blocked(e));
         }
     }
+    let copy_start = hw.counter_ticks();
+    report.pause_us = micros_since(hw, paused_at);
     for (pair, bits) in pairs.iter().zip(pending.iter_mut()) {
         if let Err(e) = harvest(src, pair, bits) {
             stop_logging(src, &pairs);
@@ -502,6 +504,7 @@ pub(crate) fn migrate<H: Hardware>(
         &mut |chunk| copy_chunk(hw, chunk, fwb),
     );
     report.pages_per_iteration.push(job.pages());
+    report.stop_copy_us = micros_since(hw, copy_start);
     stop_logging(src, &pairs);
     if options.verify {
         let verify_start = hw.counter_ticks();

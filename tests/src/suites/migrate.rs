@@ -107,6 +107,7 @@ fn migrate_once(case: &Case, verify: bool) -> Result<Figures, String> {
         .find(|l| l.contains(": migrated: "))
         .ok_or("no migration report")?
         .clone();
+    eprintln!("migrate: {line}");
     let before = |unit: &str| -> Option<f64> {
         let (head, _) = line.split_once(unit)?;
         head.rsplit([' ', '(']).next()?.parse().ok()
