@@ -11,14 +11,15 @@
 //! 2. Each further round harvests the dirty log and asks
 //!    [`PrecopyPlan::next`] with what the last round measured
 //!    ([`RoundFigures`]): the copy rate (pages copied / time copying) and the
-//!    dirty rate (pages harvested / time since the harvest before). When the
+//!    pages harvested after it (dirtied meanwhile). When the
 //!    harvested pages, copied at the measured copy rate, fit half the
 //!    [`MigrationOptions::downtime_limit_us`] ([`PrecopyPlan::copy_budget_us`];
 //!    the other half is for the pause, the state hand-over and the start),
 //!    pre-copy ends. Otherwise the
 //!    pages are copied while the source runs and the next round follows; a
-//!    source that dirties faster than half the copy rate (QEMU's threshold:
-//!    the rounds shrink by less than half) is throttled one step
+//!    source that dirtied more than half as many pages as the round copied
+//!    (QEMU's threshold: the rounds shrink by less than half) is throttled
+//!    one step
 //!    further ([`PrecopyPlan::throttle_first`], then
 //!    [`PrecopyPlan::throttle_step`] more each round, up to
 //!    [`PrecopyPlan::throttle_max`] percent): its vCPUs are held out of the
@@ -106,15 +107,14 @@ impl RoundFigures {
         }
     }
 
-    /// The source dirtied pages faster than half the rate the round copied
-    /// them at (QEMU's auto-converge threshold): each round then leaves
-    /// more than half as much to copy as the one before, and a writer whose
-    /// working set is dirtied faster than a round copies it (the rounds
-    /// stop shrinking at all) is caught too.
+    /// The source dirtied more than half as many pages as the round copied
+    /// (QEMU's auto-converge threshold, counted over the round as QEMU
+    /// does, so a slow harvest does not hide a fast writer): each round then
+    /// leaves more than half as much to copy as the one before, and a
+    /// writer whose working set is dirtied faster than a round copies it
+    /// (the rounds stop shrinking at all) is caught too.
     pub fn dirties_too_fast(&self) -> bool {
-        // dirty / dirty_us > copied / copy_us / 2, without division.
-        2 * u128::from(self.dirty_pages) * u128::from(self.copy_us)
-            > u128::from(self.copied_pages) * u128::from(self.dirty_us)
+        2 * u128::from(self.dirty_pages) > u128::from(self.copied_pages)
     }
 }
 
