@@ -75,7 +75,7 @@ fn check_migrated(report: &RunReport) {
         .iter()
         .find(|line| line.contains("vm0 (src) -> vm1 (dst): migrated:"))
         .unwrap_or_else(|| panic!("no migration report\n{explain}"));
-    assert!(migrated.contains("(verify "), "{migrated}");
+    assert!(migrated.contains(" us, verify "), "{migrated}");
     assert!(migrated.contains(", 0 differences"), "{migrated}");
 }
 
