@@ -325,16 +325,29 @@ pub enum Call {
         /// Eager split chunk size in bytes.
         eager_chunk: u64,
     },
-    /// `VM_MIGRATE`: `x1` the running VM, `x2` the VM waiting for it.
+    /// `VM_MIGRATE`: `x1` the running VM, `x2` the VM waiting for it; since
+    /// 1.2 `x3` options ([`MIGRATE_VERIFY`]) and `x4` the downtime limit in
+    /// microseconds (0: the hypervisor's default).
     VmMigrate {
         /// The source.
         src: u32,
         /// The destination.
         dst: u32,
+        /// Compare the destination's memory with the source's byte for byte
+        /// after the copy (`x3` bit 0).
+        verify: bool,
+        /// The downtime to aim for, microseconds; 0: the hypervisor's
+        /// default.
+        downtime_limit_us: u64,
     },
     /// `CALL_UID`, no arguments.
     CallUid,
 }
+
+/// `VM_MIGRATE` `x3` bit 0 (1.2): check the destination's memory against
+/// the source's byte for byte before it starts. The other bits are
+/// reserved (zero).
+pub const MIGRATE_VERIFY: u64 = 1 << 0;
 
 fn vm_id(x: u64) -> Result<u32, Error> {
     u32::try_from(x).map_err(|_| Error::InvalidParameters)
@@ -477,7 +490,20 @@ impl Call {
                 [r.vm.into(), r.vcpu.into(), r.reg.get().into(), 0, 0, 0, 0]
             }
             Self::DirtyLogGet(g) => [g.vm.into(), g.slot.into(), g.buffer, g.len, 0, 0, 0],
-            Self::VmMigrate { src, dst } => [src.into(), dst.into(), 0, 0, 0, 0, 0],
+            Self::VmMigrate {
+                src,
+                dst,
+                verify,
+                downtime_limit_us,
+            } => [
+                src.into(),
+                dst.into(),
+                if verify { MIGRATE_VERIFY } else { 0 },
+                downtime_limit_us,
+                0,
+                0,
+                0,
+            ],
             Self::DirtyLogClear(c) => [
                 c.vm.into(),
                 c.slot.into(),
@@ -515,7 +541,7 @@ impl Call {
         let used = match function {
             Function::Version | Function::Capabilities | Function::CallUid => 0,
             Function::VmPause | Function::VmResume | Function::VmStop => 1,
-            Function::SlotDelete | Function::VmMigrate => 2,
+            Function::SlotDelete => 2,
             Function::ListVms
             | Function::SlotMove
             | Function::SlotSetFlags
@@ -524,7 +550,8 @@ impl Call {
             Function::MemoryRead
             | Function::MemoryWrite
             | Function::VcpuSetRegister
-            | Function::DirtyLogGet => 4,
+            | Function::DirtyLogGet
+            | Function::VmMigrate => 4,
             Function::SlotCreate | Function::DirtyLogClear => 5,
         };
         if regs[1 + used..].iter().any(|&r| r != 0) {
@@ -581,10 +608,17 @@ impl Call {
                 reg: vcpu_register(x1, x2, x3)?,
                 value: x4,
             },
-            Function::VmMigrate => Self::VmMigrate {
-                src: vm_id(x1)?,
-                dst: vm_id(x2)?,
-            },
+            Function::VmMigrate => {
+                if x3 & !MIGRATE_VERIFY != 0 {
+                    return Err(Error::InvalidParameters);
+                }
+                Self::VmMigrate {
+                    src: vm_id(x1)?,
+                    dst: vm_id(x2)?,
+                    verify: x3 & MIGRATE_VERIFY != 0,
+                    downtime_limit_us: x4,
+                }
+            }
             Function::DirtyLogGet => Self::DirtyLogGet(DirtyLogGet {
                 vm: vm_id(x1)?,
                 slot: slot_id(x2)?,
@@ -689,7 +723,14 @@ mod tests {
                 }
             ),
             (any::<u32>(), 0..=MAX_SLOT_ID).prop_map(|(vm, slot)| Call::SlotDelete { vm, slot }),
-            (any::<u32>(), any::<u32>()).prop_map(|(src, dst)| Call::VmMigrate { src, dst }),
+            (any::<u32>(), any::<u32>(), any::<bool>(), any::<u64>()).prop_map(
+                |(src, dst, verify, downtime_limit_us)| Call::VmMigrate {
+                    src,
+                    dst,
+                    verify,
+                    downtime_limit_us
+                }
+            ),
             (any::<u32>(), 0..=MAX_SLOT_ID, page)
                 .prop_map(|(vm, slot, base_ipa)| { Call::SlotMove { vm, slot, base_ipa } }),
             (any::<u32>(), 0..=MAX_SLOT_ID, flags())
@@ -810,11 +851,11 @@ mod tests {
             let used = match c.function() {
                 Function::Version | Function::Capabilities | Function::CallUid => 0,
                 Function::VmPause | Function::VmResume | Function::VmStop => 1,
-                Function::SlotDelete | Function::VmMigrate => 2,
+                Function::SlotDelete => 2,
                 Function::ListVms | Function::SlotMove | Function::SlotSetFlags
                 | Function::VcpuGetRegister | Function::DirtyLogConfig => 3,
                 Function::MemoryRead | Function::MemoryWrite | Function::VcpuSetRegister
-                | Function::DirtyLogGet => 4,
+                | Function::DirtyLogGet | Function::VmMigrate => 4,
                 Function::SlotCreate | Function::DirtyLogClear => 5,
             };
             prop_assume!(which > used);

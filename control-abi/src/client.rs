@@ -172,9 +172,29 @@ impl<C: Conduit> Client<C> {
         self.value(Call::DirtyLogClear(clear))
     }
 
-    /// `VM_MIGRATE`: the migration starts; the hypervisor reports how it went.
+    /// `VM_MIGRATE` with the hypervisor's defaults (no byte-for-byte
+    /// check, its downtime limit): the migration starts; the hypervisor
+    /// reports how it went.
     pub fn migrate(&self, src: u32, dst: u32) -> Result<(), CallError> {
-        self.unit(Call::VmMigrate { src, dst })
+        self.migrate_with(src, dst, false, 0)
+    }
+
+    /// `VM_MIGRATE` (1.2 options): with the byte-for-byte check when
+    /// `verify`, aiming for `downtime_limit_us` microseconds (0: the
+    /// hypervisor's default).
+    pub fn migrate_with(
+        &self,
+        src: u32,
+        dst: u32,
+        verify: bool,
+        downtime_limit_us: u64,
+    ) -> Result<(), CallError> {
+        self.unit(Call::VmMigrate {
+            src,
+            dst,
+            verify,
+            downtime_limit_us,
+        })
     }
 
     /// `DIRTY_LOG_CONFIG`.

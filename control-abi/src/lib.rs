@@ -61,8 +61,8 @@ pub mod reply;
 pub mod vm_info;
 
 pub use call::{
-    Call, DirtyLogClear, DirtyLogGet, MemoryTransfer, RegisterId, SlotFlags, SlotRequest,
-    VcpuRegister,
+    Call, DirtyLogClear, DirtyLogGet, MIGRATE_VERIFY, MemoryTransfer, RegisterId, SlotFlags,
+    SlotRequest, VcpuRegister,
 };
 #[cfg(target_arch = "aarch64")]
 pub use client::Hvc;
@@ -77,7 +77,7 @@ pub use vm_info::{VmInfo, VmState};
 pub const VERSION_MAJOR: u16 = 1;
 /// The minor version: new calls or new meanings for registers that were
 /// reserved (zero) before; everything of an older minor version still works.
-pub const VERSION_MINOR: u16 = 1;
+pub const VERSION_MINOR: u16 = 2;
 
 /// The page size the interface counts in (buffers are translated page by page).
 pub const PAGE_SIZE: u64 = 4096;

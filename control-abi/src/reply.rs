@@ -163,6 +163,6 @@ mod tests {
             );
         }
         assert_eq!(results([5, 0, 0, 0]), Err(CallError::UnknownCode(5)));
-        assert_eq!(Version::CURRENT.to_regs()[0], 0x1_0001);
+        assert_eq!(Version::CURRENT.to_regs()[0], 0x1_0002);
     }
 }

@@ -3,13 +3,15 @@
 //! `src` runs the `migrate` scenario (it writes pseudo-random pages of an
 //! 8 MiB region for 8 s, recording what it wrote, then checks every page);
 //! `dst` is created with `start=0` and waits. As soon as `src` says it is
-//! writing, the console monitor is told `migrate src dst`: the hypervisor
-//! pre-copies with dirty logging while `src` writes, pauses it, copies the
+//! writing, the console monitor is told `migrate src dst verify`: the
+//! hypervisor pre-copies with dirty logging while `src` writes (throttling
+//! it until the rest fits the downtime limit), pauses it, copies the
 //! last dirty pages and the vCPU state (registers, EL1 system registers,
 //! FP/SIMD, SVE and SME with streaming mode and the ZA array, timers, the
 //! virtual CPU interface), checks the destination's
-//! memory byte for byte (0 differences), copies the vgic and PL011 state and
-//! starts `dst`, and ends `src` (`stopped: migrated to vm1 (dst)`). The
+//! memory byte for byte (`verify`: 0 differences), copies the vgic and
+//! PL011 state and starts `dst`, and ends `src` (`stopped: migrated to vm1
+//! (dst)`). The
 //! guest then finishes on `dst`: its check of every page it wrote passes,
 //! and its console lines carry `[dst]`. On `-cpu max` (FEAT_S2FWB) and on
 //! `cortex-a57` (no FWB: every copy is cleaned to the point of coherency).
@@ -29,11 +31,11 @@ use qemu_runner::console_script::ConsoleScript;
 use qemu_runner::{RunConfig, RunReport};
 use tests::e2e;
 
-/// Boots `src` and a waiting `dst` and types `migrate src dst` on the
-/// console monitor once `marker` appears.
+/// Boots `src` and a waiting `dst` and types `migrate src dst verify` (the
+/// byte-for-byte check on) on the console monitor once `marker` appears.
 fn migrate(cpu: &str, smp: u32, mem_mib: u32, marker: &str, src: &str, dst: &str) -> RunReport {
     let script = ConsoleScript::new()
-        .then(marker, "\x1dmigrate src dst\r")
+        .then(marker, "\x1dmigrate src dst verify\r")
         .then("ok: migrating src to dst", "exit\r");
     let config = RunConfig {
         cpu: cpu.to_string(),
@@ -54,12 +56,13 @@ fn run(cpu: &str) -> RunReport {
     )
 }
 
-/// The run passed and the hypervisor reports a migration without
+/// The run passed and the hypervisor reports a checked migration without
 /// differences.
 fn check_migrated(report: &RunReport) {
     e2e::assert_passed(report);
     let migrated =
         &report.hypervisor_log()[e2e::log_position(report, "vm0 (src) -> vm1 (dst): migrated:")];
+    assert!(migrated.contains(" us, verify "), "{migrated}");
     assert!(migrated.contains(", 0 differences"), "{migrated}");
 }
 

@@ -192,8 +192,8 @@ fn run_cpu(
         // vCPU waits for its start (`runtime::live_migration`).
         if index == 0 {
             let job = vm.migration_job.lock().take();
-            if let Some(source) = job {
-                live_migration::run(machine, source, vm);
+            if let Some((source, options)) = job {
+                live_migration::run(machine, source, vm, options);
                 continue;
             }
         }

@@ -23,6 +23,7 @@
 //! of spaces is [`Command::Empty`]. Every refusal is a [`CommandError`]
 //! that names the problem and shows the command's usage.
 
+use crate::vm::migration_plan::MigrationOptions;
 use core::fmt;
 
 use memslot::{DirtyLogMode, SlotFlags, SlotId};
@@ -66,13 +67,17 @@ pub enum Command<'a> {
     Stop(VmRef<'a>),
     /// `restart VM`.
     Restart(VmRef<'a>),
-    /// `migrate SRC DST`: live-migrate SRC into DST (a VM waiting with
-    /// `start=0`).
+    /// `migrate SRC DST [verify] [limit=MS]`: live-migrate SRC into DST (a
+    /// VM waiting with `start=0`), with the byte-for-byte check when
+    /// `verify` is given, aiming for a downtime of `MS` milliseconds
+    /// (`vm::migration_plan::DEFAULT_DOWNTIME_LIMIT_US` when not given).
     Migrate {
         /// The running VM.
         src: VmRef<'a>,
         /// The waiting VM.
         dst: VmRef<'a>,
+        /// The check and the downtime limit.
+        options: MigrationOptions,
     },
     /// `slots VM`: the VM's memslot table.
     Slots(VmRef<'a>),
@@ -149,7 +154,7 @@ pub const USAGE: &[(&str, &str)] = &[
     ("stop VM", "stop VM for good"),
     ("restart VM", "reboot VM from its boot image"),
     (
-        "migrate SRC DST",
+        "migrate SRC DST [verify] [limit=MS]",
         "live-migrate SRC into DST (waiting, start=0)",
     ),
     ("slots VM", "VM's memslot table"),
@@ -311,6 +316,37 @@ impl<'a, I: Iterator<Item = &'a str>> Args<'a, I> {
         })
     }
 
+    /// The rest of `migrate`: `verify` and `limit=MS` (milliseconds, at
+    /// least 1), each at most once, in any order.
+    fn migration_options(self) -> Result<MigrationOptions, CommandError<'a>> {
+        let mut options = MigrationOptions::default();
+        let (mut verify, mut limit) = (false, false);
+        for word in self.words {
+            if word == "verify" && !verify {
+                verify = true;
+                options.verify = true;
+            } else if let Some(ms) = word.strip_prefix("limit=")
+                && !limit
+            {
+                limit = true;
+                options.downtime_limit_us = parse_number(ms)
+                    .filter(|&ms| ms > 0)
+                    .and_then(|ms| ms.checked_mul(1000))
+                    .ok_or(CommandError::BadNumber {
+                        usage: self.usage,
+                        what: "downtime limit (ms)",
+                        word,
+                    })?;
+            } else {
+                return Err(CommandError::Extra {
+                    usage: self.usage,
+                    word,
+                });
+            }
+        }
+        Ok(options)
+    }
+
     fn end(mut self) -> Result<(), CommandError<'a>> {
         match self.words.next() {
             None => Ok(()),
@@ -358,8 +394,8 @@ pub fn parse(line: &str) -> Result<Command<'_>, CommandError<'_>> {
             };
             let src = args.vm()?;
             let dst = args.vm()?;
-            args.end()?;
-            Ok(Command::Migrate { src, dst })
+            let options = args.migration_options()?;
+            Ok(Command::Migrate { src, dst, options })
         }
         _ => Err(CommandError::Unknown(name)),
     }

@@ -37,6 +37,7 @@
 //! most [`DIRTY_RUNS_SHOWN`], and ends with an `ok:` line that counts the
 //! pages and the runs.
 
+use crate::vm::migration_plan::MigrationOptions;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
@@ -180,9 +181,14 @@ pub trait MonitorTarget {
     fn stop(&mut self, vm: VmId) -> Result<(), Self::Error>;
     /// Reboots `vm` from its boot image.
     fn restart(&mut self, vm: VmId) -> Result<(), Self::Error>;
-    /// Starts a live migration of `src` into `dst` (requested, not waited
-    /// for: the hypervisor reports how it went).
-    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), Self::Error>;
+    /// Starts a live migration of `src` into `dst` with `options`
+    /// (requested, not waited for: the hypervisor reports how it went).
+    fn migrate(
+        &mut self,
+        src: VmId,
+        dst: VmId,
+        options: MigrationOptions,
+    ) -> Result<(), Self::Error>;
     /// Calls `each` with every memslot of `vm`, by ascending id.
     fn slots(&self, vm: VmId, each: &mut dyn FnMut(SlotInfo)) -> Result<(), Self::Error>;
     /// Adds a memslot to `vm`; returns the backing address chosen.
@@ -498,10 +504,10 @@ fn execute<'a, T: MonitorTarget, O: ConsoleOutput>(
         Command::Resume(vm) => act(w, target, vm, "resumed", T::resume)?,
         Command::Stop(vm) => act(w, target, vm, "stopped", T::stop)?,
         Command::Restart(vm) => act(w, target, vm, "restarting", T::restart)?,
-        Command::Migrate { src, dst } => {
+        Command::Migrate { src, dst, options } => {
             let src = vm_of(w, src)?;
             let dst = vm_of(w, dst)?;
-            target.migrate(src, dst).map_err(Failure::Target)?;
+            target.migrate(src, dst, options).map_err(Failure::Target)?;
             let (from, to) = (name_of(w, src), name_of(w, dst));
             let _ = writeln!(w, "ok: migrating {from} to {to}");
         }

@@ -12,6 +12,8 @@ use core::fmt;
 use memslot::{DirtyLogMode, SlotFlags, SlotId};
 use proptest::prelude::*;
 
+use crate::vm::migration_plan::{DEFAULT_DOWNTIME_LIMIT_US, MigrationOptions};
+
 use super::console::{Console, GuestInput, Mode};
 use super::console_mux::{ConsoleOutput, ESCAPE, LINE_CAPACITY, VmId};
 use super::monitor::{
@@ -108,6 +110,7 @@ struct FakeMachine {
     next_backing: u64,
     powered_off: bool,
     migrations: Vec<(usize, usize)>,
+    migration_options: Vec<MigrationOptions>,
 }
 
 impl FakeMachine {
@@ -147,6 +150,7 @@ impl FakeMachine {
             next_backing: 0x8_0000_0000,
             powered_off: false,
             migrations: Vec::new(),
+            migration_options: Vec::new(),
         }
     }
 
@@ -225,8 +229,14 @@ impl MonitorTarget for FakeMachine {
         Ok(())
     }
 
-    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), FakeError> {
+    fn migrate(
+        &mut self,
+        src: VmId,
+        dst: VmId,
+        options: MigrationOptions,
+    ) -> Result<(), FakeError> {
         self.migrations.push((src.0, dst.0));
+        self.migration_options.push(options);
         Ok(())
     }
 
@@ -657,6 +667,41 @@ fn counters_include_dropped_input() {
         ]
     );
     assert_eq!(rig.command("counters 0")[4], "console_rx_dropped       0");
+}
+
+#[test]
+fn migrate_takes_verify_and_a_downtime_limit() {
+    let mut rig = Rig::new(&["a", "b", "c"]);
+    assert_eq!(rig.command("migrate a c"), ["ok: migrating a to c"]);
+    assert_eq!(
+        rig.command("migrate a c limit=12 verify"),
+        ["ok: migrating a to c"]
+    );
+    assert_eq!(rig.command("migrate a c verify"), ["ok: migrating a to c"]);
+    assert_eq!(
+        rig.machine.migration_options,
+        [
+            MigrationOptions::default(),
+            MigrationOptions {
+                verify: true,
+                downtime_limit_us: 12_000
+            },
+            MigrationOptions {
+                verify: true,
+                downtime_limit_us: DEFAULT_DOWNTIME_LIMIT_US
+            },
+        ]
+    );
+    for bad in [
+        "migrate a c limit=0",
+        "migrate a c limit=ms",
+        "migrate a c verify verify",
+        "migrate a c limit=1 limit=2",
+        "migrate a c fast",
+    ] {
+        assert!(rig.command(bad)[0].starts_with("error:"), "{bad}");
+    }
+    assert_eq!(rig.machine.migration_options.len(), 3);
 }
 
 #[test]

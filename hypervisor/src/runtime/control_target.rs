@@ -36,6 +36,7 @@ use crate::runtime::dirty_log;
 use crate::runtime::live_migration::{self, MigrateError};
 use crate::runtime::vm_instance::Vm;
 use crate::runtime::vm_ops::{self, HostPiece, VmOpError};
+use crate::vm::migration_plan::MigrationOptions;
 use crate::vm::run_state::Requested;
 use control_abi::reply::Capabilities;
 use control_abi::vm_info::{VmInfo, VmState};
@@ -262,10 +263,10 @@ impl<H: Hardware> ControlTarget for ControlMachine<H> {
         vm_ops::write_host(self.hw, dst, bytes, self.fwb);
     }
 
-    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), Error> {
+    fn migrate(&mut self, src: VmId, dst: VmId, options: MigrationOptions) -> Result<(), Error> {
         // `request` refuses at once (the VMs' states, shapes, a GICv2 host);
         // what fails later is reported in the hypervisor's log.
-        live_migration::request(self.vm(src)?, self.vm(dst)?).map_err(|e| match e {
+        live_migration::request(self.vm(src)?, self.vm(dst)?, options).map_err(|e| match e {
             MigrateError::SameVm | MigrateError::Shape(_) => Error::InvalidParameters,
             MigrateError::Busy => Error::Busy,
             MigrateError::Blocked(_) => Error::NotSupported,

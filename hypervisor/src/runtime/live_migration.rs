@@ -1,9 +1,14 @@
 //! Live migration of a running VM into a waiting one (`start=0` in its
 //! `vm.conf`), with the algorithm of `vm::migration_plan`: pre-copy with dirty
-//! logging (`runtime::dirty_log`), stop-and-copy with the vCPUs' whole state
-//! (`vm::vcpu_state`, captured by the source's parked vCPUs on their own
-//! CPUs), a byte-for-byte check of the destination's memory, then the
-//! destination starts and the source ends.
+//! logging (`runtime::dirty_log`) until the rest fits the downtime limit at
+//! the measured copy rate, throttling a source that dirties faster than
+//! that (`Vm::migration_throttle`, which its vCPUs obey between exits);
+//! stop-and-copy with the vCPUs' whole state (`vm::vcpu_state`, captured by
+//! the source's parked vCPUs on their own CPUs), which then help copy the
+//! last dirty pages (`Vm::stop_copy`, [`help_stop_copy`]); a byte-for-byte
+//! check of the destination's memory when asked
+//! ([`MigrationOptions::verify`]); then the destination starts and the
+//! source ends.
 //!
 //! # Where it runs
 //!
@@ -19,7 +24,9 @@ use crate::runtime::vm_instance::Vm;
 use crate::runtime::vm_ops::{self, VmOpError};
 use crate::runtime::vm_table::VmTable;
 use crate::runtime::{Hardware, micros_since};
-use crate::vm::migration_plan::{MigrationReport, Next, PrecopyPlan};
+use crate::vm::migration_plan::{
+    CopyChunk, CopyJob, MigrationOptions, MigrationReport, Next, PrecopyPlan, RoundFigures,
+};
 use crate::vm::power::{BootRequest, PowerState};
 use crate::vm::run_state::RunStateError;
 use crate::vm::vcpu_state::MigrationBlocker;
@@ -91,9 +98,13 @@ impl From<VmOpError> for MigrateError {
 /// How long the source's vCPUs have to hand over their state, in seconds.
 const CAPTURE_WAIT_SECONDS: u64 = 5;
 
-/// Checks a migration of `src` into `dst` and posts it to `dst`'s vCPU 0
-/// (see the module doc). Returns at once.
-pub fn request<H: Hardware>(src: &'static Vm<H>, dst: &'static Vm<H>) -> Result<(), MigrateError> {
+/// Checks a migration of `src` into `dst` with `options` and posts it to
+/// `dst`'s vCPU 0 (see the module doc). Returns at once.
+pub fn request<H: Hardware>(
+    src: &'static Vm<H>,
+    dst: &'static Vm<H>,
+    options: MigrationOptions,
+) -> Result<(), MigrateError> {
     if core::ptr::eq(src, dst) {
         return Err(MigrateError::SameVm);
     }
@@ -116,28 +127,39 @@ pub fn request<H: Hardware>(src: &'static Vm<H>, dst: &'static Vm<H>) -> Result<
     if job.is_some() {
         return Err(MigrateError::Busy);
     }
-    *job = Some(src);
+    *job = Some((src, options));
     drop(job);
     log::info!(
-        "vm{} ({}) -> vm{} ({}): migration requested",
+        "vm{} ({}) -> vm{} ({}): migration requested ({}, downtime limit {} us)",
         src.index,
         src.name,
         dst.index,
-        dst.name
+        dst.name,
+        if options.verify {
+            "verified"
+        } else {
+            "not verified"
+        },
+        options.downtime_limit_us
     );
     src.hw.send_event();
     dst.kick(0);
     Ok(())
 }
 
-/// Carries out the migration of `src` into `dst` on `dst`'s vCPU 0's CPU,
-/// and says how it went.
-pub fn run<H: Hardware>(table: &VmTable<H>, src: &'static Vm<H>, dst: &'static Vm<H>) {
+/// Carries out the migration of `src` into `dst` with `options` on `dst`'s
+/// vCPU 0's CPU, and says how it went.
+pub fn run<H: Hardware>(
+    table: &VmTable<H>,
+    src: &'static Vm<H>,
+    dst: &'static Vm<H>,
+    options: MigrationOptions,
+) {
     let prefix = format!(
         "vm{} ({}) -> vm{} ({})",
         src.index, src.name, dst.index, dst.name
     );
-    match migrate(table, src, dst, &mut |_| {}) {
+    match migrate(table, src, dst, options, &mut |_| {}) {
         Ok(report) => log::info!("{prefix}: migrated: {report}"),
         Err(e) => log::error!("{prefix}: migration failed, the source runs on: {e}"),
     }
@@ -171,33 +193,89 @@ fn copy_pages<H: Hardware>(hw: &H, pair: &SlotPair, first: u64, pages: u64, fwb:
     }
 }
 
-/// Harvests `pair`'s dirty log and copies the pages it reports; returns
-/// how many.
-fn copy_dirty<H: Hardware>(src: &Vm<H>, pair: &SlotPair, fwb: bool) -> Result<u64, MigrateError> {
+/// Harvests `pair`'s dirty log into `pending` (ORed in, one bit a page);
+/// returns how many pages the log reported.
+fn harvest<H: Hardware>(
+    src: &Vm<H>,
+    pair: &SlotPair,
+    pending: &mut [u64],
+) -> Result<u64, MigrateError> {
     if !pair.logging {
         return Ok(0);
     }
-    let words = pair.spec.npages.div_ceil(64) as usize;
-    let mut bits = vec![0u64; words];
+    let mut bits = vec![0u64; pending.len()];
     dirty_log::get(src, pair.spec.id, &mut bits)?;
     if src.memslots.dirty_log_mode().manual_protect {
         let mut mask = bits.clone();
         dirty_log::clear(src, pair.spec.id, 0, &mut mask)?;
     }
-    let mut copied = 0;
-    for (index, &word) in bits.iter().enumerate() {
-        let mut word = word;
-        while word != 0 {
-            let bit = u64::from(word.trailing_zeros());
-            word &= word - 1;
-            let page = index as u64 * 64 + bit;
-            if page < pair.spec.npages {
-                copy_pages(src.hw, pair, page, 1, fwb);
-                copied += 1;
+    let mut reported = 0;
+    for (index, (have, word)) in pending.iter_mut().zip(&bits).enumerate() {
+        let word = word & valid_pages(pair, index);
+        reported += u64::from(word.count_ones());
+        *have |= word;
+    }
+    Ok(reported)
+}
+
+/// The bits of bitmap word `index` that name pages of `pair`.
+fn valid_pages(pair: &SlotPair, index: usize) -> u64 {
+    let first = index as u64 * 64;
+    match pair.spec.npages.saturating_sub(first) {
+        0 => 0,
+        left if left >= 64 => u64::MAX,
+        left => (1u64 << left) - 1,
+    }
+}
+
+/// The chunks of `pending` (one per non-zero word), taking the bits.
+fn take_chunks(pairs: &[SlotPair], pending: &mut [Vec<u64>]) -> Vec<CopyChunk> {
+    let mut chunks = Vec::new();
+    for (pair, bits) in pairs.iter().zip(pending.iter_mut()) {
+        for (index, word) in bits.iter_mut().enumerate() {
+            if *word != 0 {
+                let offset = (index << 6) << PAGE_SHIFT;
+                chunks.push(CopyChunk {
+                    from: pair.spec.backing.0 as usize + offset,
+                    to: pair.dst_backing as usize + offset,
+                    pages: core::mem::take(word),
+                });
             }
         }
     }
-    Ok(copied)
+    chunks
+}
+
+/// Copies the pages of `chunk`, a run of consecutive pages at a time, with
+/// cache maintenance without FEAT_S2FWB (the guest may run with caches
+/// off).
+fn copy_chunk<H: Hardware>(hw: &H, chunk: &CopyChunk, fwb: bool) {
+    let mut word = chunk.pages;
+    while word != 0 {
+        let first = word.trailing_zeros();
+        let run = (word >> first).trailing_ones();
+        word &= !(u64::MAX >> (64 - run) << first);
+        let offset = (first as usize) << PAGE_SHIFT;
+        let len = (run as usize) << PAGE_SHIFT;
+        let (from, to) = (chunk.from + offset, chunk.to + offset);
+        if !fwb {
+            hw.clean_inval_dcache_to_poc(from, len);
+        }
+        // SAFETY: both ranges are pages of a slot's backing (host RAM,
+        // identity mapped) named by its dirty bitmap, distinct VMs' memory,
+        // so they do not overlap; the destination's vCPUs do not run yet.
+        unsafe { core::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, len) };
+        if !fwb {
+            hw.clean_inval_dcache_to_poc(to, len);
+        }
+    }
+}
+
+/// A paused vCPU of `vm` (on its own CPU) helps with the stop's copy of a
+/// migration out of `vm`, if one is posted; returns the pages it copied.
+pub fn help_stop_copy<H: Hardware>(vm: &Vm<H>) -> u64 {
+    vm.stop_copy
+        .help(&mut |chunk| copy_chunk(vm.hw, chunk, vm.fwb))
 }
 
 /// Pages of `pair` whose copy differs from the source. Compared a
@@ -253,9 +331,11 @@ fn pair_slots<H: Hardware>(src: &Vm<H>, dst: &Vm<H>) -> Result<Vec<SlotPair>, Mi
     Ok(pairs)
 }
 
-/// Turns the migration's dirty logging off again (on failure or after the
-/// stop), keeping slots that logged before the migration logging.
+/// Ends pre-copy (on failure or after the stop): the throttle off, the
+/// migration's dirty logging off again, keeping slots that logged before
+/// the migration logging.
 fn stop_logging<H: Hardware>(src: &Vm<H>, pairs: &[SlotPair]) {
+    src.migration_throttle.store(0, Ordering::Release);
     for pair in pairs.iter().filter(|p| p.logging) {
         if !pair.spec.flags.contains(SlotFlags::LOG_DIRTY)
             && let Err(e) = dirty_log::disable(src, pair.spec.id)
@@ -288,12 +368,13 @@ fn resume_source<H: Hardware>(src: &Vm<H>) {
 /// rounds; the host tests write for it here.
 pub type RoundHook<'a> = dyn FnMut(u32) + 'a;
 
-/// Migrates `src` into `dst` (see the module doc), calling `after_round`
-/// after each pre-copy round.
+/// Migrates `src` into `dst` with `options` (see the module doc), calling
+/// `after_round` after each pre-copy round.
 pub(crate) fn migrate<H: Hardware>(
     table: &VmTable<H>,
     src: &'static Vm<H>,
     dst: &'static Vm<H>,
+    options: MigrationOptions,
     after_round: &mut RoundHook<'_>,
 ) -> Result<MigrationReport, MigrateError> {
     let hw = src.hw;
@@ -306,21 +387,36 @@ pub(crate) fn migrate<H: Hardware>(
             return Err(e.into());
         }
     }
-    let mut report = MigrationReport::default();
-    // Iteration 0: everything, while the source runs.
+    let mut report = MigrationReport {
+        downtime_limit_us: options.downtime_limit_us,
+        verified: options.verify,
+        ..MigrationReport::default()
+    };
+    // Round 0: everything, while the source runs.
+    let mut last_harvest = hw.counter_ticks();
     for pair in &pairs {
         copy_pages(hw, pair, 0, pair.spec.npages, fwb);
     }
+    let everything = pairs.iter().map(|p| p.spec.npages).sum();
+    let mut figures = RoundFigures {
+        copied_pages: everything,
+        copy_us: micros_since(hw, last_harvest),
+        ..RoundFigures::default()
+    };
     after_round(0);
-    report
-        .pages_per_iteration
-        .push(pairs.iter().map(|p| p.spec.npages).sum());
-    let plan = PrecopyPlan::DEFAULT;
-    let mut iteration = 1;
+    report.pages_per_iteration.push(everything);
+    let plan = PrecopyPlan::new(&options);
+    let mut pending: Vec<Vec<u64>> = pairs
+        .iter()
+        .map(|p| vec![0u64; p.spec.npages.div_ceil(64) as usize])
+        .collect();
+    let mut throttle = 0;
+    let mut round = 1;
     loop {
+        let now = hw.counter_ticks();
         let mut dirty = 0;
-        for pair in &pairs {
-            match copy_dirty(src, pair, fwb) {
+        for (pair, bits) in pairs.iter().zip(pending.iter_mut()) {
+            match harvest(src, pair, bits) {
                 Ok(pages) => dirty += pages,
                 Err(e) => {
                     stop_logging(src, &pairs);
@@ -328,12 +424,32 @@ pub(crate) fn migrate<H: Hardware>(
                 }
             }
         }
-        report.pages_per_iteration.push(dirty);
-        after_round(iteration);
-        if plan.next(iteration, dirty) == Next::StopAndCopy {
-            break;
+        figures.dirty_pages = dirty;
+        let frequency = u128::from(hw.counter_frequency().max(1));
+        let ticks = u128::from(now.wrapping_sub(last_harvest));
+        figures.dirty_us = (ticks * 1_000_000 / frequency) as u64;
+        last_harvest = now;
+        match plan.next(round, &figures, throttle) {
+            Next::StopAndCopy { expected_us, .. } => {
+                report.expected_stop_copy_us = expected_us;
+                break;
+            }
+            Next::Iterate { throttle: next } => {
+                throttle = next;
+                report.throttle_percent = report.throttle_percent.max(next);
+                src.migration_throttle.store(next, Ordering::Release);
+            }
         }
-        iteration += 1;
+        let copy_start = hw.counter_ticks();
+        let chunks = take_chunks(&pairs, &mut pending);
+        for chunk in &chunks {
+            copy_chunk(hw, chunk, fwb);
+        }
+        figures.copied_pages = dirty;
+        figures.copy_us = micros_since(hw, copy_start);
+        report.pages_per_iteration.push(dirty);
+        after_round(round);
+        round += 1;
     }
     // Stop-and-copy.
     let paused_at = hw.counter_ticks();
@@ -366,25 +482,38 @@ pub(crate) fn migrate<H: Hardware>(
             return Err(MigrateError::Blocked(e));
         }
     }
-    let mut last = 0;
-    for pair in &pairs {
-        match copy_dirty(src, pair, fwb) {
-            Ok(pages) => last += pages,
-            Err(e) => {
-                stop_logging(src, &pairs);
-                resume_source(src);
-                return Err(e);
-            }
+    let copy_start = hw.counter_ticks();
+    report.pause_us = micros_since(hw, paused_at);
+    for (pair, bits) in pairs.iter().zip(pending.iter_mut()) {
+        if let Err(e) = harvest(src, pair, bits) {
+            stop_logging(src, &pairs);
+            resume_source(src);
+            return Err(e);
         }
     }
-    report.pages_per_iteration.push(last);
+    // The source's paused vCPUs, woken, copy beside this CPU.
+    let job = CopyJob::new(take_chunks(&pairs, &mut pending));
+    src.stop_copy.post_and_work(
+        &job,
+        || {
+            hw.send_event();
+            for vcpu in 0..src.vcpus {
+                src.kick(vcpu);
+            }
+        },
+        &mut |chunk| copy_chunk(hw, chunk, fwb),
+    );
+    report.pages_per_iteration.push(job.pages());
+    report.stop_copy_us = micros_since(hw, copy_start);
     stop_logging(src, &pairs);
-    let verify_start = hw.counter_ticks();
-    report.differences = pairs.iter().map(differences).sum();
-    report.verify_us = micros_since(hw, verify_start);
-    if report.differences != 0 {
-        resume_source(src);
-        return Err(MigrateError::Differences(report.differences));
+    if options.verify {
+        let verify_start = hw.counter_ticks();
+        report.differences = pairs.iter().map(differences).sum();
+        report.verify_us = micros_since(hw, verify_start);
+        if report.differences != 0 {
+            resume_source(src);
+            return Err(MigrateError::Differences(report.differences));
+        }
     }
     // The devices and vCPUs.
     *dst.vgic.lock() = src.vgic.lock().clone();

@@ -22,6 +22,7 @@ use crate::runtime::live_migration::{self, MigrateError};
 use crate::runtime::vm_instance::{GuestUart, Vm};
 use crate::runtime::vm_ops::{self, VmOpError};
 use crate::vm::lifecycle::RestartError;
+use crate::vm::migration_plan::MigrationOptions;
 use crate::vm::run_state::{Requested, RunStateError};
 use alloc::vec::Vec;
 use core::fmt;
@@ -228,8 +229,14 @@ impl<H: Hardware> MonitorTarget for MonitorMachine<H> {
     }
 
     /// Posted to the destination's vCPU 0 (`runtime::live_migration`), which reports.
-    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), MonitorError> {
-        live_migration::request(self.vm_at(src)?, self.vm_at(dst)?).map_err(MonitorError::Migrate)
+    fn migrate(
+        &mut self,
+        src: VmId,
+        dst: VmId,
+        options: MigrationOptions,
+    ) -> Result<(), MonitorError> {
+        live_migration::request(self.vm_at(src)?, self.vm_at(dst)?, options)
+            .map_err(MonitorError::Migrate)
     }
 
     fn slots(&self, vm: VmId, each: &mut dyn FnMut(SlotInfo)) -> Result<(), MonitorError> {

@@ -10,7 +10,7 @@
 //! memory, stage 2, memslots and the VMs' states.
 
 use std::collections::BTreeMap;
-use std::string::String;
+use std::string::{String, ToString};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::vec;
@@ -41,6 +41,7 @@ use crate::platform::{Platform, PsciConduit};
 use crate::stage2::cache_maint::CacheCaps;
 use crate::vm::counters::{Counter, VmCounters};
 use crate::vm::layout::GUEST_RAM_BASE;
+use crate::vm::migration_plan::MigrationOptions;
 use crate::vm::power::PowerState;
 use crate::vm::run_state::Requested;
 use crate::vm::vcpu_state::VectorLengths;
@@ -99,7 +100,12 @@ struct FakeHardware {
     frames: Mutex<BTreeMap<u64, (u64, u64)>>,
     /// Frames given back: (address, size).
     freed: Mutex<Vec<(u64, u64)>>,
+    /// The system counter (1 MHz): one tick per read, and the cache
+    /// maintenance's time.
     ticks: AtomicU64,
+    /// Microseconds a page of cache maintenance takes (the copy rate the
+    /// migration measures).
+    clean_us_per_page: AtomicU64,
     dcache_cleans: AtomicUsize,
     icache_invalidations: AtomicUsize,
     kicks: Mutex<Vec<usize>>,
@@ -122,6 +128,7 @@ impl FakeHardware {
             frames: Mutex::new(BTreeMap::new()),
             freed: Mutex::new(Vec::new()),
             ticks: AtomicU64::new(0),
+            clean_us_per_page: AtomicU64::new(1),
             dcache_cleans: AtomicUsize::new(0),
             icache_invalidations: AtomicUsize::new(0),
             kicks: Mutex::new(Vec::new()),
@@ -182,8 +189,11 @@ impl Hardware for FakeHardware {
         CacheCaps::from_ctr(0x8444_c004)
     }
 
-    fn clean_inval_dcache_to_poc(&self, _: usize, _: usize) {
+    fn clean_inval_dcache_to_poc(&self, _: usize, len: usize) {
         self.dcache_cleans.fetch_add(1, Ordering::Relaxed);
+        let pages = (len as u64).div_ceil(PAGE);
+        let cost = self.clean_us_per_page.load(Ordering::Relaxed);
+        self.ticks.fetch_add(pages * cost, Ordering::Relaxed);
     }
 
     fn make_executable(&self, _: usize, _: usize) {}
@@ -197,7 +207,7 @@ impl Hardware for FakeHardware {
     }
 
     fn counter_frequency(&self) -> u64 {
-        1000
+        1_000_000
     }
 
     fn kick(&self, cpu: usize) {
@@ -367,53 +377,35 @@ fn migration_pair() -> (
     (hw, table, vms[0], vms[1])
 }
 
+/// Migration options: with or without the check, a limit in microseconds.
+fn options(verify: bool, downtime_limit_us: u64) -> MigrationOptions {
+    MigrationOptions {
+        verify,
+        downtime_limit_us,
+    }
+}
+
 #[test]
-fn precopy_rounds_copy_exactly_the_dirty_pages() {
+fn precopy_ends_when_the_rest_fits_and_the_stop_copies_it() {
     let (hw, table, src, dst) = migration_pair();
     let npages = src.ram.size() / PAGE;
     let dirty = [3u64, 70, 500];
-    // A page the guest changes without the log seeing it (as no real write
-    // can): a round that copied more than the log reports would copy it.
-    let unlogged = 900u64;
-    let before = read_page(src, unlogged);
     let mut rounds = Vec::new();
-    let report = live_migration::migrate(&table, src, dst, &mut |round| {
+    let report = live_migration::migrate(&table, src, dst, options(true, 30_000), &mut |round| {
         rounds.push(round);
-        match round {
-            0 => {
-                for &page in &dirty {
-                    guest_write(src, page, 0xd0 + page as u8, true);
-                }
-                guest_write(src, unlogged, 0xee, false);
-            }
-            1 => {
-                for &page in &dirty {
-                    assert_eq!(read_page(dst, page), read_page(src, page), "page {page}");
-                }
-                assert_eq!(
-                    read_page(dst, unlogged),
-                    before,
-                    "an unreported page was copied"
-                );
-                // Undo it, so that the check after the copy passes.
-                // SAFETY: inside slot 0's backing.
-                unsafe {
-                    core::ptr::copy_nonoverlapping(
-                        before.as_ptr(),
-                        host_page(src, slot0(), unlogged),
-                        PAGE as usize,
-                    )
-                };
-            }
-            _ => {}
+        for &page in &dirty {
+            guest_write(src, page, 0xd0 + page as u8, true);
         }
     })
     .unwrap();
-    // Round 0 copies everything, round 1 the three pages (few enough to
-    // stop), the stop-and-copy nothing more.
-    assert_eq!(report.pages_per_iteration, vec![npages, 3, 0]);
-    assert_eq!(rounds, vec![0, 1]);
+    // Round 0 copies everything (2 us a page on the fake); the three pages
+    // dirtied meanwhile fit 30 ms at once, so the stop copies them.
+    assert_eq!(report.pages_per_iteration, vec![npages, 3]);
+    assert_eq!(rounds, vec![0]);
+    assert!(report.expected_stop_copy_us <= 30_000);
+    assert!(report.verified);
     assert_eq!(report.differences, 0);
+    assert_eq!(report.throttle_percent, 0);
     for page in 0..npages {
         assert_eq!(read_page(dst, page), read_page(src, page), "page {page}");
     }
@@ -427,29 +419,104 @@ fn precopy_rounds_copy_exactly_the_dirty_pages() {
     assert!(!spec.flags.contains(SlotFlags::LOG_DIRTY));
 }
 
+/// Verification off (the default): nothing compares, so a page changed
+/// behind the log's back (as no real write can) stays as it was copied;
+/// the report says the copy was not checked.
 #[test]
-fn precopy_iterates_while_the_guest_dirties_many_pages() {
+fn without_verification_only_the_reported_pages_are_copied_and_nothing_compares() {
+    let (_hw, table, src, dst) = migration_pair();
+    let unlogged = 900u64;
+    let before = read_page(src, unlogged);
+    let report = live_migration::migrate(
+        &table,
+        src,
+        dst,
+        MigrationOptions::default(),
+        &mut |round| {
+            if round == 0 {
+                guest_write(src, 5, 0x55, true);
+                guest_write(src, unlogged, 0xee, false);
+            }
+        },
+    )
+    .unwrap();
+    assert_eq!(read_page(dst, 5), read_page(src, 5));
+    assert_eq!(
+        read_page(dst, unlogged),
+        before,
+        "an unreported page was copied"
+    );
+    assert_ne!(read_page(src, unlogged), before);
+    assert!(!report.verified);
+    assert_eq!(report.verify_us, 0);
+    assert_eq!(report.differences, 0);
+    assert!(src.has_ended());
+    assert!(!report.to_string().contains("differences"), "{report}");
+}
+
+#[test]
+fn precopy_iterates_until_the_rest_fits_the_limit_and_the_downtime_honours_it() {
     let (_hw, table, src, dst) = migration_pair();
     let npages = src.ram.size() / PAGE;
-    // Rounds 0 to 2 each leave 300 dirty pages (more than the 256 that
-    // stop pre-copy), round 3 leaves 10.
-    let report = live_migration::migrate(&table, src, dst, &mut |round| {
-        let count = if round < 3 {
-            300
-        } else if round == 3 {
-            10
-        } else {
-            0
+    // Half a limit of 100 us is 25 pages at 2 us a page. The rounds leave
+    // 400, 150 and 60 dirty pages (each less than half the one before: no
+    // throttle), then 10 (20 us), which fit.
+    let limit = 100;
+    let report = live_migration::migrate(&table, src, dst, options(true, limit), &mut |round| {
+        let count = match round {
+            0 => 400,
+            1 => 150,
+            2 => 60,
+            3 => 10,
+            _ => 0,
         };
         for page in 0..count {
             guest_write(src, page * 3, round as u8 + 1, true);
         }
     })
     .unwrap();
-    assert_eq!(
-        report.pages_per_iteration,
-        vec![npages, 300, 300, 300, 10, 0]
-    );
+    assert_eq!(report.pages_per_iteration, vec![npages, 400, 150, 60, 10]);
+    assert!(report.expected_stop_copy_us <= limit, "{report}");
+    assert!(report.downtime_us <= limit, "{report}");
+    // The writer slows down by more than half a round: never throttled.
+    assert_eq!(report.throttle_percent, 0);
+    for page in 0..npages {
+        assert_eq!(read_page(dst, page), read_page(src, page), "page {page}");
+    }
+}
+
+/// A writer that dirties a page every microsecond of its time (twice the
+/// fake's copy rate of a page every 2 us), over all 2048 pages, never fits
+/// 100 us unthrottled; the throttle grows a step a round (30, 50, ...
+/// percent) until it dirties at most half as fast as the copy (90 %: 0.1
+/// pages per us against 0.5), and pre-copy ends once the rest fits.
+#[test]
+fn a_writer_faster_than_the_copy_is_throttled_until_the_rest_fits() {
+    let (hw, table, src, dst) = migration_pair();
+    let npages = src.ram.size() / PAGE;
+    let limit = 100;
+    let mut throttles = Vec::new();
+    let mut last = hw.ticks.load(Ordering::Relaxed);
+    let report = live_migration::migrate(&table, src, dst, options(true, limit), &mut |round| {
+        let throttle = u64::from(src.migration_throttle.load(Ordering::Acquire));
+        throttles.push(throttle);
+        let now = hw.ticks.load(Ordering::Relaxed);
+        // The guest ran (100 - throttle) % of the time since the last round.
+        let pages = (now - last) * (100 - throttle) / 100;
+        last = now;
+        for page in 0..pages.min(npages) {
+            guest_write(src, page, round as u8 + 1, true);
+        }
+    })
+    .unwrap();
+    assert_eq!(throttles[..5], [0, 30, 50, 70, 90], "{throttles:?}");
+    assert!(throttles[5..].iter().all(|&t| t == 90), "{throttles:?}");
+    assert_eq!(report.throttle_percent, 90);
+    assert!(report.expected_stop_copy_us <= limit, "{report}");
+    assert!(report.downtime_us <= limit, "{report}");
+    assert_eq!(report.differences, 0);
+    // The throttle ends with the migration.
+    assert_eq!(src.migration_throttle.load(Ordering::Acquire), 0);
     for page in 0..npages {
         assert_eq!(read_page(dst, page), read_page(src, page), "page {page}");
     }
@@ -458,8 +525,8 @@ fn precopy_iterates_while_the_guest_dirties_many_pages() {
 #[test]
 fn a_copy_that_differs_fails_and_the_source_runs_on() {
     let (hw, table, src, dst) = migration_pair();
-    let err = live_migration::migrate(&table, src, dst, &mut |round| {
-        if round == 1 {
+    let err = live_migration::migrate(&table, src, dst, options(true, 30_000), &mut |round| {
+        if round == 0 {
             guest_write(src, 42, 0x11, false);
         }
     })
@@ -470,6 +537,7 @@ fn a_copy_that_differs_fails_and_the_source_runs_on() {
     assert_eq!(src.requested_state(), Requested::Running);
     assert!(!src.capture_requested());
     assert!(!src.has_ended());
+    assert_eq!(src.migration_throttle.load(Ordering::Acquire), 0);
     let spec = vm_ops::slot_spec(src, slot0()).unwrap().unwrap();
     assert!(!spec.flags.contains(SlotFlags::LOG_DIRTY));
     assert!(dst.awaiting_migration.load(Ordering::Acquire));
@@ -497,20 +565,24 @@ fn refused_migrations_leave_both_vms_as_they_were() {
         (src, small, MigrateError::Shape("RAM size")),
     ];
     for (from, to, expected) in cases {
-        assert_eq!(live_migration::request(from, to), Err(expected));
+        assert_eq!(
+            live_migration::request(from, to, MigrationOptions::default()),
+            Err(expected)
+        );
     }
     for vm in &vms {
         assert!(vm.migration_job.lock().is_none());
     }
     assert!(hw.kicks.lock().unwrap().is_empty());
     // A second request while one is posted is refused and keeps the first.
-    live_migration::request(src, dst).unwrap();
+    live_migration::request(src, dst, options(true, 7_000)).unwrap();
     assert_eq!(
-        live_migration::request(running, dst),
+        live_migration::request(running, dst, MigrationOptions::default()),
         Err(MigrateError::Busy)
     );
-    let posted = dst.migration_job.lock().unwrap();
+    let (posted, with) = dst.migration_job.lock().unwrap();
     assert!(core::ptr::eq(posted, src));
+    assert_eq!(with, options(true, 7_000));
     assert_eq!(*hw.kicks.lock().unwrap(), vec![1]);
     assert!(dst.awaiting_migration.load(Ordering::Acquire));
     assert_eq!(src.requested_state(), Requested::Running);
@@ -524,7 +596,7 @@ fn a_gicv2_host_refuses_migration() {
         &[("src", conf(8, &[0], true)), ("dst", conf(8, &[1], false))],
     );
     assert_eq!(
-        live_migration::request(vms[0], vms[1]),
+        live_migration::request(vms[0], vms[1], MigrationOptions::default()),
         Err(MigrateError::Blocked(
             crate::vm::vcpu_state::MigrationBlocker::Gicv2
         ))

@@ -62,6 +62,7 @@ use crate::vm::layout::{
     GUEST_UART_SIZE, GUEST_UART_SPI, vcpu_mpidr,
 };
 use crate::vm::lifecycle::{Lifecycle, RestartError};
+use crate::vm::migration_plan::{CopyBoard, MigrationOptions};
 use crate::vm::power::{BootRequest, PowerStates};
 use crate::vm::run_state::{Requested, RunState, RunStateError};
 use crate::vm::vcpu_state::VcpuState;
@@ -73,7 +74,7 @@ use boot_payload::image::{self, KernelFormat};
 use boot_payload::vmconf::DEFAULT_MEM_MIB;
 use boot_payload::vmname::VmName;
 use boot_payload::{PayloadError, PayloadRef, VmRef};
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use crossbeam_epoch::Collector;
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, Memslots, SlotFlags, SlotId, SlotSpec};
 use pgtable::{
@@ -181,8 +182,15 @@ pub struct Vm<H: Hardware> {
     /// Per vCPU: the whole state captured for a migration (source) or to
     /// restore at its start (destination) (`runtime::live_migration`).
     pub vcpu_states: Box<[Mutex<Option<Box<VcpuState>>>]>,
-    /// The source VM of a migration this VM's vCPU 0 is to carry out.
-    pub migration_job: Mutex<Option<&'static Vm<H>>>,
+    /// The source VM of a migration this VM's vCPU 0 is to carry out, and
+    /// how it was asked for.
+    pub migration_job: Mutex<Option<(&'static Vm<H>, MigrationOptions)>>,
+    /// Percent of their time its vCPUs are held out of the guest while a
+    /// migration pre-copies (`vm::migration_plan`, auto-converge); 0: none.
+    pub migration_throttle: AtomicU8,
+    /// The stop's copy of a migration out of this VM, which its paused
+    /// vCPUs help with (`runtime::live_migration`).
+    pub stop_copy: CopyBoard,
     capture_requested: AtomicBool,
     /// The CPUs have the GICv3 system-register CPU interface (system-wide).
     pub gic_sysregs: bool,
@@ -492,6 +500,7 @@ impl<H: Hardware> Vm<H> {
         // so no migration can land on the running VM.
         self.awaiting_migration.store(false, Ordering::Release);
         *self.migration_job.lock() = None;
+        self.migration_throttle.store(0, Ordering::Release);
         self.ended.store(false, Ordering::Release);
         self.stopping.store(false, Ordering::Release);
     }
@@ -876,6 +885,8 @@ pub fn create_vm<H: Hardware>(
         awaiting_migration: AtomicBool::new(!conf.start.unwrap_or(true)),
         vcpu_states: (0..vcpus).map(|_| Mutex::new(None)).collect(),
         migration_job: Mutex::new(None),
+        migration_throttle: AtomicU8::new(0),
+        stop_copy: CopyBoard::new(),
         capture_requested: AtomicBool::new(false),
         gic_sysregs: features.gic_sysregs,
         host_uart_intid: info.platform.uart_intid,

@@ -254,6 +254,10 @@ impl Vcpu {
                     Err(reason) => break Err(reason),
                 }
             }
+            // Then it helps copy the migration's last dirty pages.
+            if self.vm.capture_requested() {
+                crate::runtime::live_migration::help_stop_copy(self.vm);
+            }
             match self.vm.run_state.get() {
                 Requested::Running => break Ok(()),
                 Requested::StopRequested => break Err(StopReason::StopRequested),

@@ -125,6 +125,9 @@ pub struct Vcpu {
     set_way: SetWayTracker,
     /// The class of the exit being handled, for the VM's exit profile.
     exit_class: ExitClass,
+    /// While a migration throttles its VM: the counter when this vCPU
+    /// last went back to the guest after a hold (0: not throttled).
+    throttle_since: u64,
 }
 
 impl Vcpu {
@@ -150,6 +153,7 @@ impl Vcpu {
             hcr: crate::sysreg_values::HCR_EL2_GUEST,
             set_way: SetWayTracker::new(),
             exit_class: ExitClass::Other,
+            throttle_since: 0,
         })
     }
 

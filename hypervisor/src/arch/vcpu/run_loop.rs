@@ -14,7 +14,10 @@ use crate::exit::sync_exit::{self, SyncExit};
 use crate::read_sysreg;
 use crate::vm::counters::Counter;
 use crate::vm::exit_profile::ExitClass;
+use crate::vm::migration_plan::{THROTTLE_SLICE_US, throttle_hold_ticks};
 use crate::vm::power::BootRequest;
+use crate::vm::run_state::Requested;
+use core::sync::atomic::Ordering;
 
 impl Vcpu {
     /// Runs the vCPU from `boot` until it turns itself off, the guest
@@ -30,6 +33,7 @@ impl Vcpu {
             if self.vm.is_stopping() {
                 return Ok(Flow::Halt);
             }
+            self.obey_throttle();
             self.wait_while_paused()?;
             self.prepare_entry()?;
             // Counted in the guest until the exit (`vm::run_state`): a pause
@@ -60,6 +64,37 @@ impl Vcpu {
                 return Ok(flow);
             }
         }
+    }
+
+    /// While a migration throttles the VM (`vm::migration_plan`, auto-converge):
+    /// once the vCPU ran a slice since its last hold, holds it at EL2 for
+    /// the throttle's share of that time; a pause, a stop or the end of the
+    /// throttle ends the hold at once.
+    fn obey_throttle(&mut self) {
+        let percent = self.vm.migration_throttle.load(Ordering::Acquire);
+        if percent == 0 {
+            self.throttle_since = 0;
+            return;
+        }
+        let now = crate::read_sysreg!(cntpct_el0);
+        if self.throttle_since == 0 {
+            self.throttle_since = now;
+            return;
+        }
+        let frequency = crate::read_sysreg!(cntfrq_el0);
+        let ran = now.wrapping_sub(self.throttle_since);
+        if u128::from(ran) * 1_000_000 < u128::from(THROTTLE_SLICE_US) * u128::from(frequency) {
+            return;
+        }
+        let until = now.saturating_add(throttle_hold_ticks(percent, ran));
+        while crate::read_sysreg!(cntpct_el0) < until
+            && self.vm.migration_throttle.load(Ordering::Acquire) != 0
+            && self.vm.run_state.get() == Requested::Running
+            && !self.vm.is_stopping()
+        {
+            core::hint::spin_loop();
+        }
+        self.throttle_since = crate::read_sysreg!(cntpct_el0);
     }
 
     /// Handles the exit `kind` the guest just took.

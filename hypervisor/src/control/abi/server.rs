@@ -16,6 +16,7 @@
 //! 5. The [`ControlTarget`] does the work; its error, if any, is the result.
 //!    Pages of the caller written by the hypervisor are then marked dirty.
 
+use crate::vm::migration_plan::MigrationOptions;
 use alloc::vec;
 use alloc::vec::Vec;
 use control_abi::reply::{self, Capabilities, ListVmsReply, Version};
@@ -123,12 +124,24 @@ fn run<M: CallerMemory + ?Sized>(
             buffer.mark_written(caller.memory);
             reply::success(count, 0, 0)
         }
-        Call::VmMigrate { src, dst } => {
+        Call::VmMigrate {
+            src,
+            dst,
+            verify,
+            downtime_limit_us,
+        } => {
             // Neither end may be the caller.
             if dst == caller.vm {
                 return Err(Error::Denied);
             }
-            target.migrate(src, dst).map(|()| done)?
+            let mut options = MigrationOptions {
+                verify,
+                ..MigrationOptions::default()
+            };
+            if downtime_limit_us != 0 {
+                options.downtime_limit_us = downtime_limit_us;
+            }
+            target.migrate(src, dst, options).map(|()| done)?
         }
         Call::DirtyLogConfig {
             vm,

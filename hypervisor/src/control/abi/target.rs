@@ -8,6 +8,7 @@
 //! exist) and answers with an [`Error`]. Errors of the `memslot` crate map to
 //! interface errors through [`memslot_error`].
 
+use crate::vm::migration_plan::MigrationOptions;
 use control_abi::{Error, RegisterId, VmInfo};
 use memslot::{DirtyLogMode, Gfn, HostPhysAddr, MemslotError, SlotFlags, SlotId};
 
@@ -102,13 +103,14 @@ pub trait ControlTarget {
         value: u64,
     ) -> Result<(), Error>;
 
-    /// Starts a live migration of `src` into `dst` (a VM waiting for one);
+    /// Starts a live migration of `src` into `dst` (a VM waiting for one)
+    /// with `options`;
     /// returns once it is posted ([`Error::BadState`] when `dst` is not
     /// waiting or `src` not running, [`Error::Busy`] when a migration into
     /// `dst` is posted already, [`Error::InvalidParameters`] when the VMs
     /// differ, [`Error::NotSupported`] when the source's state cannot be
     /// carried).
-    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), Error>;
+    fn migrate(&mut self, src: VmId, dst: VmId, options: MigrationOptions) -> Result<(), Error>;
 
     /// Reads `out.len()` bytes of host memory at `src`: a span the
     /// dispatcher translated from the caller's buffer (`DIRTY_LOG_CLEAR`'s

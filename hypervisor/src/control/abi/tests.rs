@@ -17,6 +17,8 @@ use memslot::{
 };
 use proptest::prelude::*;
 
+use crate::vm::migration_plan::{DEFAULT_DOWNTIME_LIMIT_US, MigrationOptions};
+
 use super::buffer::{Access, Buffer, CallerMemory, HostSpan, MAX_SPANS};
 use super::server::{Caller, dispatch};
 use super::target::{ControlTarget, NewSlot, VmId, memslot_error};
@@ -102,6 +104,7 @@ struct Fake {
     vms: Vec<Vm>,
     /// Every call the dispatcher made, by name.
     log: Vec<&'static str>,
+    migrations: Vec<MigrationOptions>,
 }
 
 impl Fake {
@@ -119,6 +122,7 @@ impl Fake {
                 Vm::new(2, VmState::Stopped, 1, false),
             ],
             log: Vec::new(),
+            migrations: Vec::new(),
         };
         for i in 0..4 * PAGE {
             fake.ram[(0x8040_0000 - HOST_BASE + i) as usize] = (i % 251) as u8;
@@ -267,8 +271,9 @@ impl ControlTarget for Fake {
         self.host(dst.0, bytes.len() as u64).copy_from_slice(bytes);
     }
 
-    fn migrate(&mut self, src: VmId, dst: VmId) -> Result<(), Error> {
+    fn migrate(&mut self, src: VmId, dst: VmId, options: MigrationOptions) -> Result<(), Error> {
         self.log.push("migrate");
+        self.migrations.push(options);
         self.vm(src)?;
         self.vm(dst)?;
         Ok(())
@@ -573,8 +578,18 @@ fn a_caller_may_not_name_itself() {
         Call::MemoryWrite(transfer),
         Call::VcpuGetRegister(me),
         Call::VcpuSetRegister { reg: me, value: 1 },
-        Call::VmMigrate { src: 0, dst: 1 },
-        Call::VmMigrate { src: 1, dst: 0 },
+        Call::VmMigrate {
+            src: 0,
+            dst: 1,
+            verify: false,
+            downtime_limit_us: 0,
+        },
+        Call::VmMigrate {
+            src: 1,
+            dst: 0,
+            verify: true,
+            downtime_limit_us: 0,
+        },
     ] {
         assert_eq!(call(&caller, &mut fake, c), err(Error::Denied), "{c:?}");
     }
@@ -1180,4 +1195,42 @@ fn a_call_translates_each_caller_page_once() {
         });
         assert_eq!(out[0], 0, "{c:?}");
     }
+}
+
+/// `VM_MIGRATE`'s 1.2 options reach the hypervisor: `x3` bit 0 asks for
+/// the byte-for-byte check, `x4` the downtime limit (0: the default);
+/// other `x3` bits are reserved.
+#[test]
+fn vm_migrate_carries_verify_and_the_downtime_limit() {
+    let caller = CallerVm::new();
+    let mut fake = Fake::new();
+    let migrate = |verify, downtime_limit_us| Call::VmMigrate {
+        src: 1,
+        dst: 2,
+        verify,
+        downtime_limit_us,
+    };
+    assert_eq!(call(&caller, &mut fake, migrate(false, 0)), OK);
+    assert_eq!(call(&caller, &mut fake, migrate(true, 5_000)), OK);
+    assert_eq!(
+        fake.migrations,
+        [
+            MigrationOptions::default(),
+            MigrationOptions {
+                verify: true,
+                downtime_limit_us: 5_000
+            }
+        ]
+    );
+    assert_eq!(
+        MigrationOptions::default().downtime_limit_us,
+        DEFAULT_DOWNTIME_LIMIT_US
+    );
+    let mut regs = migrate(true, 0).encode();
+    regs[3] = 0b10;
+    assert_eq!(
+        call_regs(&caller, &mut fake, &regs, true),
+        err(Error::InvalidParameters)
+    );
+    assert_eq!(fake.migrations.len(), 2);
 }
