@@ -97,6 +97,10 @@ impl Hardware for El2 {
         sysreg::send_event();
     }
 
+    fn wait_for_wakeup(&self) {
+        gic::wait_for_wakeup();
+    }
+
     fn gic_is_v2(&self) -> bool {
         gic::is_v2()
     }

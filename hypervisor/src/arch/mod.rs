@@ -4,11 +4,12 @@
 //! MMU on) -> `boot::primary_main` (heap, platform, console, memory, per-CPU
 //! data, banner, secondary CPUs, then publishes `runtime::boot_info`) ->
 //! `run` (the VMs from the boot payload, each vCPU pinned to one CPU of its
-//! VM's partition, `runtime::vm_table`) -> `vcpu` (run loop and exit
+//! VM's partition, `runtime::vm_table`) -> `runtime::vcpu_cycle` (each
+//! vCPU's life on its CPU, halts and restarts) -> `vcpu` (run loop and exit
 //! handling on every CPU).
 //!
 //! The VM runtime (the VMs, their table, memslot and dirty-log operations,
-//! migration, restart) is `crate::runtime`, host-tested; [`hardware`] is
+//! migration, restart, each vCPU's cycle of runs and halts) is `crate::runtime`, host-tested; [`hardware`] is
 //! the machine it runs on here.
 //!
 //! Folders: `boot` (the boot sequence, the entry code, exception vectors,
@@ -38,8 +39,9 @@
 //!    (the VM table): the machine behind `control::abi`.
 //! 7. `vcpu` (the VM, monitor, control, host console, exception entry,
 //!    firmware, drivers, stage 2, features).
-//! 8. `run` (the VM table, monitor, vCPU): starts them on every CPU, halts
-//!    and restarts VMs.
+//! 8. `run` (the VM table, monitor, vCPU): creates the VMs and starts
+//!    their vCPUs on every CPU in `runtime::vcpu_cycle`, which halts and
+//!    restarts VMs.
 //! 9. `boot` (the boot sequence itself), which hands over to `run`.
 
 pub mod boot;

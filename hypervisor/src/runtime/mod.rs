@@ -11,6 +11,8 @@
 //! - [`live_migration`]: pre-copy live migration of a VM into a waiting one
 //!   (the plan is `vm::migration_plan`).
 //! - [`restart`]: rebuilding a VM in place.
+//! - [`vcpu_cycle`]: one vCPU's life on its CPU: running on `CPU_ON`,
+//!   acting on how each run ended, halting and restarting its VM.
 //! - [`monitor_target`]: the console monitor's machine and the VMs'
 //!   console input over the VM table.
 //! - [`control_target`]: the control interface's calls over the VM table.
@@ -27,8 +29,8 @@
 //! # Dependency order
 //!
 //! `boot_info` (a leaf) -> `vm_instance` -> `vm_ops`, `vm_table` ->
-//! `dirty_log` -> `restart`, `live_migration` -> `monitor_target`,
-//! `control_target`.
+//! `dirty_log` -> `restart`, `live_migration` -> `vcpu_cycle`,
+//! `monitor_target`, `control_target`.
 
 pub mod boot_info;
 pub mod control_target;
@@ -36,6 +38,7 @@ pub mod dirty_log;
 pub mod live_migration;
 pub mod monitor_target;
 pub mod restart;
+pub mod vcpu_cycle;
 pub mod vm_instance;
 pub mod vm_ops;
 pub mod vm_table;
@@ -100,6 +103,9 @@ pub trait Hardware: Sync + 'static {
     fn kick(&self, cpu: usize);
     /// Wakes CPUs waiting in `WFE`.
     fn send_event(&self);
+    /// Waits on the running CPU until another CPU wakes it (a kick or an
+    /// event); callers first handle what is already pending.
+    fn wait_for_wakeup(&self);
     /// The host GIC is a GICv2.
     fn gic_is_v2(&self) -> bool;
     /// The vector lengths (SVE, SME) of the running CPU.

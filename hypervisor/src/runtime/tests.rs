@@ -29,12 +29,14 @@ use super::dirty_log;
 use super::live_migration::{self, MigrateError};
 use super::monitor_target::{MonitorError, MonitorMachine, VmConsoleInputs};
 use super::restart;
+use super::vcpu_cycle::{self, CpuVcpu};
 use super::vm_instance::{Vm, VmError, create_vm};
 use super::vm_ops;
 use super::vm_table::{MachineError, VmTable};
 use crate::control::console::GuestInput;
 use crate::control::console_mux::VmId;
 use crate::control::monitor::{MonitorTarget, SlotRequest};
+use crate::exit::flow::{Flow, StopReason};
 use crate::platform::cpu_features::CpuFeatures;
 use crate::platform::ranges::PhysRange;
 use crate::platform::{Platform, PsciConduit};
@@ -215,6 +217,8 @@ impl Hardware for FakeHardware {
     }
 
     fn send_event(&self) {}
+
+    fn wait_for_wakeup(&self) {}
 
     fn gic_is_v2(&self) -> bool {
         self.gicv2
@@ -844,6 +848,70 @@ fn restart_rebuilds_memory_slots_and_devices_from_the_boot_image() {
     assert!(!vm.capture_requested());
     assert!(!vm.is_stopping());
     assert_eq!(vm.counters.get(Counter::Restarts), 1);
+}
+
+/// A vCPU that records what the cycle asks of it (it never runs a guest).
+#[derive(Default)]
+struct FakeVcpu {
+    calls: Vec<&'static str>,
+}
+
+impl CpuVcpu for FakeVcpu {
+    fn run(&mut self, _: crate::vm::power::BootRequest) -> Result<Flow, StopReason> {
+        self.calls.push("run");
+        Ok(Flow::Off)
+    }
+
+    fn handle_interrupts_while_off(&mut self) -> Result<(), StopReason> {
+        self.calls.push("interrupts");
+        Ok(())
+    }
+
+    fn quiesce_for_halt(&mut self) {
+        self.calls.push("quiesce");
+    }
+
+    fn end_halt(&mut self) {
+        self.calls.push("end_halt");
+    }
+}
+
+#[test]
+fn a_reset_of_one_vm_of_two_restarts_it_alone_and_boots_its_vcpu0_again() {
+    let hw = FakeHardware::new();
+    let vms = create(
+        hw,
+        &[("a", conf(4, &[0], true)), ("b", conf(4, &[1], true))],
+    );
+    let table: &'static VmTable<FakeHardware> =
+        Box::leak(Box::new(VmTable::new(hw, vms.clone(), 2).unwrap()));
+    let (a, b) = (vms[0], vms[1]);
+    a.power.mark_on(0);
+
+    vcpu_cycle::after_run(table, a, 0, Ok(Flow::SystemReset));
+
+    // A restart of `a` alone: it halts, `b` runs on, the machine stays on.
+    assert!(a.is_stopping() && !a.has_ended());
+    assert!(!b.is_stopping());
+    assert!(!hw.powered_off.load(Ordering::Acquire));
+
+    // Its only vCPU halts, finds itself the last and rebuilds the VM.
+    let mut vcpu = FakeVcpu::default();
+    hw.kicks.lock().unwrap().clear();
+    vcpu_cycle::halt(table, a, &mut vcpu);
+
+    assert_eq!(vcpu.calls.first(), Some(&"quiesce"));
+    assert_eq!(vcpu.calls.last(), Some(&"end_halt"));
+    assert!(!a.is_stopping());
+    assert_eq!(a.counters.get(Counter::Restarts), 1);
+    assert_eq!(a.power.take_pending(0), Some(a.boot.request));
+    assert!(hw.kicks.lock().unwrap().contains(&0));
+    assert_eq!(b.counters.get(Counter::Restarts), 0);
+
+    // A stop of `b` ends it; with `a` still running the machine stays on.
+    vcpu_cycle::after_run(table, b, 0, Err(StopReason::StopRequested));
+    assert!(b.has_ended());
+    assert!(!hw.powered_off.load(Ordering::Acquire));
 }
 
 // ---------------------------------------------------------------------------
