@@ -43,6 +43,8 @@ pub struct Campaign {
     pub cpus: Vec<String>,
     /// `fuzz-allow=` list (empty: the default mix).
     pub allow: String,
+    /// `fuzz-deny=` list (empty: nothing taken out of the mix).
+    pub deny: String,
     /// Emulated CPUs (and vCPUs).
     pub smp: u32,
 }
@@ -53,6 +55,9 @@ impl Campaign {
         let mut args = format!("seed={first} seeds={count} ops={}", self.ops);
         if !self.allow.is_empty() {
             args.push_str(&format!(" fuzz-allow={}", self.allow));
+        }
+        if !self.deny.is_empty() {
+            args.push_str(&format!(" fuzz-deny={}", self.deny));
         }
         args
     }
@@ -382,6 +387,7 @@ mod tests {
             per_boot: 50,
             cpus: vec!["cortex-a57".into()],
             allow: String::new(),
+            deny: String::new(),
             smp: 4,
         };
         // The long campaign: a hang is reported 16 s after its seed began.
@@ -410,6 +416,7 @@ mod tests {
             per_boot: 3,
             cpus: vec!["max".into()],
             allow: String::new(),
+            deny: String::new(),
             smp: 4,
         };
         let boot = Boot {
@@ -443,6 +450,7 @@ mod tests {
             per_boot: 4,
             cpus: vec!["cortex-a57".into()],
             allow: "ptimer".into(),
+            deny: String::new(),
             smp: 4,
         };
         let boot = Boot {

@@ -34,6 +34,7 @@ fn parse(args: &[String]) -> Result<Campaign, String> {
         per_boot: 50,
         cpus: Vec::new(),
         allow: String::new(),
+        deny: String::new(),
         smp: 4,
     };
     let mut rest = args.iter();
