@@ -25,6 +25,7 @@ use tlb::{Scope, TlbCaps, TlbInvalidate, TlbTarget, TlbiOp};
 
 use super::Hardware;
 use super::boot_info::BootInfo;
+use super::device_access::{self, AccessingVcpu};
 use super::dirty_log;
 use super::guest_call::{self, CallingVcpu};
 use super::live_migration::{self, MigrateError};
@@ -37,6 +38,8 @@ use super::vm_table::{MachineError, VmTable};
 use crate::control::console::GuestInput;
 use crate::control::console_mux::VmId;
 use crate::control::monitor::{MonitorTarget, SlotRequest};
+use crate::devices::vgic::VcpuSet;
+use crate::exit::esr::DataAccess;
 use crate::exit::flow::{Flow, StopReason};
 use crate::exit::hypercall::{HV_TEST_REPORT, NOT_SUPPORTED};
 use crate::exit::psci;
@@ -1151,4 +1154,74 @@ fn guest_calls_answer_in_x0_and_psci_turns_the_vcpu_or_the_machine_off() {
 
     let mut vcpu = FakeCallingVcpu::calling(vm, u64::from(psci::PSCI_SYSTEM_OFF), 0);
     assert_eq!(guest_call::guest_call(&mut vcpu), Ok(Flow::SystemOff));
+}
+
+// ---------------------------------------------------------------------------
+// Emulated device accesses
+
+/// An accessing vCPU: its registers, and what was asked of the machine.
+struct FakeAccessingVcpu {
+    vm: &'static Vm<FakeHardware>,
+    x: [u64; 31],
+    calls: Vec<&'static str>,
+}
+
+impl AccessingVcpu<FakeHardware> for FakeAccessingVcpu {
+    fn vm(&self) -> &'static Vm<FakeHardware> {
+        self.vm
+    }
+
+    fn index(&self) -> usize {
+        0
+    }
+
+    fn reg(&self, r: u8) -> u64 {
+        if r == 31 { 0 } else { self.x[r as usize] }
+    }
+
+    fn set_reg(&mut self, r: u8, value: u64) {
+        if r != 31 {
+            self.x[r as usize] = value;
+        }
+    }
+
+    fn fold_for_refill(&mut self) -> Result<(), StopReason> {
+        self.calls.push("fold");
+        Ok(())
+    }
+
+    fn absorb(&mut self, _: VcpuSet) {
+        self.calls.push("absorb");
+    }
+
+    fn update_uart_line(&mut self) -> Result<(), StopReason> {
+        self.calls.push("uart_line");
+        Ok(())
+    }
+
+    fn skip_trapped_instruction(&mut self) {
+        self.calls.push("skip");
+    }
+}
+
+#[test]
+fn a_uart_store_reaches_the_console_and_is_stepped_over() {
+    let hw = FakeHardware::new();
+    let vm = create(hw, &[("a", conf(4, &[0], true))])[0];
+    let mut vcpu = FakeAccessingVcpu {
+        vm,
+        x: [0; 31],
+        calls: Vec::new(),
+    };
+    vcpu.x[3] = u64::from(b'k');
+    let access = DataAccess {
+        size: 4,
+        sign_extend: false,
+        register: 3,
+        sixty_four: false,
+    };
+    let flow = device_access::uart_access(&mut vcpu, true, access, 0);
+    assert_eq!(flow, Ok(Flow::Resume));
+    assert!(hw.output.lock().unwrap().contains(&(0, b'k')));
+    assert_eq!(vcpu.calls, ["uart_line", "skip"]);
 }
