@@ -38,7 +38,8 @@
 //!    input and the machine behind `control::monitor`; `control_target`
 //!    (the VM table): the machine behind `control::abi`.
 //! 7. `vcpu` (the VM, monitor, control, host console, exception entry,
-//!    firmware, drivers, stage 2, features).
+//!    firmware, drivers, stage 2, features); it hands guest calls to
+//!    `runtime::guest_call` and device accesses to `runtime::device_access`.
 //! 8. `run` (the VM table, monitor, vCPU): creates the VMs and starts
 //!    their vCPUs on every CPU in `runtime::vcpu_cycle`, which halts and
 //!    restarts VMs.

@@ -16,6 +16,11 @@
 //! - [`monitor_target`]: the console monitor's machine and the VMs'
 //!   console input over the VM table.
 //! - [`control_target`]: the control interface's calls over the VM table.
+//! - [`device_access`]: a vCPU's emulated UART and virtual GIC accesses
+//!   over the trait [`device_access::AccessingVcpu`].
+//! - [`guest_call`]: a vCPU's hypervisor and secure-monitor calls (PSCI,
+//!   the control interface, test reports) over the trait
+//!   [`guest_call::CallingVcpu`] for the calling vCPU's registers.
 //! - [`boot_info`]: what the boot CPU learned about the machine.
 //!
 //! Everything here reaches the machine only through the trait
@@ -30,11 +35,14 @@
 //!
 //! `boot_info` (a leaf) -> `vm_instance` -> `vm_ops`, `vm_table` ->
 //! `dirty_log` -> `restart`, `live_migration` -> `vcpu_cycle`,
-//! `monitor_target`, `control_target`.
+//! `monitor_target`, `control_target`; `guest_call`, `device_access` (over
+//! `vm_instance`).
 
 pub mod boot_info;
 pub mod control_target;
+pub mod device_access;
 pub mod dirty_log;
+pub mod guest_call;
 pub mod live_migration;
 pub mod monitor_target;
 pub mod restart;

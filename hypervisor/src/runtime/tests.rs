@@ -25,7 +25,9 @@ use tlb::{Scope, TlbCaps, TlbInvalidate, TlbTarget, TlbiOp};
 
 use super::Hardware;
 use super::boot_info::BootInfo;
+use super::device_access::{self, AccessingVcpu};
 use super::dirty_log;
+use super::guest_call::{self, CallingVcpu};
 use super::live_migration::{self, MigrateError};
 use super::monitor_target::{MonitorError, MonitorMachine, VmConsoleInputs};
 use super::restart;
@@ -36,7 +38,11 @@ use super::vm_table::{MachineError, VmTable};
 use crate::control::console::GuestInput;
 use crate::control::console_mux::VmId;
 use crate::control::monitor::{MonitorTarget, SlotRequest};
+use crate::devices::vgic::VcpuSet;
+use crate::exit::esr::DataAccess;
 use crate::exit::flow::{Flow, StopReason};
+use crate::exit::hypercall::{HV_TEST_REPORT, NOT_SUPPORTED};
+use crate::exit::psci;
 use crate::platform::cpu_features::CpuFeatures;
 use crate::platform::ranges::PhysRange;
 use crate::platform::{Platform, PsciConduit};
@@ -1068,4 +1074,154 @@ fn a_byte_typed_for_a_vm_reaches_its_pl011() {
     assert_ne!(vms[1].uart.lock().device.raw_interrupts() & RXRIS, 0);
     let data = vms[1].uart.lock().device.read(0).unwrap();
     assert_eq!(data & 0xff, u32::from(b'x'));
+}
+
+// ---------------------------------------------------------------------------
+// Guest calls
+
+/// A calling vCPU: its `x0..x7`, and what was asked of the machine.
+struct FakeCallingVcpu {
+    vm: &'static Vm<FakeHardware>,
+    x: [u64; 8],
+    control_calls: usize,
+    unloads: usize,
+}
+
+impl FakeCallingVcpu {
+    fn calling(vm: &'static Vm<FakeHardware>, x0: u64, x1: u64) -> Self {
+        Self {
+            vm,
+            x: [x0, x1, 0, 0, 0, 0, 0, 0],
+            control_calls: 0,
+            unloads: 0,
+        }
+    }
+}
+
+impl CallingVcpu<FakeHardware> for FakeCallingVcpu {
+    fn vm(&self) -> &'static Vm<FakeHardware> {
+        self.vm
+    }
+
+    fn index(&self) -> usize {
+        0
+    }
+
+    fn call_args(&self) -> [u64; 8] {
+        self.x
+    }
+
+    fn set_results(&mut self, out: &[u64]) {
+        self.x[..out.len()].copy_from_slice(out);
+    }
+
+    fn control_call(&mut self, _: &[u64; 8]) -> [u64; 4] {
+        self.control_calls += 1;
+        [0; 4]
+    }
+
+    fn unload_list_registers(&mut self) -> Result<(), StopReason> {
+        self.unloads += 1;
+        Ok(())
+    }
+}
+
+#[test]
+fn guest_calls_answer_in_x0_and_psci_turns_the_vcpu_or_the_machine_off() {
+    let hw = FakeHardware::new();
+    let vm = create(hw, &[("a", conf(4, &[0], true))])[0];
+    vm.power.mark_on(0);
+
+    let mut vcpu = FakeCallingVcpu::calling(vm, u64::from(psci::PSCI_VERSION), 0);
+    assert_eq!(guest_call::guest_call(&mut vcpu), Ok(Flow::Resume));
+    assert_eq!(vcpu.x[0], psci::VERSION_1_1);
+
+    // Not a control VM: the control range is an unknown hypercall.
+    let mut vcpu = FakeCallingVcpu::calling(vm, 0xC600_0100, 0);
+    assert_eq!(guest_call::guest_call(&mut vcpu), Ok(Flow::Resume));
+    assert_eq!(vcpu.x[0], NOT_SUPPORTED);
+    assert_eq!(vcpu.control_calls, 0);
+    assert_eq!(vm.counters.get(Counter::UnknownHypercalls), 1);
+
+    let mut vcpu = FakeCallingVcpu::calling(vm, u64::from(HV_TEST_REPORT), 0);
+    assert_eq!(guest_call::guest_call(&mut vcpu), Ok(Flow::Resume));
+    assert_eq!(vcpu.x[0], 0);
+    assert_eq!(vm.counters.get(Counter::TestReports), 1);
+
+    let mut vcpu = FakeCallingVcpu::calling(vm, u64::from(psci::PSCI_CPU_OFF), 0);
+    assert_eq!(guest_call::guest_call(&mut vcpu), Ok(Flow::Off));
+    assert_eq!(vcpu.unloads, 1);
+
+    let mut vcpu = FakeCallingVcpu::calling(vm, u64::from(psci::PSCI_SYSTEM_OFF), 0);
+    assert_eq!(guest_call::guest_call(&mut vcpu), Ok(Flow::SystemOff));
+}
+
+// ---------------------------------------------------------------------------
+// Emulated device accesses
+
+/// An accessing vCPU: its registers, and what was asked of the machine.
+struct FakeAccessingVcpu {
+    vm: &'static Vm<FakeHardware>,
+    x: [u64; 31],
+    calls: Vec<&'static str>,
+}
+
+impl AccessingVcpu<FakeHardware> for FakeAccessingVcpu {
+    fn vm(&self) -> &'static Vm<FakeHardware> {
+        self.vm
+    }
+
+    fn index(&self) -> usize {
+        0
+    }
+
+    fn reg(&self, r: u8) -> u64 {
+        if r == 31 { 0 } else { self.x[r as usize] }
+    }
+
+    fn set_reg(&mut self, r: u8, value: u64) {
+        if r != 31 {
+            self.x[r as usize] = value;
+        }
+    }
+
+    fn fold_for_refill(&mut self) -> Result<(), StopReason> {
+        self.calls.push("fold");
+        Ok(())
+    }
+
+    fn absorb(&mut self, _: VcpuSet) {
+        self.calls.push("absorb");
+    }
+
+    fn update_uart_line(&mut self) -> Result<(), StopReason> {
+        self.calls.push("uart_line");
+        Ok(())
+    }
+
+    fn skip_trapped_instruction(&mut self) {
+        self.calls.push("skip");
+    }
+}
+
+#[test]
+fn a_uart_store_reaches_the_console_and_is_stepped_over() {
+    let hw = FakeHardware::new();
+    let vm = create(hw, &[("a", conf(4, &[0], true))])[0];
+    let mut vcpu = FakeAccessingVcpu {
+        vm,
+        x: [0; 31],
+        calls: Vec::new(),
+    };
+    vcpu.x[3] = u64::from(b'k');
+    let access = DataAccess {
+        size: 4,
+        sign_extend: false,
+        register: 3,
+        sixty_four: false,
+    };
+    let flow = device_access::uart_access(&mut vcpu, true, access, 0);
+    assert_eq!(flow, Ok(Flow::Resume));
+    assert!(hw.output.lock().unwrap().contains(&(0, b'k')));
+    assert_eq!(vcpu.calls, ["uart_line", "skip"]);
 }

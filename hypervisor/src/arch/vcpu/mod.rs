@@ -65,9 +65,11 @@
 //! restored for a live migration), `vector_regs` (the FP/SIMD, SVE and SME
 //! register files: stored, loaded, reset), `interrupts` (list registers, timers, kicks, the
 //! host's interrupts), `aborts` (stage-2 data and instruction aborts, fault
-//! in), `device_access` (emulated UART and GIC accesses), `guest_call`
-//! (HVC/SMC and PSCI), `sysreg_access` (trapped system registers, set/way and
-//! virtual-memory control register traps), `injection` (exceptions delivered
+//! in), `device_access` (the registers
+//! and lines of `runtime::device_access`), `guest_call`
+//! (the calling vCPU's registers for `runtime::guest_call`),
+//! `sysreg_access` (trapped system registers, set/way and virtual-memory
+//! control register traps), `injection` (exceptions delivered
 //! to the guest). Every handler returns `Result<Flow, StopReason>` (or
 //! `Result<(), StopReason>`); nothing here stops the VM: [`Vcpu::run`]
 //! returns the reason and `arch::run` acts on it.

@@ -1,0 +1,123 @@
+//! Emulated device accesses: a data abort in the UART's or the virtual GIC's
+//! window, completed on the device model and stepped over.
+//!
+//! The running vCPU's registers, list registers and interrupt lines are the
+//! machine's: [`AccessingVcpu`], which `arch` implements.
+
+use crate::devices::vgic::VcpuSet;
+use crate::exit::esr::DataAccess;
+use crate::exit::flow::{Flow, StopReason};
+use crate::exit::mmio;
+use crate::runtime::Hardware;
+use crate::runtime::vm_instance::{GuestUart, Vm};
+use crate::vm::event_log::Event;
+
+/// What an emulated device access needs of the vCPU that made it.
+pub trait AccessingVcpu<H: Hardware> {
+    /// The vCPU's VM.
+    fn vm(&self) -> &'static Vm<H>;
+    /// The vCPU's index in its VM.
+    fn index(&self) -> usize;
+    /// The guest's general-purpose register `r` (31: the zero register).
+    fn reg(&self, r: u8) -> u64;
+    /// Sets the guest's general-purpose register `r` (31: discarded).
+    fn set_reg(&mut self, r: u8, value: u64);
+    /// Folds the list registers back into the vgic and marks them for a
+    /// refill before the next entry.
+    fn fold_for_refill(&mut self) -> Result<(), StopReason>;
+    /// Takes the vCPUs the vgic asked to kick.
+    fn absorb(&mut self, kicks: VcpuSet);
+    /// Brings the UART's interrupt line to the vgic.
+    fn update_uart_line(&mut self) -> Result<(), StopReason>;
+    /// Steps the guest over the instruction that trapped.
+    fn skip_trapped_instruction(&mut self);
+}
+
+/// Logs a line about a guest-driven device access through the VM's rate
+/// limit.
+fn warn<H: Hardware>(vcpu: &impl AccessingVcpu<H>, args: core::fmt::Arguments<'_>) {
+    vcpu.vm()
+        .log_event(vcpu.index(), Event::DeviceAccess, log::Level::Warn, args);
+}
+
+/// A guest access to the UART at `offset` in its window.
+pub fn uart_access<H: Hardware>(
+    vcpu: &mut impl AccessingVcpu<H>,
+    write: bool,
+    access: DataAccess,
+    offset: u64,
+) -> Result<Flow, StopReason> {
+    let vm = vcpu.vm();
+    if write {
+        let value = mmio::store_value(access, vcpu.reg(access.register)) as u32;
+        let result = vm.uart.lock().device.write(offset, value);
+        match result {
+            Ok(Some(byte)) => vm.console_byte(byte),
+            Ok(None) => {}
+            Err(e) => warn(vcpu, format_args!("UART write ignored: {e:?}")),
+        }
+    } else {
+        let result = {
+            let mut uart = vm.uart.lock();
+            let GuestUart {
+                device, backlog, ..
+            } = &mut *uart;
+            let result = device.read(offset);
+            backlog.drain_into(device);
+            result
+        };
+        let raw = match result {
+            Ok(v) => u64::from(v),
+            Err(e) => {
+                warn(vcpu, format_args!("UART read as zero: {e:?}"));
+                0
+            }
+        };
+        if let Some(value) = mmio::load_result(access, raw) {
+            vcpu.set_reg(access.register, value);
+        }
+    }
+    vcpu.update_uart_line()?;
+    vcpu.skip_trapped_instruction();
+    Ok(Flow::Resume)
+}
+
+/// A guest access to the virtual GIC's distributor or redistributors.
+pub fn gic_access<H: Hardware>(
+    vcpu: &mut impl AccessingVcpu<H>,
+    write: bool,
+    access: DataAccess,
+    ipa: u64,
+) -> Result<Flow, StopReason> {
+    let vm = vcpu.vm();
+    let index = vcpu.index();
+    vcpu.fold_for_refill()?;
+    if write {
+        let value = mmio::store_value(access, vcpu.reg(access.register));
+        let result = vm
+            .vgic
+            .lock()
+            .mmio_write_from(index, ipa, access.size, value);
+        match result {
+            Ok(kicks) => vcpu.absorb(kicks),
+            Err(e) => warn(
+                vcpu,
+                format_args!("GIC write of {value:#x} at IPA {ipa:#x} ignored: {e:?}"),
+            ),
+        }
+    } else {
+        let result = vm.vgic.lock().mmio_read_from(index, ipa, access.size);
+        let raw = result.unwrap_or_else(|e| {
+            warn(
+                vcpu,
+                format_args!("GIC read at IPA {ipa:#x} as zero: {e:?}"),
+            );
+            0
+        });
+        if let Some(value) = mmio::load_result(access, raw) {
+            vcpu.set_reg(access.register, value);
+        }
+    }
+    vcpu.skip_trapped_instruction();
+    Ok(Flow::Resume)
+}
