@@ -1,0 +1,17 @@
+//! virtio devices served by the hypervisor: virtio-mmio (version 2) over
+//! split virtqueues, device models for virtio-net (on an in-hypervisor
+//! switch), virtio-blk (over a host disk) and virtio-console.
+//!
+//! Everything here is pure code over two seams, so it builds and tests on
+//! the host:
+//!
+//! - [`guest_memory::GuestMemory`]: the VM's RAM as the device sees it.
+//!   Every guest-physical address a guest hands a device (a ring, a
+//!   descriptor's buffer) is translated through the VM's memslots; a device
+//!   never sees a host address the guest chose, and every write it makes
+//!   marks the pages dirty where the slot logs.
+//! - [`block_backend::BlockBackend`]: the storage behind a virtio-blk
+//!   device (on QEMU, QEMU's own virtio-mmio disk, driven at EL2).
+
+pub mod block_backend;
+pub mod guest_memory;
