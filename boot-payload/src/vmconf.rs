@@ -585,8 +585,14 @@ mod tests {
             VmConf::parse(b"console=virtio\nconsole=pl011"),
             Err(VmConfError::RepeatedKey(2))
         );
-        let message = format!("{}", VmConfError::BadDisk(3, "START is not a decimal number"));
-        assert!(message.contains("line 3") && message.contains("START"), "{message}");
+        let message = format!(
+            "{}",
+            VmConfError::BadDisk(3, "START is not a decimal number")
+        );
+        assert!(
+            message.contains("line 3") && message.contains("START"),
+            "{message}"
+        );
     }
 
     proptest::proptest! {

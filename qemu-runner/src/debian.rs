@@ -14,9 +14,17 @@
 //! --fsys-tarfile | tar -x` extracts only the needed file (`/boot/vmlinuz-*`,
 //! `/bin/busybox`), the kernel is checked or decompressed into a raw `Image`
 //! ([`crate::linux::kernel_image`]), and the file is renamed into place last,
-//! so a half-written cache entry never exists. A process-wide mutex plus an
+//! so a half-written cache entry never exists. The guest's kernel modules
+//! ([`crate::kernel_modules::GUEST_MODULES`] and what they depend on) come
+//! from the same kernel package: on a miss every `./lib/modules/*` file is
+//! extracted into a scratch directory, each `.ko`'s `.modinfo` read, the
+//! load order worked out ([`crate::kernel_modules::load_order`]; the package
+//! has no `modules.dep`), and the needed `.ko` files plus a `load-order` file
+//! (one module name per line) land in `<kernel package>/modules/`, renamed
+//! into place as a whole. A process-wide mutex plus an
 //! `flock` on `target/linux/.lock` keep parallel runs from racing apt.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -24,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
+use crate::kernel_modules::{GUEST_MODULES, ModInfo, load_order, module_name};
 use crate::linux::{KernelImageError, kernel_image};
 use crate::scratch::ScratchDir;
 
@@ -173,6 +182,9 @@ pub struct DebianFiles {
     pub busybox_package: Package,
     /// Its static busybox executable.
     pub busybox: PathBuf,
+    /// The guest's kernel modules (`.ko` files of the kernel package), in
+    /// the order they load.
+    pub modules: Vec<PathBuf>,
 }
 
 /// Where the downloads are cached.
@@ -498,12 +510,113 @@ fn fetch_current() -> Result<DebianFiles, DebianError> {
             }
         },
     )?;
+    let modules = cached_modules(&kernel_package)?;
     Ok(DebianFiles {
         kernel_package,
         kernel_image,
         busybox_package,
         busybox,
+        modules,
     })
+}
+
+/// File in the modules' cache directory that lists them in load order.
+const LOAD_ORDER_FILE: &str = "load-order";
+
+/// The guest's modules of the kernel `package`, in load order, from the
+/// cache or extracted into it (see the module doc).
+fn cached_modules(package: &Package) -> Result<Vec<PathBuf>, DebianError> {
+    let dir = cache_dir().join(package.cache_name()).join("modules");
+    let listed = |dir: &Path| -> Result<Vec<PathBuf>, DebianError> {
+        let list = dir.join(LOAD_ORDER_FILE);
+        let text =
+            std::fs::read_to_string(&list).map_err(io(format!("reading {}", list.display())))?;
+        Ok(text
+            .lines()
+            .filter(|name| !name.is_empty())
+            .map(|name| dir.join(format!("{name}.ko")))
+            .collect())
+    };
+    if dir.join(LOAD_ORDER_FILE).is_file() {
+        return listed(&dir);
+    }
+    eprintln!(
+        "qemu-runner: fetching {} {} for its modules (cached in {})",
+        package.name,
+        package.version,
+        dir.display()
+    );
+    let scratch = ScratchDir::create(&cache_dir(), "download").map_err(io(format!(
+        "creating a download directory in {}",
+        cache_dir().display()
+    )))?;
+    let unpacked = scratch.path().join("unpacked");
+    std::fs::create_dir_all(&unpacked).map_err(io(format!("creating {}", unpacked.display())))?;
+    let deb = download(package, scratch.path())?;
+    let versions = extract(&deb, "./lib/modules/*", &unpacked)?;
+    let [version] = versions.as_slice() else {
+        return Err(DebianError::MissingFile {
+            package: package.name.clone(),
+            path: format!(
+                "exactly one lib/modules/<version> (found {})",
+                versions.len()
+            ),
+        });
+    };
+    let mut files = BTreeMap::new();
+    let mut infos = BTreeMap::new();
+    let mut pending = vec![version.join("kernel")];
+    while let Some(folder) = pending.pop() {
+        let entries =
+            std::fs::read_dir(&folder).map_err(io(format!("listing {}", folder.display())))?;
+        for entry in entries {
+            let path = entry
+                .map_err(io(format!("listing {}", folder.display())))?
+                .path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let file_name = path.file_name().unwrap_or_default().to_string_lossy();
+            let Some(stem) = file_name.strip_suffix(".ko") else {
+                continue;
+            };
+            let bytes = std::fs::read(&path).map_err(io(format!("reading {}", path.display())))?;
+            let mut info = ModInfo::read(&bytes).map_err(|why| DebianError::MissingFile {
+                package: package.name.clone(),
+                path: format!("a readable module at {}: {why}", path.display()),
+            })?;
+            if info.name.is_empty() {
+                info.name = module_name(stem);
+            }
+            files.insert(info.name.clone(), path.clone());
+            infos.insert(info.name.clone(), info);
+        }
+    }
+    let order = load_order(GUEST_MODULES, &infos).map_err(|why| DebianError::MissingFile {
+        package: package.name.clone(),
+        path: format!("the guest's modules: {why}"),
+    })?;
+    let partial = dir.with_file_name("modules.partial");
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial).map_err(io(format!("removing {}", partial.display())))?;
+    }
+    std::fs::create_dir_all(&partial).map_err(io(format!("creating {}", partial.display())))?;
+    for name in &order {
+        let target = partial.join(format!("{name}.ko"));
+        std::fs::copy(&files[name], &target)
+            .map_err(io(format!("writing {}", target.display())))?;
+    }
+    let list = partial.join(LOAD_ORDER_FILE);
+    std::fs::write(&list, order.join("\n") + "\n")
+        .map_err(io(format!("writing {}", list.display())))?;
+    std::fs::rename(&partial, &dir).map_err(io(format!("renaming to {}", dir.display())))?;
+    eprintln!(
+        "qemu-runner: cached the guest's modules ({}) in {}",
+        order.join(" "),
+        dir.display()
+    );
+    listed(&dir)
 }
 
 #[cfg(test)]

@@ -2,9 +2,16 @@
 //!
 //! The archive is a newc cpio (written with `boot_payload::cpio`, the payload's writer):
 //! the usual directories, `/dev/console`, `/bin/busybox` (a static arm64
-//! busybox), `/bin/sh` linking to it, and an `/init` script. The script's first
+//! busybox), `/bin/sh` linking to it, the kernel modules of
+//! [`crate::kernel_modules::GUEST_MODULES`] under `/lib/modules/` with a
+//! `load-order` list, and an `/init` script. The script's first
 //! act is `busybox --install -s`, which links every applet, so the archive
-//! need not know busybox's applet list. Two flavours of `/init`:
+//! need not know busybox's applet list. Then it loads the modules with
+//! `insmod`, in the listed order (a module that does not load is a
+//! `LINUX-INIT: module NAME did not load: WHY` line; Linux's `virtio_mmio`
+//! finds the devices in the device tree itself), and when the command line's
+//! last `console=` is a virtio console (`console=hvc0`) it waits for that
+//! device and moves its own input and output there. Two flavours of `/init`:
 //!
 //! - [`Init::Shell`]: mounts `proc`, `sysfs` and `devtmpfs`, prints a banner
 //!   and starts a shell on the console's real tty (`setsid cttyhack sh`, so job
@@ -14,7 +21,33 @@
 //!   [`TEST_WRITE_MIB`] MiB through a tmpfs (1 MiB random seed, repeated with
 //!   a per-block header so no two blocks are alike) and verifies the file's
 //!   size and its md5 against a second pass of the same generator, then prints
-//!   `RESULT: PASS` or `RESULT: FAIL <why>` and powers off.
+//!   `RESULT: PASS` or `RESULT: FAIL <why>` and powers off. With a role on
+//!   the command line (`hv.role=`, [`Role`]) it checks the CPUs and then
+//!   does the role's work instead of the tmpfs check:
+//!   - `net-server` / `net-client` ([`Role::NetServer`], [`Role::NetClient`]):
+//!     bring up `eth0` with `hv.ip=` (a /24), ping `hv.peer=` until it
+//!     answers (two minutes at most), then the server receives
+//!     [`NET_TRANSFER_MIB`] MiB on TCP port [`NET_PORT`] with busybox `nc -l
+//!     -p` and the client sends them with `nc PEER PORT`, retrying the
+//!     connection for 30 s. The data is deterministic (per MiB a `block <i>`
+//!     line and the first MiB of `seq 1 200000`), so both sides know its md5;
+//!     the server checks what it received. Busybox's `nc` (1.35) has no
+//!     `-q`/`-N`: it half-closes the connection when its standard input ends
+//!     and exits when the peer's side ends, so the listener's input is a FIFO
+//!     held open (with `/dev/null` it half-closes at once and the sender
+//!     stops after a few KiB).
+//!   - `disk-write` / `disk-check` ([`Role::DiskWrite`], [`Role::DiskCheck`]):
+//!     mount `/dev/vda` as ext4 (made on the host, [`crate::disk_image`]),
+//!     write [`DISK_CHECK_PATH`] with [`disk_check_contents`], `sync`,
+//!     unmount; or mount it and check the file's md5. With
+//!     `hv.bench_mib=N hv.bench_skip_mib=S` both then time a sequential
+//!     write (when the disk is writable) and read of N MiB of the raw device
+//!     from MiB S on (past the file system), `dd bs=1M` with
+//!     `oflag=direct`/`iflag=direct`, and print [`BENCH_PREFIX`] lines.
+//!   - `console-control` ([`Role::ConsoleControl`]): write `vms` to
+//!     `/dev/hvc1` (the control VM's port to the monitor), print every line
+//!     that comes back within 5 s of the last as `CONTROL: <line>`, and pass
+//!     when one holds `hv.expect=`.
 
 use boot_payload::cpio::{FileEntry, write_archive};
 
@@ -23,6 +56,119 @@ use boot_payload::cpio::{FileEntry, write_archive};
 pub const INIT_MARKER: &str = "LINUX-INIT: started";
 /// How much the test init writes through tmpfs, in MiB.
 pub const TEST_WRITE_MIB: u32 = 128;
+
+/// TCP port the net roles use.
+pub const NET_PORT: u16 = 5000;
+/// How much the net roles move, in MiB.
+pub const NET_TRANSFER_MIB: u32 = 64;
+/// The file the disk roles write and check, on the ext4 file system of
+/// `/dev/vda`.
+pub const DISK_CHECK_PATH: &str = "/hv/check.txt";
+/// How the role inits' figures start: `BENCH: <name> <value> <unit>`.
+pub const BENCH_PREFIX: &str = "BENCH: ";
+
+/// What a test init does besides checking its CPUs, chosen by words on the
+/// kernel command line ([`Role::cmdline_words`]); see the module doc.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Receive [`NET_TRANSFER_MIB`] MiB from the peer and check their md5.
+    NetServer {
+        /// Its address on `eth0` (a /24).
+        ip: String,
+        /// The client's address.
+        peer: String,
+    },
+    /// Send [`NET_TRANSFER_MIB`] MiB to the peer.
+    NetClient {
+        /// Its address on `eth0` (a /24).
+        ip: String,
+        /// The server's address.
+        peer: String,
+    },
+    /// Write [`DISK_CHECK_PATH`] on `/dev/vda`'s ext4.
+    DiskWrite {
+        /// Time this many MiB of raw sequential I/O after it (0: none).
+        bench_mib: u32,
+        /// Where the timed I/O starts on `/dev/vda`, in MiB.
+        bench_skip_mib: u32,
+    },
+    /// Check [`DISK_CHECK_PATH`] on `/dev/vda`'s ext4.
+    DiskCheck {
+        /// Time this many MiB of raw sequential I/O after it (0: none).
+        bench_mib: u32,
+        /// Where the timed I/O starts on `/dev/vda`, in MiB.
+        bench_skip_mib: u32,
+    },
+    /// Ask the monitor `vms` over `/dev/hvc1`; pass when an answer line
+    /// holds `expect`.
+    ConsoleControl {
+        /// Text an answer line must hold.
+        expect: String,
+    },
+}
+
+impl Role {
+    /// The kernel command line words that select it.
+    pub fn cmdline_words(&self) -> String {
+        match self {
+            Role::NetServer { ip, peer } => {
+                format!("hv.role=net-server hv.ip={ip} hv.peer={peer}")
+            }
+            Role::NetClient { ip, peer } => {
+                format!("hv.role=net-client hv.ip={ip} hv.peer={peer}")
+            }
+            Role::DiskWrite {
+                bench_mib,
+                bench_skip_mib,
+            } => format!(
+                "hv.role=disk-write hv.bench_mib={bench_mib} hv.bench_skip_mib={bench_skip_mib}"
+            ),
+            Role::DiskCheck {
+                bench_mib,
+                bench_skip_mib,
+            } => format!(
+                "hv.role=disk-check hv.bench_mib={bench_mib} hv.bench_skip_mib={bench_skip_mib}"
+            ),
+            Role::ConsoleControl { expect } => {
+                format!("hv.role=console-control hv.expect={expect}")
+            }
+        }
+    }
+}
+
+/// The contents of [`DISK_CHECK_PATH`] as the disk roles write it: a title
+/// line and `seq 1 20000`.
+pub fn disk_check_contents() -> String {
+    let mut text = String::from("virtio-blk persistence check\n");
+    for i in 1..=20000 {
+        text.push_str(&format!("{i}\n"));
+    }
+    text
+}
+
+/// The figures of `BENCH: <name> <value> <unit>` lines in `console`, in order.
+pub fn bench_figures(console: &str) -> Vec<(String, f64, String)> {
+    console
+        .lines()
+        .filter_map(|line| {
+            let rest = &line[line.find(BENCH_PREFIX)? + BENCH_PREFIX.len()..];
+            let mut words = rest.split_whitespace();
+            let name = words.next()?.to_string();
+            let value = words.next()?.parse().ok()?;
+            let unit = words.next()?.to_string();
+            Some((name, value, unit))
+        })
+        .collect()
+}
+
+/// A kernel module the initramfs carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestModule {
+    /// Its name (`/lib/modules/<name>.ko`).
+    pub name: String,
+    /// The `.ko` file.
+    pub bytes: Vec<u8>,
+}
 
 /// Which `/init` the initramfs carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +210,179 @@ export PATH=/sbin:/bin:/usr/sbin:/usr/bin HOME=/root
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+if [ -f /lib/modules/load-order ]; then
+    while read module; do
+        insmod "/lib/modules/$module.ko" 2>/tmp/insmod ||
+            echo "LINUX-INIT: module $module did not load: $(cat /tmp/insmod)"
+    done < /lib/modules/load-order
+fi
+console=
+for word in $(cat /proc/cmdline); do
+    case "$word" in console=*) console=${word#console=}; console=${console%%,*} ;; esac
+done
+case "$console" in
+hvc*)
+    n=0
+    while [ ! -e "/dev/$console" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+    if [ -e "/dev/$console" ]; then
+        exec <"/dev/$console" >"/dev/$console" 2>&1
+    else
+        echo "LINUX-INIT: no /dev/$console after 5 s; staying on this console"
+    fi
+    ;;
+esac
+"#;
+
+/// The role part of the test init: reads `hv.*` words, defines the roles and
+/// runs the one named (nothing without `hv.role=`).
+const ROLES: &str = r#"role=; ip=; peer=; expect=; bench_mib=0; bench_skip_mib=0
+for word in $(cat /proc/cmdline); do
+    case "$word" in
+    hv.role=*) role=${word#hv.role=} ;;
+    hv.ip=*) ip=${word#hv.ip=} ;;
+    hv.peer=*) peer=${word#hv.peer=} ;;
+    hv.expect=*) expect=${word#hv.expect=} ;;
+    hv.bench_mib=*) bench_mib=${word#hv.bench_mib=} ;;
+    hv.bench_skip_mib=*) bench_skip_mib=${word#hv.bench_skip_mib=} ;;
+    esac
+done
+now() { read up idle < /proc/uptime; echo "$up"; }
+rate() { awk -v mib="$1" -v t0="$2" -v t1="$3" 'BEGIN { t = t1 - t0; if (t < 0.01) t = 0.01; printf "%.1f", mib / t }'; }
+wait_for() {
+    n=0
+    while [ ! -e "$1" ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+    [ -e "$1" ]
+}
+net_up() {
+    [ -n "$ip" ] && [ -n "$peer" ] || fail "the net roles need hv.ip= and hv.peer="
+    wait_for /sys/class/net/eth0 || fail "no eth0 (virtio_net found no device)"
+    ip link set lo up
+    ip addr add "$ip/24" dev eth0 || fail "cannot give eth0 the address $ip"
+    ip link set eth0 up || fail "cannot bring eth0 up"
+    echo "LINUX-INIT: eth0 is $ip ($(cat /sys/class/net/eth0/address))"
+    n=0
+    until ping -c 1 -W 1 "$peer" >/dev/null 2>&1; do
+        n=$((n + 1))
+        [ $n -lt 120 ] || fail "$peer did not answer ping for two minutes"
+    done
+    ping -c 10 -i 0.2 "$peer" > /tmp/ping 2>&1 || fail "ping $peer: $(tail -n 2 /tmp/ping)"
+    average=$(sed -n 's|^round-trip .* = [0-9.]*/\([0-9.]*\)/.*|\1|p' /tmp/ping)
+    echo "LINUX-INIT: $peer answers ping, $average ms on average"
+    echo "BENCH: net_ping_us $(awk -v ms="$average" 'BEGIN { printf "%.0f", ms * 1000 }') us"
+}
+net_pattern() {
+    [ -f /tmp/seed ] || seq 1 200000 | head -c 1048576 > /tmp/seed
+    i=0
+    while [ $i -lt NET_MIB ]; do
+        echo "block $i"
+        cat /tmp/seed
+        i=$((i + 1))
+    done
+}
+net_server() {
+    expected=$(net_pattern | md5sum)
+    mkfifo /tmp/hold
+    nc -l -p NET_PORT < /tmp/hold | md5sum > /tmp/received &
+    exec 3>/tmp/hold
+    net_up
+    echo "LINUX-INIT: waiting for NET_MIB MiB on port NET_PORT"
+    wait $!
+    exec 3>&-
+    received=$(cat /tmp/received)
+    [ "$received" = "$expected" ] || fail "received data has md5 $received, expected $expected"
+    echo "LINUX-INIT: received NET_MIB MiB over TCP, md5 $received as expected"
+}
+net_client() {
+    net_pattern > /tmp/net-data
+    expected=$(net_pattern | md5sum)
+    sent=$(md5sum < /tmp/net-data)
+    [ "$sent" = "$expected" ] || fail "the data to send has md5 $sent, expected $expected"
+    net_up
+    n=0
+    start=$(now)
+    until nc "$peer" NET_PORT < /tmp/net-data 2>/tmp/nc; do
+        n=$((n + 1))
+        [ $n -lt 30 ] || fail "cannot send to $peer:NET_PORT: $(cat /tmp/nc)"
+        sleep 1
+        start=$(now)
+    done
+    end=$(now)
+    rm /tmp/net-data
+    echo "LINUX-INIT: sent NET_MIB MiB over TCP, md5 $sent"
+    echo "BENCH: net_tcp_mib_per_s $(rate NET_MIB "$start" "$end") MiB/s"
+}
+disk_contents() {
+    echo "virtio-blk persistence check"
+    seq 1 20000
+}
+disk_mount() {
+    wait_for /dev/vda || fail "no /dev/vda (virtio_blk found no disk)"
+    mkdir -p /mnt/disk
+    mount -t ext4 "$@" /dev/vda /mnt/disk 2>/tmp/mount ||
+        fail "cannot mount /dev/vda as ext4: $(cat /tmp/mount)"
+}
+disk_bench() {
+    [ "$bench_mib" -gt 0 ] || return 0
+    if [ "$(cat /sys/block/vda/ro)" = 0 ]; then
+        start=$(now)
+        dd if=/dev/zero of=/dev/vda bs=1M count="$bench_mib" seek="$bench_skip_mib" oflag=direct 2>/tmp/dd ||
+            fail "timed write of /dev/vda: $(cat /tmp/dd)"
+        end=$(now)
+        echo "BENCH: blk_seq_write_mib_per_s $(rate "$bench_mib" "$start" "$end") MiB/s"
+    fi
+    start=$(now)
+    dd if=/dev/vda of=/dev/null bs=1M count="$bench_mib" skip="$bench_skip_mib" iflag=direct 2>/tmp/dd ||
+        fail "timed read of /dev/vda: $(cat /tmp/dd)"
+    end=$(now)
+    echo "BENCH: blk_seq_read_mib_per_s $(rate "$bench_mib" "$start" "$end") MiB/s"
+}
+disk_write() {
+    disk_mount
+    mkdir -p "/mnt/disk$(dirname DISK_PATH)" || fail "cannot make a directory on /dev/vda"
+    disk_contents > /mnt/disk/DISK_PATH || fail "cannot write DISK_PATH on /dev/vda"
+    sync
+    written=$(md5sum < /mnt/disk/DISK_PATH)
+    umount /mnt/disk || fail "cannot unmount /dev/vda"
+    echo "LINUX-INIT: wrote DISK_PATH on /dev/vda, md5 $written"
+    disk_bench
+}
+disk_check() {
+    disk_mount -o ro
+    [ -f /mnt/disk/DISK_PATH ] || fail "/dev/vda has no DISK_PATH"
+    found=$(md5sum < /mnt/disk/DISK_PATH)
+    expected=$(disk_contents | md5sum)
+    umount /mnt/disk
+    [ "$found" = "$expected" ] || fail "DISK_PATH has md5 $found, expected $expected"
+    echo "LINUX-INIT: DISK_PATH on /dev/vda reads back, md5 $found"
+    disk_bench
+}
+console_control() {
+    wait_for /dev/hvc1 || fail "no /dev/hvc1 (no control console)"
+    stty -F /dev/hvc1 raw -echo 2>/dev/null
+    exec 4<>/dev/hvc1
+    echo vms >&4
+    answered=
+    while read -t 5 line <&4; do
+        echo "CONTROL: $line"
+        case "$line" in *"$expect"*) answered=yes ;; esac
+    done
+    exec 4<&-
+    [ -n "$answered" ] || fail "no answer on /dev/hvc1 holds '$expect'"
+}
+case "$role" in
+"") ;;
+net-server) net_server ;;
+net-client) net_client ;;
+disk-write) disk_write ;;
+disk-check) disk_check ;;
+console-control) console_control ;;
+*) fail "unknown hv.role=$role (net-server, net-client, disk-write, disk-check, console-control)" ;;
+esac
+if [ -n "$role" ]; then
+    echo "RESULT: PASS"
+    poweroff -f
+    exit 0
+fi
 "#;
 
 /// The `/init` script of `init`.
@@ -94,7 +413,7 @@ processors=$(grep -c '^processor' /proc/cpuinfo)
 online=$(cat /sys/devices/system/cpu/online)
 [ "$online" = "{online}" ] || fail "online CPUs are '$online', expected '{online}'"
 echo "LINUX-INIT: $processors CPUs online ($online)"
-mkdir -p /mnt/tmpfs
+{roles}mkdir -p /mnt/tmpfs
 mount -t tmpfs -o size={tmpfs_mib}m tmpfs /mnt/tmpfs || fail "cannot mount a tmpfs"
 dd if=/dev/urandom of=/mnt/tmpfs/seed bs=4096 count=256 2>/dev/null || fail "cannot make the seed"
 pattern() {{
@@ -118,18 +437,39 @@ poweroff -f
 "#,
                 mib = TEST_WRITE_MIB,
                 tmpfs_mib = TEST_WRITE_MIB + 32,
+                roles = ROLES
+                    .replace("NET_MIB", &NET_TRANSFER_MIB.to_string())
+                    .replace("NET_PORT", &NET_PORT.to_string())
+                    .replace("DISK_PATH", DISK_CHECK_PATH),
             )
         }
     }
 }
 
-/// The initramfs (an uncompressed newc cpio archive) with `busybox` and the
-/// `/init` of `init`.
-pub fn build(busybox: &[u8], init: Init) -> Vec<u8> {
+/// The initramfs (an uncompressed newc cpio archive) with `busybox`, the
+/// `modules` (loaded in the given order) and the `/init` of `init`.
+pub fn build(busybox: &[u8], init: Init, modules: &[GuestModule]) -> Vec<u8> {
     let mut entries: Vec<FileEntry> = DIRECTORIES
         .iter()
         .map(|d| FileEntry::directory(d))
         .collect();
+    if !modules.is_empty() {
+        entries.push(FileEntry::directory("lib"));
+        entries.push(FileEntry::directory("lib/modules"));
+        let mut order = String::new();
+        for module in modules {
+            entries.push(FileEntry::file(
+                &format!("lib/modules/{}.ko", module.name),
+                module.bytes.clone(),
+            ));
+            order.push_str(&module.name);
+            order.push('\n');
+        }
+        entries.push(FileEntry::file(
+            "lib/modules/load-order",
+            order.into_bytes(),
+        ));
+    }
     entries.push(FileEntry::char_device("dev/console", 5, 1));
     entries.push(FileEntry::executable("bin/busybox", busybox.to_vec()));
     entries.push(FileEntry::symlink("bin/sh", "busybox"));
@@ -147,7 +487,14 @@ mod tests {
 
     #[test]
     fn archive_has_busybox_init_and_directories_before_their_files() {
-        let archive = build(b"\x7fELF busybox", Init::Test { cpus: 2 });
+        let archive = build(
+            b"\x7fELF busybox",
+            Init::Test { cpus: 2 },
+            &[GuestModule {
+                name: "virtio_mmio".into(),
+                bytes: b"\x7fELF ko".to_vec(),
+            }],
+        );
         let entries: Vec<cpio::Entry> = cpio::entries(&archive).collect::<Result<_, _>>().unwrap();
         let find = |name: &str| {
             entries
@@ -181,11 +528,135 @@ mod tests {
         assert!(script.contains(r#"[ "$online" = "0-1" ]"#));
         assert!(script.contains(&format!(r#"[ "$size" = "{}" ]"#, test_file_bytes())));
         let marker = script.find(INIT_MARKER).unwrap();
-        let pass = script.find("echo \"RESULT: PASS\"").unwrap();
+        let pass = script.rfind("echo \"RESULT: PASS\"").unwrap();
         assert!(marker < script.find("md5sum").unwrap());
         assert!(pass > script.rfind("fail \"").unwrap());
         assert!(script.trim_end().ends_with("poweroff -f"));
         assert!(init_script(Init::Test { cpus: 1 }).contains(r#"[ "$online" = "0" ]"#));
+    }
+
+    #[test]
+    fn init_scripts_are_valid_shell() {
+        for init in [Init::Shell, Init::Test { cpus: 2 }] {
+            let script = init_script(init);
+            let path = std::env::temp_dir().join(format!(
+                "init-script-{}-{}",
+                std::process::id(),
+                matches!(init, Init::Shell)
+            ));
+            std::fs::write(&path, &script).unwrap();
+            let check = std::process::Command::new("sh")
+                .arg("-n")
+                .arg(&path)
+                .output()
+                .unwrap();
+            std::fs::remove_file(&path).unwrap();
+            assert!(
+                check.status.success(),
+                "{}\n{script}",
+                String::from_utf8_lossy(&check.stderr)
+            );
+        }
+    }
+
+    #[test]
+    fn roles_are_command_line_words_the_test_init_reads() {
+        let script = init_script(Init::Test { cpus: 1 });
+        for role in [
+            Role::NetServer {
+                ip: "10.0.0.1".into(),
+                peer: "10.0.0.2".into(),
+            },
+            Role::NetClient {
+                ip: "10.0.0.2".into(),
+                peer: "10.0.0.1".into(),
+            },
+            Role::DiskWrite {
+                bench_mib: 64,
+                bench_skip_mib: 32,
+            },
+            Role::DiskCheck {
+                bench_mib: 0,
+                bench_skip_mib: 0,
+            },
+            Role::ConsoleControl {
+                expect: "vm0".into(),
+            },
+        ] {
+            let words = role.cmdline_words();
+            let name = words
+                .strip_prefix("hv.role=")
+                .and_then(|rest| rest.split(' ').next())
+                .unwrap();
+            assert!(
+                script.contains(&format!("\n{name}) ")),
+                "{name} has no case"
+            );
+            for word in words.split(' ') {
+                let key = word.split('=').next().unwrap();
+                assert!(script.contains(&format!("{key}=*)")), "{key} is not read");
+            }
+        }
+        assert_eq!(
+            Role::NetServer {
+                ip: "10.0.0.1".into(),
+                peer: "10.0.0.2".into()
+            }
+            .cmdline_words(),
+            "hv.role=net-server hv.ip=10.0.0.1 hv.peer=10.0.0.2"
+        );
+        assert!(script.contains("nc -l -p 5000 < /tmp/hold"));
+        assert!(script.contains(DISK_CHECK_PATH));
+        assert!(!script.contains("NET_MIB") && !script.contains("DISK_PATH"));
+    }
+
+    #[test]
+    fn modules_are_carried_and_loaded_in_order() {
+        let modules = ["failover", "net_failover", "virtio_net"].map(|name| GuestModule {
+            name: name.into(),
+            bytes: name.as_bytes().to_vec(),
+        });
+        let archive = build(b"busybox", Init::Shell, &modules);
+        let entries: Vec<cpio::Entry> = cpio::entries(&archive).collect::<Result<_, _>>().unwrap();
+        let data = |name: &str| {
+            entries
+                .iter()
+                .find(|e| e.name == name)
+                .unwrap_or_else(|| panic!("{name} missing"))
+                .data
+        };
+        assert_eq!(data("lib/modules/net_failover.ko"), b"net_failover");
+        assert_eq!(
+            data("lib/modules/load-order"),
+            b"failover\nnet_failover\nvirtio_net\n"
+        );
+        let script = init_script(Init::Shell);
+        assert!(script.contains("insmod \"/lib/modules/$module.ko\""));
+        assert!(script.contains("done < /lib/modules/load-order"));
+        let without = build(b"busybox", Init::Shell, &[]);
+        assert!(
+            cpio::entries(&without).all(|e| !e.unwrap().name.starts_with("lib")),
+            "no modules, no lib/"
+        );
+    }
+
+    #[test]
+    fn disk_contents_and_bench_lines() {
+        let text = disk_check_contents();
+        assert!(text.starts_with("virtio-blk persistence check\n1\n2\n"));
+        assert!(text.ends_with("\n19999\n20000\n"));
+        let console = "x\n[a] BENCH: blk_seq_read_mib_per_s 123.5 MiB/s\nBENCH: net_ping_us 250 us\nBENCH: broken\n";
+        assert_eq!(
+            bench_figures(console),
+            [
+                (
+                    "blk_seq_read_mib_per_s".to_string(),
+                    123.5,
+                    "MiB/s".to_string()
+                ),
+                ("net_ping_us".to_string(), 250.0, "us".to_string())
+            ]
+        );
     }
 
     #[test]

@@ -38,8 +38,10 @@ pub mod artifacts;
 pub mod console;
 pub mod console_script;
 pub mod debian;
+pub mod disk_image;
 pub mod image;
 pub mod initramfs;
+pub mod kernel_modules;
 pub mod linux;
 pub mod prereq;
 pub mod qemu;
@@ -58,7 +60,8 @@ use std::time::Duration;
 pub use boot_payload;
 
 use artifacts::{BuildError, HYPERVISOR, TEST_GUEST};
-use boot_payload::vmconf::VmConf;
+use boot_payload::vmconf::{DiskConf, VmConf};
+use boot_payload::vmname::VmName;
 use boot_payload::{MAX_VMS, NamedPayload, Payload};
 use console::{Counters, GuestResult, Transcript};
 use console_script::ConsoleScript;
@@ -173,6 +176,14 @@ pub struct RunConfig {
     /// `guest_args`, `linux`, `vcpus` and `guest_mem_mib` describe.
     /// Hypervisor boot only.
     pub vms: Vec<VmSpec>,
+    /// Raw image files QEMU serves as its own virtio-blk disks (`--disk`),
+    /// for the one guest of a run without `--vm`: a direct boot's guest sees
+    /// them itself; under the hypervisor (one disk at most) its VM gets host
+    /// disk 0 as its virtio-blk (`disk=0` in `vm.conf`). With `--vm`, each
+    /// VM's `disk=` adds its own ([`RunConfig::host_disks`]).
+    pub disks: Vec<qemu::HostDisk>,
+    /// QEMU's own virtio-net for a direct boot (`--net`).
+    pub net: Option<qemu::QemuNet>,
 }
 
 /// The default `-cpu`: every feature but pointer authentication, whose
@@ -202,6 +213,8 @@ impl Default for RunConfig {
             extra_qemu_args: Vec::new(),
             echo: true,
             vms: Vec::new(),
+            disks: Vec::new(),
+            net: None,
         }
     }
 }
@@ -234,6 +247,9 @@ pub const LINUX_SMP: u32 = 2;
 pub const LINUX_GUEST_MEM_MIB: u32 = 512;
 /// Machine RAM of a Linux guest under the hypervisor, in MiB.
 pub const LINUX_HOST_MEM_MIB: u32 = 1024;
+/// How long a direct boot with `--net connect:PORT` waits for the QEMU that
+/// listens on PORT.
+pub const NET_LISTENER_WAIT: Duration = Duration::from_secs(60);
 /// Time limit of an unattended Linux run.
 pub const LINUX_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -360,7 +376,8 @@ impl RunConfig {
         if self.timeout.is_zero() || self.session_timeout.is_some_and(|t| t.is_zero()) {
             return fail("--timeout: at least 1 second".into());
         }
-        self.validate_vms()
+        self.validate_vms()?;
+        self.validate_devices()
     }
 
     /// Checks the `--vm`s: a hypervisor boot, at most [`MAX_VMS`], no
@@ -433,6 +450,46 @@ impl RunConfig {
                 "--vm: the VMs' RAM adds up to {total} MiB, not less than --mem ({} MiB; the                  hypervisor keeps the rest)",
                 self.mem_mib
             ));
+        }
+        Ok(())
+    }
+
+    /// The disks QEMU serves, in order (disk N is the N-th): `--disk`s,
+    /// then each `--vm`'s `disk=` in the order of the `--vm`s.
+    pub fn host_disks(&self) -> Vec<qemu::HostDisk> {
+        self.disks
+            .iter()
+            .cloned()
+            .chain(self.vms.iter().filter_map(|vm| vm.disk.clone()))
+            .collect()
+    }
+
+    /// Checks the disks and the network: image files exist, `--disk` not
+    /// beside `--vm` and at most one under the hypervisor, `--net` for a
+    /// direct boot only.
+    pub fn validate_devices(&self) -> Result<(), RunnerError> {
+        let fail = |why: String| Err(RunnerError::Config(why));
+        if !self.disks.is_empty() && !self.vms.is_empty() {
+            return fail(
+                "--disk gives the one VM of a run without --vm its disk; with --vm, give each \
+                 VM its own (disk=PATH)"
+                    .into(),
+            );
+        }
+        if self.boot == Boot::Hypervisor && self.disks.len() > 1 {
+            return fail(
+                "--disk: the one VM under the hypervisor gets one disk; --direct takes more".into(),
+            );
+        }
+        if self.net.is_some() && self.boot != Boot::Direct {
+            return fail(
+                "--net gives a direct boot QEMU's own virtio-net; under the hypervisor, VMs \
+                 name their network with --vm net=NAME"
+                    .into(),
+            );
+        }
+        for disk in self.host_disks() {
+            disk.check_exists().map_err(RunnerError::Config)?;
         }
         Ok(())
     }
@@ -964,10 +1021,24 @@ pub fn vms_payload(vms: &[VmSpec], files: Vec<VmFiles>) -> Result<Vec<u8>, Runne
             files.len()
         )));
     }
-    let named: Vec<NamedPayload> = vms
-        .iter()
-        .zip(files)
-        .map(|(vm, files)| NamedPayload {
+    let mut disks = 0;
+    let mut named = Vec::new();
+    for (vm, files) in vms.iter().zip(files) {
+        let net = vm
+            .net
+            .as_deref()
+            .map(VmName::new)
+            .transpose()
+            .map_err(|error| RunnerError::Config(format!("VM `{}`: net=: {error}", vm.name)))?;
+        let disk = vm.disk.as_ref().map(|disk| {
+            disks += 1;
+            DiskConf {
+                host: disks - 1,
+                read_only: disk.read_only,
+                ..DiskConf::default()
+            }
+        });
+        named.push(NamedPayload {
             name: vm.name.clone(),
             payload: Payload {
                 kernel: files.kernel,
@@ -979,10 +1050,14 @@ pub fn vms_payload(vms: &[VmSpec], files: Vec<VmFiles>) -> Result<Vec<u8>, Runne
                     cpus: vm.cpus,
                     control: vm.control.then_some(true),
                     start: (!vm.start).then_some(false),
+                    net,
+                    mac: vm.mac,
+                    disk,
+                    console: vm.console,
                 },
             },
-        })
-        .collect();
+        });
+    }
     boot_payload::write_several(&named)
         .map_err(|error| RunnerError::Config(format!("the boot payload: {error}")))
 }
@@ -1095,6 +1170,10 @@ fn payload(config: &RunConfig, guest: Guest) -> Result<Vec<u8>, RunnerError> {
         conf: VmConf {
             vcpus: config.vcpus,
             mem_mib: config.guest_mem_mib.map(u64::from),
+            disk: config.disks.first().map(|disk| DiskConf {
+                read_only: disk.read_only,
+                ..DiskConf::default()
+            }),
             ..VmConf::default()
         },
     }
@@ -1216,8 +1295,13 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
         initrd,
         append,
         gdb: config.gdb,
+        disks: config.host_disks(),
+        net: config.net,
         extra_args: config.extra_qemu_args.clone(),
     };
+    if let Some(qemu::QemuNet::Connect(port)) = config.net {
+        qemu::wait_for_listener(port, NET_LISTENER_WAIT).map_err(RunnerError::Config)?;
+    }
     if config.gdb {
         eprintln!(
             "qemu-runner: QEMU waits for gdb on localhost:{} before the first instruction; \
@@ -1415,6 +1499,7 @@ mod tests {
                 cpus: vms[0].cpus,
                 control: None,
                 start: None,
+                ..VmConf::default()
             }
         );
         assert_eq!(web.name.as_str(), "web");
@@ -1423,6 +1508,115 @@ mod tests {
         assert_eq!(web.payload.conf.control, Some(true));
         assert_eq!(read.check_cpus(4), Ok(()));
         assert!(vms_payload(&vms, vec![files(1, "x")]).is_err());
+    }
+
+    #[test]
+    fn vms_with_devices_get_them_in_vm_conf_and_disks_are_numbered_in_order() {
+        let vms = [
+            vm(
+                "linux,cpus=0,name=a,net=lan,disk=/d/a.img,console=virtio",
+                0,
+            ),
+            vm("memory,cpus=1,name=b", 1),
+            vm(
+                "linux,cpus=2,name=c,net=lan,mac=52:54:00:00:00:07,disk=/d/c.img:ro",
+                2,
+            ),
+        ];
+        let files = |cmdline: &str| VmFiles {
+            kernel: vec![1],
+            initrd: None,
+            cmdline: cmdline.into(),
+        };
+        let archive = vms_payload(&vms, vec![files("x"), files("y"), files("z")]).unwrap();
+        let read = boot_payload::VmsRef::parse(&archive).unwrap();
+        let [a, b, c] = read.as_slice() else {
+            panic!("three VMs")
+        };
+        let (a, b, c) = (a.payload.conf, b.payload.conf, c.payload.conf);
+        assert_eq!(a.net.map(|net| net.to_string()).as_deref(), Some("lan"));
+        assert_eq!(
+            a.disk,
+            Some(DiskConf {
+                host: 0,
+                ..DiskConf::default()
+            })
+        );
+        assert_eq!(a.console, Some(boot_payload::vmconf::ConsoleKind::Virtio));
+        assert_eq!((a.mac, b.net, b.disk, b.console), (None, None, None, None));
+        assert_eq!(
+            c.disk,
+            Some(DiskConf {
+                host: 1,
+                read_only: true,
+                ..DiskConf::default()
+            })
+        );
+        assert_eq!(c.mac, Some([0x52, 0x54, 0, 0, 0, 7]));
+        let config = RunConfig {
+            vms: vms.to_vec(),
+            mem_mib: 2048,
+            ..RunConfig::default()
+        };
+        let disks: Vec<_> = config.host_disks().into_iter().map(|d| d.path).collect();
+        assert_eq!(
+            disks,
+            [PathBuf::from("/d/a.img"), PathBuf::from("/d/c.img")]
+        );
+        let error = config.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("disk image /d/a.img: no such file"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn devices_for_one_guest_are_checked() {
+        let image = std::env::temp_dir().join(format!("runner-disk-{}.img", std::process::id()));
+        std::fs::write(&image, [0u8; 512]).unwrap();
+        let disk = qemu::HostDisk {
+            path: image.clone(),
+            read_only: false,
+        };
+        let direct = RunConfig {
+            boot: Boot::Direct,
+            disks: vec![disk.clone(), disk.clone()],
+            net: Some(qemu::QemuNet::User),
+            ..RunConfig::default()
+        };
+        assert!(direct.validate().is_ok());
+        let refused = |config: RunConfig, says: &str| {
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains(says), "{error}");
+        };
+        refused(
+            RunConfig {
+                boot: Boot::Hypervisor,
+                net: None,
+                ..direct.clone()
+            },
+            "one disk",
+        );
+        refused(
+            RunConfig {
+                boot: Boot::Hypervisor,
+                disks: vec![disk.clone()],
+                ..direct.clone()
+            },
+            "--net gives a direct boot",
+        );
+        refused(
+            RunConfig {
+                boot: Boot::Hypervisor,
+                net: None,
+                disks: vec![disk],
+                vms: vec![vm("memory", 0)],
+                ..direct.clone()
+            },
+            "with --vm, give each",
+        );
+        std::fs::remove_file(&image).unwrap();
+        refused(direct, "no such file");
     }
 
     #[test]

@@ -26,7 +26,7 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::initramfs::{self, Init};
+use crate::initramfs::{self, GuestModule, Init};
 use boot_payload::image::{ImageError, ImageHeader, KernelFormat, has_image_magic, parse_kernel};
 
 /// The gzip magic.
@@ -308,7 +308,18 @@ pub fn resolve(boot: &LinuxBoot, cpus: u32) -> Result<LinuxFiles, LinuxError> {
                 BusyboxInit::Shell => Init::Shell,
                 BusyboxInit::Test => Init::Test { cpus },
             };
-            Some(initramfs::build(&read(&debian.busybox)?, init))
+            let mut modules = Vec::new();
+            for path in &debian.modules {
+                modules.push(GuestModule {
+                    name: path
+                        .file_stem()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned(),
+                    bytes: read(path)?,
+                });
+            }
+            Some(initramfs::build(&read(&debian.busybox)?, init, &modules))
         }
         (InitrdSource::Busybox(_), None) => unreachable!("fetched above"),
     };

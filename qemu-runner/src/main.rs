@@ -69,6 +69,15 @@ Linux guest (instead of the test guest; defaults become --smp 2, --guest-mem 512
   --cmdline TEXT     kernel command line (default: console=ttyAMA0 earlycon
                      rdinit=/init, plus loglevel=5 with --linux-test)
 
+Devices (QEMU's virtio-mmio, modern transport):
+  --disk PATH[:ro]   a raw image file as a virtio-blk disk (:ro read-only): a
+                     --direct guest sees it itself (repeatable); under the
+                     hypervisor its one VM gets it (vm.conf disk=0)
+  --net NET          QEMU's own virtio-net for a --direct guest: user
+                     (restricted user-mode network), listen:PORT or
+                     connect:PORT (two QEMUs on one Ethernet segment over
+                     127.0.0.1:PORT; start the listening one first)
+
 Several VMs (instead of the one-VM options --guest, --guest-args, --vcpus,
 --guest-mem and the Linux options):
   --vm SPEC          one VM; give it once per VM, e.g.
@@ -78,6 +87,9 @@ Several VMs (instead of the one-VM options --guest, --guest-args, --vcpus,
                      (the unattended check), linux-shell, kernel=PATH,
                      initrd=PATH, cpus=LIST (one vCPU per CPU; required beside
                      other VMs), mem=MIB, name=NAME (default vm<i>), control=0|1,
+                     net=NAME (the hypervisor's network it is on), mac=MAC,
+                     disk=PATH[:ro] (a raw image as its virtio-blk),
+                     console=virtio (also a virtio-console, Linux hvc0),
                      expect=pass|stopped|running, cmdline=TEXT (last: takes the
                      rest). The run passes when every VM does what it expects:
                      prints its own RESULT: PASS, is stopped by the hypervisor,
@@ -236,6 +248,16 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             "--spare-cpu" => spare_cpu = true,
             "--linux" => linux.debian = true,
             "--linux-test" => linux.test = true,
+            "--disk" => config.disks.push(
+                qemu_runner::qemu::HostDisk::parse(value(name, inline, &mut rest)?)
+                    .map_err(|why| format!("--disk {why}"))?,
+            ),
+            "--net" => {
+                config.net = Some(
+                    qemu_runner::qemu::QemuNet::parse(value(name, inline, &mut rest)?)
+                        .map_err(|why| format!("--net {why}"))?,
+                )
+            }
             "--kernel" => linux.kernel = Some(value(name, inline, &mut rest)?.to_string()),
             "--initrd" => linux.initrd = Some(value(name, inline, &mut rest)?.to_string()),
             "--cmdline" => linux.cmdline = Some(value(name, inline, &mut rest)?.to_string()),

@@ -107,6 +107,147 @@ impl GicVersion {
     }
 }
 
+/// A raw image file QEMU serves as its own virtio-blk device on a
+/// virtio-mmio transport (`PATH` or `PATH:ro` on the runner's command line).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostDisk {
+    /// The image file.
+    pub path: PathBuf,
+    /// Read-only (`readonly=on`: QEMU refuses the guest's writes).
+    pub read_only: bool,
+}
+
+impl HostDisk {
+    /// Reads `PATH` or `PATH:ro`.
+    pub fn parse(text: &str) -> Result<HostDisk, String> {
+        let (path, read_only) = match text.strip_suffix(":ro") {
+            Some(path) => (path, true),
+            None => (text, false),
+        };
+        if path.is_empty() {
+            return Err(format!("{text}: a disk is PATH or PATH:ro"));
+        }
+        if path.contains(',') {
+            return Err(format!(
+                "{text}: QEMU's -drive takes no commas in a file name"
+            ));
+        }
+        Ok(HostDisk {
+            path: PathBuf::from(path),
+            read_only,
+        })
+    }
+
+    /// Refuses a path that is not a file (before QEMU starts).
+    pub fn check_exists(&self) -> Result<(), String> {
+        if self.path.is_file() {
+            Ok(())
+        } else {
+            Err(format!(
+                "disk image {}: no such file (make one, e.g. truncate -s 64M IMG && mkfs.ext4 IMG)",
+                self.path.display()
+            ))
+        }
+    }
+
+    /// Its QEMU arguments as the `index`-th disk: a `-drive` without an
+    /// interface (`if=none`, raw, `diskN`) and the `virtio-blk-device` on it.
+    pub fn qemu_args(&self, index: usize) -> [String; 4] {
+        let read_only = if self.read_only { ",readonly=on" } else { "" };
+        [
+            "-drive".into(),
+            format!(
+                "file={},if=none,format=raw,id=disk{index}{read_only}",
+                self.path.display()
+            ),
+            "-device".into(),
+            format!("virtio-blk-device,drive=disk{index}"),
+        ]
+    }
+}
+
+/// QEMU's own virtio-net for a guest booted directly (`--net`): the
+/// hypervisor's VMs get theirs from the hypervisor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QemuNet {
+    /// User-mode networking, restricted (`restrict=on`: no way out to the
+    /// host's network).
+    User,
+    /// A socket on `127.0.0.1:PORT` another QEMU connects to: the two
+    /// guests share one Ethernet segment.
+    Listen(u16),
+    /// Connects to the QEMU listening on `127.0.0.1:PORT`; the runner waits
+    /// for that listener before it starts QEMU ([`wait_for_listener`]).
+    Connect(u16),
+}
+
+impl QemuNet {
+    /// Reads `user`, `listen:PORT` or `connect:PORT`.
+    pub fn parse(text: &str) -> Result<QemuNet, String> {
+        let port = |port: &str| {
+            port.parse::<u16>()
+                .ok()
+                .filter(|port| *port > 0)
+                .ok_or_else(|| format!("{text}: PORT is a TCP port number"))
+        };
+        match text.split_once(':') {
+            None if text == "user" => Ok(QemuNet::User),
+            Some(("listen", number)) => Ok(QemuNet::Listen(port(number)?)),
+            Some(("connect", number)) => Ok(QemuNet::Connect(port(number)?)),
+            _ => Err(format!(
+                "{text}: the network is user, listen:PORT or connect:PORT"
+            )),
+        }
+    }
+
+    /// Its QEMU arguments: the `-netdev` and the `virtio-net-device` on it.
+    pub fn qemu_args(self) -> [String; 4] {
+        let netdev = match self {
+            QemuNet::User => "user,id=net0,restrict=on".to_string(),
+            QemuNet::Listen(port) => format!("socket,id=net0,listen=127.0.0.1:{port}"),
+            QemuNet::Connect(port) => format!("socket,id=net0,connect=127.0.0.1:{port}"),
+        };
+        [
+            "-netdev".into(),
+            netdev,
+            "-device".into(),
+            "virtio-net-device,netdev=net0".into(),
+        ]
+    }
+}
+
+/// The property that makes QEMU's virtio-mmio transports version 2 (virtio
+/// 1.x, as the hypervisor's own devices are): QEMU 7.2's `virt` defaults to
+/// the legacy version-1 transport (`force-legacy=true`). Linux's
+/// `virtio_mmio` and the `virtio-drivers` crate drive both.
+pub const VIRTIO_MMIO_MODERN: &str = "virtio-mmio.force-legacy=false";
+
+/// Waits until something listens on TCP `127.0.0.1:port` (read from
+/// `/proc/net/tcp`, so no connection is spent on asking), at most `limit`.
+pub fn wait_for_listener(port: u16, limit: Duration) -> Result<(), String> {
+    let wanted = format!("0100007F:{port:04X}");
+    let start = Instant::now();
+    loop {
+        let table = std::fs::read_to_string("/proc/net/tcp")
+            .map_err(|error| format!("reading /proc/net/tcp: {error}"))?;
+        let listening = table.lines().skip(1).any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1) == Some(&wanted.as_str()) && fields.get(3) == Some(&"0A")
+        });
+        if listening {
+            return Ok(());
+        }
+        if start.elapsed() > limit {
+            return Err(format!(
+                "nothing listens on 127.0.0.1:{port} after {} s (start the QEMU with \
+                 --net listen:{port} first)",
+                limit.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Everything QEMU is started with.
 #[derive(Clone, Debug)]
 pub struct QemuSetup {
@@ -135,6 +276,11 @@ pub struct QemuSetup {
     pub append: Option<String>,
     /// Wait for gdb on port 1234 before the first instruction (`-s -S`).
     pub gdb: bool,
+    /// Disks QEMU serves itself (virtio-blk on virtio-mmio), in order: the
+    /// first sits at the highest virtio-mmio address.
+    pub disks: Vec<HostDisk>,
+    /// QEMU's own virtio-net (a direct boot only), after the disks.
+    pub net: Option<QemuNet>,
     /// Extra arguments, appended last.
     pub extra_args: Vec<String>,
 }
@@ -179,6 +325,16 @@ impl QemuSetup {
         if let Some(append) = &self.append {
             args.push("-append".into());
             args.push(append.clone());
+        }
+        if !self.disks.is_empty() || self.net.is_some() {
+            args.push("-global".into());
+            args.push(VIRTIO_MMIO_MODERN.into());
+        }
+        for (index, disk) in self.disks.iter().enumerate() {
+            args.extend(disk.qemu_args(index));
+        }
+        if let Some(net) = self.net {
+            args.extend(net.qemu_args());
         }
         if self.gdb {
             args.push("-s".into());
@@ -656,8 +812,65 @@ mod tests {
             initrd: Some("/t/payload.cpio".into()),
             append: None,
             gdb: false,
+            disks: Vec::new(),
+            net: None,
             extra_args: vec!["-d".into(), "guest_errors".into()],
         }
+    }
+
+    #[test]
+    fn disks_and_the_net_become_virtio_mmio_devices_in_order() {
+        let args = QemuSetup {
+            disks: vec![
+                HostDisk::parse("/d/a.img").unwrap(),
+                HostDisk::parse("/d/b.img:ro").unwrap(),
+            ],
+            net: Some(QemuNet::parse("connect:4321").unwrap()),
+            extra_args: Vec::new(),
+            ..setup()
+        }
+        .args()
+        .join(" ");
+        assert!(
+            args.ends_with(
+                "-global virtio-mmio.force-legacy=false \
+                 -drive file=/d/a.img,if=none,format=raw,id=disk0 \
+                 -device virtio-blk-device,drive=disk0 \
+                 -drive file=/d/b.img,if=none,format=raw,id=disk1,readonly=on \
+                 -device virtio-blk-device,drive=disk1 \
+                 -netdev socket,id=net0,connect=127.0.0.1:4321 \
+                 -device virtio-net-device,netdev=net0"
+            ),
+            "{args}"
+        );
+        assert!(args.contains("-nic none"), "no default NIC: {args}");
+        assert!(!setup().args().join(" ").contains("-global"));
+        assert_eq!(
+            QemuNet::parse("user").unwrap().qemu_args()[1],
+            "user,id=net0,restrict=on"
+        );
+        assert_eq!(
+            QemuNet::parse("listen:5555").unwrap().qemu_args()[1],
+            "socket,id=net0,listen=127.0.0.1:5555"
+        );
+        for bad in ["", "tap", "listen:", "listen:0", "connect:70000", "user:1"] {
+            assert!(QemuNet::parse(bad).is_err(), "{bad}");
+        }
+        for bad in ["", ":ro", "/a,b.img"] {
+            assert!(HostDisk::parse(bad).is_err(), "{bad}");
+        }
+        let missing = HostDisk::parse("/no/such.img").unwrap().check_exists();
+        assert!(missing.unwrap_err().contains("/no/such.img: no such file"));
+    }
+
+    #[test]
+    fn a_listener_is_seen_in_proc_net_tcp() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        wait_for_listener(port, Duration::from_secs(2)).unwrap();
+        drop(listener);
+        let error = wait_for_listener(port, Duration::from_millis(100)).unwrap_err();
+        assert!(error.contains("nothing listens"), "{error}");
     }
 
     #[test]

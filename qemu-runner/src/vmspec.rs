@@ -7,7 +7,7 @@
 //! | item | meaning |
 //! |---|---|
 //! | `SCENARIO` or `guest=SCENARIO` | the test guest running this scenario |
-//! | `args=WORDS` | more test guest bootargs (as `--guest-args`) |
+//! | `args=WORDS` | more test guest bootargs (as `--guest-args`); for `linux` and `linux-shell`, words added to the default kernel command line (a role of the test init: [`crate::initramfs::Role::cmdline_words`]) |
 //! | `linux` | Debian's kernel with the unattended check initramfs (prints a `RESULT:` line) |
 //! | `linux-shell` | Debian's kernel with the busybox shell (no result; `expect=running`) |
 //! | `kernel=PATH` | this kernel (arm64 Image, or gzip-compressed); `expect=running` |
@@ -18,6 +18,10 @@
 //! | `name=NAME` | its name (default `vm<i>`, `i` its place among the `--vm`s) |
 //! | `control=0\|1` | whether it may use the hypervisor's control interface |
 //! | `start=0\|1` | `0`: the VM does not boot; it waits as the destination of a live migration |
+//! | `net=NAME` | its virtio-net is on the hypervisor's network (switch) NAME, a name by the rules of VM names; VMs with the same NAME share one Ethernet segment (`net=` in its `vm.conf`) |
+//! | `mac=52:54:00:xx:xx:xx` | its virtio-net's MAC (default: derived from its name, [`boot_payload::vmconf::default_mac`]) |
+//! | `disk=PATH[:ro]` | a raw image file as its virtio-blk: the runner gives QEMU the file as the machine's next virtio-mmio disk (`-drive file=PATH,if=none,format=raw,id=diskN[,readonly=on] -device virtio-blk-device,drive=diskN`, disks numbered from 0 in the order of the `--vm`s) and writes `disk=N[:ro]` to its `vm.conf`; the file must exist |
+//! | `console=virtio\|pl011` | `virtio`: it also gets a virtio-console, and a `linux` guest without `cmdline=` boots with `console=hvc0` (its init moves there); a `control=1` VM gets a second one wired to the monitor (`/dev/hvc1`) |
 //! | `expect=pass\|stopped\|running` | what the run expects of it: its `RESULT: PASS` (default for guests that print one), to be stopped by the hypervisor (a bad guest), or to run without a verdict |
 //!
 //! A CPU list's own commas are read as part of `cpus=`: `cpus=2,3,mem=64`
@@ -27,10 +31,12 @@ use std::fmt;
 use std::path::PathBuf;
 
 use boot_payload::cpuset::CpuSet;
+use boot_payload::vmconf::{ConsoleKind, parse_mac};
 use boot_payload::vmname::VmName;
 
 use crate::Scenario;
-use crate::linux::{BusyboxInit, InitrdSource, KernelSource, LinuxBoot};
+use crate::linux::{BusyboxInit, InitrdSource, KernelSource, LinuxBoot, default_cmdline};
+use crate::qemu::HostDisk;
 
 /// What a VM runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,6 +91,14 @@ pub struct VmSpec {
     pub start: bool,
     /// What the run expects of it.
     pub expect: VmExpect,
+    /// The network of its virtio-net (a valid [`VmName`]); `None`: none.
+    pub net: Option<String>,
+    /// Its virtio-net's MAC; `None`: derived from its name.
+    pub mac: Option<[u8; 6]>,
+    /// The image file of its virtio-blk; `None`: none.
+    pub disk: Option<HostDisk>,
+    /// Its console; `None`: the PL011 only.
+    pub console: Option<ConsoleKind>,
 }
 
 /// Why a `--vm` spec was refused.
@@ -160,6 +174,7 @@ impl VmSpec {
         let (mut cpus, mut mem_mib, mut name, mut control, mut expect) =
             (None, None, None, false, None);
         let mut start = true;
+        let (mut net, mut mac, mut disk, mut console) = (None, None, None, None);
         for (key, value) in &items {
             let key = key.as_str();
             let slot = match (key, value) {
@@ -225,6 +240,32 @@ impl VmSpec {
                         _ => return Err(fail(format!("start={flag}: 0 or 1"))),
                     }
                 }
+                ("net", Some(network)) => {
+                    VmName::new(network).map_err(|error| {
+                        fail(format!(
+                            "net={network}: {error} (networks are named as VMs are)"
+                        ))
+                    })?;
+                    net = Some(network.to_string());
+                }
+                ("mac", Some(text)) => {
+                    mac = Some(parse_mac(text).ok_or_else(|| {
+                        fail(format!(
+                            "mac={text}: six hex bytes of a unicast address, like \
+                             52:54:00:12:34:56"
+                        ))
+                    })?)
+                }
+                ("disk", Some(text)) => {
+                    disk = Some(HostDisk::parse(text).map_err(|why| fail(format!("disk={why}")))?)
+                }
+                ("console", Some(kind)) => {
+                    console = Some(match kind {
+                        "virtio" => ConsoleKind::Virtio,
+                        "pl011" => ConsoleKind::Pl011,
+                        _ => return Err(fail(format!("console={kind}: virtio or pl011"))),
+                    })
+                }
                 ("expect", Some(what)) => {
                     expect = Some(
                         [VmExpect::Pass, VmExpect::Stopped, VmExpect::Running]
@@ -238,7 +279,7 @@ impl VmSpec {
                 (key, Some(_)) => {
                     return Err(fail(format!(
                         "unknown key `{key}=` (guest, args, kernel, initrd, cmdline, cpus, mem, \
-                         name, control, start, expect)"
+                         name, control, start, net, mac, disk, console, expect)"
                     )));
                 }
             }
@@ -261,9 +302,11 @@ impl VmSpec {
                 }
             }
             (None, linux, kernel) if guest_items == 1 => {
-                if args.is_some() {
+                if args.is_some() && (linux.is_none() || cmdline.is_some()) {
                     return Err(fail(
-                        "args= is for the test guest; Linux takes cmdline=".into(),
+                        "args= adds to the default command line of linux or linux-shell; with \
+                         kernel= or cmdline=, write the whole line in cmdline="
+                            .into(),
                     ));
                 }
                 let init = linux.unwrap_or(BusyboxInit::Shell);
@@ -274,13 +317,29 @@ impl VmSpec {
                             .into(),
                     ));
                 }
+                let initrd = match (initrd, linux) {
+                    (Some(path), _) => InitrdSource::File(path),
+                    (None, Some(init)) => InitrdSource::Busybox(init),
+                    (None, None) => InitrdSource::None,
+                };
+                let console_words = if console == Some(ConsoleKind::Virtio) {
+                    " console=hvc0"
+                } else {
+                    ""
+                };
+                let cmdline = match (cmdline, args) {
+                    (Some(line), _) => Some(line),
+                    (None, None) if console_words.is_empty() => None,
+                    (None, args) => Some(format!(
+                        "{}{console_words}{}",
+                        default_cmdline(&initrd),
+                        args.map(|args| format!(" {}", args.trim()))
+                            .unwrap_or_default()
+                    )),
+                };
                 VmGuest::Linux(LinuxBoot {
                     kernel: kernel.map_or(KernelSource::Debian, KernelSource::File),
-                    initrd: match (initrd, linux) {
-                        (Some(path), _) => InitrdSource::File(path),
-                        (None, Some(init)) => InitrdSource::Busybox(init),
-                        (None, None) => InitrdSource::None,
-                    },
+                    initrd,
                     cmdline,
                 })
             }
@@ -314,6 +373,10 @@ impl VmSpec {
             control,
             start,
             expect,
+            net,
+            mac,
+            disk,
+            console,
         })
     }
 
@@ -426,7 +489,15 @@ mod tests {
             ("memory,expect=maybe", "pass, stopped or running"),
             ("memory,colour=red", "unknown key"),
             ("memory,initrd=/r", "test guest"),
-            ("linux,args=x", "args="),
+            ("kernel=/k,args=x", "args="),
+            ("linux,args=x,cmdline=y", "args="),
+            ("memory,net=a b", "net=a b"),
+            ("memory,net=lan,net=wan", "given twice"),
+            ("memory,mac=01:00:5e:00:00:01", "unicast"),
+            ("memory,mac=52:54", "six hex bytes"),
+            ("memory,disk=", "PATH or PATH:ro"),
+            ("memory,disk=:ro", "PATH or PATH:ro"),
+            ("memory,console=hvc0", "virtio or pl011"),
             ("linux,initrd=/r", "its own initramfs"),
             ("kernel=/k,expect=pass", "no RESULT"),
         ] {
@@ -434,6 +505,47 @@ mod tests {
             assert!(why.contains(says), "{text}: {why}");
             assert!(why.starts_with(&format!("--vm {text}:")), "{why}");
         }
+    }
+
+    #[test]
+    fn device_items_parse() {
+        let vm = spec("linux,name=a,net=lan,mac=52:54:00:0A:0b:0c,disk=/d/a.img:ro,console=virtio");
+        assert_eq!(vm.net.as_deref(), Some("lan"));
+        assert_eq!(vm.mac, Some([0x52, 0x54, 0, 0x0a, 0x0b, 0x0c]));
+        assert_eq!(
+            vm.disk,
+            Some(HostDisk {
+                path: "/d/a.img".into(),
+                read_only: true
+            })
+        );
+        assert_eq!(vm.console, Some(ConsoleKind::Virtio));
+        let VmGuest::Linux(linux) = &vm.guest else {
+            panic!("{vm:?}");
+        };
+        assert_eq!(
+            linux.effective_cmdline(),
+            "console=ttyAMA0 earlycon rdinit=/init loglevel=5 console=hvc0"
+        );
+        assert!(linux.reports_result());
+        let plain = spec("memory");
+        assert_eq!(
+            (plain.net, plain.mac, plain.disk, plain.console),
+            (None, None, None, None)
+        );
+        assert_eq!(
+            spec("linux").guest,
+            VmGuest::Linux(LinuxBoot::debian(BusyboxInit::Test))
+        );
+        let role = spec("linux,args=hv.role=disk-write hv.bench_mib=0,disk=/d/b.img");
+        let VmGuest::Linux(linux) = &role.guest else {
+            panic!("{role:?}");
+        };
+        assert_eq!(
+            linux.effective_cmdline(),
+            "console=ttyAMA0 earlycon rdinit=/init loglevel=5 hv.role=disk-write hv.bench_mib=0"
+        );
+        assert!(!role.disk.unwrap().read_only);
     }
 
     #[test]

@@ -262,6 +262,8 @@ fn emitted_boot_files_boot_by_hand_as_the_readme_says() {
         initrd: Some(payload),
         append: None,
         gdb: false,
+        disks: Vec::new(),
+        net: None,
         extra_args: Vec::new(),
     };
     let watch = Watch {
