@@ -9,11 +9,14 @@
 //! boots a control VM beside its peer for the control scenarios' tests and
 //! benchmarks; [`e2e`] is the end-to-end tests' kit (boot, find lines, assert
 //! a clean power-off); [`pty`] runs a program on a pseudo-terminal, as a
-//! person would, for the `e2e_terminal` test.
+//! person would, for the `e2e_terminal` test; [`linux_virtio`] boots Linux
+//! guests with virtio disks and networks (disk images, role command lines,
+//! direct QEMU pairs).
 
 pub mod control_pair;
 pub mod e2e;
 pub mod fuzz;
+pub mod linux_virtio;
 pub mod measure;
 pub mod pty;
 pub mod suites;

@@ -1,0 +1,160 @@
+//! Linux guests with virtio devices, for the end-to-end tests and the
+//! `virtio` benchmarks: disk images, command lines with a test init's role,
+//! Linux booted directly on QEMU with QEMU's own virtio devices (the guest
+//! side proven without the hypervisor, and the benchmarks' baseline), and
+//! two such QEMUs on one Ethernet segment.
+//!
+//! - [`disk_image`]: a fresh raw image with ext4 on its first
+//!   [`DISK_FS_MIB`] MiB and [`DISK_BENCH_MIB`] MiB of raw space after it.
+//! - [`role_cmdline`]: the test init's default command line with a role's
+//!   words ([`Role`]); [`role_args`] the same words for a `--vm` spec's
+//!   `args=`.
+//! - [`direct`]: a [`RunConfig`] that boots the test init on QEMU alone
+//!   with a role, disks and a network.
+//! - [`run_net_pair`]: the net server and client on two direct QEMUs joined
+//!   by a socket on `127.0.0.1` (the listener starts first; the runner
+//!   waits for it before starting the other).
+//! - [`disk_file`]: the file the disk roles wrote, read from the image on
+//!   the host ([`qemu_runner::disk_image::read_ext4_file`]).
+//! - [`figure`]: a `BENCH:` figure a role printed.
+
+use std::path::{Path, PathBuf};
+
+use qemu_runner::initramfs::{DISK_CHECK_PATH, Role, bench_figures};
+use qemu_runner::linux::{BusyboxInit, InitrdSource, LinuxBoot, default_cmdline};
+use qemu_runner::qemu::{HostDisk, QemuNet};
+use qemu_runner::{Boot, RunConfig, RunReport};
+
+/// Size of the ext4 file system on a [`disk_image`], in MiB.
+pub const DISK_FS_MIB: u32 = 64;
+/// Raw space after the file system, for the timed sequential I/O, in MiB.
+pub const DISK_BENCH_MIB: u32 = 128;
+/// Guest address of the net server.
+pub const SERVER_IP: &str = "10.0.0.1";
+/// Guest address of the net client.
+pub const CLIENT_IP: &str = "10.0.0.2";
+
+/// The disk write role on a [`disk_image`]: the file, then (with `bench`)
+/// [`DISK_BENCH_MIB`] MiB timed past the file system.
+pub fn disk_write_role(bench: bool) -> Role {
+    Role::DiskWrite {
+        bench_mib: if bench { DISK_BENCH_MIB } else { 0 },
+        bench_skip_mib: DISK_FS_MIB,
+    }
+}
+
+/// The disk check role on a [`disk_image`] (see [`disk_write_role`]).
+pub fn disk_check_role(bench: bool) -> Role {
+    Role::DiskCheck {
+        bench_mib: if bench { DISK_BENCH_MIB } else { 0 },
+        bench_skip_mib: DISK_FS_MIB,
+    }
+}
+
+/// The net server's role, at [`SERVER_IP`], its peer at [`CLIENT_IP`].
+pub fn net_server_role() -> Role {
+    Role::NetServer {
+        ip: SERVER_IP.into(),
+        peer: CLIENT_IP.into(),
+    }
+}
+
+/// The net client's role, at [`CLIENT_IP`], its peer at [`SERVER_IP`].
+pub fn net_client_role() -> Role {
+    Role::NetClient {
+        ip: CLIENT_IP.into(),
+        peer: SERVER_IP.into(),
+    }
+}
+
+/// A fresh image `target/tmp/<name>.img` (replacing an old one): ext4 on
+/// its first [`DISK_FS_MIB`] MiB, [`DISK_BENCH_MIB`] MiB of raw space
+/// after. Panics when e2fsprogs is missing or fails.
+pub fn disk_image(name: &str) -> PathBuf {
+    let dir = qemu_runner::artifacts::workspace_root()
+        .join("target")
+        .join("tmp");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|error| panic!("{}: {error}", dir.display()));
+    let path = dir.join(format!("{name}.img"));
+    qemu_runner::disk_image::make_ext4(&path, DISK_FS_MIB + DISK_BENCH_MIB, DISK_FS_MIB)
+        .unwrap_or_else(|error| panic!("making {}: {error}", path.display()));
+    path
+}
+
+/// The file the disk roles write ([`DISK_CHECK_PATH`]), read from `image`
+/// on the host. Panics when it cannot be read.
+pub fn disk_file(image: &Path) -> String {
+    let bytes = qemu_runner::disk_image::read_ext4_file(image, DISK_CHECK_PATH)
+        .unwrap_or_else(|error| panic!("reading {DISK_CHECK_PATH} from the image: {error}"));
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The `args=` of a `--vm linux` spec that runs `role` (its words have no
+/// commas).
+pub fn role_args(role: &Role) -> String {
+    format!("args={}", role.cmdline_words())
+}
+
+/// The test init's default command line with `role`'s words.
+pub fn role_cmdline(role: &Role) -> String {
+    format!(
+        "{} {}",
+        default_cmdline(&InitrdSource::Busybox(BusyboxInit::Test)),
+        role.cmdline_words()
+    )
+}
+
+/// Debian's Linux with the test init running `role`, booted directly by
+/// QEMU (2 CPUs, 512 MiB, [`qemu_runner::LINUX_TIMEOUT`]) with `disks` and
+/// `net` as QEMU's own virtio devices.
+pub fn direct(role: &Role, disks: &[HostDisk], net: Option<QemuNet>) -> RunConfig {
+    RunConfig {
+        disks: disks.to_vec(),
+        net,
+        echo: false,
+        ..RunConfig::linux(
+            Boot::Direct,
+            LinuxBoot {
+                cmdline: Some(role_cmdline(role)),
+                ..LinuxBoot::debian(BusyboxInit::Test)
+            },
+        )
+    }
+}
+
+/// A TCP port on `127.0.0.1` that was free a moment ago.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap_or_else(|error| panic!("no free port on 127.0.0.1: {error}"));
+    listener
+        .local_addr()
+        .unwrap_or_else(|error| panic!("{error}"))
+        .port()
+}
+
+/// The net server and client, each Linux booted directly on its own QEMU,
+/// joined by a socket netdev on a free port: (server's report, client's).
+pub fn run_net_pair() -> (RunReport, RunReport) {
+    let port = free_port();
+    let server = direct(&net_server_role(), &[], Some(QemuNet::Listen(port)));
+    let client = direct(&net_client_role(), &[], Some(QemuNet::Connect(port)));
+    std::thread::scope(|scope| {
+        let server = scope.spawn(move || crate::e2e::run(&server));
+        // The runner starts the client's QEMU once the server's listens.
+        let client = crate::e2e::run(&client);
+        let server = server
+            .join()
+            .unwrap_or_else(|_| panic!("the server's run panicked"));
+        (server, client)
+    })
+}
+
+/// The value of the `BENCH: <name> <value> <unit>` figure in `report`;
+/// panics when there is none.
+pub fn figure(report: &RunReport, name: &str) -> f64 {
+    bench_figures(report.console())
+        .into_iter()
+        .find(|(found, _, _)| found == name)
+        .map(|(_, value, _)| value)
+        .unwrap_or_else(|| panic!("no `BENCH: {name}` line\n{}", report.explain()))
+}
