@@ -565,6 +565,7 @@ fn cached_modules(package: &Package) -> Result<Vec<PathBuf>, DebianError> {
     };
     let mut files = BTreeMap::new();
     let mut infos = BTreeMap::new();
+    let mut compressed = 0;
     let mut pending = vec![version.join("kernel")];
     while let Some(folder) = pending.pop() {
         let entries =
@@ -579,6 +580,12 @@ fn cached_modules(package: &Package) -> Result<Vec<PathBuf>, DebianError> {
             }
             let file_name = path.file_name().unwrap_or_default().to_string_lossy();
             let Some(stem) = file_name.strip_suffix(".ko") else {
+                if [".ko.xz", ".ko.zst", ".ko.gz"]
+                    .iter()
+                    .any(|suffix| file_name.ends_with(suffix))
+                {
+                    compressed += 1;
+                }
                 continue;
             };
             let bytes = std::fs::read(&path).map_err(io(format!("reading {}", path.display())))?;
@@ -595,7 +602,14 @@ fn cached_modules(package: &Package) -> Result<Vec<PathBuf>, DebianError> {
     }
     let order = load_order(GUEST_MODULES, &infos).map_err(|why| DebianError::MissingFile {
         package: package.name.clone(),
-        path: format!("the guest's modules: {why}"),
+        path: if compressed > 0 {
+            format!(
+                "the guest's modules as plain .ko files ({why}); {compressed} modules are \
+                 compressed (.ko.xz/.ko.zst/.ko.gz), which the runner does not unpack yet"
+            )
+        } else {
+            format!("the guest's modules: {why}")
+        },
     })?;
     let partial = dir.with_file_name("modules.partial");
     if partial.exists() {

@@ -17,6 +17,11 @@
 //! - [`disk_file`]: the file the disk roles wrote, read from the image on
 //!   the host ([`qemu_runner::disk_image::read_ext4_file`]).
 //! - [`figure`]: a `BENCH:` figure a role printed.
+//! - [`linux_vm_spec`]: a `--vm` spec of a Linux VM running a role under the
+//!   hypervisor (for [`crate::e2e::vms`]).
+//! - [`direct_blk_baseline`]: the sequential write and read MiB/s of Linux
+//!   directly on QEMU's virtio-blk over an image (the `virtio/blk/*_ratio`
+//!   baseline).
 
 use std::path::{Path, PathBuf};
 
@@ -122,6 +127,40 @@ pub fn direct(role: &Role, disks: &[HostDisk], net: Option<QemuNet>) -> RunConfi
     }
 }
 
+/// The `--vm` spec of Debian's Linux with the test init running `role`
+/// under the hypervisor: named `name`, on CPUs `cpus` (a CPU list), with
+/// more spec `items` (`net=lan`, `disk=PATH`, `console=virtio`,
+/// `control=1`, `mem=256`...).
+pub fn linux_vm_spec(name: &str, cpus: &str, items: &[&str], role: &Role) -> String {
+    let mut spec = format!("linux,name={name},cpus={cpus}");
+    for item in items {
+        spec.push(',');
+        spec.push_str(item);
+    }
+    spec.push(',');
+    spec.push_str(&role_args(role));
+    spec
+}
+
+/// Linux directly on QEMU with QEMU's virtio-blk over `image` (a
+/// [`disk_image`]), running [`disk_write_role`] with the timed I/O: its
+/// sequential (write, read) MiB/s. Panics when the run fails.
+pub fn direct_blk_baseline(image: &Path) -> (f64, f64) {
+    let report = crate::e2e::run(&direct(
+        &disk_write_role(true),
+        &[HostDisk {
+            path: image.to_path_buf(),
+            read_only: false,
+        }],
+        None,
+    ));
+    crate::e2e::assert_passed(&report);
+    (
+        figure(&report, "blk_seq_write_mib_per_s"),
+        figure(&report, "blk_seq_read_mib_per_s"),
+    )
+}
+
 /// A TCP port on `127.0.0.1` that was free a moment ago.
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")
@@ -157,4 +196,37 @@ pub fn figure(report: &RunReport, name: &str) -> f64 {
         .find(|(found, _, _)| found == name)
         .map(|(_, value, _)| value)
         .unwrap_or_else(|| panic!("no `BENCH: {name}` line\n{}", report.explain()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qemu_runner::vmspec::{VmGuest, VmSpec};
+
+    #[test]
+    fn a_role_vm_spec_parses_into_its_devices_and_command_line() {
+        let spec = linux_vm_spec(
+            "a",
+            "0-1",
+            &["net=lan", "disk=/d/a.img:ro", "console=virtio"],
+            &net_server_role(),
+        );
+        let vm = VmSpec::parse(&spec, 0).unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!((vm.name.as_str(), vm.net.as_deref()), ("a", Some("lan")));
+        assert!(vm.disk.unwrap().read_only);
+        let VmGuest::Linux(linux) = vm.guest else {
+            panic!("not Linux")
+        };
+        assert!(
+            linux
+                .effective_cmdline()
+                .ends_with("console=hvc0 hv.role=net-server hv.ip=10.0.0.1 hv.peer=10.0.0.2"),
+            "{}",
+            linux.effective_cmdline()
+        );
+        assert!(
+            role_cmdline(&disk_check_role(true))
+                .ends_with("loglevel=5 hv.role=disk-check hv.bench_mib=128 hv.bench_skip_mib=64")
+        );
+    }
 }
