@@ -226,6 +226,7 @@ hvc*)
     while [ ! -e "/dev/$console" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
     if [ -e "/dev/$console" ]; then
         exec <"/dev/$console" >"/dev/$console" 2>&1
+        echo "LINUX-INIT: console moved to /dev/$console"
     else
         echo "LINUX-INIT: no /dev/$console after 5 s; staying on this console"
     fi

@@ -12,14 +12,19 @@
 //!   mounts the image read-only (`:ro`) and checks the file.
 //! - Net: two QEMUs joined by a socket on 127.0.0.1; the guests ping each
 //!   other and move 64 MiB over TCP with busybox `nc`, checked by md5.
+//! - Console: with `console=hvc0` and QEMU's virtconsole writing to a file,
+//!   the test init moves to `hvc0`: its lines, `RESULT: PASS` included, are
+//!   in the file and not on the PL011 (the initramfs is given as a file, so
+//!   the runner expects no verdict on the PL011, only QEMU's clean exit).
 //!
 //! A run passes on each guest's `RESULT: PASS` and QEMU's clean exit; a
 //! module that does not load, a missing device or a wrong md5 is a
 //! `RESULT: FAIL` naming it.
 
-use qemu_runner::RunReport;
 use qemu_runner::initramfs::{NET_TRANSFER_MIB, disk_check_contents};
+use qemu_runner::linux::{BusyboxInit, InitrdSource, LinuxBoot, default_cmdline};
 use qemu_runner::qemu::HostDisk;
+use qemu_runner::{Boot, RunConfig, RunReport};
 use tests::e2e;
 use tests::linux_virtio::{
     direct, disk_check_role, disk_file, disk_image, disk_write_role, figure, run_net_pair,
@@ -137,4 +142,63 @@ fn two_direct_qemus_on_one_segment_ping_and_move_64_mib_over_tcp() {
         server.command_line,
         client.command_line
     );
+}
+
+#[test]
+fn the_test_init_moves_to_hvc0_when_the_command_line_says_so() {
+    let dir = qemu_runner::artifacts::workspace_root()
+        .join("target")
+        .join("tmp");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|error| panic!("{error}"));
+    let hvc0 = dir.join("e2e-virtio-direct-hvc0.txt");
+    let initrd = dir.join("e2e-virtio-direct-initrd.cpio");
+    let _ = std::fs::remove_file(&hvc0);
+    let test_init = LinuxBoot::debian(BusyboxInit::Test);
+    let files = qemu_runner::linux::resolve(&test_init, qemu_runner::LINUX_SMP)
+        .unwrap_or_else(|error| panic!("{error}"));
+    std::fs::write(&initrd, files.initrd.expect("a busybox initramfs"))
+        .unwrap_or_else(|error| panic!("{error}"));
+    let config = RunConfig {
+        extra_qemu_args: [
+            "-chardev".to_string(),
+            format!("file,id=hvc0,path={}", hvc0.display()),
+            "-device".into(),
+            "virtio-serial-device".into(),
+            "-device".into(),
+            "virtconsole,chardev=hvc0".into(),
+        ]
+        .to_vec(),
+        ..RunConfig::linux(
+            Boot::Direct,
+            LinuxBoot {
+                initrd: InitrdSource::File(initrd.clone()),
+                cmdline: Some(format!(
+                    "{} console=hvc0",
+                    default_cmdline(&InitrdSource::Busybox(BusyboxInit::Test))
+                )),
+                ..test_init
+            },
+        )
+    };
+    let report = e2e::run(&config);
+    e2e::assert_passed(&report);
+    let on_hvc0 = std::fs::read_to_string(&hvc0).unwrap_or_else(|error| panic!("{error}"));
+    for line in [
+        "LINUX-INIT: console moved to /dev/hvc0",
+        "LINUX-INIT: 2 CPUs online (0-1)",
+        "RESULT: PASS",
+    ] {
+        assert!(
+            on_hvc0.lines().any(|l| l.trim() == line),
+            "no `{line}` on hvc0:\n{on_hvc0}\n{}",
+            report.explain()
+        );
+    }
+    assert!(
+        !e2e::has_line(&report, "RESULT:"),
+        "the init's lines went to the PL011\n{}",
+        report.explain()
+    );
+    let _ = std::fs::remove_file(&hvc0);
+    let _ = std::fs::remove_file(&initrd);
 }
