@@ -260,7 +260,7 @@ unsafe fn read_register(window: u64, offset: u64) -> u32 {
 /// Finds the host disks among `windows` (highest address first, mapped as
 /// device memory by `boot::memory::init`), starts a driver on each, logs
 /// one line per disk and a self-check read of its first sectors, and keeps
-/// them for [`host_disk`]. Runs once, on the boot CPU; a later call does
+/// them for [`host_disk()`]. Runs once, on the boot CPU; a later call does
 /// nothing and returns the same count.
 pub fn probe(windows: &[VirtioMmioWindow]) -> usize {
     HOST_DISKS.call_once(|| start_disks(windows)).found

@@ -203,7 +203,11 @@ mod tests {
 
     impl SectorIo for VecDisk {
         fn read_sectors(&mut self, sector: u64, buf: &mut [u8]) -> Result<(), BlockError> {
-            assert!(!buf.is_empty() && buf.len() % SECTOR == 0 && buf.len() <= MAX_REQUEST_BYTES);
+            assert!(
+                !buf.is_empty()
+                    && buf.len().is_multiple_of(SECTOR)
+                    && buf.len() <= MAX_REQUEST_BYTES
+            );
             self.requests.push((sector, buf.len()));
             let at = sector as usize * SECTOR;
             buf.copy_from_slice(&self.bytes[at..at + buf.len()]);
@@ -211,7 +215,11 @@ mod tests {
         }
 
         fn write_sectors(&mut self, sector: u64, buf: &[u8]) -> Result<(), BlockError> {
-            assert!(!buf.is_empty() && buf.len() % SECTOR == 0 && buf.len() <= MAX_REQUEST_BYTES);
+            assert!(
+                !buf.is_empty()
+                    && buf.len().is_multiple_of(SECTOR)
+                    && buf.len() <= MAX_REQUEST_BYTES
+            );
             self.requests.push((sector, buf.len()));
             let at = sector as usize * SECTOR;
             self.bytes[at..at + buf.len()].copy_from_slice(buf);

@@ -84,7 +84,7 @@ pub fn windows(dtb: &[u8]) -> Result<Vec<VirtioMmioWindow>, PlatformError> {
             dma_coherent: node.property("dma-coherent").is_some(),
         });
     }
-    out.sort_by(|a, b| b.regs.start.cmp(&a.regs.start));
+    out.sort_by_key(|w| core::cmp::Reverse(w.regs.start));
     out.dedup_by_key(|w| w.regs.start);
     Ok(out)
 }

@@ -280,8 +280,10 @@ mod tests {
             start in 0u64..32,
             sectors in 1u64..32,
             sector in 0u64..70,
-            len in 0u64..(40 * 512),
+            whole in 0u64..40,
+            ragged in prop_oneof![Just(0u64), 1u64..512],
         ) {
+            let len = whole * 512 + ragged;
             let disk = VecDisk::new(64, false);
             let window = DiskWindow::new(&disk, start, Some(sectors), false);
             prop_assume!(window.is_ok());
@@ -289,7 +291,7 @@ mod tests {
             let before = disk.bytes.lock().clone();
             let mut buf = vec![0xeeu8; len as usize];
             let result = window.write(sector, &span(&mut buf));
-            let inside = len % 512 == 0 && sector + len / 512 <= sectors;
+            let inside = len.is_multiple_of(512) && sector + len / 512 <= sectors;
             prop_assert_eq!(result.is_ok(), inside);
             let after = disk.bytes.lock().clone();
             for (i, (a, b)) in before.iter().zip(&after).enumerate() {
