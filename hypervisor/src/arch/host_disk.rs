@@ -373,49 +373,51 @@ pub fn write_check_byte(offset: usize) -> u8 {
 }
 
 /// On a scratch disk ([`WRITE_CHECK_ID`]): writes 4 KiB at
-/// [`WRITE_CHECK_SECTOR`] from three spans (700, 324 and 3072 bytes: two
-/// sectors straddle spans and go through the bounce buffer), flushes, reads
-/// them back through other spans (100, 3996 bytes) and compares; logs the
-/// outcome. The end-to-end test then finds the bytes in the image file.
+/// [`WRITE_CHECK_SECTOR`] from three spans that are not host-contiguous
+/// (700, 324 and 3072 bytes: two sectors straddle spans and go through the
+/// bounce buffer), flushes, reads them back through two others (100 and
+/// 3996 bytes) and compares; logs the outcome. The end-to-end test then finds the bytes in the image file.
 fn write_check(disk: &HostDisk) {
     const LEN: usize = 4096;
-    let mut source = alloc::vec![0u8; LEN];
-    for (i, b) in source.iter_mut().enumerate() {
-        *b = write_check_byte(i);
+    /// Where each piece sits in its buffer: one byte apart, so that the
+    /// driver cannot join them into one host-contiguous span.
+    fn scatter(buffer: &mut [u8], lens: &[u64]) -> Vec<HostSpan> {
+        let base = buffer.as_mut_ptr() as u64;
+        let mut at = 0;
+        lens.iter()
+            .map(|&len| {
+                let span = HostSpan {
+                    addr: base + at,
+                    len,
+                };
+                at += len + 1;
+                span
+            })
+            .collect()
     }
-    let mut back = alloc::vec![0u8; LEN];
-    let base = source.as_ptr() as u64;
-    let spans = [
-        HostSpan {
-            addr: base,
-            len: 700,
-        },
-        HostSpan {
-            addr: base + 700,
-            len: 324,
-        },
-        HostSpan {
-            addr: base + 1024,
-            len: 3072,
-        },
-    ];
-    let back_base = back.as_mut_ptr() as u64;
-    let back_spans = [
-        HostSpan {
-            addr: back_base,
-            len: 100,
-        },
-        HostSpan {
-            addr: back_base + 100,
-            len: LEN as u64 - 100,
-        },
-    ];
+    let mut source = alloc::vec![0u8; LEN + 2];
+    let spans = scatter(&mut source, &[700, 324, 3072]);
+    let mut offset = 0;
+    for span in &spans {
+        let start = (span.addr - source.as_ptr() as u64) as usize;
+        for b in &mut source[start..start + span.len as usize] {
+            *b = write_check_byte(offset);
+            offset += 1;
+        }
+    }
+    let mut back = alloc::vec![0u8; LEN + 1];
+    let back_spans = scatter(&mut back, &[100, LEN as u64 - 100]);
     let outcome = disk
         .write(WRITE_CHECK_SECTOR, &spans)
         .and_then(|()| disk.flush())
         .and_then(|()| disk.read(WRITE_CHECK_SECTOR, &back_spans));
+    let read_back = back[..100]
+        .iter()
+        .chain(&back[101..])
+        .enumerate()
+        .all(|(i, &b)| b == write_check_byte(i));
     match outcome {
-        Ok(()) if back == source => log::info!(
+        Ok(()) if read_back => log::info!(
             "host disk {}: write check passed: {LEN} bytes at sector {WRITE_CHECK_SECTOR} \
              written from 3 spans, flushed, read back",
             disk.index

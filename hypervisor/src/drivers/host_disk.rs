@@ -25,8 +25,10 @@
 //!   is all a transfer ever needs, and every whole sector after it goes
 //!   back to zero copy.
 //!
-//! A transfer whose spans are each a multiple of 512 bytes (what Linux
-//! gives: pages and sector-sized pieces) never bounces.
+//! Spans that follow each other in host memory are joined first
+//! ([`coalesced`]), so a guest request whose buffers are host-contiguous
+//! is one device request. A transfer whose spans are each a multiple of 512
+//! bytes (what Linux gives: pages and sector-sized pieces) never bounces.
 
 use crate::devices::virtio::block_backend::{BlockError, SECTOR_SIZE};
 use crate::devices::virtio::guest_memory::HostSpan;
@@ -39,6 +41,20 @@ use crate::devices::virtio::guest_memory::HostSpan;
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 
 const SECTOR: usize = SECTOR_SIZE as usize;
+
+/// `spans` with each run of host-contiguous spans (one ending where the
+/// next begins) joined into one, so that a guest request whose buffers
+/// follow each other in host memory becomes one device request.
+pub fn coalesced(spans: &[HostSpan]) -> impl Iterator<Item = HostSpan> + '_ {
+    let mut rest = spans.iter().copied().filter(|s| s.len > 0).peekable();
+    core::iter::from_fn(move || {
+        let mut run = rest.next()?;
+        while let Some(next) = rest.next_if(|n| run.addr.checked_add(run.len) == Some(n.addr)) {
+            run.len += next.len;
+        }
+        Some(run)
+    })
+}
 
 /// A disk that reads and writes whole sectors from and to memory.
 pub trait SectorIo {
@@ -99,7 +115,7 @@ pub unsafe fn read_spans(
     let mut next = sector;
     // Bytes of `bounce` already handed out (0: no straddling sector open).
     let mut used = 0;
-    for span in spans {
+    for span in coalesced(spans) {
         let len = span.len as usize;
         let mut at = 0;
         while at < len {
@@ -147,7 +163,7 @@ pub unsafe fn write_spans(
     let mut next = sector;
     // Bytes of `bounce` already gathered (0: no straddling sector open).
     let mut used = 0;
-    for span in spans {
+    for span in coalesced(spans) {
         let len = span.len as usize;
         let mut at = 0;
         while at < len {
@@ -227,8 +243,9 @@ mod tests {
         }
     }
 
-    /// Cuts `buf` into spans of `lens` (which add up to its length).
-    fn spans_of(buf: &mut [u8], lens: &[usize]) -> Vec<HostSpan> {
+    /// Cuts `buf` into spans of `lens`, `gap` bytes apart (so that `gap`
+    /// 0 makes host-contiguous spans and 1 spans that cannot be joined).
+    fn spans_of(buf: &mut [u8], lens: &[usize], gap: usize) -> Vec<HostSpan> {
         let mut at = 0;
         lens.iter()
             .map(|&len| {
@@ -236,8 +253,19 @@ mod tests {
                     addr: buf[at..].as_mut_ptr() as u64,
                     len: len as u64,
                 };
-                at += len;
+                at += len + gap;
                 span
+            })
+            .collect()
+    }
+
+    /// The bytes of `spans` in order.
+    fn gathered(spans: &[HostSpan]) -> Vec<u8> {
+        spans
+            .iter()
+            // SAFETY: the tests' spans lie in their own live buffers.
+            .flat_map(|s| unsafe {
+                core::slice::from_raw_parts(s.addr as *const u8, s.len as usize).to_vec()
             })
             .collect()
     }
@@ -270,8 +298,8 @@ mod tests {
         let mut disk = VecDisk::new(4096);
         let mut bounce = [0; SECTOR];
         let len = MAX_REQUEST_BYTES + 4096;
-        let mut buf = vec![0; len + 512];
-        let spans = spans_of(&mut buf, &[len, 512]);
+        let mut buf = vec![0; len + 512 + 1];
+        let spans = spans_of(&mut buf, &[len, 512], 1);
         // SAFETY: the spans cover `buf`, owned here for the call.
         unsafe { read_spans(&mut disk, &mut bounce, 3, &spans) }.unwrap();
         assert_eq!(
@@ -282,17 +310,38 @@ mod tests {
                 (3 + 2048 + 8, 512)
             ]
         );
-        assert_eq!(buf[..], disk.bytes[3 * SECTOR..3 * SECTOR + len + 512]);
+        assert_eq!(
+            gathered(&spans)[..],
+            disk.bytes[3 * SECTOR..3 * SECTOR + len + 512]
+        );
+    }
+
+    #[test]
+    fn host_contiguous_spans_become_one_request() {
+        let mut disk = VecDisk::new(64);
+        let mut bounce = [0; SECTOR];
+        let mut buf = vec![0; 8192];
+        let mut spans = spans_of(&mut buf, &[4096, 0, 4096], 0);
+        // SAFETY: the spans cover `buf`, owned here for the call.
+        unsafe { read_spans(&mut disk, &mut bounce, 0, &spans) }.unwrap();
+        assert_eq!(disk.requests, [(0, 8192)]);
+        // Out of order in memory: two requests, second half first.
+        spans.swap(0, 2);
+        disk.requests.clear();
+        // SAFETY: as above.
+        unsafe { read_spans(&mut disk, &mut bounce, 0, &spans) }.unwrap();
+        assert_eq!(disk.requests, [(0, 4096), (8, 4096)]);
+        assert_eq!(buf[4096..], disk.bytes[..4096]);
     }
 
     #[test]
     fn a_straddling_sector_goes_through_the_bounce_buffer_once() {
         let mut disk = VecDisk::new(16);
         let mut bounce = [0; SECTOR];
-        let mut buf = vec![0xaa; 2048];
+        let mut buf = vec![0xaa; 2048 + 4];
         // 700 = 1 sector + 188; 188 + 324 close the second sector; 836 =
         // 1 sector + 324, closed by the last 188.
-        let spans = spans_of(&mut buf, &[700, 324, 836, 188]);
+        let spans = spans_of(&mut buf, &[700, 324, 836, 188], 1);
         // SAFETY: the spans cover `buf`, owned here for the call.
         unsafe { write_spans(&mut disk, &mut bounce, 2, &spans) }.unwrap();
         assert_eq!(disk.requests, [(2, 512), (3, 512), (4, 512), (5, 512)]);
@@ -304,15 +353,16 @@ mod tests {
     }
 
     proptest! {
-        /// Any cut of a transfer into spans reads and writes the same bytes
-        /// as one contiguous buffer would, and only the straddling sectors
-        /// bounce.
+        /// Any cut of a transfer into spans, host-contiguous or not, reads
+        /// and writes the same bytes as one contiguous buffer would, each
+        /// byte once.
         #[test]
         fn any_cut_moves_the_same_bytes(
             sectors in 1usize..12,
             start in 0u64..4,
             cuts in proptest::collection::vec(0usize..6144, 0..8),
             fill in any::<u8>(),
+            gap in 0usize..2,
         ) {
             let len = sectors * SECTOR;
             let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % len).collect();
@@ -323,13 +373,13 @@ mod tests {
             let lens: Vec<usize> = cuts.windows(2).map(|w| w[1] - w[0]).collect();
             let mut disk = VecDisk::new(16);
             let mut bounce = [0; SECTOR];
-            let mut buf = vec![0; len];
-            let spans = spans_of(&mut buf, &lens);
+            let mut buf = vec![0; len + gap * lens.len()];
+            let spans = spans_of(&mut buf, &lens, gap);
             prop_assert_eq!(check(16, false, false, start, &spans), Ok(len as u64));
             // SAFETY: the spans cover `buf`, owned here for the call.
             unsafe { read_spans(&mut disk, &mut bounce, start, &spans) }.unwrap();
             let at = start as usize * SECTOR;
-            prop_assert_eq!(&buf[..], &disk.bytes[at..at + len]);
+            prop_assert_eq!(&gathered(&spans)[..], &disk.bytes[at..at + len]);
             let moved: usize = disk.requests.iter().map(|r| r.1).sum();
             prop_assert_eq!(moved, len);
 
