@@ -16,8 +16,8 @@
 //! firmware calls, host memory), `cpu` (system registers, the running CPU's
 //! features, per-CPU data), `drivers` (the host GIC and console), `vcpu` (a
 //! vCPU: its state, run loop and the machine side of exit handling);
-//! `stage2`, `host_console`, `hardware`, `monitor_target`, `control_target`
-//! and `run` are files.
+//! `stage2`, `host_console`, `host_disk`, `hardware`, `monitor_target`,
+//! `control_target` and `run` are files.
 //!
 //! # Dependency order
 //!
@@ -31,7 +31,8 @@
 //!    system registers), `boot::firmware` (console, GIC).
 //! 4. `stage2` (host memory, system registers); `host_console` (firmware,
 //!    drivers, per-CPU data): the hypervisor console's lock and output, the
-//!    poll timer and the parking of CPUs.
+//!    poll timer and the parking of CPUs; `host_disk` (host memory): the
+//!    host's virtio-mmio disks, `host_disk::host_disk(n)` for the VMs.
 //! 5. `hardware` (host memory, stage 2, drivers, host console, firmware,
 //!    per-CPU data): the runtime's `Hardware` at EL2.
 //! 6. `monitor_target` (the VM table, host console, drivers): the console's
@@ -51,6 +52,7 @@ pub mod cpu;
 pub mod drivers;
 pub mod hardware;
 pub mod host_console;
+pub mod host_disk;
 pub mod monitor_target;
 pub mod run;
 pub mod stage2;

@@ -172,8 +172,8 @@ fn read_cells(bytes: &[u8], cells: usize) -> Option<u64> {
 /// A node with the `#address-cells`/`#size-cells` of its parent, which say how
 /// its `reg` is encoded, and where its parent is in [`all_located`]'s list.
 #[derive(Clone, Copy)]
-struct Located<'b, 'a> {
-    node: FdtNode<'b, 'a>,
+pub(super) struct Located<'b, 'a> {
+    pub(super) node: FdtNode<'b, 'a>,
     address_cells: usize,
     size_cells: usize,
     /// The parent's index in the list; `None` for children of the root.
@@ -183,7 +183,7 @@ struct Located<'b, 'a> {
 /// Every node of the tree with its parent's cell sizes, in tree order. Nodes
 /// are told apart by the address of their name inside the blob, which is
 /// unique per node.
-fn all_located<'b, 'a>(fdt: &'b Fdt<'a>) -> Vec<Located<'b, 'a>> {
+pub(super) fn all_located<'b, 'a>(fdt: &'b Fdt<'a>) -> Vec<Located<'b, 'a>> {
     fn visit<'b, 'a>(node: FdtNode<'b, 'a>, index: Option<usize>, out: &mut Vec<Located<'b, 'a>>) {
         let sizes = node.cell_sizes();
         for child in node.children() {
@@ -248,7 +248,7 @@ fn buses<'b>(nodes: &[Located<'b, '_>], located: Located<'b, '_>) -> Vec<Bus<'b>
 
 /// The `reg` entries of a device node as CPU physical addresses: each is
 /// translated up through its ancestors' `ranges` (see [`dt_translate`]).
-fn device_regs(
+pub(super) fn device_regs(
     nodes: &[Located<'_, '_>],
     located: Located<'_, '_>,
 ) -> Result<Vec<PhysRange>, PlatformError> {
@@ -264,7 +264,7 @@ fn device_regs(
         .collect()
 }
 
-fn is_compatible(node: FdtNode<'_, '_>, name: &str) -> bool {
+pub(super) fn is_compatible(node: FdtNode<'_, '_>, name: &str) -> bool {
     node.compatible()
         .is_some_and(|c| c.all().any(|c| c == name))
 }
@@ -287,7 +287,7 @@ fn chosen_address(
 /// The INTID of the first `(type, number, flags)` GIC interrupt specifier
 /// in an `interrupts` value: type 0 is an SPI (INTID 32 + number), type 1 a
 /// PPI (INTID 16 + number).
-fn gic_intid(cells: &[u8]) -> Option<u32> {
+pub(super) fn gic_intid(cells: &[u8]) -> Option<u32> {
     let kind = read_cells(cells.get(..4)?, 1)?;
     let number = read_cells(cells.get(4..8)?, 1)? as u32;
     match kind {

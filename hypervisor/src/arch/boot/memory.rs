@@ -8,8 +8,13 @@
 //! from RAM minus the image, the device tree, the boot payload and reserved
 //! memory. The EL2 translation is an identity map built with `aarch64-paging`:
 //! the image's text read-only and executable, the rest of RAM read-write and
-//! execute-never (except `no-map` reserved memory, left unmapped), the UART
-//! and GIC as device memory.
+//! execute-never (except `no-map` reserved memory, left unmapped), the UART,
+//! the GIC and the host's virtio-mmio windows as device memory.
+//!
+//! Guest RAM is frames from this allocator, so every byte of it is mapped
+//! read-write at its own address at EL2: a host address the memslots give
+//! for guest RAM (a virtio `HostSpan`) can be dereferenced as it is, and is
+//! also the address a device's DMA uses (no IOMMU).
 
 use crate::platform::Platform;
 use crate::platform::ranges::{self, PhysRange};
@@ -121,8 +126,14 @@ pub struct MemorySummary {
 }
 
 /// Builds the frame allocator from `platform` (excluding `in_use`), grows the
-/// heap and switches to the final EL2 stage-1 tables.
-pub fn init(platform: &Platform, in_use: Vec<PhysRange>) -> Result<MemorySummary, MemoryError> {
+/// heap and switches to the final EL2 stage-1 tables, which map
+/// `more_devices` (the host's virtio-mmio windows) as device memory besides
+/// the UART and the GIC.
+pub fn init(
+    platform: &Platform,
+    in_use: Vec<PhysRange>,
+    more_devices: &[PhysRange],
+) -> Result<MemorySummary, MemoryError> {
     let mut taken = in_use;
     taken.extend(platform.reserved.iter().copied());
     let free = ranges::subtract(platform.ram.clone(), taken);
@@ -186,6 +197,7 @@ pub fn init(platform: &Platform, in_use: Vec<PhysRange>) -> Result<MemorySummary
         devices.push(gic.cpu_interface.align_out(FRAME_SIZE));
         devices.extend(gic.hyp_interface.map(|r| r.align_out(FRAME_SIZE)));
     }
+    devices.extend(more_devices.iter().map(|r| r.align_out(FRAME_SIZE)));
     for d in devices {
         map.map_range(&region(d), device)
             .map_err(MemoryError::Map)?;

@@ -3,7 +3,7 @@
 //! `primary_main` runs with the early identity map: it starts the heap, reads
 //! the platform from the device tree, starts the console, carves host memory
 //! and switches to the final EL2 tables, installs the vectors and per-CPU data,
-//! prints the banner, starts every other CPU with PSCI `CPU_ON`, publishes the
+//! prints the banner, finds the host's disks (`host_disk::probe`), starts every other CPU with PSCI `CPU_ON`, publishes the
 //! boot information (`runtime::boot_info`) and hands over to `arch::run`. `secondary_main` is where the other CPUs arrive.
 //! `wrong_el_main` reports that the image was entered outside EL2.
 //!
@@ -101,12 +101,17 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
     }
     firmware::set_conduit(platform.psci);
 
+    let virtio_windows = crate::platform::virtio_mmio::windows(dtb_bytes).unwrap_or_else(|e| {
+        log::warn!("virtio-mmio windows not read from the device tree: {e}");
+        alloc::vec::Vec::new()
+    });
     let mut in_use = alloc::vec![
         memory::image_range(),
         PhysRange::from_start_size(dtb as u64, dtb_size as u64)
     ];
     in_use.extend(platform.initrd);
-    let summary = match memory::init(&platform, in_use) {
+    let virtio_pages = crate::platform::virtio_mmio::pages(&virtio_windows);
+    let summary = match memory::init(&platform, in_use, &virtio_pages) {
         Ok(s) => s,
         Err(e) => panic!("memory setup failed: {e}"),
     };
@@ -161,6 +166,7 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         ),
         Err(e) => log::warn!("firmware PSCI_VERSION failed: {e:?}"),
     }
+    crate::arch::host_disk::probe(&virtio_windows);
 
     if let Some(host_gic) = platform.gic.as_ref().filter(|_| list_regs.is_some()) {
         let timers = crate::vocabulary::timers::TimerId::ALL.map(|t| t.host_intid(platform.timer));

@@ -2,7 +2,7 @@
 //! the device tree chose (a PL011 or a 16550-compatible, `crate::drivers::uart`).
 //!
 //! Log records become lines `[hv] <message>` (warnings and errors say so after
-//! the prefix); once the hypervisor console runs, they and the other whole
+//! the prefix; the `virtio-drivers` crate's are shown from warnings up); once the hypervisor console runs, they and the other whole
 //! lines of [`write_line`] go through it ([`route_lines`]), so that they
 //! start a terminal line of their own. Guest output is written as the
 //! hypervisor console (`crate::arch::host_console`) passes it on. One lock
@@ -26,7 +26,15 @@ struct Logger;
 
 impl log::Log for Logger {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Info
+        // The virtio driver crate's own info lines ("found a block device
+        // of size ...") repeat what `arch::host_disk` logs; its warnings
+        // and errors still show.
+        let limit = if metadata.target().starts_with("virtio_drivers") {
+            log::Level::Warn
+        } else {
+            log::Level::Info
+        };
+        metadata.level() <= limit
     }
 
     fn log(&self, record: &log::Record<'_>) {

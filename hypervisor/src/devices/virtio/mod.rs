@@ -11,7 +11,9 @@
 //!   never sees a host address the guest chose, and every write it makes
 //!   marks the pages dirty where the slot logs.
 //! - [`block_backend::BlockBackend`]: the storage behind a virtio-blk
-//!   device (on QEMU, QEMU's own virtio-mmio disk, driven at EL2).
+//!   device (on QEMU, QEMU's own virtio-mmio disk, driven at EL2), or
+//!   [`disk_window::DiskWindow`], a window of sectors of one.
 
 pub mod block_backend;
+pub mod disk_window;
 pub mod guest_memory;
