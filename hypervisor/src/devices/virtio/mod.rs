@@ -27,3 +27,6 @@ pub mod mmio_transport;
 pub mod net;
 pub mod net_switch;
 pub mod virtqueue;
+
+#[cfg(test)]
+mod fake_guest;

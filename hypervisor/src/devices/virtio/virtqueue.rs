@@ -834,3 +834,455 @@ impl Virtqueue {
 pub fn vring_need_event(event: u16, new: u16, old: u16) -> bool {
     new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fake_guest::{DEVICE_WINDOW, DriverQueue, FakeMemory, SLOT_A, SLOT_B};
+    use super::*;
+    use proptest::prelude::*;
+
+    const BASE: u64 = SLOT_A.0;
+    const BUF: u64 = SLOT_A.0 + 0x2_0000;
+
+    fn queue(
+        mem: &FakeMemory,
+        size: u16,
+        event_idx: bool,
+        indirect: bool,
+    ) -> (Virtqueue, DriverQueue) {
+        let d = DriverQueue::new(size, BASE);
+        let mut q = Virtqueue::new(256);
+        q.set_size(size);
+        q.set_desc_table(d.desc);
+        q.set_avail_ring(d.avail);
+        q.set_used_ring(d.used);
+        q.enable(mem, event_idx, indirect).unwrap();
+        (q, d)
+    }
+
+    #[test]
+    fn a_chain_comes_out_with_its_segments_and_goes_back_used() {
+        let mem = FakeMemory::new();
+        let (mut q, mut d) = queue(&mem, 8, false, false);
+        assert_eq!(q.pop(&mem).unwrap(), None);
+        let head = d.add_chain(
+            &mem,
+            &[
+                (BUF, 16, false),
+                (BUF + 0x100, 100, false),
+                (BUF + 0x200, 50, true),
+            ],
+        );
+        d.publish(&mem, head);
+        let chain = q.pop(&mem).unwrap().unwrap();
+        assert_eq!(chain.head(), head);
+        assert_eq!(chain.readable_len(), 116);
+        assert_eq!(chain.writable_len(), 50);
+        assert_eq!(chain.segments().len(), 3);
+        assert_eq!(q.pop(&mem).unwrap(), None);
+        q.push_used(&mem, chain.head(), 7).unwrap();
+        assert_eq!(d.take_used(&mem), vec![(u32::from(head), 7)]);
+    }
+
+    #[test]
+    fn readers_and_writers_span_segments_and_the_slot_boundary() {
+        let mem = FakeMemory::new();
+        let (mut q, mut d) = queue(&mem, 8, false, false);
+        let boundary = SLOT_B.0;
+        let data: Vec<u8> = (0..=255).collect();
+        mem.poke(boundary - 100, &data[..200]);
+        mem.poke(BUF, &data[200..]);
+        let head = d.add_chain(
+            &mem,
+            &[
+                (boundary - 100, 200, false),
+                (BUF, 56, false),
+                (boundary - 10, 20, true),
+                (BUF + 0x1000, 30, true),
+            ],
+        );
+        d.publish(&mem, head);
+        let chain = q.pop(&mem).unwrap().unwrap();
+        let mut r = ChainReader::new(&chain);
+        let mut got = vec![0u8; 300];
+        assert_eq!(r.read(&mem, &mut got).unwrap(), 256);
+        assert_eq!(&got[..256], &data[..]);
+        assert_eq!(r.remaining(), 0);
+        let mut w = ChainWriter::new(&chain);
+        assert_eq!(w.write(&mem, &[7u8; 45]).unwrap(), 45);
+        assert_eq!(w.write(&mem, &[9u8; 10]).unwrap(), 5);
+        assert_eq!(mem.peek(boundary - 10, 20), vec![7u8; 20]);
+        assert_eq!(
+            mem.peek(BUF + 0x1000, 30),
+            [vec![7u8; 25], vec![9u8; 5]].concat()
+        );
+        let mut spans = Vec::new();
+        assert_eq!(chain.host_spans(&mem, true, 0, 50, &mut spans).unwrap(), 50);
+        // 10 + 10 bytes either side of the boundary, then 30.
+        assert_eq!(
+            spans.iter().map(|s| s.len).collect::<Vec<_>>(),
+            vec![10, 10, 30]
+        );
+    }
+
+    #[test]
+    fn indirect_tables_are_followed_one_level_deep() {
+        let mem = FakeMemory::new();
+        let (mut q, mut d) = queue(&mem, 8, false, true);
+        let table = BUF + 0x8000;
+        let head = d.add_indirect(
+            &mem,
+            table,
+            &[
+                (BUF, 16, false),
+                (BUF + 0x100, 512, true),
+                (BUF + 0x400, 1, true),
+            ],
+        );
+        d.publish(&mem, head);
+        let chain = q.pop(&mem).unwrap().unwrap();
+        assert_eq!((chain.readable_len(), chain.writable_len()), (16, 513));
+    }
+
+    fn pop_err(mem: &FakeMemory, q: &mut Virtqueue) -> RingError {
+        q.pop(mem).unwrap_err()
+    }
+
+    #[test]
+    fn broken_indirect_tables_are_ring_errors() {
+        let mem = FakeMemory::new();
+        let table = BUF + 0x8000;
+        // Indirect without the feature.
+        let (mut q, mut d) = queue(&mem, 8, false, false);
+        let head = d.add_indirect(&mem, table, &[(BUF, 16, false)]);
+        d.publish(&mem, head);
+        assert_eq!(pop_err(&mem, &mut q), RingError::IndirectNotNegotiated);
+        // An indirect descriptor inside the table.
+        let (mut q, mut d) = queue(&mem, 8, false, true);
+        let head = d.add_indirect(&mem, table, &[(BUF, 16, false)]);
+        DriverQueue::write_desc_at(&mem, table, 0, table, 16, DESC_F_INDIRECT, 0);
+        d.publish(&mem, head);
+        assert_eq!(pop_err(&mem, &mut q), RingError::NestedIndirect);
+        // Lengths: zero, not a multiple of 16, more entries than the queue.
+        for len in [0u32, 17, 16 * 9] {
+            let (mut q, mut d) = queue(&mem, 8, false, true);
+            d.write_desc(&mem, 0, table, len, DESC_F_INDIRECT, 0);
+            d.publish(&mem, 0);
+            assert_eq!(pop_err(&mem, &mut q), RingError::BadIndirectLength { len });
+        }
+        // INDIRECT with NEXT.
+        let (mut q, mut d) = queue(&mem, 8, false, true);
+        d.write_desc(&mem, 0, table, 16, DESC_F_INDIRECT | DESC_F_NEXT, 1);
+        d.publish(&mem, 0);
+        assert_eq!(pop_err(&mem, &mut q), RingError::IndirectWithNext);
+        // A loop inside the table.
+        let (mut q, mut d) = queue(&mem, 8, false, true);
+        DriverQueue::write_desc_at(&mem, table, 0, BUF, 16, DESC_F_NEXT, 1);
+        DriverQueue::write_desc_at(&mem, table, 1, BUF, 16, DESC_F_NEXT, 0);
+        d.write_desc(&mem, 0, table, 32, DESC_F_INDIRECT, 0);
+        d.publish(&mem, 0);
+        assert_eq!(pop_err(&mem, &mut q), RingError::ChainTooLong);
+        // A table outside RAM.
+        let (mut q, mut d) = queue(&mem, 8, false, true);
+        d.write_desc(&mem, 0, DEVICE_WINDOW, 32, DESC_F_INDIRECT, 0);
+        d.publish(&mem, 0);
+        assert!(matches!(pop_err(&mem, &mut q), RingError::Memory(_)));
+    }
+
+    #[test]
+    fn broken_direct_chains_are_ring_errors() {
+        let mem = FakeMemory::new();
+        // A loop.
+        let (mut q, mut d) = queue(&mem, 8, false, false);
+        d.write_desc(&mem, 0, BUF, 16, DESC_F_NEXT, 1);
+        d.write_desc(&mem, 1, BUF, 16, DESC_F_NEXT, 0);
+        d.publish(&mem, 0);
+        assert_eq!(pop_err(&mem, &mut q), RingError::ChainTooLong);
+        // next out of range.
+        let (mut q, mut d) = queue(&mem, 8, false, false);
+        d.write_desc(&mem, 0, BUF, 16, DESC_F_NEXT, 8);
+        d.publish(&mem, 0);
+        assert_eq!(
+            pop_err(&mem, &mut q),
+            RingError::NextOutOfRange {
+                next: 8,
+                table_len: 8
+            }
+        );
+        // head out of range.
+        let (mut q, mut d) = queue(&mem, 8, false, false);
+        d.publish(&mem, 9);
+        assert_eq!(pop_err(&mem, &mut q), RingError::HeadOutOfRange { head: 9 });
+        // readable after writable.
+        let (mut q, mut d) = queue(&mem, 8, false, false);
+        let head = d.add_chain(&mem, &[(BUF, 16, true), (BUF, 16, false)]);
+        d.publish(&mem, head);
+        assert_eq!(pop_err(&mem, &mut q), RingError::ReadableAfterWritable);
+        // total length above 4 GiB.
+        let (mut q, mut d) = queue(&mem, 8, false, false);
+        let head = d.add_chain(&mem, &[(BUF, u32::MAX, false), (BUF, 2, true)]);
+        d.publish(&mem, head);
+        assert_eq!(pop_err(&mem, &mut q), RingError::LengthOverflow);
+        // avail.idx jumping more than a queue ahead.
+        let (mut q, d) = queue(&mem, 8, false, false);
+        mem.poke_u16(d.avail + 2, 9);
+        assert_eq!(
+            pop_err(&mem, &mut q),
+            RingError::AvailIndexJump {
+                next_avail: 0,
+                avail_idx: 9
+            }
+        );
+    }
+
+    #[test]
+    fn queue_configuration_is_checked_on_enable() {
+        let mem = FakeMemory::new();
+        let mut q = Virtqueue::new(256);
+        let d = DriverQueue::new(8, BASE);
+        q.set_desc_table(d.desc);
+        q.set_avail_ring(d.avail);
+        q.set_used_ring(d.used);
+        for size in [0, 3, 512] {
+            q.set_size(size);
+            assert_eq!(
+                q.enable(&mem, false, false),
+                Err(RingError::BadSize { size, max: 256 })
+            );
+        }
+        q.set_size(8);
+        q.set_used_ring(d.used + 2);
+        assert!(matches!(
+            q.enable(&mem, false, false),
+            Err(RingError::Misaligned {
+                area: "used ring",
+                ..
+            })
+        ));
+        q.set_used_ring(DEVICE_WINDOW);
+        assert!(matches!(
+            q.enable(&mem, false, false),
+            Err(RingError::Memory(_))
+        ));
+        // A ring that runs off the end of RAM.
+        q.set_used_ring(SLOT_B.0 + SLOT_B.1 - 16);
+        assert!(matches!(
+            q.enable(&mem, false, false),
+            Err(RingError::Memory(_))
+        ));
+        assert!(!q.ready());
+        q.set_used_ring(d.used);
+        q.enable(&mem, false, false).unwrap();
+        assert!(q.ready());
+    }
+
+    #[test]
+    fn event_idx_publishes_avail_event_and_interrupts_when_used_event_is_passed() {
+        let mem = FakeMemory::new();
+        let (mut q, mut d) = queue(&mem, 8, true, false);
+        assert_eq!(q.pop(&mem).unwrap(), None);
+        assert_eq!(d.avail_event(&mem), 0);
+        for _ in 0..3 {
+            let h = d.add_chain(&mem, &[(BUF, 4, true)]);
+            d.publish(&mem, h);
+        }
+        for _ in 0..3 {
+            let c = q.pop(&mem).unwrap().unwrap();
+            q.push_used(&mem, c.head(), 4).unwrap();
+        }
+        assert_eq!(d.avail_event(&mem), 3);
+        // The driver wants to hear when used passes 5: not yet.
+        d.set_used_event(&mem, 5);
+        assert!(!q.needs_interrupt(&mem).unwrap());
+        for _ in 0..3 {
+            let h = d.add_chain(&mem, &[(BUF, 4, true)]);
+            d.publish(&mem, h);
+            let c = q.pop(&mem).unwrap().unwrap();
+            q.push_used(&mem, c.head(), 4).unwrap();
+        }
+        assert!(q.needs_interrupt(&mem).unwrap());
+        // Nothing new: no interrupt.
+        assert!(!q.needs_interrupt(&mem).unwrap());
+    }
+
+    #[test]
+    fn without_event_idx_no_interrupt_flag_is_honoured() {
+        let mem = FakeMemory::new();
+        let (mut q, mut d) = queue(&mem, 8, false, false);
+        let h = d.add_chain(&mem, &[(BUF, 4, true)]);
+        d.publish(&mem, h);
+        let c = q.pop(&mem).unwrap().unwrap();
+        q.push_used(&mem, c.head(), 0).unwrap();
+        d.set_avail_flags(&mem, AVAIL_F_NO_INTERRUPT);
+        assert!(!q.needs_interrupt(&mem).unwrap());
+        d.publish(&mem, h);
+        let c = q.pop(&mem).unwrap().unwrap();
+        q.push_used(&mem, c.head(), 0).unwrap();
+        d.set_avail_flags(&mem, 0);
+        assert!(q.needs_interrupt(&mem).unwrap());
+    }
+
+    #[test]
+    fn indices_wrap_at_2_16() {
+        let mem = FakeMemory::new();
+        let (mut q, mut d) = queue(&mem, 4, false, false);
+        let mut state = q.state();
+        state.next_avail = 0xfffe;
+        state.next_used = 0xfffe;
+        state.signalled_used = 0xfffe;
+        q.restore(state, false, false).unwrap();
+        d.avail_idx = 0xfffe;
+        d.used_seen = 0xfffe;
+        for round in 0..4u32 {
+            let h = d.add_chain(&mem, &[(BUF, 4, true)]);
+            d.publish(&mem, h);
+            let c = q.pop(&mem).unwrap().unwrap();
+            q.push_used(&mem, c.head(), round).unwrap();
+            assert_eq!(d.take_used(&mem), vec![(u32::from(h), round)]);
+        }
+        assert_eq!(q.next_avail(), 2);
+        assert_eq!(mem.peek_u16(d.used + 2), 2);
+    }
+
+    #[test]
+    fn a_restored_queue_carries_on_where_the_snapshot_left() {
+        let mem = FakeMemory::new();
+        let (mut q, mut d) = queue(&mem, 8, true, true);
+        for _ in 0..5 {
+            let h = d.add_chain(&mem, &[(BUF, 4, true)]);
+            d.publish(&mem, h);
+        }
+        for _ in 0..2 {
+            let c = q.pop(&mem).unwrap().unwrap();
+            q.push_used(&mem, c.head(), 1).unwrap();
+        }
+        let mut copy = Virtqueue::new(256);
+        copy.restore(q.state(), true, true).unwrap();
+        assert_eq!(copy.state(), q.state());
+        let mut n = 0;
+        while let Some(c) = copy.pop(&mem).unwrap() {
+            copy.push_used(&mem, c.head(), 2).unwrap();
+            n += 1;
+        }
+        assert_eq!(n, 3);
+        assert_eq!(d.take_used(&mem).len(), 5);
+        let mut bad = q.state();
+        bad.size = 6;
+        assert!(copy.restore(bad, true, true).is_err());
+    }
+
+    /// The reference for the event rule: did the used index step onto
+    /// `event` while moving from `old` to `new`? (Walks the indices one by
+    /// one instead of the spec's subtraction.)
+    fn passes(event: u16, new: u16, old: u16) -> bool {
+        let mut i = old;
+        while i != new {
+            if i == event {
+                return true;
+            }
+            i = i.wrapping_add(1);
+        }
+        false
+    }
+
+    proptest! {
+        #[test]
+        fn vring_need_event_matches_walking_the_indices(old in any::<u16>(), step in 0u16..600, event in any::<u16>()) {
+            let new = old.wrapping_add(step);
+            prop_assert_eq!(vring_need_event(event, new, old), passes(event, new, old));
+        }
+
+        /// Batches of used chains with random `used_event`s: the used ring
+        /// holds the right elements in order, and the interrupt decision
+        /// matches the reference.
+        #[test]
+        fn used_ring_and_interrupts_match_a_reference(
+            start in any::<u16>(),
+            batches in proptest::collection::vec((1usize..6, any::<u16>(), any::<bool>()), 1..20),
+            event_idx in any::<bool>(),
+        ) {
+            let mem = FakeMemory::new();
+            let (mut q, mut d) = queue(&mem, 8, event_idx, false);
+            let mut state = q.state();
+            state.next_avail = start;
+            state.next_used = start;
+            state.signalled_used = start;
+            q.restore(state, event_idx, false).unwrap();
+            d.avail_idx = start;
+            d.used_seen = start;
+            mem.poke_u16(d.avail + 2, start);
+            let mut signalled = start;
+            let mut len = 0u32;
+            for (count, event, no_interrupt) in batches {
+                let mut expected = Vec::new();
+                for _ in 0..count {
+                    let h = d.add_chain(&mem, &[(BUF, 4, true)]);
+                    d.publish(&mem, h);
+                    let c = q.pop(&mem).unwrap().unwrap();
+                    len += 1;
+                    q.push_used(&mem, c.head(), len).unwrap();
+                    expected.push((u32::from(h), len));
+                }
+                d.set_used_event(&mem, event);
+                d.set_avail_flags(&mem, if no_interrupt { AVAIL_F_NO_INTERRUPT } else { 0 });
+                let new = d.avail_idx;
+                let want = if event_idx { passes(event, new, signalled) } else { !no_interrupt };
+                prop_assert_eq!(q.needs_interrupt(&mem).unwrap(), want);
+                signalled = new;
+                prop_assert_eq!(d.take_used(&mem), expected);
+            }
+        }
+
+        /// Whatever the guest puts in the descriptor table and the
+        /// available ring, `pop` ends in a chain or a ring error, reads a
+        /// bounded number of times, and writes only the used ring.
+        #[test]
+        fn arbitrary_rings_end_in_a_chain_or_an_error(
+            descs in proptest::collection::vec(
+                (prop_oneof![
+                    Just(BUF), Just(DEVICE_WINDOW), Just(SLOT_B.0 - 8), Just(BUF + 0x8000), any::<u64>()
+                 ], prop_oneof![Just(16u32), Just(32), 0u32..64, any::<u32>()], 0u16..8, 0u16..10),
+                8),
+            heads in proptest::collection::vec(0u16..10, 1..12),
+            avail_idx in prop_oneof![Just(None), any::<u16>().prop_map(Some)],
+            indirect in any::<bool>(),
+            event_idx in any::<bool>(),
+        ) {
+            let mem = FakeMemory::new();
+            let (mut q, mut d) = queue(&mem, 8, event_idx, indirect);
+            // The same descriptors also as an indirect table at BUF + 0x8000.
+            for (i, &(addr, len, flags, next)) in descs.iter().enumerate() {
+                d.write_desc(&mem, i as u16, addr, len, flags, next);
+                DriverQueue::write_desc_at(&mem, BUF + 0x8000, i as u16, addr, len, flags, next);
+            }
+            for &h in &heads {
+                d.publish(&mem, h);
+            }
+            if let Some(idx) = avail_idx {
+                mem.poke_u16(d.avail + 2, idx);
+            }
+            mem.clear_logs();
+            let used_area = d.used..d.used + 6 + 8 * 8;
+            for _ in 0..heads.len() + 2 {
+                let before = mem.accesses().len();
+                match q.pop(&mem) {
+                    Ok(Some(chain)) => {
+                        prop_assert!(chain.segments().len() <= 8);
+                        let total: u64 = chain.segments().iter().map(|s| u64::from(s.len)).sum();
+                        prop_assert_eq!(total, u64::from(chain.readable_len()) + u64::from(chain.writable_len()));
+                        q.push_used(&mem, chain.head(), 0).unwrap();
+                    }
+                    Ok(None) => {}
+                    Err(_) => break,
+                }
+                // idx, head, at most 8 + 1 descriptors, avail_event twice.
+                prop_assert!(mem.accesses().len() - before <= 16);
+            }
+            for a in mem.accesses() {
+                if a.write {
+                    prop_assert!(used_area.contains(&a.ipa) && used_area.contains(&(a.ipa + a.len - 1)));
+                }
+            }
+        }
+    }
+}
