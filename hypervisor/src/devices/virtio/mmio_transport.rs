@@ -20,7 +20,8 @@
 //! interrupt status and the device model go back to their initial state.
 //! Otherwise the driver may only add bits, in the spec's order:
 //! `ACKNOWLEDGE`, then `DRIVER`, then `FEATURES_OK`, then `DRIVER_OK`
-//! (`FAILED` at any time). `FEATURES_OK` is accepted only when the driver's
+//! (`FAILED` at any time); a write that clears a bit, skips a step or sets
+//! a bit we do not offer (`SUSPEND`, reserved bits) is ignored. `FEATURES_OK` is accepted only when the driver's
 //! features are a subset of the offer and include `VERSION_1`; otherwise the
 //! bit stays clear (the driver reads `Status` back and gives up).
 //! `DEVICE_NEEDS_RESET` is the device's bit: the driver cannot set or clear
@@ -127,6 +128,12 @@ const STATUS_DRIVER: u8 = DeviceStatus::DRIVER.bits();
 const STATUS_FEATURES_OK: u8 = DeviceStatus::FEATURES_OK.bits();
 const STATUS_DRIVER_OK: u8 = DeviceStatus::DRIVER_OK.bits();
 const STATUS_NEEDS_RESET: u8 = DeviceStatus::DEVICE_NEEDS_RESET.bits();
+/// The bits a driver may write (no `SUSPEND`: not offered).
+const STATUS_DRIVER_BITS: u8 = STATUS_ACKNOWLEDGE
+    | STATUS_DRIVER
+    | STATUS_FEATURES_OK
+    | STATUS_DRIVER_OK
+    | DeviceStatus::FAILED.bits();
 const INT_USED_BUFFER: u32 = InterruptStatus::USED_BUFFER_NOTIFICATION.bits() as u32;
 const INT_CONFIG_CHANGE: u32 = InterruptStatus::CONFIGURATION_CHANGE_NOTIFICATION.bits() as u32;
 
@@ -622,7 +629,8 @@ impl<D: VirtioDevice> MmioTransport<D> {
         let mut new = value & !STATUS_NEEDS_RESET;
         let added = new & !old;
         let has = |bit: u8| new & bit != 0;
-        if new & old != old
+        if new & !STATUS_DRIVER_BITS != 0
+            || new & old != old
             || (added & STATUS_DRIVER != 0 && !has(STATUS_ACKNOWLEDGE))
             || (added & STATUS_FEATURES_OK != 0 && !has(STATUS_DRIVER))
             || (added & STATUS_DRIVER_OK != 0 && !has(STATUS_FEATURES_OK))
@@ -772,5 +780,296 @@ impl<D: VirtioDevice> MmioTransport<D> {
         self.interrupt_status = state.interrupt_status;
         self.config_generation = state.config_generation;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::console::Console;
+    use super::super::fake_guest::{DEVICE_WINDOW, DriverQueue, FakeMemory, SLOT_A, bring_up};
+    use super::super::virtqueue::DESC_F_NEXT;
+    use super::*;
+    use proptest::prelude::*;
+
+    fn queues() -> [DriverQueue; 2] {
+        [
+            DriverQueue::new(16, SLOT_A.0),
+            DriverQueue::new(16, SLOT_A.0 + 0x1_0000),
+        ]
+    }
+
+    fn console() -> MmioTransport<Console> {
+        MmioTransport::new(Console::new())
+    }
+
+    #[test]
+    fn identity_registers_read_as_the_spec_says() {
+        let mut t = console();
+        assert_eq!(t.read(REG_MAGIC_VALUE, 4), Ok(0x7472_6976));
+        assert_eq!(t.read(REG_VERSION, 4), Ok(2));
+        assert_eq!(t.read(REG_DEVICE_ID, 4), Ok(3));
+        assert_eq!(t.read(REG_VENDOR_ID, 4), Ok(u64::from(VENDOR_ID)));
+        let mem = FakeMemory::new();
+        assert_eq!(
+            t.write(REG_DEVICE_FEATURES_SEL, 4, 1, &mem),
+            Effects::default()
+        );
+        assert_eq!(t.read(REG_DEVICE_FEATURES, 4), Ok(1)); // VERSION_1 is bit 32
+        let _ = t.write(REG_DEVICE_FEATURES_SEL, 4, 0, &mem);
+        assert_eq!(t.read(REG_DEVICE_FEATURES, 4), Ok(3 << 28)); // INDIRECT_DESC, EVENT_IDX
+        let _ = t.write(REG_DEVICE_FEATURES_SEL, 4, 2, &mem);
+        assert_eq!(t.read(REG_DEVICE_FEATURES, 4), Ok(0));
+        let _ = t.write(REG_QUEUE_SEL, 4, 1, &mem);
+        assert_eq!(t.read(REG_QUEUE_NUM_MAX, 4), Ok(64));
+        let _ = t.write(REG_QUEUE_SEL, 4, 2, &mem);
+        assert_eq!(t.read(REG_QUEUE_NUM_MAX, 4), Ok(0));
+    }
+
+    #[test]
+    fn wrong_sizes_offsets_and_directions_are_refused_safely() {
+        let mut t = console();
+        let mem = FakeMemory::new();
+        let kind = |r: Result<u64, AccessError>| r.unwrap_err().kind;
+        assert_eq!(kind(t.read(REG_STATUS, 2)), AccessErrorKind::BadSize);
+        assert_eq!(kind(t.read(REG_STATUS + 1, 4)), AccessErrorKind::BadSize);
+        assert_eq!(kind(t.read(0x0b0, 4)), AccessErrorKind::NoRegister);
+        assert_eq!(
+            kind(t.read(REG_QUEUE_NOTIFY, 4)),
+            AccessErrorKind::WriteOnly
+        );
+        assert_eq!(kind(t.read(REG_CONFIG + 2, 4)), AccessErrorKind::BadSize);
+        assert_eq!(kind(t.read(REG_CONFIG, 8)), AccessErrorKind::BadSize);
+        assert_eq!(t.read(REG_CONFIG + 3, 1), Ok(0));
+        assert_eq!(t.read(0x1fc, 4), Ok(0));
+        let e = t.write(REG_MAGIC_VALUE, 4, 0, &mem);
+        assert_eq!(
+            e.access_error.map(|a| a.kind),
+            Some(AccessErrorKind::ReadOnly)
+        );
+        let e = t.write(REG_STATUS, 1, 1, &mem);
+        assert_eq!(
+            e.access_error.map(|a| a.kind),
+            Some(AccessErrorKind::BadSize)
+        );
+        assert_eq!(t.status(), 0);
+        let e = t.write(REG_CONFIG, 4, 1, &mem);
+        assert_eq!(
+            e.access_error.map(|a| a.kind),
+            Some(AccessErrorKind::ConfigReadOnly)
+        );
+        assert_eq!(t.access_errors(), 9);
+    }
+
+    #[test]
+    fn features_ok_needs_version_1_and_a_subset_of_the_offer() {
+        let mem = FakeMemory::new();
+        for (features, accepted) in [
+            (F_VERSION_1, true),
+            (F_VERSION_1 | F_RING_EVENT_IDX | F_RING_INDIRECT_DESC, true),
+            (F_RING_EVENT_IDX, false),
+            (F_VERSION_1 | 1, false),
+            (F_VERSION_1 | 1 << 40, false),
+        ] {
+            let mut t = console();
+            let _ = t.write(REG_STATUS, 4, 1, &mem);
+            let _ = t.write(REG_STATUS, 4, 3, &mem);
+            let _ = t.write(REG_DRIVER_FEATURES, 4, features & 0xffff_ffff, &mem);
+            let _ = t.write(REG_DRIVER_FEATURES_SEL, 4, 1, &mem);
+            let _ = t.write(REG_DRIVER_FEATURES, 4, features >> 32, &mem);
+            let e = t.write(REG_STATUS, 4, 11, &mem);
+            assert_eq!(
+                t.read(REG_STATUS, 4),
+                Ok(if accepted { 11 } else { 3 }),
+                "{features:#x}"
+            );
+            assert_eq!(e.access_error.is_some(), !accepted);
+            if accepted {
+                let e = t.write(REG_DRIVER_FEATURES, 4, 0, &mem);
+                assert_eq!(
+                    e.access_error.map(|a| a.kind),
+                    Some(AccessErrorKind::FeaturesLocked)
+                );
+                assert_eq!(t.driver_features(), features);
+            }
+        }
+    }
+
+    #[test]
+    fn queue_registers_are_writable_only_between_features_ok_and_ready() {
+        let mem = FakeMemory::new();
+        let mut t = console();
+        let locked =
+            |e: Effects| e.access_error.map(|a| a.kind) == Some(AccessErrorKind::QueueLocked);
+        assert!(locked(t.write(REG_QUEUE_NUM, 4, 8, &mem)));
+        let _ = t.write(REG_STATUS, 4, 1, &mem);
+        let _ = t.write(REG_STATUS, 4, 3, &mem);
+        assert!(locked(t.write(REG_QUEUE_NUM, 4, 8, &mem)));
+        let _ = t.write(REG_DRIVER_FEATURES_SEL, 4, 1, &mem);
+        let _ = t.write(REG_DRIVER_FEATURES, 4, 1, &mem);
+        let _ = t.write(REG_STATUS, 4, 11, &mem);
+        let q = DriverQueue::new(16, SLOT_A.0);
+        for (reg, v) in [
+            (REG_QUEUE_NUM, 16),
+            (REG_QUEUE_DESC_LOW, q.desc),
+            (REG_QUEUE_DRIVER_LOW, q.avail),
+            (REG_QUEUE_DEVICE_LOW, q.used),
+        ] {
+            assert_eq!(t.write(reg, 4, v, &mem), Effects::default());
+        }
+        assert_eq!(t.write(REG_QUEUE_READY, 4, 1, &mem), Effects::default());
+        assert_eq!(t.read(REG_QUEUE_READY, 4), Ok(1));
+        assert!(locked(t.write(REG_QUEUE_DESC_LOW, 4, 0, &mem)));
+        assert_eq!(t.queues()[0].desc_table(), q.desc);
+        // Another queue is still free; after DRIVER_OK none is.
+        let _ = t.write(REG_QUEUE_SEL, 4, 1, &mem);
+        assert_eq!(t.write(REG_QUEUE_NUM, 4, 16, &mem), Effects::default());
+        let _ = t.write(REG_STATUS, 4, 15, &mem);
+        assert!(locked(t.write(REG_QUEUE_NUM, 4, 8, &mem)));
+        // No such queue.
+        let _ = t.write(REG_QUEUE_SEL, 4, 5, &mem);
+        let e = t.write(REG_QUEUE_NOTIFY, 4, 5, &mem);
+        assert_eq!(
+            e.access_error.map(|a| a.kind),
+            Some(AccessErrorKind::NoQueue)
+        );
+        // QueueReady = 0 is always accepted.
+        let _ = t.write(REG_QUEUE_SEL, 4, 0, &mem);
+        assert_eq!(t.write(REG_QUEUE_READY, 4, 0, &mem), Effects::default());
+        assert_eq!(t.read(REG_QUEUE_READY, 4), Ok(0));
+    }
+
+    #[test]
+    fn a_ring_in_a_device_window_puts_the_device_in_needs_reset() {
+        let mem = FakeMemory::new();
+        let mut t = console();
+        let _ = t.write(REG_STATUS, 4, 1, &mem);
+        let _ = t.write(REG_STATUS, 4, 3, &mem);
+        let _ = t.write(REG_DRIVER_FEATURES_SEL, 4, 1, &mem);
+        let _ = t.write(REG_DRIVER_FEATURES, 4, 1, &mem);
+        let _ = t.write(REG_STATUS, 4, 11, &mem);
+        let _ = t.write(REG_QUEUE_NUM, 4, 16, &mem);
+        let _ = t.write(REG_QUEUE_DESC_LOW, 4, DEVICE_WINDOW, &mem);
+        let e = t.write(REG_QUEUE_READY, 4, 1, &mem);
+        assert!(matches!(e.needs_reset, Some(RingError::Memory(_))));
+        // Before DRIVER_OK: no configuration-change notification.
+        assert!(!e.interrupt);
+        assert_eq!(t.read(REG_STATUS, 4), Ok(11 | 64));
+        assert_eq!(t.read(REG_QUEUE_READY, 4), Ok(0));
+    }
+
+    #[test]
+    fn a_broken_chain_sets_needs_reset_once_raises_config_change_and_reset_clears_it() {
+        let mem = FakeMemory::new();
+        let mut t = console();
+        let mut qs = queues();
+        let e = bring_up(&mut t, &mem, None, &qs);
+        assert_eq!(e, Effects::default());
+        assert!(t.is_live());
+        // A transmit chain that loops.
+        qs[1].write_desc(&mem, 0, SLOT_A.0 + 0x4_0000, 4, DESC_F_NEXT, 0);
+        qs[1].publish(&mem, 0);
+        let e = t.write(REG_QUEUE_NOTIFY, 4, 1, &mem);
+        assert_eq!(e.needs_reset, Some(RingError::ChainTooLong));
+        assert!(e.interrupt);
+        assert_eq!(t.read(REG_INTERRUPT_STATUS, 4), Ok(2));
+        assert_eq!(t.read(REG_STATUS, 4), Ok(15 | 64));
+        assert_eq!(t.read(REG_CONFIG_GENERATION, 4), Ok(1));
+        // Further notifies do nothing and report nothing.
+        assert_eq!(t.write(REG_QUEUE_NOTIFY, 4, 1, &mem), Effects::default());
+        // The driver cannot clear the bit, only reset.
+        let e = t.write(REG_STATUS, 4, 15, &mem);
+        assert_eq!(e.access_error, None);
+        assert!(t.needs_reset());
+        let _ = t.write(REG_INTERRUPT_ACK, 4, 2, &mem);
+        assert_eq!(t.interrupt_status(), 0);
+        let e = t.write(REG_STATUS, 4, 0, &mem);
+        assert!(e.device_reset);
+        assert_eq!(t.read(REG_STATUS, 4), Ok(0));
+        assert_eq!(t.read(REG_QUEUE_READY, 4), Ok(0));
+        assert_eq!(t.driver_features(), 0);
+        assert_eq!(t.ring_errors(), 1);
+        // And it comes up again.
+        let qs = queues();
+        mem.poke(SLOT_A.0, &[0u8; 0x2_0000]);
+        let _ = bring_up(&mut t, &mem, None, &qs);
+        assert!(t.is_live());
+    }
+
+    #[test]
+    fn a_snapshot_restores_into_a_fresh_transport() {
+        let mem = FakeMemory::new();
+        let mut t = console();
+        let qs = queues();
+        let _ = bring_up(&mut t, &mem, None, &qs);
+        let _ = t.console_input(b"abc", &mem);
+        let state = t.snapshot();
+        let mut copy = console();
+        copy.restore(&state).unwrap();
+        assert_eq!(copy.snapshot(), state);
+        assert!(copy.is_live());
+        let mut bad = state.clone();
+        bad.device_id = 1;
+        assert_eq!(console().restore(&bad), Err(SnapshotError::Mismatch));
+        let mut bad = state.clone();
+        bad.queues[0].desc_table += 8;
+        let mut fresh = console();
+        assert!(matches!(fresh.restore(&bad), Err(SnapshotError::Ring(_))));
+        assert_eq!(fresh.status(), 0);
+    }
+
+    /// The statuses the sequence allows, without FAILED: each a prefix of
+    /// ACKNOWLEDGE, DRIVER, FEATURES_OK, DRIVER_OK.
+    const PREFIXES: [u8; 5] = [0, 1, 3, 11, 15];
+
+    proptest! {
+        /// Random status and feature writes against a reference: the
+        /// status is always a prefix of the sequence (plus FAILED), grows
+        /// only, FEATURES_OK only with valid features, 0 resets.
+        #[test]
+        fn status_writes_follow_the_sequence(
+            steps in proptest::collection::vec(
+                prop_oneof![
+                    prop_oneof![Just(0u32), Just(1), Just(3), Just(11), Just(15), Just(128), Just(0x83), Just(64), Just(7), Just(9), Just(16), Just(0x1ff), any::<u8>().prop_map(u32::from)]
+                        .prop_map(|v| (REG_STATUS, v)),
+                    prop_oneof![Just(0u32), Just(1), Just(1 << 28 | 1 << 29), any::<u32>()]
+                        .prop_map(|v| (REG_DRIVER_FEATURES, v)),
+                    (0u32..3).prop_map(|v| (REG_DRIVER_FEATURES_SEL, v)),
+                ],
+                1..40),
+        ) {
+            let mem = FakeMemory::new();
+            let mut t = console();
+            let offer = t.offered_features();
+            let (mut status, mut features, mut sel) = (0u8, 0u64, 0u32);
+            for (reg, v) in steps {
+                let _ = t.write(reg, 4, u64::from(v), &mem);
+                match reg {
+                    REG_DRIVER_FEATURES_SEL => sel = v,
+                    REG_DRIVER_FEATURES if status & 8 == 0 => match sel {
+                        0 => features = (features & !0xffff_ffff) | u64::from(v),
+                        1 => features = (features & 0xffff_ffff) | u64::from(v) << 32,
+                        _ => {}
+                    },
+                    REG_STATUS if v == 0 => (status, features, sel) = (0, 0, 0),
+                    REG_STATUS => {
+                        let wanted = v as u8 & !64;
+                        let accepted = v <= 0xff
+                            && PREFIXES.contains(&(wanted & !128))
+                            && wanted & status == status;
+                        if accepted {
+                            let valid = features & !offer == 0 && features & F_VERSION_1 != 0;
+                            status = if wanted & 8 != 0 && status & 8 == 0 && !valid {
+                                wanted & !(8 | 4)
+                            } else {
+                                wanted
+                            };
+                        }
+                    }
+                    _ => {}
+                }
+                prop_assert_eq!(t.read(REG_STATUS, 4), Ok(u64::from(status)));
+                prop_assert!(PREFIXES.contains(&(t.status() & !128)));
+            }
+        }
     }
 }
