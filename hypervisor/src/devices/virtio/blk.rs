@@ -319,3 +319,238 @@ impl VirtioDevice for Blk {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fake_guest::{
+        DriverQueue, FakeMemory, PAGE, SLOT_A, SLOT_B, VecDisk, bring_up,
+    };
+    use super::super::mmio_transport::{Effects, MmioTransport, REG_CONFIG, REG_QUEUE_NOTIFY};
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    const SECTORS: u64 = 64;
+    const HDR: u64 = SLOT_A.0 + 0x4_0000;
+    const STATUS: u64 = SLOT_A.0 + 0x4_1000;
+    const DATA: u64 = SLOT_A.0 + 0x5_0000;
+
+    struct Rig {
+        mem: Arc<FakeMemory>,
+        disk: Arc<VecDisk>,
+        t: MmioTransport<Blk>,
+        q: DriverQueue,
+    }
+
+    fn rig(read_only: bool) -> Rig {
+        let mem = Arc::new(FakeMemory::new());
+        let disk = Arc::new(VecDisk::new(SECTORS, read_only, mem.clone()));
+        let mut t = MmioTransport::new(Blk::new(disk.clone()));
+        let q = DriverQueue::new(256, SLOT_A.0);
+        let _ = bring_up(&mut t, &mem, None, core::slice::from_ref(&q));
+        Rig { mem, disk, t, q }
+    }
+
+    impl Rig {
+        /// Submits a request with `data` buffers; returns the status byte,
+        /// the used length and the effects.
+        fn request(
+            &mut self,
+            kind: u32,
+            sector: u64,
+            data: &[(u64, u32, bool)],
+        ) -> (u8, u32, Effects) {
+            let mut hdr = Vec::new();
+            hdr.extend_from_slice(&kind.to_le_bytes());
+            hdr.extend_from_slice(&0u32.to_le_bytes());
+            hdr.extend_from_slice(&sector.to_le_bytes());
+            self.mem.poke(HDR, &hdr);
+            self.mem.poke(STATUS, &[0xff]);
+            let mut bufs = vec![(HDR, 16, false)];
+            bufs.extend_from_slice(data);
+            bufs.push((STATUS, 1, true));
+            let head = self.q.add_chain(&self.mem, &bufs);
+            self.q.publish(&self.mem, head);
+            // The driver wants an interrupt for this request (EVENT_IDX).
+            self.q.set_used_event(&self.mem, self.q.used_seen);
+            let e = self.t.write(REG_QUEUE_NOTIFY, 4, 0, &*self.mem);
+            let used = self.q.take_used(&self.mem);
+            let len = used.first().map_or(u32::MAX, |&(id, len)| {
+                assert_eq!(id, u32::from(head));
+                len
+            });
+            (self.mem.peek(STATUS, 1)[0], len, e)
+        }
+    }
+
+    #[test]
+    fn what_is_written_reads_back_through_buffers_across_the_slot_boundary() {
+        let mut r = rig(false);
+        let pattern: Vec<u8> = (0..1024u32).map(|i| (i * 7 + 3) as u8).collect();
+        r.mem.poke(SLOT_B.0 - 300, &pattern[..600]);
+        r.mem.poke(DATA, &pattern[600..]);
+        let (status, len, _) = r.request(
+            T_OUT,
+            3,
+            &[(SLOT_B.0 - 300, 600, false), (DATA, 424, false)],
+        );
+        assert_eq!((status, len), (S_OK, 1));
+        assert_eq!(&r.disk.data.lock().unwrap()[3 * 512..5 * 512], &pattern[..]);
+        r.mem.clear_logs();
+        let (status, len, e) = r.request(
+            T_IN,
+            3,
+            &[(DATA + 0x1000, 100, true), (SLOT_B.0 - 4, 924, true)],
+        );
+        assert_eq!((status, len), (S_OK, 1025));
+        assert!(e.interrupt);
+        let mut back = r.mem.peek(DATA + 0x1000, 100);
+        back.extend(r.mem.peek(SLOT_B.0 - 4, 924));
+        assert_eq!(back, pattern);
+        // The pages the disk wrote are dirty and were reported written.
+        let dirty = r.mem.dirty_pages();
+        for page in [
+            (DATA + 0x1000) / PAGE,
+            (SLOT_B.0 - 4) / PAGE,
+            SLOT_B.0 / PAGE,
+        ] {
+            assert!(dirty.contains(&page), "page {page:#x} not dirty");
+        }
+        assert_eq!(
+            r.mem
+                .device_wrote_spans()
+                .iter()
+                .map(|s| s.len)
+                .sum::<u64>(),
+            1024
+        );
+        let c = r.t.device().counters();
+        assert_eq!(
+            (c.reads, c.read_bytes, c.writes, c.write_bytes),
+            (1, 1024, 1, 1024)
+        );
+    }
+
+    #[test]
+    fn a_read_only_disk_refuses_writes_and_says_so_in_its_features() {
+        let mut r = rig(true);
+        assert_ne!(r.t.offered_features() & F_RO, 0);
+        r.mem.poke(DATA, &[0xaa; 512]);
+        let (status, len, _) = r.request(T_OUT, 0, &[(DATA, 512, false)]);
+        assert_eq!((status, len), (S_IOERR, 1));
+        assert!(r.disk.data.lock().unwrap().iter().all(|&b| b == 0));
+        let (status, _, _) = r.request(T_IN, 0, &[(DATA, 512, true)]);
+        assert_eq!(status, S_OK);
+        assert_eq!(rig(false).t.offered_features() & F_RO, 0);
+    }
+
+    #[test]
+    fn out_of_range_and_unaligned_requests_are_io_errors() {
+        let mut r = rig(false);
+        for (sector, len) in [
+            (SECTORS - 1, 1024),
+            (SECTORS, 512),
+            (u64::MAX, 512),
+            (0, 100),
+        ] {
+            let (status, used, _) = r.request(T_IN, sector, &[(DATA, len, true)]);
+            assert_eq!((status, used), (S_IOERR, 1), "sector {sector} len {len}");
+        }
+        let (status, _, _) = r.request(T_IN, SECTORS - 1, &[(DATA, 512, true)]);
+        assert_eq!(status, S_OK);
+        assert_eq!(r.t.device().counters().errors, 4);
+    }
+
+    #[test]
+    fn flush_get_id_and_unknown_requests() {
+        let mut r = rig(false);
+        assert_eq!(r.request(T_FLUSH, 0, &[]).0, S_OK);
+        assert_eq!(*r.disk.flushes.lock().unwrap(), 1);
+        let (status, len, _) = r.request(T_GET_ID, 0, &[(DATA, 20, true)]);
+        assert_eq!((status, len), (S_OK, 21));
+        assert_eq!(r.mem.peek(DATA, 20), b"vecdisk-0123456789ab");
+        let (status, len, _) = r.request(T_GET_ID, 0, &[(DATA + 0x100, 8, true)]);
+        assert_eq!((status, len), (S_OK, 9));
+        assert_eq!(r.mem.peek(DATA + 0x100, 8), b"vecdisk-");
+        assert_eq!(r.request(99, 0, &[]).0, S_UNSUPP);
+        assert_eq!(r.t.device().counters().unsupported, 1);
+    }
+
+    #[test]
+    fn malformed_requests_are_ring_errors() {
+        let mut r = rig(false);
+        // A header of 8 bytes.
+        let head = r.q.add_chain(&r.mem, &[(HDR, 8, false), (STATUS, 1, true)]);
+        r.q.publish(&r.mem, head);
+        let e = r.t.write(REG_QUEUE_NOTIFY, 4, 0, &*r.mem);
+        assert!(matches!(e.needs_reset, Some(RingError::BadRequest { .. })));
+        // No status byte.
+        let mut r = rig(false);
+        let head = r.q.add_chain(&r.mem, &[(HDR, 16, false)]);
+        r.q.publish(&r.mem, head);
+        let e = r.t.write(REG_QUEUE_NOTIFY, 4, 0, &*r.mem);
+        assert!(matches!(e.needs_reset, Some(RingError::BadRequest { .. })));
+        // A data buffer in no RAM.
+        let mut r = rig(false);
+        let (_, _, e) = r.request(T_IN, 0, &[(0x0a00_0000, 512, true)]);
+        assert!(matches!(e.needs_reset, Some(RingError::Memory(_))));
+    }
+
+    #[test]
+    fn configuration_holds_capacity_seg_max_and_block_size() {
+        let mut r = rig(false);
+        assert_eq!(r.t.read(REG_CONFIG, 4), Ok(SECTORS));
+        assert_eq!(r.t.read(REG_CONFIG + 4, 4), Ok(0));
+        assert_eq!(r.t.read(REG_CONFIG + 12, 4), Ok(254));
+        assert_eq!(r.t.read(REG_CONFIG + 20, 4), Ok(512));
+        assert_eq!(r.t.read(REG_CONFIG + 21, 1), Ok(2));
+        assert_eq!(r.t.read(REG_CONFIG + 0x80, 4), Ok(0));
+        let s = r.t.device().snapshot();
+        let other = Arc::new(VecDisk::new(SECTORS + 1, false, r.mem.clone()));
+        assert!(Blk::new(other).restore(&s).is_err());
+    }
+
+    proptest! {
+        /// Random reads and writes against a vector model: statuses agree
+        /// (in range and whole sectors: OK), reads return what was written.
+        #[test]
+        fn reads_return_what_was_written(
+            ops in proptest::collection::vec((any::<bool>(), 0u64..SECTORS + 4, 0u32..5, any::<u8>(), 0u32..3), 1..24),
+        ) {
+            let mut r = rig(false);
+            let mut model = vec![0u8; (SECTORS * 512) as usize];
+            for (write, sector, sectors, fill, split) in ops {
+                let len = sectors * 512;
+                // Split the data in two buffers, the first `split * 100` long.
+                let first = (split * 100).min(len);
+                let bufs: Vec<(u64, u32, bool)> = [(DATA, first), (DATA + 0x2_0000, len - first)]
+                    .into_iter()
+                    .filter(|&(_, l)| l > 0)
+                    .map(|(a, l)| (a, l, !write))
+                    .collect();
+                let ok = sector + u64::from(sectors) <= SECTORS;
+                if write {
+                    r.mem.poke(DATA, &vec![fill; first as usize]);
+                    r.mem.poke(DATA + 0x2_0000, &vec![fill.wrapping_add(1); (len - first) as usize]);
+                    let (status, used, _) = r.request(T_OUT, sector, &bufs);
+                    prop_assert_eq!((status, used), (if ok { S_OK } else { S_IOERR }, 1));
+                    if ok {
+                        let at = (sector * 512) as usize;
+                        model[at..at + first as usize].fill(fill);
+                        model[at + first as usize..at + len as usize].fill(fill.wrapping_add(1));
+                    }
+                } else {
+                    let (status, used, _) = r.request(T_IN, sector, &bufs);
+                    prop_assert_eq!((status, used), if ok { (S_OK, len + 1) } else { (S_IOERR, 1) });
+                    if ok {
+                        let mut got = r.mem.peek(DATA, first as usize);
+                        got.extend(r.mem.peek(DATA + 0x2_0000, (len - first) as usize));
+                        let at = (sector * 512) as usize;
+                        prop_assert_eq!(&got[..], &model[at..at + len as usize]);
+                    }
+                }
+            }
+            prop_assert_eq!(&*r.disk.data.lock().unwrap(), &model);
+        }
+    }
+}

@@ -230,3 +230,138 @@ impl MmioTransport<Console> {
         self.run(mem, |console, ctx| console.drain_transmit(ctx))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fake_guest::{DriverQueue, FakeMemory, SLOT_A, SLOT_B, bring_up};
+    use super::super::mmio_transport::REG_QUEUE_NOTIFY;
+    use super::*;
+
+    const BUF: u64 = SLOT_A.0 + 0x4_0000;
+
+    fn setup(mem: &FakeMemory) -> (MmioTransport<Console>, [DriverQueue; 2]) {
+        let mut t = MmioTransport::new(Console::new());
+        let qs = [
+            DriverQueue::new(64, SLOT_A.0),
+            DriverQueue::new(64, SLOT_A.0 + 0x1_0000),
+        ];
+        let _ = bring_up(&mut t, mem, None, &qs);
+        (t, qs)
+    }
+
+    #[test]
+    fn guest_output_comes_out_in_order_across_segments_and_slots() {
+        let mem = FakeMemory::new();
+        let (mut t, mut qs) = setup(&mem);
+        mem.poke(SLOT_B.0 - 3, b"hello ");
+        mem.poke(BUF, b"world");
+        let h1 = qs[1].add_chain(&mem, &[(SLOT_B.0 - 3, 6, false)]);
+        qs[1].publish(&mem, h1);
+        let h2 = qs[1].add_chain(&mem, &[(BUF, 2, false), (BUF + 2, 3, false)]);
+        qs[1].publish(&mem, h2);
+        let e = t.write(REG_QUEUE_NOTIFY, 4, 1, &mem);
+        assert!(e.output_ready && e.interrupt);
+        let mut out = Vec::new();
+        let e = t.console_take_output(&mut out, &mem);
+        assert!(!e.output_ready);
+        assert_eq!(out, b"hello world");
+        assert_eq!(
+            qs[1].take_used(&mem),
+            vec![(u32::from(h1), 0), (u32::from(h2), 0)]
+        );
+        assert_eq!(t.device().counters().output_bytes, 11);
+    }
+
+    #[test]
+    fn input_typed_before_the_driver_waits_and_fills_buffers_at_driver_ok() {
+        let mem = FakeMemory::new();
+        let mut t = MmioTransport::new(Console::new());
+        let e = t.console_input(b"hi!", &mem);
+        assert_eq!(e, Effects::default());
+        assert_eq!(t.device().backlog_len(), 3);
+        let mut qs = [
+            DriverQueue::new(64, SLOT_A.0),
+            DriverQueue::new(64, SLOT_A.0 + 0x1_0000),
+        ];
+        let a = qs[0].add_chain(&mem, &[(BUF, 1, true)]);
+        qs[0].publish(&mem, a);
+        let b = qs[0].add_chain(&mem, &[(BUF + 0x100, 8, true)]);
+        qs[0].publish(&mem, b);
+        let e = bring_up(&mut t, &mem, None, &qs);
+        assert!(e.interrupt);
+        assert_eq!(
+            qs[0].take_used(&mem),
+            vec![(u32::from(a), 1), (u32::from(b), 2)]
+        );
+        assert_eq!(mem.peek(BUF, 1), b"h");
+        assert_eq!(mem.peek(BUF + 0x100, 2), b"i!");
+        assert_eq!(t.device().backlog_len(), 0);
+        // Later input goes straight into a posted buffer.
+        let c = qs[0].add_chain(&mem, &[(BUF + 0x200, 8, true)]);
+        qs[0].publish(&mem, c);
+        // With EVENT_IDX the driver asks for the next used entry.
+        qs[0].set_used_event(&mem, 2);
+        let e = t.console_input(b"ok", &mem);
+        assert!(e.interrupt);
+        assert_eq!(mem.peek(BUF + 0x200, 2), b"ok");
+        assert!(mem.dirty_pages().contains(&((BUF + 0x200) / 4096)));
+    }
+
+    #[test]
+    fn the_backlog_is_bounded_and_what_overflows_is_counted() {
+        let mem = FakeMemory::new();
+        let mut t = MmioTransport::new(Console::new());
+        let _ = t.console_input(&[b'x'; INPUT_BACKLOG + 904], &mem);
+        let _ = t.console_input(b"y", &mem);
+        assert_eq!(t.device().backlog_len(), INPUT_BACKLOG);
+        assert_eq!(t.device().counters().input_dropped, 905);
+    }
+
+    #[test]
+    fn a_full_output_buffer_stops_the_queue_until_the_runtime_takes_it() {
+        let mem = FakeMemory::new();
+        let (mut t, mut qs) = setup(&mem);
+        let chains = OUTPUT_LIMIT / 1024 + 4;
+        for i in 0..chains {
+            mem.poke(BUF + 1024 * i as u64, &[i as u8; 1024]);
+            let h = qs[1].add_chain(&mem, &[(BUF + 1024 * i as u64, 1024, false)]);
+            qs[1].publish(&mem, h);
+        }
+        let e = t.write(REG_QUEUE_NOTIFY, 4, 1, &mem);
+        assert!(e.output_ready);
+        assert_eq!(qs[1].take_used(&mem).len(), OUTPUT_LIMIT / 1024);
+        let mut out = Vec::new();
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            let e = t.console_take_output(&mut out, &mem);
+            if !e.output_ready {
+                break;
+            }
+        }
+        assert_eq!(rounds, 2);
+        assert_eq!(out.len(), chains * 1024);
+        assert!(
+            out.chunks(1024)
+                .enumerate()
+                .all(|(i, c)| c.iter().all(|&b| b == i as u8))
+        );
+        assert_eq!(qs[1].take_used(&mem).len(), 4);
+    }
+
+    #[test]
+    fn console_state_survives_a_snapshot() {
+        let mem = FakeMemory::new();
+        let mut t = MmioTransport::new(Console::new());
+        let _ = t.console_input(b"abc", &mem);
+        let s = t.device().snapshot();
+        let mut other = Console::new();
+        other.restore(&s).unwrap();
+        assert_eq!(other.backlog_len(), 3);
+        let big = ConsoleState {
+            backlog: vec![0; INPUT_BACKLOG + 1],
+            ..ConsoleState::default()
+        };
+        assert!(other.restore(&big).is_err());
+    }
+}

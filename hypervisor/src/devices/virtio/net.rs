@@ -398,3 +398,161 @@ impl MmioTransport<Net> {
         self.run(mem, |net, ctx| net.transmit(ctx))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fake_guest::{DriverQueue, FakeMemory, SLOT_A, SLOT_B, bring_up};
+    use super::super::mmio_transport::{REG_CONFIG, REG_QUEUE_NOTIFY};
+    use super::*;
+
+    const MAC: [u8; 6] = [0x52, 0x54, 0x00, 1, 2, 3];
+    const BUF: u64 = SLOT_A.0 + 0x4_0000;
+
+    fn setup(mem: &FakeMemory) -> (MmioTransport<Net>, [DriverQueue; 2]) {
+        let mut t = MmioTransport::new(Net::new(MAC));
+        let qs = [
+            DriverQueue::new(256, SLOT_A.0),
+            DriverQueue::new(256, SLOT_A.0 + 0x1_0000),
+        ];
+        let _ = bring_up(&mut t, mem, None, &qs);
+        (t, qs)
+    }
+
+    fn frame(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    /// Posts a transmit chain: the header alone, then the frame split in
+    /// two buffers (as Linux may).
+    fn post_tx(mem: &FakeMemory, q: &mut DriverQueue, at: u64, frame: &[u8]) -> u16 {
+        mem.poke(at, &[0u8; NET_HDR_LEN]);
+        mem.poke(at + 0x100, frame);
+        let half = frame.len() as u32 / 2;
+        let head = q.add_chain(
+            mem,
+            &[
+                (at, NET_HDR_LEN as u32, false),
+                (at + 0x100, half, false),
+                (
+                    at + 0x100 + u64::from(half),
+                    frame.len() as u32 - half,
+                    false,
+                ),
+            ],
+        );
+        q.publish(mem, head);
+        head
+    }
+
+    #[test]
+    fn transmitted_frames_come_out_without_their_header() {
+        let mem = FakeMemory::new();
+        let (mut t, mut qs) = setup(&mem);
+        let (f1, f2) = (frame(60, 1), frame(1514, 2));
+        post_tx(&mem, &mut qs[1], BUF, &f1);
+        post_tx(&mem, &mut qs[1], BUF + 0x1000, &f2);
+        let e = t.write(REG_QUEUE_NOTIFY, 4, 1, &mem);
+        assert!(e.output_ready && e.interrupt);
+        let mut batch = FrameBatch::new();
+        let e = t.net_take_tx(&mut batch, &mem);
+        assert!(!e.output_ready);
+        assert_eq!(batch.iter().collect::<Vec<_>>(), vec![&f1[..], &f2[..]]);
+        assert_eq!(qs[1].take_used(&mem).len(), 2);
+        // Runts and frames above the MTU are dropped, their chains returned.
+        post_tx(&mem, &mut qs[1], BUF, &frame(10, 3));
+        post_tx(&mem, &mut qs[1], BUF + 0x1000, &frame(1519, 4));
+        let e = t.write(REG_QUEUE_NOTIFY, 4, 1, &mem);
+        assert!(!e.output_ready);
+        assert_eq!(qs[1].take_used(&mem).len(), 2);
+        let c = t.device().counters();
+        assert_eq!((c.tx_frames, c.tx_bytes, c.tx_dropped), (2, 1574, 2));
+    }
+
+    #[test]
+    fn a_full_batch_waits_for_the_runtime_then_resumes() {
+        let mem = FakeMemory::new();
+        let (mut t, mut qs) = setup(&mem);
+        for i in 0..TX_BATCH_FRAMES + 5 {
+            post_tx(
+                &mem,
+                &mut qs[1],
+                BUF + 0x1000 * (i as u64 % 8),
+                &frame(64, i as u8),
+            );
+        }
+        let _ = t.write(REG_QUEUE_NOTIFY, 4, 1, &mem);
+        let mut batch = FrameBatch::new();
+        let e = t.net_take_tx(&mut batch, &mem);
+        assert_eq!(batch.len(), TX_BATCH_FRAMES);
+        assert!(e.output_ready);
+        let e = t.net_take_tx(&mut batch, &mem);
+        assert_eq!(batch.len(), 5);
+        assert!(!e.output_ready);
+    }
+
+    #[test]
+    fn a_delivered_frame_lands_after_a_zero_header_with_one_buffer() {
+        let mem = FakeMemory::new();
+        let (mut t, mut qs) = setup(&mem);
+        let head = qs[0].add_chain(&mem, &[(SLOT_B.0 - 700, 1526, true)]);
+        qs[0].publish(&mem, head);
+        mem.poke(SLOT_B.0 - 700, &[0xee; 1526]);
+        let f = frame(1000, 9);
+        let (outcome, e) = t.net_deliver(&f, &mem);
+        assert_eq!(outcome, DeliverOutcome::Delivered);
+        assert!(e.interrupt);
+        let mut hdr = [0u8; NET_HDR_LEN];
+        hdr[10] = 1;
+        assert_eq!(mem.peek(SLOT_B.0 - 700, NET_HDR_LEN), hdr);
+        assert_eq!(mem.peek(SLOT_B.0 - 700 + NET_HDR_LEN as u64, 1000), f);
+        assert_eq!(qs[0].take_used(&mem), vec![(u32::from(head), 1012)]);
+        assert!(mem.dirty_pages().contains(&(SLOT_B.0 / 4096)));
+    }
+
+    #[test]
+    fn frames_without_room_are_dropped_and_counted() {
+        let mem = FakeMemory::new();
+        let mut idle = MmioTransport::new(Net::new(MAC));
+        assert_eq!(
+            idle.net_deliver(&frame(60, 0), &mem).0,
+            DeliverOutcome::NotReady
+        );
+        assert_eq!(idle.device().counters().rx_not_ready, 1);
+        let (mut t, mut qs) = setup(&mem);
+        assert_eq!(
+            t.net_deliver(&frame(60, 0), &mem).0,
+            DeliverOutcome::NoBuffer
+        );
+        let head = qs[0].add_chain(&mem, &[(BUF, 100, true)]);
+        qs[0].publish(&mem, head);
+        assert_eq!(
+            t.net_deliver(&frame(200, 0), &mem).0,
+            DeliverOutcome::TooBig
+        );
+        assert_eq!(qs[0].take_used(&mem), vec![(u32::from(head), 0)]);
+        let c = t.device().counters();
+        assert_eq!((c.rx_no_buffer, c.rx_too_big, c.rx_frames), (1, 1, 0));
+    }
+
+    #[test]
+    fn configuration_holds_mac_link_status_and_mtu() {
+        let mem = FakeMemory::new();
+        let (mut t, _) = setup(&mem);
+        let mac: Vec<u8> = (0..6)
+            .map(|i| t.read(REG_CONFIG + i, 1).unwrap() as u8)
+            .collect();
+        assert_eq!(mac, MAC);
+        assert_eq!(t.read(REG_CONFIG + 6, 2), Ok(u64::from(S_LINK_UP)));
+        assert_eq!(t.read(REG_CONFIG + 10, 2), Ok(1500));
+        assert_eq!(t.read(REG_CONFIG + 12, 4), Ok(0));
+        let offer = t.offered_features();
+        assert_eq!(offer & (F_MAC | F_STATUS | F_MTU), F_MAC | F_STATUS | F_MTU);
+        // No offloads, no MRG_RXBUF (bit 15).
+        assert_eq!(
+            offer & 0xffff_ffff & !(F_MAC | F_STATUS | F_MTU) & !(3 << 28),
+            0
+        );
+    }
+}

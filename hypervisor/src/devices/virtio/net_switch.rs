@@ -412,3 +412,313 @@ impl NetSwitch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::Mutex;
+
+    /// Records deliveries; ports in `refuse` do not take frames.
+    #[derive(Default)]
+    struct Recorder {
+        got: Mutex<Vec<(PortId, u64, Vec<u8>)>>,
+        refuse: Vec<PortId>,
+    }
+
+    impl PortSink for Recorder {
+        fn deliver(&self, port: PortId, owner: u64, frame: &[u8]) -> bool {
+            self.got.lock().unwrap().push((port, owner, frame.to_vec()));
+            !self.refuse.contains(&port)
+        }
+    }
+
+    impl Recorder {
+        fn ports(&self) -> Vec<PortId> {
+            let mut p: Vec<PortId> = self
+                .got
+                .lock()
+                .unwrap()
+                .drain(..)
+                .map(|(p, _, _)| p)
+                .collect();
+            p.sort();
+            p
+        }
+    }
+
+    fn mac(n: u8) -> [u8; 6] {
+        [0x52, 0x54, 0, 0, 0, n]
+    }
+
+    const BROADCAST: [u8; 6] = [0xff; 6];
+
+    fn eth(dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
+        let mut f = Vec::new();
+        f.extend_from_slice(&dst);
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&[0x08, 0x00]);
+        f.extend_from_slice(&[0xab; 46]);
+        f
+    }
+
+    #[test]
+    fn broadcast_floods_learning_narrows_and_nothing_echoes() {
+        let sw = NetSwitch::new();
+        let a = sw.attach("lan", 10).unwrap();
+        let b = sw.attach("lan", 11).unwrap();
+        let c = sw.attach("lan", 12).unwrap();
+        let other = sw.attach("dmz", 13).unwrap();
+        let rec = Recorder::default();
+        // Broadcast from a: b and c, never a, never the other network.
+        let out = sw.forward(a, &eth(BROADCAST, mac(1)), &rec);
+        assert_eq!(
+            out,
+            ForwardOutcome {
+                delivered: 2,
+                dropped: 0
+            }
+        );
+        assert_eq!(rec.ports(), vec![b, c]);
+        assert_eq!(sw.learned_port("lan", mac(1)), Some(a));
+        // Unknown unicast floods.
+        sw.forward(a, &eth(mac(2), mac(1)), &rec);
+        assert_eq!(rec.ports(), vec![b, c]);
+        // b answers: learned, and a's MAC is known: only a gets it.
+        sw.forward(b, &eth(mac(1), mac(2)), &rec);
+        assert_eq!(rec.ports(), vec![a]);
+        sw.forward(a, &eth(mac(2), mac(1)), &rec);
+        assert_eq!(rec.ports(), vec![b]);
+        // Multicast goes to all others.
+        sw.forward(c, &eth([0x01, 0, 0x5e, 0, 0, 1], mac(3)), &rec);
+        assert_eq!(rec.ports(), vec![a, b]);
+        // A frame to a MAC behind the sender itself is dropped.
+        let out = sw.forward(a, &eth(mac(1), mac(1)), &rec);
+        assert_eq!(
+            out,
+            ForwardOutcome {
+                delivered: 0,
+                dropped: 1
+            }
+        );
+        assert!(rec.ports().is_empty());
+        // A runt is dropped.
+        assert_eq!(sw.forward(a, &[0u8; 13], &rec).dropped, 1);
+        assert_eq!(sw.counters(a).unwrap().dropped_sent, 2);
+        assert_eq!(sw.counters(other).unwrap(), PortCounters::default());
+        assert_eq!(sw.network_of(other).as_deref(), Some("dmz"));
+    }
+
+    #[test]
+    fn stopped_ports_drop_and_count_detached_ports_are_forgotten() {
+        let sw = NetSwitch::new();
+        let a = sw.attach("lan", 1).unwrap();
+        let b = sw.attach("lan", 2).unwrap();
+        let rec = Recorder::default();
+        sw.forward(b, &eth(BROADCAST, mac(2)), &rec);
+        rec.ports();
+        sw.set_stopped(b, true).unwrap();
+        let out = sw.forward(a, &eth(mac(2), mac(1)), &rec);
+        assert_eq!(
+            out,
+            ForwardOutcome {
+                delivered: 0,
+                dropped: 1
+            }
+        );
+        assert!(rec.ports().is_empty());
+        assert_eq!(sw.counters(b).unwrap().dropped_stopped, 1);
+        sw.set_stopped(b, false).unwrap();
+        sw.forward(a, &eth(mac(2), mac(1)), &rec);
+        assert_eq!(rec.ports(), vec![b]);
+        sw.detach(b).unwrap();
+        assert_eq!(sw.learned_port("lan", mac(2)), None);
+        assert_eq!(sw.detach(b), Err(SwitchError::NoPort(b)));
+        let out = sw.forward(a, &eth(mac(2), mac(1)), &rec);
+        assert_eq!(out, ForwardOutcome::default());
+    }
+
+    #[test]
+    fn a_moved_port_keeps_its_macs_and_delivers_to_its_new_owner() {
+        let sw = NetSwitch::new();
+        let a = sw.attach("lan", 1).unwrap();
+        let b = sw.attach("lan", 2).unwrap();
+        let rec = Recorder::default();
+        sw.forward(b, &eth(BROADCAST, mac(2)), &rec);
+        rec.ports();
+        sw.move_port(b, 22).unwrap();
+        assert_eq!(sw.owner(b), Some(22));
+        sw.forward(a, &eth(mac(2), mac(1)), &rec);
+        assert_eq!(
+            rec.got.lock().unwrap().as_slice(),
+            &[(b, 22, eth(mac(2), mac(1)))]
+        );
+    }
+
+    #[test]
+    fn the_mac_table_is_bounded_and_refusals_are_counted() {
+        let sw = NetSwitch::new();
+        let a = sw.attach("lan", 1).unwrap();
+        let b = sw.attach("lan", 2).unwrap();
+        let rec = Recorder {
+            refuse: vec![b],
+            ..Recorder::default()
+        };
+        for i in 0..MAC_TABLE_SIZE + 10 {
+            let src = [0x52, 0, 0, 0, (i >> 8) as u8, i as u8];
+            let out = sw.forward(a, &eth(BROADCAST, src), &rec);
+            assert_eq!(
+                out,
+                ForwardOutcome {
+                    delivered: 0,
+                    dropped: 1
+                }
+            );
+        }
+        assert_eq!(sw.learned_port("lan", [0x52, 0, 0, 0, 0, 0]), None);
+        assert_eq!(sw.learned_port("lan", [0x52, 0, 0, 0, 1, 9]), Some(a));
+        assert_eq!(
+            sw.counters(b).unwrap().dropped_device,
+            MAC_TABLE_SIZE as u64 + 10
+        );
+        let state = sw.state.read();
+        assert!(
+            state
+                .networks
+                .iter()
+                .all(|n| n.macs.len() <= MAC_TABLE_SIZE)
+        );
+    }
+
+    #[test]
+    fn networks_and_ports_are_bounded() {
+        let sw = NetSwitch::new();
+        for i in 0..MAX_PORTS_PER_NETWORK {
+            sw.attach("lan", i as u64).unwrap();
+        }
+        assert_eq!(sw.attach("lan", 0), Err(SwitchError::NetworkFull));
+        for i in 1..MAX_NETWORKS {
+            sw.attach(&format!("n{i}"), 0).unwrap();
+        }
+        assert_eq!(sw.attach("one-more", 0), Err(SwitchError::TooManyNetworks));
+    }
+
+    /// Two VMs' virtio-net devices on one network: a frame one guest
+    /// transmits lands in the other guest's receive buffer, through the
+    /// transmit batch and the switch, with no lock held across.
+    #[test]
+    fn a_frame_travels_from_one_guest_to_another() {
+        use super::super::fake_guest::{DriverQueue, FakeMemory, SLOT_A, bring_up};
+        use super::super::mmio_transport::{MmioTransport, REG_QUEUE_NOTIFY};
+        use super::super::net::{DeliverOutcome, FrameBatch, NET_HDR_LEN, Net};
+
+        struct Vm {
+            mem: FakeMemory,
+            net: Mutex<MmioTransport<Net>>,
+            queues: Mutex<[DriverQueue; 2]>,
+        }
+        fn vm(n: u8) -> Vm {
+            let mem = FakeMemory::new();
+            let mut net = MmioTransport::new(Net::new(mac(n)));
+            let queues = [
+                DriverQueue::new(256, SLOT_A.0),
+                DriverQueue::new(256, SLOT_A.0 + 0x1_0000),
+            ];
+            let _ = bring_up(&mut net, &mem, None, &queues);
+            Vm {
+                mem,
+                net: Mutex::new(net),
+                queues: Mutex::new(queues),
+            }
+        }
+        struct Vms(Vec<Vm>);
+        impl PortSink for Vms {
+            fn deliver(&self, _port: PortId, owner: u64, frame: &[u8]) -> bool {
+                let vm = &self.0[owner as usize];
+                let (outcome, _effects) = vm.net.lock().unwrap().net_deliver(frame, &vm.mem);
+                outcome == DeliverOutcome::Delivered
+            }
+        }
+
+        let vms = Vms(vec![vm(0), vm(1)]);
+        let sw = NetSwitch::new();
+        let ports = [sw.attach("lan", 0).unwrap(), sw.attach("lan", 1).unwrap()];
+        let buf = SLOT_A.0 + 0x4_0000;
+        // VM 1 posts a receive buffer.
+        {
+            let mut q = vms.0[1].queues.lock().unwrap();
+            let h = q[0].add_chain(&vms.0[1].mem, &[(buf, 1526, true)]);
+            q[0].publish(&vms.0[1].mem, h);
+        }
+        // VM 0 sends a broadcast.
+        let frame = eth(BROADCAST, mac(0));
+        {
+            let mut q = vms.0[0].queues.lock().unwrap();
+            vms.0[0].mem.poke(buf, &[0; NET_HDR_LEN]);
+            vms.0[0].mem.poke(buf + NET_HDR_LEN as u64, &frame);
+            let h = q[1].add_chain(
+                &vms.0[0].mem,
+                &[(buf, (NET_HDR_LEN + frame.len()) as u32, false)],
+            );
+            q[1].publish(&vms.0[0].mem, h);
+        }
+        let mut batch = FrameBatch::new();
+        {
+            let mut sender = vms.0[0].net.lock().unwrap();
+            let e = sender.write(REG_QUEUE_NOTIFY, 4, 1, &vms.0[0].mem);
+            assert!(e.output_ready);
+            let _ = sender.net_take_tx(&mut batch, &vms.0[0].mem);
+        }
+        for f in batch.iter() {
+            assert_eq!(sw.forward(ports[0], f, &vms).delivered, 1);
+        }
+        let got = vms.0[1].mem.peek(buf + NET_HDR_LEN as u64, frame.len());
+        assert_eq!(got, frame);
+        assert_eq!(
+            vms.0[1].queues.lock().unwrap()[0]
+                .take_used(&vms.0[1].mem)
+                .len(),
+            1
+        );
+        assert_eq!(sw.counters(ports[1]).unwrap().received, 1);
+    }
+
+    proptest! {
+        /// Random frames between ports of two networks, some stopped: a
+        /// frame never reaches its sender, another network or a stopped
+        /// port; broadcasts reach every other running port of the network;
+        /// a unicast to a MAC last seen behind port P reaches exactly P.
+        #[test]
+        fn forwarding_invariants(
+            frames in proptest::collection::vec((0usize..6, 0u8..8, any::<bool>()), 1..60),
+            stopped in proptest::collection::vec(any::<bool>(), 6),
+        ) {
+            let sw = NetSwitch::new();
+            let ports: Vec<PortId> = (0..6).map(|i| sw.attach(if i < 4 { "a" } else { "b" }, i as u64).unwrap()).collect();
+            let net_of = |i: usize| if i < 4 { 0 } else { 1 };
+            for (i, &s) in stopped.iter().enumerate() {
+                sw.set_stopped(ports[i], s).unwrap();
+            }
+            // Reference learning: MAC n is behind the last port that sent from it, per network.
+            let mut learned: std::collections::HashMap<(usize, u8), usize> = Default::default();
+            let rec = Recorder::default();
+            for (from, dst, broadcast) in frames {
+                // Port i sends from MAC i (unicast source).
+                let dst_mac = if broadcast { BROADCAST } else { mac(dst) };
+                sw.forward(ports[from], &eth(dst_mac, mac(from as u8)), &rec);
+                learned.insert((net_of(from), from as u8), from);
+                let got = rec.ports();
+                let others: Vec<PortId> = (0..6)
+                    .filter(|&i| i != from && net_of(i) == net_of(from) && !stopped[i])
+                    .map(|i| ports[i])
+                    .collect();
+                let expected = match (broadcast, learned.get(&(net_of(from), dst))) {
+                    (true, _) | (false, None) => others,
+                    (false, Some(&p)) if p == from || stopped[p] => vec![],
+                    (false, Some(&p)) => vec![ports[p]],
+                };
+                prop_assert_eq!(got, expected);
+            }
+        }
+    }
+}
