@@ -460,7 +460,7 @@ impl VecDisk {
 
     fn check(&self, sector: u64, spans: &[HostSpan]) -> Result<usize, BlockError> {
         let len: u64 = spans.iter().map(|s| s.len).sum();
-        if len % SECTOR_SIZE != 0 {
+        if !len.is_multiple_of(SECTOR_SIZE) {
             return Err(BlockError::Unaligned { len });
         }
         let end = sector * SECTOR_SIZE + len;

@@ -434,7 +434,7 @@ impl<D: VirtioDevice> MmioTransport<D> {
     /// or why it reads as 0.
     pub fn read(&mut self, offset: u64, size: u8) -> Result<u64, AccessError> {
         if offset >= REG_CONFIG {
-            if !matches!(size, 1 | 2 | 4) || offset % u64::from(size) != 0 {
+            if !matches!(size, 1 | 2 | 4) || !offset.is_multiple_of(u64::from(size)) {
                 return Err(self.refuse(offset, size, false, AccessErrorKind::BadSize));
             }
             let mut buf = [0u8; 4];
@@ -442,7 +442,7 @@ impl<D: VirtioDevice> MmioTransport<D> {
             self.device.read_config(offset - REG_CONFIG, data);
             return Ok(u64::from(u32::from_le_bytes(buf)));
         }
-        if size != 4 || offset % 4 != 0 {
+        if size != 4 || !offset.is_multiple_of(4) {
             return Err(self.refuse(offset, size, false, AccessErrorKind::BadSize));
         }
         let queue = self.queues.get(self.queue_sel as usize);
@@ -489,7 +489,7 @@ impl<D: VirtioDevice> MmioTransport<D> {
             ..Effects::default()
         };
         if offset >= REG_CONFIG {
-            if !matches!(size, 1 | 2 | 4) || offset % u64::from(size) != 0 {
+            if !matches!(size, 1 | 2 | 4) || !offset.is_multiple_of(u64::from(size)) {
                 return refused(self, AccessErrorKind::BadSize);
             }
             let bytes = (value as u32).to_le_bytes();
@@ -499,7 +499,7 @@ impl<D: VirtioDevice> MmioTransport<D> {
             }
             return effects;
         }
-        if size != 4 || offset % 4 != 0 {
+        if size != 4 || !offset.is_multiple_of(4) {
             return refused(self, AccessErrorKind::BadSize);
         }
         let value = value as u32;
