@@ -537,6 +537,31 @@ mod tests {
     }
 
     #[test]
+    fn a_migrated_device_carries_on_with_the_same_rings_and_mac() {
+        let mem = FakeMemory::new();
+        let (mut t, mut qs) = setup(&mem);
+        for i in 0..3 {
+            let h = qs[0].add_chain(&mem, &[(BUF + 0x1000 * i, 1526, true)]);
+            qs[0].publish(&mem, h);
+        }
+        assert_eq!(
+            t.net_deliver(&frame(100, 1), &mem).0,
+            DeliverOutcome::Delivered
+        );
+        let state = t.snapshot();
+        let mut moved = MmioTransport::new(Net::new([0; 6]));
+        moved.restore(&state).unwrap();
+        assert_eq!(moved.device().mac(), MAC);
+        assert_eq!(moved.read(REG_CONFIG + 5, 1), Ok(3));
+        assert_eq!(
+            moved.net_deliver(&frame(200, 2), &mem).0,
+            DeliverOutcome::Delivered
+        );
+        assert_eq!(qs[0].take_used(&mem), vec![(0, 112), (1, 212)]);
+        assert_eq!(moved.device().counters().rx_frames, 2);
+    }
+
+    #[test]
     fn configuration_holds_mac_link_status_and_mtu() {
         let mem = FakeMemory::new();
         let (mut t, _) = setup(&mem);

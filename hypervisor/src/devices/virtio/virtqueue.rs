@@ -300,10 +300,10 @@ impl DescriptorChain {
     }
 
     /// Appends the host spans behind `len` bytes from `offset` of the
-    /// writable (`writable`) or readable part; `len` past the part's end is
-    /// an error of the part's end (`NotRam` at the address after it would
-    /// mislead, so the caller checks lengths first: this call covers
-    /// whatever of the range exists).
+    /// writable (`writable`, looked up with `device_writes`, so the pages
+    /// are marked dirty) or readable part; returns how many bytes the spans
+    /// cover (less than `len` where the part ends first: callers size `len`
+    /// from the part's length).
     pub fn host_spans(
         &self,
         mem: &dyn GuestMemory,
