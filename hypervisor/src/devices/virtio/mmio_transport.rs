@@ -51,6 +51,17 @@
 //! interrupt when `DRIVER_OK` was set (the spec forbids the notification
 //! before), and is reported in [`Effects::needs_reset`] once; the device
 //! then ignores notifies until the driver resets it.
+//!
+//! # What comes from the `virtio-spec` crate
+//!
+//! Status bits ([`virtio_spec::DeviceStatus`]), feature bits
+//! ([`virtio_spec::F`] and the devices' own), device ids, the magic value
+//! and interrupt status bits, descriptor and ring flags, block request
+//! types and statuses. The register offsets are ours: the crate describes
+//! the register file as a volatile struct for a driver to access, not as
+//! offsets a device decodes; likewise the devices lay out their
+//! configuration bytes themselves (the crate's configuration structs are
+//! volatile views with private fields).
 
 use super::guest_memory::GuestMemory;
 use super::virtqueue::{QueueState, RingError, Virtqueue};
@@ -1015,6 +1026,18 @@ mod tests {
         let mut fresh = console();
         assert!(matches!(fresh.restore(&bad), Err(SnapshotError::Ring(_))));
         assert_eq!(fresh.status(), 0);
+    }
+
+    /// The transports the runtime shares between CPUs must be `Send`, the
+    /// switch `Sync`.
+    #[test]
+    fn thread_safety_holds() {
+        fn send<T: Send>() {}
+        fn sync<T: Send + Sync>() {}
+        send::<MmioTransport<Console>>();
+        send::<MmioTransport<super::super::net::Net>>();
+        send::<MmioTransport<super::super::blk::Blk>>();
+        sync::<super::super::net_switch::NetSwitch>();
     }
 
     /// The statuses the sequence allows, without FAILED: each a prefix of
