@@ -46,6 +46,7 @@ pub mod guest_call;
 pub mod live_migration;
 pub mod monitor_target;
 pub mod restart;
+pub mod slot_memory;
 pub mod vcpu_cycle;
 pub mod vm_instance;
 pub mod vm_ops;

@@ -723,6 +723,7 @@ pub fn create_vm<H: Hardware>(
         timer: Some(GuestTimer {
             intids: GUEST_TIMER_INTIDS,
         }),
+        virtio: &[],
     })
     .map_err(VmError::Dtb)?;
     if dtb.len() as u64 > placement.dtb.size() {
