@@ -308,6 +308,7 @@ fn conf(mem_mib: u64, cpus: &[u32], start: bool) -> VmConf {
         cpus: CpuSet::from_mask(mask),
         control: None,
         start: Some(start),
+        ..VmConf::default()
     }
 }
 
