@@ -12,6 +12,18 @@
 //!   marks the pages dirty where the slot logs.
 //! - [`block_backend::BlockBackend`]: the storage behind a virtio-blk
 //!   device (on QEMU, QEMU's own virtio-mmio disk, driven at EL2).
+//!
+//! On top of them: [`virtqueue`] (the split ring, device side),
+//! [`mmio_transport`] (the register file, status machine and the
+//! [`mmio_transport::VirtioDevice`] trait), the device models [`console`],
+//! [`blk`] and [`net`], and [`net_switch`] (the L2 switch between VMs'
+//! virtio-net ports).
 
+pub mod blk;
 pub mod block_backend;
+pub mod console;
 pub mod guest_memory;
+pub mod mmio_transport;
+pub mod net;
+pub mod net_switch;
+pub mod virtqueue;
