@@ -824,3 +824,45 @@ fn migration_carries_queues_backlog_mac_and_the_port() {
     );
     assert!(src.has_ended());
 }
+
+#[test]
+fn a_broken_ring_puts_the_device_in_needs_reset_counted_and_shown() {
+    let hw = FakeHardware::new();
+    let vms = create(
+        hw,
+        &[(
+            "c",
+            vm_conf(0, true, |c| c.console = Some(ConsoleKind::Virtio)),
+        )],
+    );
+    let vm = vms[0];
+    let mut d = Driver::start(vm, 0);
+    // A transmit buffer in the device windows, outside RAM.
+    d.post(1, &[(0x0a00_0000, 64, false)], true);
+    let (_, console) = vm.virtio.find(DeviceRole::Console).unwrap();
+    assert_ne!(
+        console.transport.lock().status() & 64,
+        0,
+        "not in DEVICE_NEEDS_RESET"
+    );
+    assert_eq!(console.needs_reset_count.load(Ordering::Relaxed), 1);
+    // Further notifies change nothing and are not counted again.
+    d.write(REG_QUEUE_NOTIFY, 1);
+    assert_eq!(console.needs_reset_count.load(Ordering::Relaxed), 1);
+    let machine = MonitorMachine::new(hw, &vms);
+    let mut lines = Vec::new();
+    machine
+        .devices(VmId(0), &mut |l| lines.push(String::from(l)))
+        .unwrap();
+    let fields: Vec<&str> = lines[0].split_whitespace().collect();
+    assert!(fields[4].contains("NEEDS_RESET"), "{}", lines[0]);
+    assert!(
+        fields[6].contains("ring_errors=1,needs_reset=1"),
+        "{}",
+        lines[0]
+    );
+    assert!(vm.stop(0, &"test"));
+    let stat = hw.lines.lock().unwrap().clone();
+    assert!(stat.contains(&String::from("STAT vm0 virtio_ring_errors 1")));
+    assert!(stat.contains(&String::from("STAT vm0 virtio_needs_reset 1")));
+}
