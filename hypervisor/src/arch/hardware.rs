@@ -29,14 +29,12 @@ pub type Vm = crate::runtime::vm_instance::Vm<El2>;
 pub type VmTable = crate::runtime::vm_table::VmTable<El2>;
 
 impl Hardware for El2 {
-    /// No host disk yet: the EL2 driver of the host's virtio-mmio disks
-    /// comes with its own change, which answers here; until then a VM with
-    /// `disk=` is refused at creation with a clear error.
+    /// The host's virtio-mmio disks, probed at boot (`arch::host_disk`).
     fn host_disk(
         &self,
-        _index: u32,
-    ) -> Option<alloc::sync::Arc<dyn crate::devices::virtio::block_backend::BlockBackend>> {
-        None
+        index: u32,
+    ) -> Option<&'static dyn crate::devices::virtio::block_backend::BlockBackend> {
+        crate::arch::host_disk::host_disk(index as usize)
     }
 
     type TableMemory = FrameMemory;

@@ -23,8 +23,8 @@
 //!   [`guest_call::CallingVcpu`] for the calling vCPU's registers.
 //! - [`boot_info`]: what the boot CPU learned about the machine.
 //! - [`virtio_devices`]: a VM's virtio-mmio devices (which, where, their
-//!   models behind their locks), [`disk_window`]: a VM's sectors of a host
-//!   disk, [`device_hub`]: the machine's network switch and the VMs its
+//!   models behind their locks; a disk is a `devices::virtio::disk_window`
+//!   of a host disk), [`device_hub`]: the machine's network switch and the VMs its
 //!   ports belong to, [`virtio_io`]: data through the devices (effects,
 //!   output drained, frames delivered, typed bytes), [`control_port`]: a
 //!   control VM's virtio-console port to the monitor, [`virtio_report`]:
@@ -51,7 +51,6 @@ pub mod control_target;
 pub mod device_access;
 pub mod device_hub;
 pub mod dirty_log;
-pub mod disk_window;
 pub mod guest_call;
 pub mod live_migration;
 pub mod monitor_target;
@@ -150,7 +149,7 @@ pub trait Hardware: Sync + 'static {
     /// Host disk `index` (0 is the first disk the runner gave QEMU), which
     /// a VM's virtio-blk serves (`disk=` in its `vm.conf`); `None` when the
     /// machine has no such disk.
-    fn host_disk(&self, index: u32) -> Option<alloc::sync::Arc<dyn BlockBackend>>;
+    fn host_disk(&self, index: u32) -> Option<&'static dyn BlockBackend>;
 }
 
 /// Microseconds from counter value `start` to now on `hw`.

@@ -128,7 +128,7 @@ struct FakeHardware {
     lines: Mutex<Vec<String>>,
     powered_off: AtomicBool,
     /// The host disks, by number.
-    disks: Mutex<Vec<Arc<VecDisk>>>,
+    disks: Mutex<Vec<&'static VecDisk>>,
     /// The switch and the VMs its ports reach.
     hub: &'static DeviceHub<FakeHardware>,
 }
@@ -269,9 +269,9 @@ impl Hardware for FakeHardware {
         panic!("a CPU of the fake machine parked")
     }
 
-    fn host_disk(&self, index: u32) -> Option<Arc<dyn BlockBackend>> {
+    fn host_disk(&self, index: u32) -> Option<&'static dyn BlockBackend> {
         let disks = self.disks.lock().unwrap();
-        let disk = disks.get(index as usize)?.clone();
+        let disk: &'static VecDisk = disks.get(index as usize)?;
         Some(disk)
     }
 }
@@ -283,15 +283,16 @@ struct VecDisk {
 }
 
 impl VecDisk {
-    /// A disk of `sectors` sectors, sector `n` filled with byte `n`.
-    fn new(sectors: u64, read_only: bool) -> Arc<Self> {
+    /// A disk of `sectors` sectors, sector `n` filled with byte `n`,
+    /// living as long as the test (host disks are `'static`).
+    fn new(sectors: u64, read_only: bool) -> &'static Self {
         let bytes = (0..sectors * SECTOR_SIZE)
             .map(|i| (i / SECTOR_SIZE) as u8)
             .collect();
-        Arc::new(Self {
+        Box::leak(Box::new(Self {
             bytes: Mutex::new(bytes),
             read_only,
-        })
+        }))
     }
 }
 

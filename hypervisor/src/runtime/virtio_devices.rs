@@ -9,7 +9,7 @@
 //! the VM is also `control=1` (`hvc1`, `runtime::control_port`); a
 //! virtio-net when `net=NAME` (its MAC from `mac=` or derived from the VM's
 //! name); a virtio-blk when `disk=N[@START+SECTORS][:ro]` (a
-//! `runtime::disk_window::DiskWindow` of host disk `N`). Device `i` has the
+//! `devices::virtio::disk_window::DiskWindow` of host disk `N`). Device `i` has the
 //! window and SPI `vm::layout::virtio_slot(i)`, an `MmioBus` region
 //! `DeviceId::Virtio(i)`, and a `virtio,mmio` node in the guest's device
 //! tree.
@@ -27,6 +27,7 @@
 use crate::devices::virtio::blk::{Blk, BlkCounters, BlkState};
 use crate::devices::virtio::block_backend::BlockBackend;
 use crate::devices::virtio::console::{Console, ConsoleCounters, ConsoleState};
+use crate::devices::virtio::disk_window::{DiskWindow, WindowOutside};
 use crate::devices::virtio::guest_memory::GuestMemory;
 use crate::devices::virtio::mmio_transport::{
     AccessError, Effects, F_RING_EVENT_IDX, F_RING_INDIRECT_DESC, F_VERSION_1, MmioTransport,
@@ -36,7 +37,6 @@ use crate::devices::virtio::net::{FrameBatch, Net, NetCounters, NetState};
 use crate::devices::virtio::net_switch::{NetSwitch, PortId, SwitchError};
 use crate::exit::mmio::{DeviceId, MmioBus, MmioRegion, RegionConflict};
 use crate::platform::ranges::PhysRange;
-use crate::runtime::disk_window::{DiskWindow, DiskWindowError};
 use crate::vm::device_tree::GuestVirtio;
 use crate::vm::layout::{GUEST_VIRTIO_MAX, virtio_slot};
 use alloc::string::String;
@@ -267,7 +267,7 @@ pub enum VirtioError {
         /// The host disk.
         disk: u32,
         /// What is wrong.
-        error: DiskWindowError,
+        error: WindowOutside,
     },
     /// The switch refused the VM's port.
     Switch(SwitchError),
@@ -304,7 +304,7 @@ impl VirtioDevices {
         conf: &VmConf,
         vm_name: &str,
         control: bool,
-        host_disk: impl Fn(u32) -> Option<Arc<dyn BlockBackend>>,
+        host_disk: impl Fn(u32) -> Option<&'static dyn BlockBackend>,
     ) -> Result<Self, VirtioError> {
         let mut devices = Vec::new();
         if conf.console_kind() == ConsoleKind::Virtio {
@@ -340,10 +340,11 @@ impl VirtioDevices {
         }
         if let Some(disk) = conf.disk {
             let host = host_disk(disk.host).ok_or(VirtioError::NoHostDisk(disk.host))?;
-            let window = DiskWindow::new(host, &disk).map_err(|error| VirtioError::DiskWindow {
-                disk: disk.host,
-                error,
-            })?;
+            let window = DiskWindow::new(host, disk.start_sector, disk.sectors, disk.read_only)
+                .map_err(|error| VirtioError::DiskWindow {
+                    disk: disk.host,
+                    error,
+                })?;
             let at = devices.len();
             let mut device = VirtioDevice::new(
                 DeviceRole::Blk,

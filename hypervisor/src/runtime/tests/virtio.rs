@@ -374,7 +374,8 @@ fn a_missing_disk_or_a_window_past_its_end_refuses_the_vm() {
         VmError::Virtio(VirtioError::DiskWindow { disk: 0, .. })
     ));
     assert!(
-        std::format!("{err}").contains("past the host disk's end"),
+        std::format!("{err}")
+            .contains("disk=0: 51 sectors from sector 50 do not fit a disk of 100 sectors"),
         "{err}"
     );
     assert!(
@@ -562,7 +563,7 @@ fn frames_for_a_paused_or_stopped_vm_are_dropped_and_counted() {
 fn a_disk_window_is_read_and_written_and_read_only_refuses_writes() {
     let hw = FakeHardware::new();
     let disk = VecDisk::new(64, false);
-    hw.disks.lock().unwrap().push(disk.clone());
+    hw.disks.lock().unwrap().push(disk);
     let window = |read_only| {
         move |c: &mut VmConf| {
             c.disk = Some(DiskConf {
