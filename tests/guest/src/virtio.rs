@@ -82,7 +82,7 @@ pub fn poke(address: u64, bytes: &[u8]) {
 /// Reads a little-endian `u16` in the arena.
 pub fn peek_u16(address: u64) -> u16 {
     let base = arena(0);
-    assert!(address >= base && address + 2 <= base + ARENA_SIZE && address % 2 == 0);
+    assert!(address >= base && address + 2 <= base + ARENA_SIZE && address.is_multiple_of(2));
     // SAFETY: an aligned location inside the arena (checked above); the
     // device may write it (used ring), hence the volatile read.
     unsafe { core::ptr::read_volatile(address as *const u16) }
@@ -91,7 +91,7 @@ pub fn peek_u16(address: u64) -> u16 {
 /// Reads a little-endian `u32` in the arena.
 pub fn peek_u32(address: u64) -> u32 {
     let base = arena(0);
-    assert!(address >= base && address + 4 <= base + ARENA_SIZE && address % 4 == 0);
+    assert!(address >= base && address + 4 <= base + ARENA_SIZE && address.is_multiple_of(4));
     // SAFETY: as in `peek_u16`.
     unsafe { core::ptr::read_volatile(address as *const u32) }
 }

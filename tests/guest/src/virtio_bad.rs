@@ -191,6 +191,8 @@ pub fn run(platform: &Platform) -> Result<(), Failure> {
 
 /// A broken chain: what to write, given the console and the scenario.
 type ChainBuilder = fn(&Bad, &mut Console) -> Result<(), Failure>;
+/// A refused ring: what to change in a good queue configuration.
+type RingBend = fn(&Bad, Mmio);
 
 impl Bad {
     fn setup(&self, case: &'static str) -> Result<Console, Failure> {
@@ -470,7 +472,7 @@ impl Bad {
     /// Sets the device up to `FEATURES_OK`, configures the transmit queue
     /// with the good layout changed by `bend`, writes `QueueReady` = 1 and
     /// checks it did not take or the device needs a reset.
-    fn ring_case(&mut self, case: &'static str, bend: fn(&Bad, Mmio)) -> Result<(), Failure> {
+    fn ring_case(&mut self, case: &'static str, bend: RingBend) -> Result<(), Failure> {
         let mmio = self.mmio;
         mmio.reset();
         mmio.write(REG_STATUS, STATUS_ACKNOWLEDGE);
@@ -506,7 +508,7 @@ impl Bad {
     }
 
     fn ring_cases(&mut self) -> Result<(), Failure> {
-        const CASES: [(&str, fn(&Bad, Mmio)); 8] = [
+        const CASES: [(&str, RingBend); 8] = [
             ("descriptor table in the GIC distributor", |bad, mmio| {
                 mmio.write_address(REG_QUEUE_DESC, bad.gicd)
             }),
