@@ -409,7 +409,12 @@ impl VirtqueueFuzz {
             let k = rng.below(n as u64) as usize;
             let outside = self.outside[rng.below(self.outside.len() as u64) as usize];
             let mut mutation = rng.below(12);
-            if !indirect && matches!(mutation, 8..=10) {
+            // Indirect-table mutations need one; growing a chain by an
+            // entry needs room in its slots (a direct chain must not spill
+            // into the next chain's).
+            let can_grow = n > 1 || indirect || span > 1;
+            if (!indirect && matches!(mutation, 8..=10)) || (!can_grow && matches!(mutation, 6 | 7))
+            {
                 mutation = 3;
             }
             match mutation {
