@@ -342,7 +342,17 @@ pub fn boot(campaign: &Campaign, cpu: &str, first: u64, count: u64) -> Boot {
     if campaign.needs_virtio_console() {
         let spec = campaign.vm_spec(first, count);
         match VmSpec::parse(&spec, 0) {
-            Ok(vm) => config.vms = vec![vm],
+            Ok(vm) => {
+                // The spec describes the VM; the one-VM options stay unset.
+                config = RunConfig {
+                    vms: vec![vm],
+                    ..RunConfig {
+                        scenario: RunConfig::default().scenario,
+                        guest_args: String::new(),
+                        ..config
+                    }
+                };
+            }
             Err(error) => {
                 return Boot {
                     cpu: cpu.to_string(),
