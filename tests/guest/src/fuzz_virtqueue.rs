@@ -453,13 +453,15 @@ impl VirtqueueFuzz {
                 8 => indirect_len = [0, 8, 24, 16 * (u32::from(size) + 1)][rng.below(4) as usize],
                 9 => indirect_flags |= DESC_F_NEXT,
                 10 => {
-                    entries[k].descriptor = Descriptor {
+                    // The last entry (without NEXT, which is refused for
+                    // itself): an indirect table inside the indirect table.
+                    entries[n - 1].descriptor = Descriptor {
                         addr: 0,
                         len: 16,
                         flags: DESC_F_INDIRECT,
                         next: 0,
                     };
-                    entries[k].nested = true;
+                    entries[n - 1].nested = true;
                 }
                 _ => table_outside = true,
             }
