@@ -22,10 +22,23 @@
 //! A hang is a failure of the seed that was running, with its rerun command.
 //!
 //! Every failure comes with the command that replays its boot up to its seed.
+//!
+//! # The virtqueue family
+//!
+//! A campaign whose allow list names `virtqueue` boots its VM with
+//! `console=virtio` (`--vm fuzz,console=virtio,args=...`). The guest sends
+//! self-checking lines through the virtio-console (`VQ <id> <fnv1a> <text>`,
+//! the check word over `<id> <text>`) and ends with
+//! `FUZZ: virtqueue sent=S guaranteed=G resets=R`. Each boot's console must
+//! then show only intact `VQ` lines (the bytes that came out are the ones
+//! the chains held), at least `G` of them (those the device used in
+//! notifies that did not end in a reset) and at most `S`; anything else is
+//! a violation of the boot's last seed.
 
 use std::time::Duration;
 
 use qemu_runner::qemu::Progress;
+use qemu_runner::vmspec::VmSpec;
 use qemu_runner::{RunConfig, Scenario};
 
 /// What to run.
@@ -50,27 +63,47 @@ pub struct Campaign {
 }
 
 impl Campaign {
-    /// The guest bootargs for `count` seeds from `first`.
+    /// The guest bootargs for `count` seeds from `first`; one
+    /// `fuzz-allow=`/`fuzz-deny=` word per family, so that the words carry
+    /// no comma (a `--vm` spec's `args=` ends at one).
     pub fn guest_args(&self, first: u64, count: u64) -> String {
         let mut args = format!("seed={first} seeds={count} ops={}", self.ops);
-        if !self.allow.is_empty() {
-            args.push_str(&format!(" fuzz-allow={}", self.allow));
-        }
-        if !self.deny.is_empty() {
-            args.push_str(&format!(" fuzz-deny={}", self.deny));
+        for (key, list) in [("fuzz-allow", &self.allow), ("fuzz-deny", &self.deny)] {
+            for name in list.split(',').filter(|n| !n.is_empty()) {
+                args.push_str(&format!(" {key}={name}"));
+            }
         }
         args
+    }
+
+    /// Whether the VM needs a virtio-console (the allow list names the
+    /// `virtqueue` family).
+    pub fn needs_virtio_console(&self) -> bool {
+        self.allow.split(',').any(|name| name == VIRTQUEUE_FAMILY)
+    }
+
+    /// The `--vm` spec of a boot with a virtio-console.
+    pub fn vm_spec(&self, first: u64, count: u64) -> String {
+        format!("fuzz,console=virtio,args={}", self.guest_args(first, count))
     }
 
     /// The command that replays a boot's seeds from `first` through `seed`
     /// on `cpu` (state left by earlier seeds of the boot can matter; the
     /// seed alone is `--guest-args 'seed=S seeds=1 ...'`).
     pub fn rerun_command(&self, cpu: &str, first: u64, seed: u64) -> String {
+        let count = seed.saturating_sub(first) + 1;
+        if self.needs_virtio_console() {
+            return format!(
+                "cargo run --release -p qemu-runner -- --smp {} --cpu {cpu} --vm '{}'",
+                self.smp,
+                self.vm_spec(first, count)
+            );
+        }
         format!(
             "cargo run --release -p qemu-runner -- --guest fuzz --smp {} --cpu {cpu} \
              --guest-args '{}'",
             self.smp,
-            self.guest_args(first, seed.saturating_sub(first) + 1)
+            self.guest_args(first, count)
         )
     }
 
@@ -106,6 +139,9 @@ impl Campaign {
         }
     }
 }
+
+/// The fuzz family that drives the VM's virtio-console.
+pub const VIRTQUEUE_FAMILY: &str = "virtqueue";
 
 /// What the guest prints as each seed starts (and its closing summary,
 /// `FUZZ: seeds=...`, contains too).
@@ -155,6 +191,8 @@ pub struct Tally {
     pub other_failures: u64,
     /// Interrupts the guest took.
     pub interrupts: u64,
+    /// Intact lines the virtqueue family's chains brought out.
+    pub vq_lines: u64,
     /// Every failure.
     pub failures: Vec<Failure>,
 }
@@ -193,6 +231,32 @@ pub struct BootSummary {
     pub panics: Vec<String>,
     /// `stopping the VM` lines.
     pub vm_stops: Vec<String>,
+    /// The `FUZZ: virtqueue sent=S guaranteed=G resets=R` totals, if printed.
+    pub virtqueue: Option<(u64, u64, u64)>,
+    /// Intact `VQ` lines (their check word matches).
+    pub vq_lines: u64,
+    /// `VQ` lines whose check word does not match (bytes changed on the way).
+    pub vq_broken: Vec<String>,
+}
+
+/// FNV-1a, the check word of a `VQ` line (as the guest computes it).
+pub fn fnv1a(bytes: &[u8]) -> u32 {
+    let mut hash = 0x811c_9dc5u32;
+    for &b in bytes {
+        hash ^= u32::from(b);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash
+}
+
+/// Whether the text after `VQ ` is an intact line: `<id> <fnv1a hex> <text>`
+/// with the check word over `<id> <text>`.
+pub fn vq_line_intact(rest: &str) -> bool {
+    let mut words = rest.splitn(3, ' ');
+    let (Some(id), Some(hash), Some(text)) = (words.next(), words.next(), words.next()) else {
+        return false;
+    };
+    u32::from_str_radix(hash, 16).is_ok_and(|h| h == fnv1a(format!("{id} {text}").as_bytes()))
 }
 
 fn field(line: &str, name: &str) -> Option<u64> {
@@ -212,6 +276,13 @@ pub fn summarize(console: &str) -> BootSummary {
         if line.contains("stopping the VM") {
             summary.vm_stops.push(line.to_string());
         }
+        if let Some(at) = line.find("VQ ") {
+            if vq_line_intact(&line[at + 3..]) {
+                summary.vq_lines += 1;
+            } else {
+                summary.vq_broken.push(line.to_string());
+            }
+        }
         let Some(rest) = line.find("FUZZ: ").map(|at| &line[at + 6..]) else {
             continue;
         };
@@ -222,6 +293,12 @@ pub fn summarize(console: &str) -> BootSummary {
                 summary.violation_seeds.push(seed);
             }
             summary.violation_lines.push(rest.to_string());
+        } else if rest.starts_with("virtqueue ") {
+            summary.virtqueue = Some((
+                field(rest, "sent").unwrap_or(0),
+                field(rest, "guaranteed").unwrap_or(0),
+                field(rest, "resets").unwrap_or(0),
+            ));
         } else if rest.starts_with("seeds=") {
             summary.totals = Some((
                 field(rest, "seeds").unwrap_or(0),
@@ -249,9 +326,10 @@ pub struct Boot {
     pub error: Option<String>,
 }
 
-/// Boots `count` seeds from `first` on `cpu`.
+/// Boots `count` seeds from `first` on `cpu` (in a VM with a
+/// virtio-console when the campaign allows the `virtqueue` family).
 pub fn boot(campaign: &Campaign, cpu: &str, first: u64, count: u64) -> Boot {
-    let config = RunConfig {
+    let mut config = RunConfig {
         scenario: Scenario::Fuzz,
         guest_args: campaign.guest_args(first, count),
         cpu: cpu.to_string(),
@@ -261,6 +339,31 @@ pub fn boot(campaign: &Campaign, cpu: &str, first: u64, count: u64) -> Boot {
         echo: false,
         ..RunConfig::default()
     };
+    if campaign.needs_virtio_console() {
+        let spec = campaign.vm_spec(first, count);
+        match VmSpec::parse(&spec, 0) {
+            Ok(vm) => {
+                // The spec describes the VM; the one-VM options stay unset.
+                config = RunConfig {
+                    vms: vec![vm],
+                    ..RunConfig {
+                        scenario: RunConfig::default().scenario,
+                        guest_args: String::new(),
+                        ..config
+                    }
+                };
+            }
+            Err(error) => {
+                return Boot {
+                    cpu: cpu.to_string(),
+                    seeds: (first, count),
+                    summary: BootSummary::default(),
+                    report: None,
+                    error: Some(error.to_string()),
+                };
+            }
+        }
+    }
     let (report, error) = match qemu_runner::run(&config) {
         Ok(report) => (Some(report), None),
         Err(error) => (None, Some(error.to_string())),
@@ -308,6 +411,12 @@ pub fn tally_boot(campaign: &Campaign, tally: &mut Tally, boot: &Boot) {
     }
     tally.hv_panics += s.panics.len() as u64;
     tally.vm_stops += s.vm_stops.len() as u64;
+    let vq_violations = virtqueue_violations(s);
+    for what in &vq_violations {
+        fail(current, what.clone());
+    }
+    tally.violations += vq_violations.len() as u64;
+    tally.vq_lines += s.vq_lines;
     let passed = boot.report.as_ref().is_some_and(|r| r.passed());
     match s.totals {
         Some((seeds, ops, violations, interrupts)) => {
@@ -325,6 +434,7 @@ pub fn tally_boot(campaign: &Campaign, tally: &mut Tally, boot: &Boot) {
     }
     let explained = !s.panics.is_empty()
         || !s.vm_stops.is_empty()
+        || !vq_violations.is_empty()
         || s.totals.is_some_and(|(_, _, violations, _)| violations > 0);
     if !passed && !explained {
         tally.other_failures += 1;
@@ -338,6 +448,40 @@ pub fn tally_boot(campaign: &Campaign, tally: &mut Tally, boot: &Boot) {
             format!("boot of seeds {first}..{}: {why}", first + count),
         );
     }
+}
+
+/// What the console says against the virtqueue family's totals: broken
+/// `VQ` lines, fewer intact ones than guaranteed, more than sent.
+pub fn virtqueue_violations(s: &BootSummary) -> Vec<String> {
+    let mut found: Vec<String> = s
+        .vq_broken
+        .iter()
+        .map(|line| format!("virtqueue: a line came out changed: {line}"))
+        .collect();
+    match s.virtqueue {
+        Some((sent, guaranteed, _)) => {
+            if s.vq_lines < guaranteed {
+                found.push(format!(
+                    "virtqueue: {} intact VQ lines on the console, {guaranteed} guaranteed",
+                    s.vq_lines
+                ));
+            }
+            if s.vq_lines > sent {
+                found.push(format!(
+                    "virtqueue: {} intact VQ lines on the console, only {sent} sent",
+                    s.vq_lines
+                ));
+            }
+        }
+        None if s.vq_lines > 0 && s.totals.is_some() => {
+            found.push(format!(
+                "virtqueue: {} VQ lines without the family's totals",
+                s.vq_lines
+            ));
+        }
+        None => {}
+    }
+    found
 }
 
 /// Runs the campaign, calling `progress` after every boot.
@@ -376,6 +520,69 @@ mod tests {
         assert_eq!(s.last_seed, Some(6));
         assert_eq!(s.vm_stops.len(), 1);
         assert!(s.panics.is_empty());
+    }
+
+    #[test]
+    fn virtqueue_lines_are_checked() {
+        let good = |id: &str, text: &str| {
+            format!(
+                "VQ {id} {:08x} {text}",
+                fnv1a(format!("{id} {text}").as_bytes())
+            )
+        };
+        let console = format!(
+            "FUZZ: seed 3\n{}\n[vm0] {}\nVQ 3.2.0 0badc0de garbled\n\
+             FUZZ: virtqueue sent=4 guaranteed=2 resets=1\n\
+             FUZZ: seeds=1 ops=10 violations=0 interrupts=0\n",
+            good("3.1.0", "abc_def"),
+            good("3.1.1", "xyz"),
+        );
+        let s = summarize(&console);
+        assert_eq!(s.virtqueue, Some((4, 2, 1)));
+        assert_eq!(s.vq_lines, 2);
+        assert_eq!(s.vq_broken.len(), 1);
+        let found = virtqueue_violations(&s);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("came out changed"));
+        let mut lost = s.clone();
+        lost.vq_broken.clear();
+        lost.vq_lines = 1;
+        assert!(virtqueue_violations(&lost)[0].contains("2 guaranteed"));
+        lost.vq_lines = 5;
+        assert!(virtqueue_violations(&lost)[0].contains("only 4 sent"));
+        lost.vq_lines = 3;
+        assert!(virtqueue_violations(&lost).is_empty());
+        // The guest computes the same check word (`virtio_ring::fnv1a`).
+        assert_eq!(fnv1a(b"a"), 0xe40c_292c);
+
+        let campaign = Campaign {
+            first_seed: 5,
+            seeds: 2,
+            ops: 100,
+            per_boot: 2,
+            cpus: vec!["max".into()],
+            allow: "virtqueue".into(),
+            deny: "timers,icc".into(),
+            smp: 2,
+        };
+        assert!(campaign.needs_virtio_console());
+        assert_eq!(
+            campaign.rerun_command("max", 5, 6),
+            "cargo run --release -p qemu-runner -- --smp 2 --cpu max --vm 'fuzz,console=virtio,\
+             args=seed=5 seeds=2 ops=100 fuzz-allow=virtqueue fuzz-deny=timers fuzz-deny=icc'"
+        );
+        let boot = Boot {
+            cpu: "max".into(),
+            seeds: (5, 2),
+            summary: summarize(&console),
+            report: None,
+            error: Some("no report".into()),
+        };
+        let mut tally = Tally::default();
+        tally_boot(&campaign, &mut tally, &boot);
+        assert_eq!(tally.violations, 1);
+        assert_eq!(tally.other_failures, 0, "explained by the broken line");
+        assert!(!tally.clean());
     }
 
     #[test]

@@ -84,8 +84,14 @@ impl FuzzOptions {
     /// mix (see the notes on the virtual CPU interface).
     pub const ALLOW_ICC_WIDE: u32 = 1 << 9;
 
+    /// Random descriptor tables, available-ring entries and register
+    /// accesses against the VM's virtio-console, on the boot vCPU (see
+    /// `fuzz_virtqueue`). Needs a VM with `console=virtio`, so not in the
+    /// default mix.
+    pub const ALLOW_VIRTQUEUE: u32 = 1 << 10;
+
     /// `fuzz-allow=` names and their bits.
-    pub const ALLOW_NAMES: [(&'static str, u32); 10] = [
+    pub const ALLOW_NAMES: [(&'static str, u32); 11] = [
         ("el0-aarch32", Self::ALLOW_EL0_AARCH32),
         ("hvc-any", Self::ALLOW_HVC_ANY),
         ("gic-active", Self::ALLOW_GIC_ACTIVE),
@@ -96,9 +102,10 @@ impl FuzzOptions {
         ("timers", Self::ALLOW_TIMERS),
         ("icc", Self::ALLOW_ICC),
         ("icc-wide", Self::ALLOW_ICC_WIDE),
+        ("virtqueue", Self::ALLOW_VIRTQUEUE),
     ];
 
-    /// The default mix: every family but `icc-wide`.
+    /// The default mix: every family but `icc-wide` and `virtqueue`.
     pub const DEFAULT_MIX: u32 = Self::ALLOW_EL0_AARCH32
         | Self::ALLOW_HVC_ANY
         | Self::ALLOW_GIC_ACTIVE
@@ -375,7 +382,7 @@ mod tests {
         assert!(!options.fuzz.allows(FuzzOptions::ALLOW_STRADDLE));
         let default = Options::parse("test=fuzz").unwrap().fuzz;
         for (name, bit) in FuzzOptions::ALLOW_NAMES {
-            let wanted = bit != FuzzOptions::ALLOW_ICC_WIDE;
+            let wanted = bit != FuzzOptions::ALLOW_ICC_WIDE && bit != FuzzOptions::ALLOW_VIRTQUEUE;
             assert_eq!(default.allows(bit), wanted, "{name} in the default mix");
         }
         assert_eq!(Options::parse("test=fuzz fuzz-deny=fly"), Err("fly"));
@@ -384,6 +391,13 @@ mod tests {
         assert!(!Options::parse("fuzz-verbose=0").unwrap().fuzz.verbose);
         assert_eq!(Options::parse("fuzz-verbose=on"), Err("fuzz-verbose=on"));
         assert_eq!(Options::parse("test=fuzz fuzz-allow=fly"), Err("fly"));
+        let repeated =
+            Options::parse("test=fuzz fuzz-allow=virtqueue fuzz-deny=timers fuzz-deny=icc")
+                .unwrap()
+                .fuzz;
+        assert!(repeated.allows(FuzzOptions::ALLOW_VIRTQUEUE));
+        assert!(!repeated.allows(FuzzOptions::ALLOW_TIMERS));
+        assert!(!repeated.allows(FuzzOptions::ALLOW_ICC));
         assert_eq!(
             Options::parse("test=fuzz").unwrap().fuzz,
             FuzzOptions::DEFAULT

@@ -261,6 +261,51 @@ pub fn load_u32(address: u64) -> Result<u32, Abort> {
     disarm(cpu).map_or(Ok(value), Err)
 }
 
+/// Loads `1 << size_log2` bytes (1, 2, 4 or 8) from `address` once, zero
+/// extended: the value, or the data abort raised.
+pub fn load_sized(address: u64, size_log2: u32) -> Result<u64, Abort> {
+    let cpu = arm();
+    let value: u64;
+    // SAFETY: a single load from a device window (the caller's hostile
+    // access, which the hypervisor answers or refuses with an abort that is
+    // caught); the value is only returned.
+    unsafe {
+        match size_log2 {
+            0 => asm!("ldrb {v:w}, [{a}]", a = in(reg) address, v = out(reg) value,
+                      options(nostack)),
+            1 => asm!("ldrh {v:w}, [{a}]", a = in(reg) address, v = out(reg) value,
+                      options(nostack)),
+            2 => asm!("ldr {v:w}, [{a}]", a = in(reg) address, v = out(reg) value,
+                      options(nostack)),
+            _ => asm!("ldr {v}, [{a}]", a = in(reg) address, v = out(reg) value,
+                      options(nostack)),
+        }
+    }
+    disarm(cpu).map_or(Ok(value), Err)
+}
+
+/// Stores the low `1 << size_log2` bytes (1, 2, 4 or 8) of `value` at
+/// `address` once; the data abort raised, if any.
+pub fn store_sized(address: u64, size_log2: u32, value: u64) -> Option<Abort> {
+    let cpu = arm();
+    // SAFETY: a single store into a device window (never the guest's own
+    // RAM: the caller's hostile access), answered by the hypervisor or
+    // refused with an abort that is caught.
+    unsafe {
+        match size_log2 {
+            0 => asm!("strb {v:w}, [{a}]", a = in(reg) address, v = in(reg) value,
+                      options(nostack)),
+            1 => asm!("strh {v:w}, [{a}]", a = in(reg) address, v = in(reg) value,
+                      options(nostack)),
+            2 => asm!("str {v:w}, [{a}]", a = in(reg) address, v = in(reg) value,
+                      options(nostack)),
+            _ => asm!("str {v}, [{a}]", a = in(reg) address, v = in(reg) value,
+                      options(nostack)),
+        }
+    }
+    disarm(cpu)
+}
+
 /// Index in [`Scenario::ALL`] of the scenario whose handler IRQs go to;
 /// [`NO_IRQ_SCENARIO`] until one says it takes them.
 static IRQ_SCENARIO: AtomicUsize = AtomicUsize::new(NO_IRQ_SCENARIO);

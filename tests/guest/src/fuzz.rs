@@ -91,6 +91,12 @@
 //!   `ICC_EOIR1_EL1`, and reads of `RPR`/`HPPIR1`/`BPR`/`CTLR`; with
 //!   `icc-wide`, binary point values with bits above the field.
 //!
+//! * The virtio-console (`virtqueue`, boot vCPU only, not in the default
+//!   mix: the VM needs `console=virtio`): random chains, broken chains,
+//!   rings in device memory, register abuse, notify storms and resets in
+//!   the middle of a request, checked against what the device must do
+//!   (see `fuzz_virtqueue`); its `VQ` lines are checked by the campaign.
+//!
 //! At the end the boot vCPU restores the PL011, prints
 //! `FUZZ: seeds=K ops=N violations=V` and passes only without violations.
 
@@ -105,6 +111,7 @@ use crate::fuzz_model::{
     self, ICC_SGI1R_EL1, ID_AA64PFR1_EL1, IMPLEMENTED, Layout, NOT_SUPPORTED, Region, Rng,
     SAFE_IMPLEMENTED, SysReg, UNKNOWN_POOL,
 };
+use crate::fuzz_virtqueue::{self, VirtqueueFuzz};
 use crate::gic::{self, Bank, GicError};
 use crate::gic_regs::{
     GICD_CTLR, GICD_CTLR_ARE, GICD_CTLR_ENABLE_GRP0, GICD_CTLR_ENABLE_GRP1, GICR_WAKER, ICACTIVER,
@@ -131,9 +138,10 @@ const RAM_TARGET: u64 = 0x1000;
 const EL0_WINDOW: u64 = 0xc000_0000;
 const EL0_WINDOW_INDEX: usize = 3;
 /// Level-3 index (in the EL0 window) of vCPU 0's EL0 page whose IPA is a
-/// hole, and that IPA (nothing lives at 0x0a00_0000 in the guest's map).
+/// hole, and that IPA (nothing lives at 0x0b00_0000 in the guest's map; the
+/// virtio-mmio windows start at 0x0a00_0000).
 const EL0_HOLE_INDEX: usize = 64;
-const EL0_HOLE_IPA: u64 = 0x0a00_0000;
+const EL0_HOLE_IPA: u64 = 0x0b00_0000;
 /// Level-1 index of vCPU 0's window: one gigabyte of virtual addresses per
 /// vCPU that an operation points anywhere (a hole or device gigabyte as
 /// Normal executable memory, an IPA beyond the VM's 40 bits, or a table in a
@@ -318,6 +326,9 @@ static SETTINGS: Settings = Settings {
     el0_aarch32: AtomicBool::new(false),
     gicd_typer: AtomicU64::new(0),
     dczid: AtomicU64::new(0),
+    virtio_start: AtomicU64::new(0),
+    virtio_end: AtomicU64::new(0),
+    virtio_console: AtomicU64::new(0),
 };
 
 static MPIDRS: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
@@ -338,6 +349,11 @@ struct Settings {
     el0_aarch32: AtomicBool,
     gicd_typer: AtomicU64,
     dczid: AtomicU64,
+    /// The virtio-mmio windows (empty: none).
+    virtio_start: AtomicU64,
+    virtio_end: AtomicU64,
+    /// The virtio-console the `virtqueue` family drives (0: not allowed).
+    virtio_console: AtomicU64,
 }
 
 macro_rules! read_sysreg {
@@ -378,6 +394,8 @@ struct Ctx {
     el0_code: u64,
     /// What the current operation does, for violation reports.
     note: &'static str,
+    /// The `virtqueue` family (boot vCPU, when allowed).
+    virtqueue: Option<VirtqueueFuzz>,
 }
 
 /// The exceptions an executed sequence took.
@@ -639,6 +657,24 @@ impl Ctx {
 
     /// One random operation.
     fn step(&mut self) {
+        // Only when the family is on, so that other seeds replay as before.
+        if self.virtqueue.is_some() && self.rng.one_in(4) {
+            self.note = "virtqueue";
+            if self.verbose {
+                println!(
+                    "FUZZ: seed={} vcpu={} op={} (virtqueue)",
+                    self.seed, self.cpu, self.op
+                );
+            }
+            if let Some(mut family) = self.virtqueue.take() {
+                let outcome = family.op(&mut self.rng, self.seed, self.op);
+                self.virtqueue = Some(family);
+                if let Err((what, a, b)) = outcome {
+                    self.violation(what, a, b);
+                }
+            }
+            return;
+        }
         let (note, op): (&'static str, fn(&mut Ctx)) = match self.rng.below(100) {
             0..10 => ("ram", Ctx::ram_op),
             10..22 => ("hole", Ctx::hole_op),
@@ -2139,6 +2175,19 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
     s.dczid.store(read_sysreg!("dczid_el0"), Ordering::Relaxed);
     s.gicd_typer
         .store(u64::from(mmio_read32(gicd + 4)), Ordering::Relaxed);
+    let windows = platform.virtio();
+    s.virtio_start.store(
+        windows.iter().map(|w| w.window.start).min().unwrap_or(0),
+        Ordering::Relaxed,
+    );
+    s.virtio_end.store(
+        windows.iter().map(|w| w.window.end).max().unwrap_or(0),
+        Ordering::Relaxed,
+    );
+    if options.allows(FuzzOptions::ALLOW_VIRTQUEUE) {
+        let console = crate::virtio::find_console(platform).ok_or(Failure::NoVirtioConsole)?;
+        s.virtio_console.store(console.base, Ordering::Relaxed);
+    }
     WORKERS.store(workers, Ordering::Relaxed);
     map_el0_window(crate::mmu::level1(), workers);
     println!(
@@ -2168,6 +2217,14 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
     restore_uart(platform.uart_base);
     let ops: u64 = OPS.iter().map(|o| o.load(Ordering::Relaxed)).sum();
     let violations: u64 = VIOLATIONS.iter().map(|v| v.load(Ordering::Relaxed)).sum();
+    if options.allows(FuzzOptions::ALLOW_VIRTQUEUE) {
+        println!(
+            "FUZZ: virtqueue sent={} guaranteed={} resets={}",
+            fuzz_virtqueue::SENT.load(Ordering::Relaxed),
+            fuzz_virtqueue::GUARANTEED.load(Ordering::Relaxed),
+            fuzz_virtqueue::RESETS.load(Ordering::Relaxed)
+        );
+    }
     println!(
         "FUZZ: seeds={} ops={ops} violations={violations} interrupts={}",
         options.seeds,
@@ -2216,8 +2273,21 @@ fn worker(cpu: usize, boot: bool) -> bool {
         gicd: s.gicd.load(Ordering::Relaxed),
         gicr: s.gicr.load(Ordering::Relaxed),
         vcpus: s.vcpus.load(Ordering::Relaxed),
+        virtio: (
+            s.virtio_start.load(Ordering::Relaxed),
+            s.virtio_end.load(Ordering::Relaxed),
+        ),
         reserved: (EL0_WINDOW, window_va(FUZZ_CPUS)),
     };
+    let console = s.virtio_console.load(Ordering::Relaxed);
+    let virtqueue = (cpu == 0 && console != 0).then(|| {
+        VirtqueueFuzz::new(
+            crate::virtio::Mmio { base: console },
+            layout.ram,
+            layout.uart,
+            layout.gicd,
+        )
+    });
     let first = s.seed.load(Ordering::Relaxed);
     let seeds = s.seeds.load(Ordering::Relaxed);
     let ops = s.ops.load(Ordering::Relaxed);
@@ -2237,6 +2307,7 @@ fn worker(cpu: usize, boot: bool) -> bool {
         el0_data_va: EL0_WINDOW + ((2 * cpu + 1) * PAGE) as u64,
         el0_code: el0_page(2 * cpu),
         note: "",
+        virtqueue,
     };
     for (index, seed) in (first..first + seeds).enumerate() {
         if boot {

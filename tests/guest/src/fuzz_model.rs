@@ -62,6 +62,9 @@ pub struct Layout {
     pub gicr: u64,
     /// vCPUs, so redistributors.
     pub vcpus: u64,
+    /// The virtio-mmio windows `[start, end)` (empty when the VM has no
+    /// virtio device): never called holes.
+    pub virtio: (u64, u64),
     /// Virtual addresses the guest maps elsewhere than their IPA (the
     /// fuzzer's EL0 window and per-vCPU retargetable windows): never called
     /// holes.
@@ -95,6 +98,8 @@ pub enum Region {
     Gicd(u64),
     /// Redistributor `vcpu`, at this offset in its 128 KiB.
     Gicr(u64, u64),
+    /// A virtio-mmio window, at this offset from the first.
+    Virtio(u64),
     /// Nothing: an access must abort.
     Hole,
 }
@@ -111,6 +116,8 @@ impl Layout {
         } else if (self.gicr..self.gicr + self.vcpus * GICR_STRIDE).contains(&address) {
             let offset = address - self.gicr;
             Region::Gicr(offset / GICR_STRIDE, offset % GICR_STRIDE)
+        } else if (self.virtio.0..self.virtio.1).contains(&address) {
+            Region::Virtio(address - self.virtio.0)
         } else {
             Region::Hole
         }
@@ -128,6 +135,8 @@ impl Layout {
             && !(address..address + size).contains(&self.uart)
             && !(address..address + size).contains(&self.gicd)
             && !(address..address + size).contains(&self.gicr)
+            && (self.virtio.0 == self.virtio.1
+                || !(address..address + size).contains(&self.virtio.0))
             && (address + size <= self.reserved.0 || address >= self.reserved.1)
     }
 
@@ -476,6 +485,7 @@ mod tests {
             gicd: 0x0800_0000,
             gicr: 0x080a_0000,
             vcpus: 4,
+            virtio: (0, 0),
             reserved: (0xc000_0000, 0x3_0000_0000),
         }
     }
@@ -521,6 +531,19 @@ mod tests {
                 let a = l.hole(&mut rng, size);
                 assert!(l.is_hole(a, size) && a.is_multiple_of(size), "{a:#x}");
             }
+        }
+        // With virtio windows, 0x0a00_0000 is a device, not a hole.
+        let v = Layout {
+            virtio: (0x0a00_0000, 0x0a00_0400),
+            ..l
+        };
+        assert_eq!(v.region(0x0a00_0270), Region::Virtio(0x270));
+        assert!(!v.is_hole(0x0a00_0000, 8));
+        assert!(!v.is_hole(0x09ff_fffc, 8), "straddles into a virtio window");
+        assert!(v.is_hole(0x0a00_0400, 8));
+        for _ in 0..2000 {
+            let a = v.hole(&mut rng, 8);
+            assert!(!(0x0a00_0000..0x0a00_0400).contains(&a), "{a:#x}");
         }
     }
 

@@ -51,6 +51,11 @@
 //!   register starts at zero, then leaves patterns in them (streaming mode
 //!   and ZA live with SME); restarted on its CPU, it shows the hypervisor
 //!   cleared them (see `vector_regs`).
+//! * `virtio-bad` (boot vCPU only, a VM with `console=virtio`): drives its
+//!   virtio-console well (`virtio-console: hello`) and then badly: broken
+//!   chains, rings in device memory, notify storms, register abuse; the
+//!   device must use each chain or need a reset, and work after a reset
+//!   (see `virtio_bad`, the driver in `virtio`).
 //!
 //! Every other scenario ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the
@@ -84,6 +89,8 @@ mod fuzz;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod fuzz_model;
 #[cfg(target_os = "none")]
+mod fuzz_virtqueue;
+#[cfg(target_os = "none")]
 mod gic;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod gic_regs;
@@ -113,6 +120,12 @@ mod timers;
 mod toucher;
 #[cfg(target_os = "none")]
 mod vector_regs;
+#[cfg(target_os = "none")]
+mod virtio;
+#[cfg(target_os = "none")]
+mod virtio_bad;
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+mod virtio_ring;
 
 #[cfg(not(target_os = "none"))]
 fn main() {

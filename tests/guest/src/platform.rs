@@ -1,6 +1,7 @@
 //! What the guest learns from the device tree it is given in `x0`: RAM
 //! ranges, the CPUs' MPIDRs, the PL011 base, the GICv3 frames and the
-//! architected timer's `interrupts` cells (when present), the initrd and the
+//! architected timer's `interrupts` cells (when present), the virtio-mmio
+//! devices (`virtio,mmio` nodes: window and SPI), the initrd and the
 //! bootargs (read by [`crate::bootargs`]), plus the ranges that are not free
 //! RAM (image, device tree, initrd, `/memreserve/` entries).
 //!
@@ -15,6 +16,19 @@ use crate::memory_map::{self, MemRange};
 const MAX_RANGES: usize = 8;
 /// Most `interrupts` cells kept from the timer node (four 3-cell entries).
 const MAX_TIMER_CELLS: usize = 12;
+/// Most virtio-mmio devices the guest keeps track of (QEMU `virt` and the
+/// hypervisor have at most 32 windows).
+pub const MAX_VIRTIO: usize = 32;
+
+/// A `virtio,mmio` node: the device's register window and its interrupt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VirtioWindow {
+    /// The register window.
+    pub window: MemRange,
+    /// Its INTID (an SPI: 32 + the specifier's number), when the node has
+    /// `interrupts`.
+    pub intid: Option<u32>,
+}
 
 /// Where the GIC is: a GICv3 (`arm,gic-v3`: `reg` = distributor,
 /// redistributors) or a GICv2 (`arm,cortex-a15-gic`, `arm,gic-400`: `reg` =
@@ -79,6 +93,8 @@ pub struct Platform {
     timer_cells: [u32; MAX_TIMER_CELLS],
     /// `None` without an `arm,armv8-timer` node with `interrupts`.
     timer_cell_count: Option<usize>,
+    virtio: [VirtioWindow; MAX_VIRTIO],
+    virtio_count: usize,
 }
 
 impl Platform {
@@ -108,6 +124,11 @@ impl Platform {
             gic: None,
             timer_cells: [0; MAX_TIMER_CELLS],
             timer_cell_count: None,
+            virtio: [VirtioWindow {
+                window: MemRange { start: 0, end: 0 },
+                intid: None,
+            }; MAX_VIRTIO],
+            virtio_count: 0,
         };
         for region in fdt.memory().regions() {
             let Some(size) = region.size.filter(|&s| s > 0) else {
@@ -190,6 +211,34 @@ impl Platform {
             platform.timer_cell_count = Some(count);
         }
 
+        for node in fdt.all_nodes() {
+            let is_virtio = node
+                .compatible()
+                .is_some_and(|c| c.all().any(|name| name == "virtio,mmio"));
+            let reg = node.reg().and_then(|mut regs| regs.next());
+            let (true, Some(reg)) = (is_virtio, reg) else {
+                continue;
+            };
+            if platform.virtio_count == MAX_VIRTIO {
+                break;
+            }
+            let start = reg.starting_address as u64;
+            let cell = |bytes: &[u8]| u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+            // `interrupts = <0 (SPI) number flags>`: INTID 32 + number.
+            let intid = node
+                .property("interrupts")
+                .filter(|p| p.value.len() >= 8 && cell(&p.value[..4]) == 0)
+                .map(|p| 32 + cell(&p.value[4..8]));
+            platform.virtio[platform.virtio_count] = VirtioWindow {
+                window: MemRange {
+                    start,
+                    end: start + reg.size.unwrap_or(0) as u64,
+                },
+                intid,
+            };
+            platform.virtio_count += 1;
+        }
+
         let (image_start, image_end) = boot::image_range();
         platform.reserve(MemRange {
             start: image_start,
@@ -251,6 +300,11 @@ impl Platform {
     pub fn timer_cells(&self) -> Option<&[u32]> {
         self.timer_cell_count
             .map(|count| &self.timer_cells[..count])
+    }
+
+    /// The `virtio,mmio` devices, in device-tree order.
+    pub fn virtio(&self) -> &[VirtioWindow] {
+        &self.virtio[..self.virtio_count]
     }
 
     /// Whether `address` lies in RAM.

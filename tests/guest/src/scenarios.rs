@@ -80,6 +80,7 @@ use crate::psci::{self, function};
 use crate::smp::{self, Barrier, Deadline};
 use crate::timer_regs::{CounterError, Timer, TimerNodeError, TimerPpis};
 use crate::timers;
+use crate::virtio::{RequestError, SetupError};
 
 /// `TEST_REPORT` code of a panic.
 pub const PANIC_CODE: u64 = 0xbad2_0001;
@@ -365,6 +366,32 @@ pub enum Failure {
         /// The page that failed (0 when none).
         page: u64,
     },
+    /// The device tree names no virtio-console (the VM needs
+    /// `console=virtio`).
+    NoVirtioConsole,
+    /// A virtio device broke a rule of a `virtio-bad` case.
+    Virtio {
+        /// The case.
+        case: &'static str,
+        /// What was wrong.
+        what: &'static str,
+        /// The value that shows it.
+        value: u64,
+    },
+    /// Setting the virtio-console up failed.
+    VirtioSetup {
+        /// The case it followed.
+        case: &'static str,
+        /// What went wrong.
+        error: SetupError,
+    },
+    /// A good request to the virtio-console failed.
+    VirtioRequest {
+        /// The case it followed.
+        case: &'static str,
+        /// What went wrong.
+        error: RequestError,
+    },
 }
 
 impl Failure {
@@ -410,6 +437,10 @@ impl Failure {
                 Failure::ProbeInRam { .. } => 36,
                 Failure::Migrate { .. } => 37,
                 Failure::VectorRegs { .. } => 38,
+                Failure::NoVirtioConsole => 39,
+                Failure::Virtio { .. } => 40,
+                Failure::VirtioSetup { .. } => 41,
+                Failure::VirtioRequest { .. } => 42,
             }
     }
 }
@@ -601,6 +632,20 @@ impl fmt::Display for Failure {
                 write!(f, "control: {step}: not seen in time (last read {last:#x})")
             }
             Failure::Migrate { step, page } => write!(f, "migrate: {step}: page {page:#x}"),
+            Failure::NoVirtioConsole => write!(
+                f,
+                "no virtio-console in the device tree (run the VM with console=virtio)"
+            ),
+            Failure::Virtio { case, what, value } => {
+                write!(f, "virtio-bad: {case}: {what} {value:#x}")
+            }
+            Failure::VirtioSetup { case, error } => {
+                write!(f, "virtio: setup after `{case}` failed: {error:?}")
+            }
+            Failure::VirtioRequest { case, error } => {
+                write!(f, "virtio: good request after `{case}` failed: ")?;
+                crate::virtio_bad::describe(&error, f)
+            }
             // A name ending in a space comes with the value read, else with
             // the register's number.
             Failure::VectorRegs { what, index } if what.ends_with(' ') => {
@@ -680,6 +725,7 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
         Scenario::MemslotPerf => crate::memslot_perf::control(options.slots),
         Scenario::Toucher => crate::toucher::run(),
         Scenario::VectorRegs => crate::vector_regs::run(),
+        Scenario::VirtioBad => crate::virtio_bad::run(platform),
     }
 }
 

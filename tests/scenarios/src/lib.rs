@@ -73,6 +73,13 @@ pub enum Scenario {
     /// again on the same CPU (a restart), it shows the hypervisor cleared
     /// them.
     VectorRegs,
+    /// A hostile driver of the VM's virtio-console (`console=virtio`):
+    /// descriptor loops, buffers and rings outside RAM and in device
+    /// windows, huge lengths, nested and malformed indirect tables, notify
+    /// storms, register abuse, resets in the middle of a request; the
+    /// device must use each chain or enter `DEVICE_NEEDS_RESET`, and work
+    /// again after a reset.
+    VirtioBad,
 }
 
 impl Scenario {
@@ -96,6 +103,7 @@ impl Scenario {
         Scenario::MemslotPerf,
         Scenario::Toucher,
         Scenario::VectorRegs,
+        Scenario::VirtioBad,
     ];
 
     /// The scenario's name on the command line and in `test=`.
@@ -119,6 +127,7 @@ impl Scenario {
             Scenario::MemslotPerf => "memslot-perf",
             Scenario::Toucher => "toucher",
             Scenario::VectorRegs => "vector-regs",
+            Scenario::VirtioBad => "virtio-bad",
         }
     }
 

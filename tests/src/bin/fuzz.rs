@@ -3,7 +3,8 @@
 //! Boots the test guest's `fuzz` scenario under the hypervisor for seeds
 //! `first..first + N`, `--per-boot` seeds per boot, alternating the `-cpu`
 //! models given, and prints the campaign's figures as `fuzz/NAME VALUE UNIT`
-//! lines (seeds, ops, hv_panics, vm_stops, violations). Every failure is
+//! lines (seeds, ops, hv_panics, vm_stops, violations). `--allow virtqueue`
+//! adds the virtio-console family (the VM gets `console=virtio`). Every failure is
 //! printed with its seed and the command that replays it; the exit status is
 //! 0 only for a clean campaign.
 
@@ -21,9 +22,11 @@ usage: fuzz --seeds N [--first-seed S] [--ops M] [--per-boot K] [--cpu MODEL]...
   --per-boot K     seeds per boot (default 50)
   --cpu MODEL      QEMU -cpu; repeat to alternate boots between models
                    (default: max,pauth=off and cortex-a57)
-  --allow LIST     fuzz-allow list (the default mix has every family;
-                   the guest also takes fuzz-deny=LIST to leave some out)
-                   (default: none)
+  --allow LIST     fuzz-allow list (the default mix has every family but
+                   icc-wide and virtqueue; the guest also takes
+                   fuzz-deny=LIST to leave some out) (default: none);
+                   `virtqueue` boots the VM with console=virtio and checks
+                   the lines its chains bring out
   --smp N          emulated CPUs and vCPUs (default 4)";
 
 fn parse(args: &[String]) -> Result<Campaign, String> {
