@@ -121,6 +121,10 @@ impl Hardware for El2 {
         host_console::guest_output(vm, byte);
     }
 
+    fn guest_output_bytes(&self, vm: usize, bytes: &[u8]) {
+        host_console::guest_output_bytes(vm, bytes);
+    }
+
     fn flush_guest_line(&self, vm: usize) {
         host_console::flush_vm(vm);
     }

@@ -119,6 +119,19 @@ pub fn guest_output(vm: usize, byte: u8) {
     }
 }
 
+/// Takes a run of VM `vm`'s console output under one hold of the console
+/// lock, so no other CPU's output of the VM lands inside it.
+pub fn guest_output_bytes(vm: usize, bytes: &[u8]) {
+    let written = with_console(|console| {
+        for &byte in bytes {
+            console.on_guest_tx_byte(VmId(vm), byte, &mut HostUart);
+        }
+    });
+    if written.is_none() {
+        console::write_bytes(bytes);
+    }
+}
+
 /// Writes VM `vm`'s unfinished line (it ends). Never called with the
 /// console lock held: the monitor only requests a stop, the VM's own CPU
 /// ends it.

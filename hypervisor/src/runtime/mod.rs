@@ -135,6 +135,14 @@ pub trait Hardware: Sync + 'static {
 
     /// A byte of VM `vm`'s console output.
     fn guest_output(&self, vm: usize, byte: u8);
+    /// A run of VM `vm`'s console output (a virtio-console's transmit
+    /// chains), kept together: no other output of the VM lands inside it.
+    /// The default passes the bytes one by one.
+    fn guest_output_bytes(&self, vm: usize, bytes: &[u8]) {
+        for &byte in bytes {
+            self.guest_output(vm, byte);
+        }
+    }
     /// Writes out VM `vm`'s unfinished console line.
     fn flush_guest_line(&self, vm: usize);
     /// Writes a whole line to the host console (the `STAT` lines).

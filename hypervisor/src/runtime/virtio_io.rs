@@ -147,9 +147,7 @@ fn drain<H: Hardware>(vm: &Vm<H>, device: &VirtioDevice, mem: &dyn GuestMemory) 
                 _ => Effects::default(),
             };
             if device.role == DeviceRole::Console {
-                for &byte in &out {
-                    vm.console_byte(byte);
-                }
+                vm.console_bytes(&out);
             } else {
                 // Run once the access is over (`control_port::run_pending`).
                 control_port::take_output(device, &out);

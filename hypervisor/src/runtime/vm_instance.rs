@@ -435,6 +435,11 @@ impl<H: Hardware> Vm<H> {
         self.hw.guest_output(self.index, byte);
     }
 
+    /// A run of console output bytes of the VM, kept together.
+    pub fn console_bytes(&self, bytes: &[u8]) {
+        self.hw.guest_output_bytes(self.index, bytes);
+    }
+
     /// The monitor's `pause`: holds every vCPU at EL2 from its next exit
     /// (requested, not waited for).
     pub fn request_pause(&self) -> Result<(), RunStateError> {

@@ -140,22 +140,41 @@ impl Console {
         let Some(queue) = ctx.queues.get_mut(usize::from(TRANSMIT_QUEUE)) else {
             return Ok(());
         };
+        // The bytes of the chains taken before a broken one stay output
+        // (their chains are used): the error ends the loop, not them.
+        let mut result = Ok(());
         while self.output.len() < OUTPUT_LIMIT {
-            if !queue.pop_into(ctx.mem, &mut self.chain)? {
-                break;
+            match queue.pop_into(ctx.mem, &mut self.chain) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
             }
             let keep = self.chain.readable_len().min(MAX_TX_CHAIN);
             let start = self.output.len();
             self.output.resize(start + keep as usize, 0);
             let dst = self.output.get_mut(start..).unwrap_or_default();
-            let got = self.chain.read_readable(ctx.mem, 0, dst)?;
+            let got = match self.chain.read_readable(ctx.mem, 0, dst) {
+                Ok(got) => got,
+                Err(e) => {
+                    // Nothing of a chain whose buffers cannot be read.
+                    self.output.truncate(start);
+                    result = Err(e.into());
+                    break;
+                }
+            };
             self.output.truncate(start + got);
             self.counters.output_bytes += got as u64;
             self.counters.output_dropped += u64::from(self.chain.readable_len() - keep);
-            queue.push_used(ctx.mem, self.chain.head(), 0)?;
+            if let Err(e) = queue.push_used(ctx.mem, self.chain.head(), 0) {
+                result = Err(e);
+                break;
+            }
         }
         ctx.output_ready |= !self.output.is_empty();
-        Ok(())
+        result
     }
 }
 
@@ -270,6 +289,25 @@ mod tests {
             vec![(u32::from(h1), 0), (u32::from(h2), 0)]
         );
         assert_eq!(t.device().counters().output_bytes, 11);
+    }
+
+    #[test]
+    fn chains_used_before_a_broken_one_keep_their_bytes() {
+        let mem = FakeMemory::new();
+        let (mut t, mut qs) = setup(&mem);
+        mem.poke(BUF, b"kept");
+        let good = qs[1].add_chain(&mem, &[(BUF, 4, false)]);
+        qs[1].publish(&mem, good);
+        // A buffer in a device window (the PL011's): not RAM.
+        let bad = qs[1].add_chain(&mem, &[(0x0900_0000, 4, false)]);
+        qs[1].publish(&mem, bad);
+        let e = t.write(REG_QUEUE_NOTIFY, 4, 1, &mem);
+        assert!(e.needs_reset.is_some(), "{e:?}");
+        assert!(e.output_ready, "the good chain's bytes wait to be taken");
+        let mut out = Vec::new();
+        let _ = t.console_take_output(&mut out, &mem);
+        assert_eq!(out, b"kept", "no bytes of the broken chain, none lost");
+        assert_eq!(qs[1].take_used(&mem), vec![(u32::from(good), 0)]);
     }
 
     #[test]

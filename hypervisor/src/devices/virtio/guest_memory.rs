@@ -64,7 +64,10 @@ impl core::error::Error for GuestMemoryError {}
 /// A VM's RAM, as a device reads and writes it.
 ///
 /// Every method checks the whole range first and moves nothing when any
-/// byte of it is refused.
+/// byte of it is refused. The `u16`/`u32`/`u64` accessors read and write
+/// ring indices the guest changes concurrently: an implementation over
+/// memory another CPU writes must make an aligned one a single access
+/// (the defaults copy bytes, which suits memories no one else writes).
 pub trait GuestMemory {
     /// Copies `buf.len()` bytes at `ipa` into `buf`.
     fn read(&self, ipa: u64, buf: &mut [u8]) -> Result<(), GuestMemoryError>;
