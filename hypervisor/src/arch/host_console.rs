@@ -123,9 +123,9 @@ pub fn guest_output(vm: usize, byte: u8) {
 /// lock, so no other CPU's output of the VM lands inside it.
 pub fn guest_output_bytes(vm: usize, bytes: &[u8]) {
     let written = with_console(|console| {
-        for &byte in bytes {
-            console.on_guest_tx_byte(VmId(vm), byte, &mut HostUart);
-        }
+        bytes
+            .iter()
+            .try_for_each(|&byte| console.on_guest_tx_byte(VmId(vm), byte, &mut HostUart))
     });
     if written.is_none() {
         console::write_bytes(bytes);

@@ -106,7 +106,7 @@ impl<'g> SlotMemory<'g> {
         len: u64,
         writes: bool,
     ) -> Result<Option<(&'g Memslot, u64)>, GuestMemoryError> {
-        if ipa % len != 0 {
+        if !ipa.is_multiple_of(len) {
             return Ok(None);
         }
         let slot = self.slot_at(ipa, writes)?;

@@ -23,7 +23,6 @@ use memslot::{DirtyLogMode, Gfn, PAGE_SHIFT, SlotFlags, SlotId, VcpuSlotCache};
 use pgtable::{Attributes, HostMemory, PageCache, Perms, PhysAddr};
 use tlb::{Scope, TlbCaps, TlbInvalidate, TlbTarget, TlbiOp};
 
-
 use super::Hardware;
 use super::boot_info::BootInfo;
 use super::device_access::{self, AccessingVcpu};
