@@ -34,7 +34,7 @@ use tests::linux_virtio::{
 };
 
 /// Time for a run with two Linux VMs and a 64 MiB transfer under TCG.
-const NET_TIMEOUT: Duration = Duration::from_secs(600);
+const NET_TIMEOUT: Duration = Duration::from_secs(900);
 /// Time for one Linux VM's disk run.
 const DISK_TIMEOUT: Duration = Duration::from_secs(300);
 
