@@ -96,7 +96,12 @@ fn disk_persists(cpu: &str, image_name: &str) {
         cpu: cpu.to_string(),
         ..e2e::vms(
             2,
-            &[&linux_vm_spec("w", "0-1", &[&disk], &disk_write_role(false))],
+            &[&linux_vm_spec(
+                "w",
+                "0-1",
+                &[&disk],
+                &disk_write_role(false),
+            )],
             DISK_TIMEOUT,
         )
     });
@@ -170,10 +175,7 @@ fn a_control_vm_runs_monitor_commands_through_hvc1() {
         ..e2e::vms(3, &[&control, other], DISK_TIMEOUT)
     });
     let explain = report.explain();
-    assert!(
-        report.console().contains("[ctl] RESULT: PASS"),
-        "{explain}"
-    );
+    assert!(report.console().contains("[ctl] RESULT: PASS"), "{explain}");
     assert!(
         e2e::has_line(&report, "CONTROL: ") && e2e::has_line(&report, "other"),
         "{explain}"
@@ -189,7 +191,12 @@ fn a_linux_vm_migrates_in_the_middle_of_a_tcp_transfer() {
     let server = linux_vm_spec("a", "0-1", &["net=lan", "mem=384"], &net_server_role());
     let src = format!(
         "{},expect=stopped",
-        linux_vm_spec("src", "2-3", &["net=lan", mac, "mem=384"], &net_client_role())
+        linux_vm_spec(
+            "src",
+            "2-3",
+            &["net=lan", mac, "mem=384"],
+            &net_client_role()
+        )
     );
     let dst = linux_vm_spec(
         "dst",

@@ -29,6 +29,14 @@ pub type Vm = crate::runtime::vm_instance::Vm<El2>;
 pub type VmTable = crate::runtime::vm_table::VmTable<El2>;
 
 impl Hardware for El2 {
+    /// The host's virtio-mmio disks, probed at boot (`arch::host_disk`).
+    fn host_disk(
+        &self,
+        index: u32,
+    ) -> Option<&'static dyn crate::devices::virtio::block_backend::BlockBackend> {
+        crate::arch::host_disk::host_disk(index as usize)
+    }
+
     type TableMemory = FrameMemory;
     type Tlb = Aarch64Tlb;
 

@@ -22,15 +22,17 @@ use crate::arch::cpu::percpu;
 use crate::arch::cpu::sysreg;
 use crate::arch::drivers::gic;
 use crate::arch::hardware::VmTable;
-use crate::arch::hardware::{EL2, Vm};
+use crate::arch::hardware::{EL2, El2, Vm};
 use crate::arch::host_console;
 use crate::arch::monitor_target;
 use crate::arch::vcpu::Vcpu;
 use crate::exit::flow::{Flow, StopReason};
 use crate::runtime::boot_info::BootInfo;
+use crate::runtime::device_hub::DeviceHub;
 use crate::runtime::vcpu_cycle;
 use crate::runtime::vm_instance::create_vm;
 use crate::vm::power::BootRequest;
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 use boot_payload::VmsRef;
 use spin::Once;
@@ -65,10 +67,13 @@ pub fn run_boot_cpu(info: &BootInfo) -> ! {
     if let Err(e) = vms.check_cpus(info.cpus_online as u32) {
         cannot_start(&e);
     }
+    // The machine's network switch and the VMs its ports reach: made
+    // before the VMs (each attaches its port), kept for the machine's life.
+    let hub: &'static DeviceHub<El2> = Box::leak(Box::new(DeviceHub::new()));
     let mut created = Vec::with_capacity(vms.len());
     let mut boots = Vec::with_capacity(vms.len());
     for (index, vm) in vms.as_slice().iter().enumerate() {
-        let (vm, boot) = create_vm(&EL2, info, index, vm)
+        let (vm, boot) = create_vm(&EL2, info, index, vm, hub)
             .unwrap_or_else(|e| cannot_start(&format_args!("vm{index} ({}): {e}", vm.name)));
         created.push(vm);
         boots.push(boot);

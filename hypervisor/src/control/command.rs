@@ -59,6 +59,8 @@ pub enum Command<'a> {
     Focus(VmRef<'a>),
     /// `counters VM`: the VM's event counters.
     Counters(VmRef<'a>),
+    /// `devices VM`: the VM's virtio devices.
+    Devices(VmRef<'a>),
     /// `pause VM`.
     Pause(VmRef<'a>),
     /// `resume VM`.
@@ -149,6 +151,10 @@ pub const USAGE: &[(&str, &str)] = &[
     ("vms", "the VM table (alias: list)"),
     ("focus VM", "typed bytes go to VM"),
     ("counters VM", "VM's event counters"),
+    (
+        "devices VM",
+        "VM's virtio devices: window, SPI, status, features, counters",
+    ),
     ("pause VM", "stop running VM's vCPUs"),
     ("resume VM", "run a paused VM again"),
     ("stop VM", "stop VM for good"),
@@ -380,6 +386,7 @@ pub fn parse(line: &str) -> Result<Command<'_>, CommandError<'_>> {
         "exit" => bare(name, Command::Exit, words),
         "focus" => vm_command(name, Command::Focus, words),
         "counters" => vm_command(name, Command::Counters, words),
+        "devices" => vm_command(name, Command::Devices, words),
         "pause" => vm_command(name, Command::Pause, words),
         "resume" => vm_command(name, Command::Resume, words),
         "stop" => vm_command(name, Command::Stop, words),
@@ -651,6 +658,10 @@ mod tests {
         assert_eq!(parse("exit"), Ok(Command::Exit));
         assert_eq!(parse("focus web"), Ok(Command::Focus(VmRef::Name("web"))));
         assert_eq!(parse("counters 2"), Ok(Command::Counters(VmRef::Id(2))));
+        assert_eq!(
+            parse("devices web"),
+            Ok(Command::Devices(VmRef::Name("web")))
+        );
         assert_eq!(parse("pause a"), Ok(Command::Pause(VmRef::Name("a"))));
         assert_eq!(parse("resume a"), Ok(Command::Resume(VmRef::Name("a"))));
         assert_eq!(parse("stop 0"), Ok(Command::Stop(VmRef::Id(0))));

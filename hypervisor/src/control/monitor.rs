@@ -24,6 +24,7 @@
 //! ```text
 //! vms:       ID  NAME              STATE     VCPUS  CPUS              RAM  SLOTS  FOCUS
 //! counters:  COUNTER                  VALUE
+//! devices:   DEV KIND     WINDOW                SPI  STATUS   FEATURES   COUNTERS
 //! slots:     SLOT   IPA                 SIZE        BACKING             FLAGS
 //! dirty get: IPA                 PAGES
 //! ```
@@ -35,7 +36,10 @@
 //! its order) and then the console's own `console_rx_dropped`. `dirty get`
 //! lists runs of consecutive dirty pages (first address, page count), at
 //! most [`DIRTY_RUNS_SHOWN`], and ends with an `ok:` line that counts the
-//! pages and the runs.
+//! pages and the runs. `devices` lists the VM's virtio devices (the
+//! machine's lines: index, kind, window, SPI, status bits by name joined
+//! with `|`, negotiated features, counters as `name=value` joined with `,`),
+//! or says it has none.
 
 use crate::vm::migration_plan::MigrationOptions;
 use alloc::string::String;
@@ -173,6 +177,9 @@ pub trait MonitorTarget {
     fn vm_info(&self, vm: VmId) -> Result<VmInfo, Self::Error>;
     /// Calls `each` with every counter of `vm`, by name, in report order.
     fn counters(&self, vm: VmId, each: &mut dyn FnMut(&str, u64)) -> Result<(), Self::Error>;
+    /// Calls `each` with one line per virtio device of `vm`, in guest
+    /// order (`devices VM`).
+    fn devices(&self, vm: VmId, each: &mut dyn FnMut(&str)) -> Result<(), Self::Error>;
     /// Stops running `vm`'s vCPUs, keeping their state.
     fn pause(&mut self, vm: VmId) -> Result<(), Self::Error>;
     /// Runs a paused `vm` again.
@@ -255,6 +262,24 @@ impl Default for Monitor {
     }
 }
 
+/// Where a command's reply goes and how it names VMs: the console (its
+/// mux knows the names and the focus) or a control VM's monitor port
+/// (`runtime::control_port`, which has no focus).
+pub trait ReplySink: Write {
+    /// How many VMs there are (ids `0..count`).
+    fn vm_count(&self) -> usize;
+    /// VM `vm`'s name.
+    fn vm_name(&self, vm: VmId) -> Option<&str>;
+    /// The VM named `name`.
+    fn find_vm(&self, name: &str) -> Option<VmId>;
+    /// The VM typed bytes go to, if this side has a keyboard.
+    fn focus(&self) -> Option<VmId>;
+    /// Sends typed bytes to `vm`; false when this side has no keyboard.
+    fn set_focus(&mut self, vm: VmId) -> bool;
+    /// Typed bytes for `vm` the console dropped, if it counts them.
+    fn rx_dropped(&self, vm: VmId) -> Option<u64>;
+}
+
 /// Formats monitor text straight to the console.
 struct MonitorWriter<'a, O: ConsoleOutput> {
     mux: &'a mut ConsoleMux,
@@ -265,6 +290,32 @@ impl<O: ConsoleOutput> Write for MonitorWriter<'_, O> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         self.mux.write_monitor(s.as_bytes(), self.out);
         Ok(())
+    }
+}
+
+impl<O: ConsoleOutput> ReplySink for MonitorWriter<'_, O> {
+    fn vm_count(&self) -> usize {
+        self.mux.vm_count()
+    }
+
+    fn vm_name(&self, vm: VmId) -> Option<&str> {
+        self.mux.name(vm).ok()
+    }
+
+    fn find_vm(&self, name: &str) -> Option<VmId> {
+        self.mux.find(name)
+    }
+
+    fn focus(&self) -> Option<VmId> {
+        Some(self.mux.focus())
+    }
+
+    fn set_focus(&mut self, vm: VmId) -> bool {
+        self.mux.set_focus(vm).is_ok()
+    }
+
+    fn rx_dropped(&self, vm: VmId) -> Option<u64> {
+        self.mux.rx_dropped(vm).ok()
     }
 }
 
@@ -438,34 +489,43 @@ impl Monitor {
         out: &mut impl ConsoleOutput,
         target: &mut T,
     ) -> MonitorStep {
-        let mut w = MonitorWriter { mux, out };
-        match execute(line, &mut w, target) {
-            Ok(step) => step,
-            Err(failure) => {
-                let _ = writeln!(w, "error: {failure}");
-                MonitorStep::Stay
-            }
+        run_command(line, &mut MonitorWriter { mux, out }, target)
+    }
+}
+
+/// Runs one command line with its reply going to `w` (the console, or a
+/// control VM's monitor port): the same commands and answers everywhere.
+pub fn run_command<T: MonitorTarget>(
+    line: &str,
+    w: &mut impl ReplySink,
+    target: &mut T,
+) -> MonitorStep {
+    match execute(line, w, target) {
+        Ok(step) => step,
+        Err(failure) => {
+            let _ = writeln!(w, "error: {failure}");
+            MonitorStep::Stay
         }
     }
 }
 
 /// Finds the VM the user named.
-fn resolve<'a>(mux: &ConsoleMux, vm: VmRef<'a>) -> Result<VmId, VmRef<'a>> {
+fn resolve<'a>(w: &impl ReplySink, vm: VmRef<'a>) -> Result<VmId, VmRef<'a>> {
     match vm {
-        VmRef::Id(id) if id < mux.vm_count() => Ok(VmId(id)),
+        VmRef::Id(id) if id < w.vm_count() => Ok(VmId(id)),
         VmRef::Id(_) => Err(vm),
-        VmRef::Name(name) => mux.find(name).ok_or(vm),
+        VmRef::Name(name) => w.find_vm(name).ok_or(vm),
     }
 }
 
-fn execute<'a, T: MonitorTarget, O: ConsoleOutput>(
+fn execute<'a, T: MonitorTarget, W: ReplySink>(
     line: &'a str,
-    w: &mut MonitorWriter<'_, O>,
+    w: &mut W,
     target: &mut T,
 ) -> Result<MonitorStep, Failure<'a, T::Error>> {
     let command = command::parse(line).map_err(Failure::Parse)?;
-    let vm_of = |w: &MonitorWriter<'_, O>, vm| resolve(w.mux, vm).map_err(Failure::NoVm);
-    let name_of = |w: &MonitorWriter<'_, O>, vm| String::from(w.mux.name(vm).unwrap_or("?"));
+    let vm_of = |w: &W, vm| resolve(w, vm).map_err(Failure::NoVm);
+    let name_of = |w: &W, vm| String::from(w.vm_name(vm).unwrap_or("?"));
     match command {
         Command::Empty => {}
         Command::Help => {
@@ -482,14 +542,21 @@ fn execute<'a, T: MonitorTarget, O: ConsoleOutput>(
         Command::Vms => vms(w, target)?,
         Command::Focus(vm) => {
             let vm = vm_of(w, vm)?;
-            // `vm` was resolved against this mux: the call cannot fail.
-            let _ = w.mux.set_focus(vm);
+            // `vm` was resolved against this side's VMs: only a side
+            // without a keyboard refuses.
+            if !w.set_focus(vm) {
+                let _ = writeln!(
+                    w,
+                    "error: focus is the console's; this port has no keyboard"
+                );
+                return Ok(MonitorStep::Stay);
+            }
             let name = name_of(w, vm);
             let _ = writeln!(w, "ok: input goes to {name} (id {vm})");
         }
         Command::Counters(vm) => {
             let vm = vm_of(w, vm)?;
-            let dropped = w.mux.rx_dropped(vm).unwrap_or(0);
+            let dropped = w.rx_dropped(vm).unwrap_or(0);
             let mut rows = String::new();
             target
                 .counters(vm, &mut |name, value| {
@@ -499,6 +566,26 @@ fn execute<'a, T: MonitorTarget, O: ConsoleOutput>(
             let _ = writeln!(w, "{:<24} VALUE", "COUNTER");
             let _ = write!(w, "{rows}");
             let _ = writeln!(w, "{:<24} {dropped}", "console_rx_dropped");
+        }
+        Command::Devices(vm) => {
+            let vm = vm_of(w, vm)?;
+            let mut rows = String::new();
+            target
+                .devices(vm, &mut |line| {
+                    let _ = writeln!(rows, "{line}");
+                })
+                .map_err(Failure::Target)?;
+            if rows.is_empty() {
+                let name = name_of(w, vm);
+                let _ = writeln!(w, "ok: {name} has no virtio devices");
+            } else {
+                let _ = writeln!(
+                    w,
+                    "{:<3} {:<8} {:<21} {:<4} {:<40} {:<26} COUNTERS",
+                    "DEV", "KIND", "WINDOW", "SPI", "STATUS", "FEATURES"
+                );
+                let _ = write!(w, "{rows}");
+            }
         }
         Command::Pause(vm) => act(w, target, vm, "paused", T::pause)?,
         Command::Resume(vm) => act(w, target, vm, "resumed", T::resume)?,
@@ -632,40 +719,40 @@ fn execute<'a, T: MonitorTarget, O: ConsoleOutput>(
 }
 
 /// Runs a VM action and reports it.
-fn act<'a, T: MonitorTarget, O: ConsoleOutput>(
-    w: &mut MonitorWriter<'_, O>,
+fn act<'a, T: MonitorTarget, W: ReplySink>(
+    w: &mut W,
     target: &mut T,
     vm: VmRef<'a>,
     done: &str,
     action: fn(&mut T, VmId) -> Result<(), T::Error>,
 ) -> Result<(), Failure<'a, T::Error>> {
-    let vm = resolve(w.mux, vm).map_err(Failure::NoVm)?;
+    let vm = resolve(w, vm).map_err(Failure::NoVm)?;
     action(target, vm).map_err(Failure::Target)?;
-    let name = String::from(w.mux.name(vm).unwrap_or("?"));
+    let name = String::from(w.vm_name(vm).unwrap_or("?"));
     let _ = writeln!(w, "ok: {name} {done}");
     Ok(())
 }
 
 /// The `vms` table.
-fn vms<'a, T: MonitorTarget, O: ConsoleOutput>(
-    w: &mut MonitorWriter<'_, O>,
+fn vms<'a, T: MonitorTarget, W: ReplySink>(
+    w: &mut W,
     target: &mut T,
 ) -> Result<(), Failure<'a, T::Error>> {
     let mut rows = String::new();
-    for index in 0..w.mux.vm_count() {
+    for index in 0..w.vm_count() {
         let vm = VmId(index);
         let info = target.vm_info(vm).map_err(Failure::Target)?;
         let _ = writeln!(
             rows,
             "{:<3} {:<17} {:<10} {:>5}  {:<17} {:>5} {:>6}  {}",
             index,
-            w.mux.name(vm).unwrap_or("?"),
+            w.vm_name(vm).unwrap_or("?"),
             info.state.name(),
             info.vcpus,
             CpuList(info.cpus),
             Size(info.ram_bytes),
             info.memslots,
-            if w.mux.focus() == vm { "*" } else { "-" },
+            if w.focus() == Some(vm) { "*" } else { "-" },
         );
     }
     let _ = writeln!(

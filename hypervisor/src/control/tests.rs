@@ -210,6 +210,15 @@ impl MonitorTarget for FakeMachine {
         Ok(())
     }
 
+    fn devices(&self, vm: VmId, each: &mut dyn FnMut(&str)) -> Result<(), FakeError> {
+        if vm.0 == 0 {
+            each(
+                "0   net      0x000000000a000000+0x200 16   DRIVER_OK   VERSION_1   mac=52:54:00:00:00:01",
+            );
+        }
+        Ok(())
+    }
+
     fn pause(&mut self, vm: VmId) -> Result<(), FakeError> {
         self.transition(vm, &[VmState::Running], VmState::Paused)
     }
@@ -586,6 +595,7 @@ fn help_lists_every_command() {
         "vms",
         "focus",
         "counters",
+        "devices",
         "pause",
         "resume",
         "stop",
@@ -667,6 +677,26 @@ fn counters_include_dropped_input() {
         ]
     );
     assert_eq!(rig.command("counters 0")[4], "console_rx_dropped       0");
+}
+
+#[test]
+fn devices_lists_the_machines_lines_under_a_header_or_says_none() {
+    let mut rig = Rig::new(&["a", "b"]);
+    let reply = rig.command("devices a");
+    assert_eq!(reply.len(), 2);
+    let header: Vec<&str> = reply[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "DEV", "KIND", "WINDOW", "SPI", "STATUS", "FEATURES", "COUNTERS"
+        ]
+    );
+    assert!(reply[1].starts_with("0   net"));
+    assert_eq!(rig.command("devices b"), ["ok: b has no virtio devices"]);
+    assert_eq!(
+        rig.command("devices c"),
+        ["error: no VM named \"c\"; vms lists them"]
+    );
 }
 
 #[test]

@@ -73,6 +73,7 @@ pub const fn device_name(device: DeviceId) -> &'static str {
     match device {
         DeviceId::Uart => "UART",
         DeviceId::Gic => "GIC",
+        DeviceId::Virtio(_) => "virtio-mmio",
     }
 }
 
@@ -97,6 +98,16 @@ pub enum DataAbortRoute {
     Gic {
         /// The access.
         access: DataAccess,
+    },
+    /// Emulate the access in the VM's virtio-mmio device `device`, at
+    /// `offset` in its window.
+    Virtio {
+        /// The device's index in the VM's device list.
+        device: u8,
+        /// The access.
+        access: DataAccess,
+        /// Offset in the device's window.
+        offset: u64,
     },
     /// Inject a data abort.
     InjectAbort(AbortCause),
@@ -135,6 +146,11 @@ pub fn route(
         Some(access) => match mmio.find(ipa, u64::from(access.size)) {
             Ok((DeviceId::Uart, offset)) => DataAbortRoute::Uart { access, offset },
             Ok((DeviceId::Gic, _)) => DataAbortRoute::Gic { access },
+            Ok((DeviceId::Virtio(device), offset)) => DataAbortRoute::Virtio {
+                device,
+                access,
+                offset,
+            },
             Err(MmioMiss::Outside) => DataAbortRoute::InjectAbort(AbortCause::NoMemoryOrDevice),
             Err(MmioMiss::Straddles(region)) => {
                 DataAbortRoute::InjectAbort(AbortCause::Straddles {

@@ -25,6 +25,9 @@ pub enum DeviceId {
     Uart,
     /// The virtual GICv3's distributor and redistributors.
     Gic,
+    /// The VM's virtio-mmio device with this index (its place in the VM's
+    /// device list, `runtime::virtio_devices`).
+    Virtio(u8),
 }
 
 /// A device's window on the guest-physical address space.

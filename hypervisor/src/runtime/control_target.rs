@@ -267,7 +267,9 @@ impl<H: Hardware> ControlTarget for ControlMachine<H> {
         // `request` refuses at once (the VMs' states, shapes, a GICv2 host);
         // what fails later is reported in the hypervisor's log.
         live_migration::request(self.vm(src)?, self.vm(dst)?, options).map_err(|e| match e {
-            MigrateError::SameVm | MigrateError::Shape(_) => Error::InvalidParameters,
+            MigrateError::SameVm | MigrateError::Shape(_) | MigrateError::Device(..) => {
+                Error::InvalidParameters
+            }
             MigrateError::Busy => Error::Busy,
             MigrateError::Blocked(_) => Error::NotSupported,
             MigrateError::Op(e) => op_error(e),

@@ -1,5 +1,9 @@
-//! Emulated device accesses: a data abort in the UART's or the virtual GIC's
-//! window, completed on the device model and stepped over.
+//! Emulated device accesses: a data abort in the UART's, the virtual GIC's
+//! or a virtio-mmio device's window, completed on the device model and
+//! stepped over. A virtio access runs under that device's lock with the
+//! VM's RAM pinned by the vCPU's epoch handle, then its effects are acted
+//! on (`runtime::virtio_io::settle`: the SPI, output drained) and a control
+//! port's complete command lines run (`runtime::control_port`).
 //!
 //! The running vCPU's registers, list registers and interrupt lines are the
 //! machine's: [`AccessingVcpu`], which `arch` implements.
@@ -9,8 +13,12 @@ use crate::exit::esr::DataAccess;
 use crate::exit::flow::{Flow, StopReason};
 use crate::exit::mmio;
 use crate::runtime::Hardware;
+use crate::runtime::control_port;
+use crate::runtime::virtio_devices::DeviceRole;
+use crate::runtime::virtio_io;
 use crate::runtime::vm_instance::{GuestUart, Vm};
 use crate::vm::event_log::Event;
+use crossbeam_epoch::LocalHandle;
 
 /// What an emulated device access needs of the vCPU that made it.
 pub trait AccessingVcpu<H: Hardware> {
@@ -18,6 +26,9 @@ pub trait AccessingVcpu<H: Hardware> {
     fn vm(&self) -> &'static Vm<H>;
     /// The vCPU's index in its VM.
     fn index(&self) -> usize;
+    /// The vCPU's handle on its VM's epoch collector (pins the memslots
+    /// while a device reads or writes guest memory).
+    fn epoch(&self) -> &LocalHandle;
     /// The guest's general-purpose register `r` (31: the zero register).
     fn reg(&self, r: u8) -> u64;
     /// Sets the guest's general-purpose register `r` (31: discarded).
@@ -78,6 +89,67 @@ pub fn uart_access<H: Hardware>(
         }
     }
     vcpu.update_uart_line()?;
+    vcpu.skip_trapped_instruction();
+    Ok(Flow::Resume)
+}
+
+/// A guest access to virtio-mmio device `device` at `offset` in its window.
+pub fn virtio_access<H: Hardware>(
+    vcpu: &mut impl AccessingVcpu<H>,
+    device: u8,
+    write: bool,
+    access: DataAccess,
+    offset: u64,
+) -> Result<Flow, StopReason> {
+    let vm = vcpu.vm();
+    let index = usize::from(device);
+    let Some(virtio) = vm.virtio.get(index) else {
+        // The bus names only the VM's own devices.
+        warn(
+            vcpu,
+            format_args!("no virtio device {index}: access ignored"),
+        );
+        vcpu.skip_trapped_instruction();
+        return Ok(Flow::Resume);
+    };
+    let vcpu_index = vcpu.index();
+    if write {
+        let value = mmio::store_value(access, vcpu.reg(access.register));
+        let kicks = virtio_io::with_memory(vm, vcpu.epoch(), |mem| {
+            let effects = virtio
+                .transport
+                .lock()
+                .write(offset, access.size, value, mem);
+            virtio_io::settle(vm, index, Some(vcpu_index), mem, effects)
+        });
+        match kicks {
+            Some(kicks) => vcpu.absorb(kicks),
+            None => warn(
+                vcpu,
+                format_args!("virtio {index}: guest memory unreadable, write ignored"),
+            ),
+        }
+        if virtio.role == DeviceRole::ControlConsole {
+            control_port::run_pending(vm, index);
+        }
+    } else {
+        let result = virtio.transport.lock().read(offset, access.size);
+        let raw = result.unwrap_or_else(|error| {
+            if virtio.first_access_error() {
+                warn(
+                    vcpu,
+                    format_args!(
+                        "virtio {} {index}: {error} (logged once per device)",
+                        virtio.role.name()
+                    ),
+                );
+            }
+            0
+        });
+        if let Some(value) = mmio::load_result(access, raw) {
+            vcpu.set_reg(access.register, value);
+        }
+    }
     vcpu.skip_trapped_instruction();
     Ok(Flow::Resume)
 }

@@ -10,6 +10,20 @@
 //! ([`MigrationOptions::verify`]); then the destination starts and the
 //! source ends.
 //!
+//! # Devices
+//!
+//! The VMs must have the same virtio devices (kinds, order, disk size and
+//! read-only setting), checked when the migration is requested. Once the
+//! source is paused and its vCPUs parked, each device's output is drained
+//! and its state taken (features, status, queue addresses and indices,
+//! the model's backlog and counters; a blk request never spans accesses),
+//! before the last dirty pages are harvested; frames and keys for the
+//! paused source are dropped or kept in the backlog, never written into
+//! its memory. The destination's devices take those states before it
+//! runs, its net device gets the source's switch port (learned MACs stay),
+//! and a device whose interrupt status was pending gets its SPI latched
+//! once.
+//!
 //! # Where it runs
 //!
 //! [`request`] (the console monitor's `migrate`, from interrupt context with
@@ -19,7 +33,12 @@
 //! start), so the copies never hold the console and the source runs on its
 //! CPUs meanwhile.
 
+use crate::devices::vgic::VcpuSet;
+use crate::devices::virtio::mmio_transport::{Effects, SnapshotError};
+use crate::runtime::device_hub::DeviceHub;
 use crate::runtime::dirty_log;
+use crate::runtime::virtio_devices::{DeviceSnapshot, Transport, VirtioDevice};
+use crate::runtime::virtio_io;
 use crate::runtime::vm_instance::Vm;
 use crate::runtime::vm_ops::{self, VmOpError};
 use crate::runtime::vm_table::VmTable;
@@ -61,6 +80,8 @@ pub enum MigrateError {
     CaptureTimeout(usize),
     /// Pages of the destination differ from the source after the copy.
     Differences(u64),
+    /// The destination's virtio device `.0` refused the source's state.
+    Device(usize, SnapshotError),
 }
 
 impl fmt::Display for MigrateError {
@@ -82,6 +103,10 @@ impl fmt::Display for MigrateError {
             Self::Differences(pages) => write!(
                 f,
                 "{pages} pages of the destination differ from the source after the copy"
+            ),
+            Self::Device(index, e) => write!(
+                f,
+                "virtio device {index} of the destination refused the source's state: {e}"
             ),
         }
     }
@@ -123,6 +148,7 @@ pub fn request<H: Hardware>(
     if src.hw.gic_is_v2() {
         return Err(MigrateError::Blocked(MigrationBlocker::Gicv2));
     }
+    check_devices(src, dst)?;
     let mut job = dst.migration_job.lock();
     if job.is_some() {
         return Err(MigrateError::Busy);
@@ -144,6 +170,96 @@ pub fn request<H: Hardware>(
     );
     src.hw.send_event();
     dst.kick(0);
+    Ok(())
+}
+
+/// Checks that `dst` has the virtio devices of `src` (its own `vm.conf`
+/// must ask for the same kinds in the same order, and a disk of the same
+/// size and read-only setting): a device's state fits only its own kind.
+fn check_devices<H: Hardware>(src: &Vm<H>, dst: &Vm<H>) -> Result<(), MigrateError> {
+    let roles = |vm: &Vm<H>| vm.virtio.iter().map(|d| d.role).collect::<Vec<_>>();
+    if roles(src) != roles(dst) {
+        return Err(MigrateError::Shape(
+            "virtio devices (the destination's vm.conf must ask for the same console, net and disk devices)",
+        ));
+    }
+    for (from, to) in src.virtio.iter().zip(dst.virtio.iter()) {
+        let shape = |device: &VirtioDevice| match &*device.transport.lock() {
+            Transport::Blk(t) => {
+                let state = t.snapshot().device;
+                Some((state.capacity, state.read_only))
+            }
+            _ => None,
+        };
+        if shape(from) != shape(to) {
+            return Err(MigrateError::Shape(
+                "virtio-blk disk size or read-only setting",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The source is paused and its vCPUs parked: every device's output is
+/// drained (console bytes written out, frames forwarded; no frame or key
+/// reaches the source's memory any more, `runtime::virtio_io`), then each
+/// device's state is taken. Before the last harvest of dirty pages, so the
+/// drain's writes (used rings) are copied.
+fn quiesce_devices<H: Hardware>(src: &Vm<H>) -> Vec<DeviceSnapshot> {
+    let handle = src.collector.register();
+    (0..src.virtio.len())
+        .filter_map(|index| {
+            let device = src.virtio.get(index)?;
+            let drain = Effects {
+                output_ready: true,
+                ..Effects::default()
+            };
+            let _ = virtio_io::with_memory(src, &handle, |mem| {
+                virtio_io::settle(src, index, None, mem, drain)
+            });
+            Some(device.transport.lock().snapshot())
+        })
+        .collect()
+}
+
+/// Puts the source's device states into the destination's devices, moves
+/// the switch port over, and latches each device's SPI whose interrupt
+/// status was pending (after the vgic was copied).
+fn carry_devices<H: Hardware>(
+    src: &Vm<H>,
+    dst: &Vm<H>,
+    snapshots: &[DeviceSnapshot],
+) -> Result<(), MigrateError> {
+    for (index, (device, snapshot)) in dst.virtio.iter().zip(snapshots).enumerate() {
+        device
+            .transport
+            .lock()
+            .restore(snapshot)
+            .map_err(|e| MigrateError::Device(index, e))?;
+    }
+    let switch = src.device_hub.switch();
+    for (from, to) in src.virtio.iter().zip(dst.virtio.iter()) {
+        let (Some(from), Some(to)) = (&from.net, &to.net) else {
+            continue;
+        };
+        let Some(port) = from.port.lock().take() else {
+            continue;
+        };
+        if let Some(stale) = to.port.lock().replace(port) {
+            let _ = switch.detach(stale);
+        }
+        // The port is the source's, just taken: it exists.
+        let _ = switch.move_port(port, DeviceHub::<H>::owner_of(dst));
+    }
+    let mut kicks = VcpuSet::EMPTY;
+    for (device, snapshot) in dst.virtio.iter().zip(snapshots) {
+        if snapshot.interrupt_status() != 0
+            && let Ok(more) = dst.vgic.lock().inject_spi_edge(device.intid())
+        {
+            kicks = kicks.union(more);
+        }
+    }
+    virtio_io::kick_all(dst, kicks);
     Ok(())
 }
 
@@ -482,6 +598,7 @@ pub(crate) fn migrate<H: Hardware>(
             return Err(MigrateError::Blocked(e));
         }
     }
+    let devices = quiesce_devices(src);
     let copy_start = hw.counter_ticks();
     report.pause_us = micros_since(hw, paused_at);
     for (pair, bits) in pairs.iter().zip(pending.iter_mut()) {
@@ -517,6 +634,10 @@ pub(crate) fn migrate<H: Hardware>(
     }
     // The devices and vCPUs.
     *dst.vgic.lock() = src.vgic.lock().clone();
+    if let Err(e) = carry_devices(src, dst, &devices) {
+        resume_source(src);
+        return Err(e);
+    }
     {
         let from = src.uart.lock();
         let mut to = dst.uart.lock();

@@ -22,6 +22,13 @@
 //!   the control interface, test reports) over the trait
 //!   [`guest_call::CallingVcpu`] for the calling vCPU's registers.
 //! - [`boot_info`]: what the boot CPU learned about the machine.
+//! - [`virtio_devices`]: a VM's virtio-mmio devices (which, where, their
+//!   models behind their locks; a disk is a `devices::virtio::disk_window`
+//!   of a host disk), [`device_hub`]: the machine's network switch and the VMs its
+//!   ports belong to, [`virtio_io`]: data through the devices (effects,
+//!   output drained, frames delivered, typed bytes), [`control_port`]: a
+//!   control VM's virtio-console port to the monitor, [`virtio_report`]:
+//!   the monitor's `devices VM` lines.
 //!
 //! Everything here reaches the machine only through the trait
 //! [`Hardware`] (frames, cache and TLB maintenance, the system counter,
@@ -39,14 +46,20 @@
 //! `vm_instance`).
 
 pub mod boot_info;
+pub mod control_port;
 pub mod control_target;
 pub mod device_access;
+pub mod device_hub;
 pub mod dirty_log;
 pub mod guest_call;
 pub mod live_migration;
 pub mod monitor_target;
 pub mod restart;
+pub mod slot_memory;
 pub mod vcpu_cycle;
+pub mod virtio_devices;
+pub mod virtio_io;
+pub mod virtio_report;
 pub mod vm_instance;
 pub mod vm_ops;
 pub mod vm_table;
@@ -54,6 +67,7 @@ pub mod vm_table;
 #[cfg(test)]
 mod tests;
 
+use crate::devices::virtio::block_backend::BlockBackend;
 use crate::stage2::cache_maint::CacheCaps;
 use crate::vm::counters::VmCounters;
 use crate::vm::vcpu_state::VectorLengths;
@@ -131,6 +145,11 @@ pub trait Hardware: Sync + 'static {
     fn system_reset(&self) -> !;
     /// Halts the running CPU for good (its VM is ending elsewhere).
     fn park(&self) -> !;
+
+    /// Host disk `index` (0 is the first disk the runner gave QEMU), which
+    /// a VM's virtio-blk serves (`disk=` in its `vm.conf`); `None` when the
+    /// machine has no such disk.
+    fn host_disk(&self, index: u32) -> Option<&'static dyn BlockBackend>;
 }
 
 /// Microseconds from counter value `start` to now on `hw`.

@@ -3,12 +3,14 @@
 //! (list, counters, pause, resume, stop, restart, migrate, memslots, dirty
 //! logging, power off), [`VmConsoleInputs`] implements
 //! `control::console::GuestInput` (a typed byte into the focused VM's PL011,
-//! its interrupt line into the vgic). The EL2 side (the host UART, the poll
+//! its interrupt line into the vgic; or into its virtio-console when the
+//! guest's driver runs one). The EL2 side (the host UART, the poll
 //! timer, the console CPU) is `arch::monitor_target`.
 //!
 //! # Locks
 //!
-//! Lock order: the console lock, then a VM's UART lock, then its vgic lock.
+//! Lock order: the console lock, then a VM's UART lock (or a virtio
+//! device's lock), then its vgic lock.
 //! The monitor calls the VM table with the console lock held, so nothing it
 //! calls writes guest output through the console: a stop is requested, and
 //! the VM's own CPU ends the VM (and flushes its line).
@@ -19,6 +21,8 @@ use crate::control::monitor::{DirtyPages, MonitorTarget, SlotInfo, SlotRequest, 
 use crate::runtime::Hardware;
 use crate::runtime::dirty_log;
 use crate::runtime::live_migration::{self, MigrateError};
+use crate::runtime::virtio_io;
+use crate::runtime::virtio_report;
 use crate::runtime::vm_instance::{GuestUart, Vm};
 use crate::runtime::vm_ops::{self, VmOpError};
 use crate::vm::lifecycle::RestartError;
@@ -45,6 +49,11 @@ impl<H: Hardware> GuestInput for VmConsoleInputs<H> {
         let Some(vm) = self.vms.get(vm.0) else {
             return false;
         };
+        // A guest that reads its virtio-console (Linux on `hvc0`) gets the
+        // keys there.
+        if let Some(taken) = virtio_io::console_input(vm, &[byte]) {
+            return taken;
+        }
         let mut uart = vm.uart.lock();
         let GuestUart {
             device, backlog, ..
@@ -127,14 +136,14 @@ impl core::error::Error for MonitorError {
 }
 
 /// The VM table as the monitor drives it.
-pub struct MonitorMachine<H: Hardware> {
+pub struct MonitorMachine<'a, H: Hardware> {
     hw: &'static H,
-    vms: &'static [&'static Vm<H>],
+    vms: &'a [&'static Vm<H>],
 }
 
-impl<H: Hardware> MonitorMachine<H> {
+impl<'a, H: Hardware> MonitorMachine<'a, H> {
     /// The monitor's machine over `vms` (VM id = index) on `hw`.
-    pub const fn new(hw: &'static H, vms: &'static [&'static Vm<H>]) -> Self {
+    pub const fn new(hw: &'static H, vms: &'a [&'static Vm<H>]) -> Self {
         Self { hw, vms }
     }
 
@@ -178,7 +187,7 @@ fn each_slot<H: Hardware>(vm: &Vm<H>, each: &mut dyn FnMut(SlotInfo)) -> Result<
     Ok(())
 }
 
-impl<H: Hardware> MonitorTarget for MonitorMachine<H> {
+impl<H: Hardware> MonitorTarget for MonitorMachine<'_, H> {
     type Error = MonitorError;
 
     fn vm_info(&self, vm: VmId) -> Result<VmInfo, MonitorError> {
@@ -204,6 +213,14 @@ impl<H: Hardware> MonitorTarget for MonitorMachine<H> {
         let vm = self.vm_at(vm)?;
         for (name, value) in vm.counters.snapshot(&vm.tlb.counts()) {
             each(name, value);
+        }
+        Ok(())
+    }
+
+    fn devices(&self, vm: VmId, each: &mut dyn FnMut(&str)) -> Result<(), MonitorError> {
+        let vm = self.vm_at(vm)?;
+        for (index, device) in vm.virtio.iter().enumerate() {
+            each(&virtio_report::device_line(vm, index, device));
         }
         Ok(())
     }

@@ -15,7 +15,9 @@
 //!    image the VM kept ([`BootImage`]), cleaned to the point of coherency
 //!    without FEAT_S2FWB (the guest starts with its MMU off), and the
 //!    instruction cache is invalidated.
-//! 5. The virtual GIC, the PL011 (and its receive backlog), the power
+//! 5. The virtual GIC, the PL011 (and its receive backlog), the virtio
+//!    devices (their transports reset; a net device leaves the switch
+//!    while the VM is rebuilt and joins again with a fresh port), the power
 //!    states, the run state and the parked registers go back to their state
 //!    at creation. The counters keep counting across restarts
 //!    (`restarts` counts them).
@@ -25,7 +27,9 @@
 
 use crate::devices::pl011::{Pl011, RxBacklog};
 use crate::devices::vgic::VgicError;
+use crate::devices::virtio::net_switch::SwitchError;
 use crate::runtime::Hardware;
+use crate::runtime::device_hub::DeviceHub;
 use crate::runtime::vm_instance::{BootImage, GuestUart, Vm};
 use crate::runtime::vm_ops::{self, VmOpError};
 use crate::vm::counters::Counter;
@@ -41,6 +45,8 @@ pub enum RebuildError {
     Slots(VmOpError),
     /// The virtual GIC refused its own configuration.
     Vgic(VgicError),
+    /// The switch refused the net device's port.
+    Switch(SwitchError),
 }
 
 impl fmt::Display for RebuildError {
@@ -48,6 +54,7 @@ impl fmt::Display for RebuildError {
         match self {
             Self::Slots(e) => write!(f, "guest memory: {e}"),
             Self::Vgic(e) => write!(f, "virtual GIC: {e}"),
+            Self::Switch(e) => write!(f, "network switch: {e}"),
         }
     }
 }
@@ -57,6 +64,7 @@ impl core::error::Error for RebuildError {
         match self {
             Self::Slots(e) => Some(e),
             Self::Vgic(e) => Some(e),
+            Self::Switch(e) => Some(e),
         }
     }
 }
@@ -68,6 +76,8 @@ const RAM_SLOT: u32 = 0;
 /// Only with every vCPU of `vm` halted.
 pub fn rebuild<H: Hardware>(vm: &Vm<H>) -> Result<BootRequest, RebuildError> {
     vm.flush_console_line();
+    let switch = vm.device_hub.switch();
+    vm.virtio.detach(switch);
     let ids: Vec<SlotId> = vm_ops::slot_specs(vm)
         .map_err(RebuildError::Slots)?
         .iter()
@@ -94,7 +104,11 @@ pub fn rebuild<H: Hardware>(vm: &Vm<H>) -> Result<BootRequest, RebuildError> {
         backlog: RxBacklog::new(),
         irq_level: false,
     };
+    vm.virtio.reset();
     vm.reset_run_flags();
+    vm.virtio
+        .attach(switch, DeviceHub::<H>::owner_of(vm))
+        .map_err(RebuildError::Switch)?;
     vm.counters.bump(Counter::Restarts);
     Ok(vm.boot.request)
 }

@@ -23,9 +23,12 @@ use memslot::{DirtyLogMode, Gfn, PAGE_SHIFT, SlotFlags, SlotId, VcpuSlotCache};
 use pgtable::{Attributes, HostMemory, PageCache, Perms, PhysAddr};
 use tlb::{Scope, TlbCaps, TlbInvalidate, TlbTarget, TlbiOp};
 
+use std::sync::Arc;
+
 use super::Hardware;
 use super::boot_info::BootInfo;
 use super::device_access::{self, AccessingVcpu};
+use super::device_hub::DeviceHub;
 use super::dirty_log;
 use super::guest_call::{self, CallingVcpu};
 use super::live_migration::{self, MigrateError};
@@ -39,6 +42,8 @@ use crate::control::console::GuestInput;
 use crate::control::console_mux::VmId;
 use crate::control::monitor::{MonitorTarget, SlotRequest};
 use crate::devices::vgic::VcpuSet;
+use crate::devices::virtio::block_backend::{BlockBackend, BlockError, SECTOR_SIZE};
+use crate::devices::virtio::guest_memory::HostSpan;
 use crate::exit::esr::DataAccess;
 use crate::exit::flow::{Flow, StopReason};
 use crate::exit::hypercall::{HV_TEST_REPORT, NOT_SUPPORTED};
@@ -54,6 +59,8 @@ use crate::vm::power::PowerState;
 use crate::vm::run_state::Requested;
 use crate::vm::vcpu_state::VectorLengths;
 use crate::vocabulary::uart_kind::UartKind;
+
+mod virtio;
 
 const PAGE: u64 = 1 << PAGE_SHIFT;
 /// What fresh frames hold before anyone zeroes them.
@@ -120,6 +127,10 @@ struct FakeHardware {
     output: Mutex<Vec<(usize, u8)>>,
     lines: Mutex<Vec<String>>,
     powered_off: AtomicBool,
+    /// The host disks, by number.
+    disks: Mutex<Vec<&'static VecDisk>>,
+    /// The switch and the VMs its ports reach.
+    hub: &'static DeviceHub<FakeHardware>,
 }
 
 impl FakeHardware {
@@ -143,6 +154,8 @@ impl FakeHardware {
             output: Mutex::new(Vec::new()),
             lines: Mutex::new(Vec::new()),
             powered_off: AtomicBool::new(false),
+            disks: Mutex::new(Vec::new()),
+            hub: Box::leak(Box::new(DeviceHub::new())),
         }))
     }
 }
@@ -255,6 +268,92 @@ impl Hardware for FakeHardware {
     fn park(&self) -> ! {
         panic!("a CPU of the fake machine parked")
     }
+
+    fn host_disk(&self, index: u32) -> Option<&'static dyn BlockBackend> {
+        let disks = self.disks.lock().unwrap();
+        let disk: &'static VecDisk = disks.get(index as usize)?;
+        Some(disk)
+    }
+}
+
+/// A host disk of the fake machine: sectors in a host vector.
+struct VecDisk {
+    bytes: Mutex<Vec<u8>>,
+    read_only: bool,
+}
+
+impl VecDisk {
+    /// A disk of `sectors` sectors, sector `n` filled with byte `n`,
+    /// living as long as the test (host disks are `'static`).
+    fn new(sectors: u64, read_only: bool) -> &'static Self {
+        let bytes = (0..sectors * SECTOR_SIZE)
+            .map(|i| (i / SECTOR_SIZE) as u8)
+            .collect();
+        Box::leak(Box::new(Self {
+            bytes: Mutex::new(bytes),
+            read_only,
+        }))
+    }
+}
+
+impl BlockBackend for VecDisk {
+    fn capacity_sectors(&self) -> u64 {
+        self.bytes.lock().unwrap().len() as u64 / SECTOR_SIZE
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn read(&self, sector: u64, spans: &[HostSpan]) -> Result<(), BlockError> {
+        let bytes = self.bytes.lock().unwrap();
+        let mut at = (sector * SECTOR_SIZE) as usize;
+        for span in spans {
+            let from = bytes
+                .get(at..at + span.len as usize)
+                .ok_or(BlockError::OutOfRange {
+                    sector,
+                    len: span.len,
+                })?;
+            // SAFETY: a span is a translated guest buffer: a live host
+            // allocation of the fake machine, `len` bytes long.
+            unsafe {
+                core::ptr::copy_nonoverlapping(from.as_ptr(), span.addr as *mut u8, from.len())
+            };
+            at += span.len as usize;
+        }
+        Ok(())
+    }
+
+    fn write(&self, sector: u64, spans: &[HostSpan]) -> Result<(), BlockError> {
+        if self.read_only {
+            return Err(BlockError::ReadOnly);
+        }
+        let mut bytes = self.bytes.lock().unwrap();
+        let mut at = (sector * SECTOR_SIZE) as usize;
+        for span in spans {
+            let to = bytes
+                .get_mut(at..at + span.len as usize)
+                .ok_or(BlockError::OutOfRange {
+                    sector,
+                    len: span.len,
+                })?;
+            // SAFETY: as in `read`.
+            unsafe {
+                core::ptr::copy_nonoverlapping(span.addr as *const u8, to.as_mut_ptr(), to.len())
+            };
+            at += span.len as usize;
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), BlockError> {
+        Ok(())
+    }
+
+    fn id(&self) -> [u8; 20] {
+        *b"fake-disk\0\0\0\0\0\0\0\0\0\0\0"
+    }
 }
 
 /// A host with `cpus` CPUs, a GICv3 and no FEAT_S2FWB.
@@ -333,7 +432,7 @@ fn create(hw: &'static FakeHardware, vms: &[(&str, VmConf)]) -> Vec<&'static Vm<
         .as_slice()
         .iter()
         .enumerate()
-        .map(|(index, vm)| create_vm(hw, &info, index, vm).unwrap().0)
+        .map(|(index, vm)| create_vm(hw, &info, index, vm, hw.hub).unwrap().0)
         .collect()
 }
 
@@ -970,7 +1069,7 @@ fn vm_creation_refuses_more_vcpus_than_cpus() {
     }];
     let archive: &'static [u8] = Vec::leak(boot_payload::write_several(&named).unwrap());
     let parsed = VmsRef::parse(archive).unwrap();
-    let err = create_vm(hw, &boot_info(4), 0, &parsed.as_slice()[0]).err();
+    let err = create_vm(hw, &boot_info(4), 0, &parsed.as_slice()[0], hw.hub).err();
     assert!(matches!(
         err,
         Some(VmError::TooManyVcpus {
@@ -1165,6 +1264,19 @@ struct FakeAccessingVcpu {
     vm: &'static Vm<FakeHardware>,
     x: [u64; 31],
     calls: Vec<&'static str>,
+    epoch: crossbeam_epoch::LocalHandle,
+}
+
+impl FakeAccessingVcpu {
+    /// vCPU 0 of `vm`, all registers 0.
+    fn of(vm: &'static Vm<FakeHardware>) -> Self {
+        Self {
+            vm,
+            x: [0; 31],
+            calls: Vec::new(),
+            epoch: vm.collector.register(),
+        }
+    }
 }
 
 impl AccessingVcpu<FakeHardware> for FakeAccessingVcpu {
@@ -1174,6 +1286,10 @@ impl AccessingVcpu<FakeHardware> for FakeAccessingVcpu {
 
     fn index(&self) -> usize {
         0
+    }
+
+    fn epoch(&self) -> &crossbeam_epoch::LocalHandle {
+        &self.epoch
     }
 
     fn reg(&self, r: u8) -> u64 {
@@ -1209,11 +1325,7 @@ impl AccessingVcpu<FakeHardware> for FakeAccessingVcpu {
 fn a_uart_store_reaches_the_console_and_is_stepped_over() {
     let hw = FakeHardware::new();
     let vm = create(hw, &[("a", conf(4, &[0], true))])[0];
-    let mut vcpu = FakeAccessingVcpu {
-        vm,
-        x: [0; 31],
-        calls: Vec::new(),
-    };
+    let mut vcpu = FakeAccessingVcpu::of(vm);
     vcpu.x[3] = u64::from(b'k');
     let access = DataAccess {
         size: 4,

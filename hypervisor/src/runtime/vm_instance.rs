@@ -12,7 +12,10 @@
 //! emulated PL011 (its receive side fed from the host console), the virtual
 //! GIC (`vgic`: a GICv3, or on a GICv2 host a GICv2 whose CPU interface is
 //! the hardware's `GICV` frame, mapped at stage 2 at the guest's `GICC`),
-//! the vCPU power states and its counters. Without FEAT_S2FWB the stage-2
+//! its virtio-mmio devices (`runtime::virtio_devices`: a console, a control
+//! VM's monitor port, a net device on the machine's switch, a disk, as its
+//! `vm.conf` asks; a missing host disk refuses the VM), the vCPU power
+//! states and its counters. Without FEAT_S2FWB the stage-2
 //! table's page provider cleans each page to the point of coherency as it is
 //! mapped (`cache_maint`), so a guest that starts with its MMU off reads the
 //! kernel and device tree the hypervisor wrote. vCPU `n` is pinned to
@@ -50,6 +53,8 @@ use crate::exit::mmio::{DeviceId, MmioBus, MmioRegion};
 use crate::platform::ranges::PhysRange;
 use crate::runtime::Hardware;
 use crate::runtime::boot_info::BootInfo;
+use crate::runtime::device_hub::DeviceHub;
+use crate::runtime::virtio_devices::{DeviceCounters, VirtioDevices, VirtioError};
 use crate::stage2::cache_maint::IcacheInval;
 use crate::stage2::fault::SlotView;
 use crate::vm::counters::{Counter, VmCounters};
@@ -154,6 +159,11 @@ pub struct Vm<H: Hardware> {
     pub uart: Mutex<GuestUart>,
     /// The virtual GICv3.
     pub vgic: Vgic,
+    /// Its virtio-mmio devices (`runtime::virtio_devices`).
+    pub virtio: VirtioDevices,
+    /// The machine's switch and VMs its devices reach
+    /// (`runtime::device_hub`).
+    pub device_hub: &'static DeviceHub<H>,
     /// vCPU power states.
     pub power: PowerStates,
     /// Running, paused or asked to stop by the console monitor.
@@ -241,6 +251,9 @@ pub enum VmError {
     Memslot(memslot::MemslotError),
     /// The virtual GIC refused the configuration.
     Vgic(vgic::VgicError),
+    /// Its virtio devices could not be made (a host disk missing, a disk
+    /// window past the disk's end, the switch full).
+    Virtio(VirtioError),
 }
 
 impl core::fmt::Display for VmError {
@@ -268,6 +281,7 @@ impl core::fmt::Display for VmError {
             Self::Stage2(e) => write!(f, "stage-2 table: {e}"),
             Self::Memslot(e) => write!(f, "memslot: {e}"),
             Self::Vgic(e) => write!(f, "virtual GIC: {e:?}"),
+            Self::Virtio(e) => write!(f, "virtio devices: {e}"),
         }
     }
 }
@@ -280,6 +294,7 @@ impl core::error::Error for VmError {
             Self::Vgic(e) => Some(e),
             Self::Dtb(e) => Some(e),
             Self::Devices(e) => Some(e),
+            Self::Virtio(e) => Some(e),
             _ => None,
         }
     }
@@ -348,6 +363,29 @@ impl<H: Hardware> Vm<H> {
             ),
             LogDecision::Suppress => self.counters.bump(Counter::LogLinesSuppressed),
             LogDecision::Repeat => {}
+        }
+    }
+
+    /// Logs a guest-driven line about a virtio device through the VM's
+    /// event log ([`Vm::log_event`]): as vCPU `vcpu`'s line when its access
+    /// caused it, else as the VM's.
+    pub fn log_device_event(
+        &self,
+        vcpu: Option<usize>,
+        level: log::Level,
+        args: core::fmt::Arguments<'_>,
+    ) {
+        match vcpu {
+            Some(vcpu) => self.log_event(vcpu, Event::DeviceAccess, level, args),
+            None => {
+                let now = self.hw.counter_ticks();
+                let decision = self.event_log.lock().admit(Event::DeviceAccess, now);
+                match decision {
+                    LogDecision::Log { .. } => log::log!(level, "vm{}: {args}", self.index),
+                    LogDecision::Suppress => self.counters.bump(Counter::LogLinesSuppressed),
+                    LogDecision::Repeat => {}
+                }
+            }
         }
     }
 
@@ -542,6 +580,10 @@ impl<H: Hardware> Vm<H> {
             self.hw
                 .write_line(format_args!("STAT vm{} {name} {value}", self.index));
         }
+        for (name, value) in self.virtio_counters() {
+            self.hw
+                .write_line(format_args!("STAT vm{} {name} {value}", self.index));
+        }
         exit_profile::report(
             &self.exit_profiles,
             self.hw.counter_frequency(),
@@ -552,6 +594,79 @@ impl<H: Hardware> Vm<H> {
         );
     }
 
+    /// The virtio devices' counters summed by kind, as `STAT` names (only
+    /// the kinds the VM has).
+    pub fn virtio_counters(&self) -> Vec<(&'static str, u64)> {
+        let mut net = None::<[u64; 5]>;
+        let mut blk = None::<[u64; 6]>;
+        let mut console = None::<[u64; 3]>;
+        let mut ring_errors = 0;
+        let mut needs_reset = 0;
+        for device in self.virtio.iter() {
+            let transport = device.transport.lock();
+            ring_errors += transport.ring_errors();
+            needs_reset += device.needs_reset_count.load(Ordering::Relaxed);
+            match transport.counters() {
+                DeviceCounters::Net(c) => {
+                    let n = net.get_or_insert([0; 5]);
+                    let not_running = device.rx_dropped_not_running.load(Ordering::Relaxed);
+                    n[0] += c.tx_frames;
+                    n[1] += c.tx_bytes;
+                    n[2] += c.rx_frames;
+                    n[3] += c.rx_bytes;
+                    n[4] += c.rx_no_buffer + c.rx_too_big + c.rx_not_ready + not_running;
+                }
+                DeviceCounters::Blk(c) => {
+                    let b = blk.get_or_insert([0; 6]);
+                    b[0] += c.reads;
+                    b[1] += c.read_bytes;
+                    b[2] += c.writes;
+                    b[3] += c.write_bytes;
+                    b[4] += c.flushes;
+                    b[5] += c.errors;
+                }
+                DeviceCounters::Console(c) => {
+                    let k = console.get_or_insert([0; 3]);
+                    k[0] += c.output_bytes;
+                    k[1] += c.input_bytes;
+                    k[2] += c.input_dropped + c.output_dropped;
+                }
+            }
+        }
+        let mut lines = Vec::new();
+        if let Some(n) = net {
+            lines.extend([
+                ("virtio_net_tx_frames", n[0]),
+                ("virtio_net_tx_bytes", n[1]),
+                ("virtio_net_rx_frames", n[2]),
+                ("virtio_net_rx_bytes", n[3]),
+                ("virtio_net_rx_dropped", n[4]),
+            ]);
+        }
+        if let Some(b) = blk {
+            lines.extend([
+                ("virtio_blk_reads", b[0]),
+                ("virtio_blk_read_bytes", b[1]),
+                ("virtio_blk_writes", b[2]),
+                ("virtio_blk_write_bytes", b[3]),
+                ("virtio_blk_flushes", b[4]),
+                ("virtio_blk_errors", b[5]),
+            ]);
+        }
+        if let Some(k) = console {
+            lines.extend([
+                ("virtio_console_out_bytes", k[0]),
+                ("virtio_console_in_bytes", k[1]),
+                ("virtio_console_dropped_bytes", k[2]),
+            ]);
+        }
+        if !self.virtio.is_empty() {
+            lines.push(("virtio_ring_errors", ring_errors));
+            lines.push(("virtio_needs_reset", needs_reset));
+        }
+        lines
+    }
+
     /// Guest `SYSTEM_OFF`: ends this VM (see the module doc) and reports;
     /// false when the VM was ending already (nothing reported).
     #[must_use]
@@ -560,6 +675,7 @@ impl<H: Hardware> Vm<H> {
             return false;
         }
         self.flush_console();
+        self.virtio.detach(self.device_hub.switch());
         log::info!("vm{} vcpu{vcpu}: PSCI SYSTEM_OFF", self.index);
         self.print_counters();
         log::info!("vm{} ({}): powered off", self.index, self.name);
@@ -610,6 +726,7 @@ impl<H: Hardware> Vm<H> {
     /// console line, counters, the line that says why.
     pub fn report_end(&self, reason: &dyn core::fmt::Display) {
         self.flush_console();
+        self.virtio.detach(self.device_hub.switch());
         self.print_counters();
         log::info!("vm{} ({}): stopped: {reason}", self.index, self.name);
         self.ended.store(true, Ordering::Release);
@@ -619,12 +736,15 @@ impl<H: Hardware> Vm<H> {
 /// Creates VM `index` of the payload, `vm`, on the machine `info`
 /// describes; returns it with the boot request of its vCPU 0. Its vCPUs run
 /// on the CPUs its `vm.conf` names (`cpus=`), else on CPUs `0..vcpus`. The
-/// VM keeps what its vCPUs need of `info`.
+/// VM keeps what its vCPUs need of `info`. Its virtio devices
+/// (`runtime::virtio_devices`) serve the host disks `hw` has, and its
+/// network port is on `hub`'s switch.
 pub fn create_vm<H: Hardware>(
     hw: &'static H,
     info: &BootInfo,
     index: usize,
     vm: &VmRef<'static>,
+    hub: &'static DeviceHub<H>,
 ) -> Result<(&'static Vm<H>, BootRequest), VmError> {
     let name = vm.name;
     let PayloadRef {
@@ -683,6 +803,9 @@ pub fn create_vm<H: Hardware>(
     )
     .map_err(|e| VmError::DoesNotFit(e.0))?;
     let bootargs = String::from(cmdline.unwrap_or_default());
+    let control = conf.control.unwrap_or(false);
+    let virtio = VirtioDevices::from_conf(&conf, name.as_str(), control, |disk| hw.host_disk(disk))
+        .map_err(VmError::Virtio)?;
 
     let backing = hw
         .alloc_frames(mem_bytes, BACKING_ALIGN)
@@ -723,6 +846,7 @@ pub fn create_vm<H: Hardware>(
         timer: Some(GuestTimer {
             intids: GUEST_TIMER_INTIDS,
         }),
+        virtio: &virtio.guest_nodes(),
     })
     .map_err(VmError::Dtb)?;
     if dtb.len() as u64 > placement.dtb.size() {
@@ -834,6 +958,7 @@ pub fn create_vm<H: Hardware>(
         })
         .map_err(VmError::Devices)?;
     }
+    virtio.add_regions(&mut mmio).map_err(VmError::Virtio)?;
     let vgic_config = VgicConfig {
         distributor_base: GUEST_GICD_BASE,
         redistributor_base: GUEST_GICR_BASE,
@@ -857,7 +982,7 @@ pub fn create_vm<H: Hardware>(
         name,
         cpus,
         vcpus,
-        control: conf.control.unwrap_or(false),
+        control,
         stage2,
         vtcr,
         vttbr,
@@ -873,6 +998,8 @@ pub fn create_vm<H: Hardware>(
             irq_level: false,
         }),
         vgic,
+        virtio,
+        device_hub: hub,
         power: PowerStates::new(vcpus),
         run_state: RunState::new(),
         parked: (0..vcpus).map(|_| Mutex::new(None)).collect(),
@@ -896,6 +1023,25 @@ pub fn create_vm<H: Hardware>(
         stopping: AtomicBool::new(false),
         ended: AtomicBool::new(false),
     }));
+    hub.register(vm);
+    // A destination that waits for a migration gets the source's port then.
+    if vm.start {
+        vm.virtio
+            .attach(hub.switch(), DeviceHub::<H>::owner_of(vm))
+            .map_err(|e| VmError::Virtio(VirtioError::Switch(e)))?;
+    }
+    for (i, device) in vm.virtio.iter().enumerate() {
+        log::info!(
+            "vm{index}: virtio {} {i} at {:#x}, SPI {}{}",
+            device.role.name(),
+            device.window.start,
+            device.spi,
+            device
+                .net
+                .as_ref()
+                .map_or_else(String::new, |net| format!(", network {}", net.network)),
+        );
+    }
     log::info!(
         "vm{index}: {vcpus} vCPU(s), name {name}, CPUs {:?}, {} MiB RAM at IPA {GUEST_RAM_BASE:#x} backed by {backing:#x}, VMID {vmid}, \
          kernel {:#x} ({} bytes{}), device tree {:#x}{}{}",

@@ -6,7 +6,10 @@
 //! fixed clock and the PL011 (`arm,pl011` + `arm,primecell`, clocked by it), and
 //! `/chosen` with `bootargs`, `stdout-path` and the initrd. When the guest has a
 //! virtual GIC and timer (given in [`GuestDtbConfig`]), their nodes are added
-//! and the UART gets its interrupt. A GICv3 is an `arm,gic-v3` node
+//! and the UART gets its interrupt, and so do the virtio-mmio devices
+//! (`virtio,mmio` nodes, one edge-triggered SPI each, `dma-coherent`: the
+//! hypervisor reads and writes their rings and buffers through cacheable
+//! mappings, so the guest must too). A GICv3 is an `arm,gic-v3` node
 //! (distributor, redistributor region, maintenance PPI); a GICv2 an
 //! `arm,cortex-a15-gic` node (distributor, CPU interface), and its PPI
 //! specifiers carry the CPU mask of every vCPU in flags bits \[15:8\], as
@@ -30,6 +33,8 @@ const GIC_SPI: u32 = 0;
 const GIC_PPI: u32 = 1;
 /// GIC interrupt specifier flags: level-sensitive, active high.
 const IRQ_LEVEL_HIGH: u32 = 4;
+/// GIC interrupt specifier flags: edge-triggered, rising.
+const IRQ_EDGE_RISING: u32 = 1;
 
 /// The windows of a virtual GIC besides its distributor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +64,15 @@ pub struct GuestGic {
     pub uart_spi: u32,
 }
 
+/// A virtio-mmio device as the guest sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestVirtio {
+    /// Its register window.
+    pub window: PhysRange,
+    /// Its SPI number (INTID - 32), edge-triggered.
+    pub spi: u32,
+}
+
 /// The guest's architected timer PPIs (INTIDs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GuestTimer {
@@ -84,6 +98,8 @@ pub struct GuestDtbConfig<'a> {
     /// The architected timer's PPIs (the guest gets its virtual and EL1
     /// physical timers' interrupts), once the guest has a GIC.
     pub timer: Option<GuestTimer>,
+    /// The virtio-mmio devices (they need the GIC for their interrupts).
+    pub virtio: &'a [GuestVirtio],
 }
 
 /// The device tree could not be written.
@@ -231,6 +247,18 @@ pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
     }
     fdt.end_node(uart)?;
 
+    if config.gic.is_some() {
+        for device in config.virtio {
+            let node = fdt.begin_node(&format!("virtio_mmio@{:x}", device.window.start))?;
+            fdt.property_string("compatible", "virtio,mmio")?;
+            fdt.property_array_u64("reg", &[device.window.start, device.window.size()])?;
+            fdt.property_array_u32("interrupts", &[GIC_SPI, device.spi, IRQ_EDGE_RISING])?;
+            fdt.property_u32("interrupt-parent", PHANDLE_GIC)?;
+            fdt.property_null("dma-coherent")?;
+            fdt.end_node(node)?;
+        }
+    }
+
     fdt.end_node(root)?;
     Ok(fdt.finish()?)
 }
@@ -250,6 +278,7 @@ mod tests {
             initrd,
             gic: None,
             timer: None,
+            virtio: &[],
         }
     }
 
@@ -303,6 +332,55 @@ mod tests {
         let platform = platform.expect("checked");
         assert_eq!(platform.initrd, Some(initrd));
         assert_eq!(platform.cpus.len(), 4);
+    }
+
+    #[test]
+    fn virtio_nodes_with_edge_spis_when_the_guest_has_a_gic() {
+        let devices = [
+            GuestVirtio {
+                window: PhysRange::from_start_size(0x0a00_0000, 0x200),
+                spi: 16,
+            },
+            GuestVirtio {
+                window: PhysRange::from_start_size(0x0a00_0200, 0x200),
+                spi: 17,
+            },
+        ];
+        let mut c = config(1, None);
+        c.gic = Some(GuestGic {
+            distributor: PhysRange::from_start_size(0x0800_0000, 0x1_0000),
+            frames: GuestGicFrames::V3 {
+                redistributors: PhysRange::from_start_size(0x080a_0000, 0x2_0000),
+            },
+            maintenance_intid: 25,
+            uart_spi: 1,
+        });
+        c.virtio = &devices;
+        let blob = build(&c).expect("written");
+        let fdt = Fdt::new(&blob).expect("parses");
+        let nodes: Vec<_> = fdt.find_all_nodes("/virtio_mmio").collect();
+        assert_eq!(nodes.len(), 2);
+        for (node, device) in nodes.iter().zip(&devices) {
+            assert_eq!(
+                node.compatible().expect("compatible").first(),
+                "virtio,mmio"
+            );
+            let reg = node.reg().expect("reg").next().expect("one");
+            assert_eq!(reg.starting_address as u64, device.window.start);
+            assert_eq!(reg.size, Some(0x200));
+            let irq = node.property("interrupts").expect("interrupts").value;
+            let cells: Vec<u32> = irq
+                .chunks(4)
+                .map(|c| u32::from_be_bytes(c.try_into().expect("cell")))
+                .collect();
+            assert_eq!(cells, [GIC_SPI, device.spi, IRQ_EDGE_RISING]);
+            assert!(node.property("dma-coherent").is_some());
+        }
+        // Without a GIC there is no interrupt to give them: no nodes.
+        c.gic = None;
+        let blob = build(&c).expect("written");
+        let fdt = Fdt::new(&blob).expect("parses");
+        assert_eq!(fdt.find_all_nodes("/virtio_mmio").count(), 0);
     }
 
     #[test]

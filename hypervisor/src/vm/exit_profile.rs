@@ -46,6 +46,8 @@ pub enum ExitClass {
     MmioUart,
     /// An access to the emulated GIC distributor or redistributors.
     MmioGic,
+    /// An access to a virtio-mmio device's registers.
+    MmioVirtio,
     /// An abort injected into the guest (outside RAM and devices).
     AbortInjected,
     /// An HVC (PSCI, the hypervisor's own calls).
@@ -68,7 +70,7 @@ pub enum ExitClass {
 
 impl ExitClass {
     /// Every class, in report order.
-    pub const ALL: [ExitClass; 19] = [
+    pub const ALL: [ExitClass; 20] = [
         ExitClass::Wfx,
         ExitClass::SysregSgi,
         ExitClass::SysregId,
@@ -79,6 +81,7 @@ impl ExitClass {
         ExitClass::Stage2Fault,
         ExitClass::MmioUart,
         ExitClass::MmioGic,
+        ExitClass::MmioVirtio,
         ExitClass::AbortInjected,
         ExitClass::Hvc,
         ExitClass::Smc,
@@ -103,6 +106,7 @@ impl ExitClass {
             ExitClass::Stage2Fault => "stage2_fault",
             ExitClass::MmioUart => "mmio_uart",
             ExitClass::MmioGic => "mmio_gic",
+            ExitClass::MmioVirtio => "mmio_virtio",
             ExitClass::AbortInjected => "abort_injected",
             ExitClass::Hvc => "hvc",
             ExitClass::Smc => "smc",

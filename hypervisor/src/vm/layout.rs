@@ -5,8 +5,9 @@
 //! virtual GICv3 (distributor at [`GUEST_GICD_BASE`], one 128 KiB
 //! redistributor per vCPU from [`GUEST_GICR_BASE`]), or on a GICv2 host a
 //! virtual GICv2 (distributor at [`GUEST_GICD_BASE`], the CPU interface at
-//! [`GUEST_GICC_BASE`]), where QEMU's `virt` board has them; nothing else is
-//! mapped. Inside guest RAM the kernel
+//! [`GUEST_GICC_BASE`]), and its virtio-mmio devices from
+//! [`GUEST_VIRTIO_BASE`] (SPIs from [`GUEST_VIRTIO_FIRST_SPI`]), where QEMU's
+//! `virt` board has them; nothing else is mapped. Inside guest RAM the kernel
 //! goes at the 2 MiB aligned RAM base plus its `text_offset`; the device tree
 //! goes at the first 2 MiB boundary after the kernel's `image_size` (where
 //! Linux's early mapping can reach it, and it never shares a block with the
@@ -37,6 +38,27 @@ pub const GUEST_SPI_COUNT: u32 = 64;
 pub const GUEST_TIMER_INTIDS: [u32; 4] = [29, 30, 27, 26];
 /// The GIC maintenance interrupt (INTID 25) as the guest sees it.
 pub const GUEST_MAINTENANCE_INTID: u32 = 25;
+
+/// IPA of the first virtio-mmio window (QEMU `virt`'s transports).
+pub const GUEST_VIRTIO_BASE: u64 = 0x0a00_0000;
+/// Distance between two virtio-mmio windows, and each window's size.
+pub const GUEST_VIRTIO_STRIDE: u64 = 0x200;
+/// The first virtio-mmio device's SPI number (INTID 48); device `i` has
+/// SPI `GUEST_VIRTIO_FIRST_SPI + i`.
+pub const GUEST_VIRTIO_FIRST_SPI: u32 = 16;
+/// Most virtio-mmio devices a VM can have (SPIs 16..48, inside
+/// [`GUEST_SPI_COUNT`]).
+pub const GUEST_VIRTIO_MAX: usize = 32;
+
+/// The window and SPI number of a VM's `index`-th virtio-mmio device
+/// (`index < GUEST_VIRTIO_MAX`).
+pub fn virtio_slot(index: usize) -> (PhysRange, u32) {
+    let base = GUEST_VIRTIO_BASE + index as u64 * GUEST_VIRTIO_STRIDE;
+    (
+        PhysRange::from_start_size(base, GUEST_VIRTIO_STRIDE),
+        GUEST_VIRTIO_FIRST_SPI + index as u32,
+    )
+}
 
 /// Room reserved for the guest device tree.
 pub const GUEST_DTB_MAX: u64 = 0x1_0000;
@@ -171,6 +193,18 @@ mod tests {
         assert!(initrd.end <= ram.end);
         // The DTB lies within one 2 MiB block, as the boot protocol asks.
         assert_eq!(p.dtb.start >> 21, (p.dtb.end - 1) >> 21);
+    }
+
+    #[test]
+    fn virtio_slots_follow_qemu_virt_and_fit_the_vgic() {
+        assert_eq!(
+            virtio_slot(0),
+            (PhysRange::from_start_size(0x0a00_0000, 0x200), 16)
+        );
+        let (last, spi) = virtio_slot(GUEST_VIRTIO_MAX - 1);
+        assert_eq!(last.end, 0x0a00_4000);
+        assert!(spi < GUEST_SPI_COUNT);
+        assert!(spi != GUEST_UART_SPI && GUEST_VIRTIO_FIRST_SPI > GUEST_UART_SPI);
     }
 
     #[test]

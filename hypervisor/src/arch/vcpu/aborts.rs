@@ -43,6 +43,14 @@ impl Vcpu {
                 self.exit_class = ExitClass::MmioGic;
                 self.gic_access(abort.write, access, ipa)
             }
+            DataAbortRoute::Virtio {
+                device,
+                access,
+                offset,
+            } => {
+                self.exit_class = ExitClass::MmioVirtio;
+                self.virtio_access(device, abort.write, access, offset)
+            }
             DataAbortRoute::InjectAbort(cause) => {
                 self.exit_class = ExitClass::AbortInjected;
                 self.inject_abort(InjectKind::DataAbort { write: abort.write }, ipa, cause)?;

@@ -1,6 +1,7 @@
-//! The machine side of emulated device accesses (the UART's and the
-//! virtual GIC's windows), handled by `runtime::device_access`: the
-//! accessing vCPU's registers, list registers and interrupt lines.
+//! The machine side of emulated device accesses (the UART's, the virtual
+//! GIC's and the virtio-mmio devices' windows), handled by
+//! `runtime::device_access`: the accessing vCPU's registers, list
+//! registers and interrupt lines.
 
 use super::Vcpu;
 use crate::arch::hardware::{El2, Vm};
@@ -17,6 +18,17 @@ impl Vcpu {
         offset: u64,
     ) -> Result<Flow, StopReason> {
         device_access::uart_access(self, write, access, offset)
+    }
+
+    /// A guest access to the VM's virtio-mmio device `device`.
+    pub(super) fn virtio_access(
+        &mut self,
+        device: u8,
+        write: bool,
+        access: DataAccess,
+        offset: u64,
+    ) -> Result<Flow, StopReason> {
+        device_access::virtio_access(self, device, write, access, offset)
     }
 
     /// A guest access to the virtual GIC's distributor or redistributors.
@@ -37,6 +49,10 @@ impl AccessingVcpu<El2> for Vcpu {
 
     fn index(&self) -> usize {
         self.index
+    }
+
+    fn epoch(&self) -> &crossbeam_epoch::LocalHandle {
+        &self.epoch
     }
 
     fn reg(&self, r: u8) -> u64 {

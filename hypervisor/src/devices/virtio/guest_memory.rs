@@ -86,10 +86,12 @@ pub trait GuestMemory {
         out: &mut Vec<HostSpan>,
     ) -> Result<(), GuestMemoryError>;
 
-    /// Makes a device's direct writes to host spans (as [`Self::host_spans`]
-    /// returned them) visible to the guest: cache maintenance where the
-    /// VM's stage 2 does not force write-back (no FEAT_S2FWB). The default
-    /// does nothing, for memories that need none.
+    /// Records that a device has finished writing host spans (as
+    /// [`Self::host_spans`] returned them with `device_writes`): their pages
+    /// are marked dirty again, after the data landed, so a dirty-log
+    /// harvest that ran between `host_spans` and the write cannot leave a
+    /// page clean that holds new data. Call it once the write completed.
+    /// The default does nothing, for memories that log nothing.
     fn device_wrote(&self, _spans: &[HostSpan]) {}
 
     /// Reads a little-endian `u16` at `ipa`.
