@@ -56,11 +56,11 @@ use crate::linux_virtio::{
 use crate::measure::{config, hypervisor_features, median, report};
 
 /// Runs per side of the blk comparison (alternating).
-pub const BLK_RUNS: usize = 3;
+pub const BLK_RUNS: usize = 5;
 /// Runs of the console comparison.
 pub const CONSOLE_RUNS: usize = 3;
 /// KiB written to each console per run.
-pub const CONSOLE_KIB: u32 = 64;
+pub const CONSOLE_KIB: u32 = 256;
 /// The `-cpu` of every run.
 const CPU: &str = DEFAULT_CPU;
 /// Machine RAM of the two-VM net run, MiB.
@@ -244,11 +244,29 @@ fn net() -> Result<(), String> {
     Ok(())
 }
 
-/// One blk run under the hypervisor on `image`: (write MiB/s, read MiB/s,
-/// the features the hypervisor found).
-fn blk_hypervisor(
-    image: &std::path::Path,
-) -> Result<(f64, f64, (&'static str, &'static str)), String> {
+/// What one blk run under the hypervisor measured.
+struct BlkSample {
+    write: f64,
+    read: f64,
+    /// The stage-2 features the hypervisor found: `(fwb, range_tlbi)`.
+    features: (&'static str, &'static str),
+    /// Where its EL2 time went: the virtio-mmio exits (count, ms at EL2),
+    /// the requests (reads, writes).
+    exits: Option<(u64, f64)>,
+    requests: (u64, u64),
+}
+
+/// The virtio-mmio exits of VM 0 in `run`: (count, milliseconds at EL2).
+fn virtio_exits(run: &RunReport) -> Option<(u64, f64)> {
+    let counters = run.counters();
+    let hz = counters.get(0, "ticks_per_second").filter(|&hz| hz > 0)?;
+    let count = counters.get(0, "exit_mmio_virtio_count")?;
+    let ticks = counters.get(0, "exit_mmio_virtio_ticks")?;
+    Some((count, ticks as f64 * 1000.0 / hz as f64))
+}
+
+/// One blk run under the hypervisor on `image`.
+fn blk_hypervisor(image: &std::path::Path) -> Result<BlkSample, String> {
     let disk = format!("disk={}", image.display());
     let spec = linux_vm_spec("blk", "0-1", &[&disk, &vm_mem()], &disk_write_role(true));
     let run = passed(e2e::run(&hypervisor_run(
@@ -266,29 +284,30 @@ fn blk_hypervisor(
             ));
         }
     }
-    Ok((
-        figure_of(&run, None, "blk_seq_write_mib_per_s")?,
-        figure_of(&run, None, "blk_seq_read_mib_per_s")?,
-        hypervisor_features(run.hypervisor_log()),
-    ))
+    Ok(BlkSample {
+        write: figure_of(&run, None, "blk_seq_write_mib_per_s")?,
+        read: figure_of(&run, None, "blk_seq_read_mib_per_s")?,
+        features: hypervisor_features(run.hypervisor_log()),
+        exits: virtio_exits(&run),
+        requests: (
+            counter_of(&run, 0, "virtio_blk_reads")?,
+            counter_of(&run, 0, "virtio_blk_writes")?,
+        ),
+    })
 }
 
 /// The blk part; `Err` when a hypervisor run failed (the direct figures
 /// are printed still).
 fn blk() -> Result<(), String> {
     let image = disk_image("bench-virtio-blk");
-    let mut hypervisor: Vec<(f64, f64)> = Vec::new();
+    let mut hypervisor: Vec<BlkSample> = Vec::new();
     let mut direct: Vec<(f64, f64)> = Vec::new();
-    let mut features = ("unknown", "unknown");
     let mut failure: Option<String> = None;
     for round in 1..=BLK_RUNS {
         if failure.is_none() {
             eprintln!("virtio/blk: hypervisor run {round}/{BLK_RUNS}");
             match blk_hypervisor(&image) {
-                Ok((write, read, found)) => {
-                    hypervisor.push((write, read));
-                    features = found;
-                }
+                Ok(sample) => hypervisor.push(sample),
                 Err(why) => failure = Some(why),
             }
         }
@@ -326,12 +345,25 @@ fn blk() -> Result<(), String> {
     if let Some(why) = failure {
         return Err(format!("a hypervisor blk run failed: {why}"));
     }
-    let (write, read) = medians(&hypervisor);
-    common("virtio/blk/hypervisor", features.0, features.1);
+    let pairs: Vec<(f64, f64)> = hypervisor.iter().map(|s| (s.write, s.read)).collect();
+    let (write, read) = medians(&pairs);
+    let (fwb, range_tlbi) = hypervisor[0].features;
+    common("virtio/blk/hypervisor", fwb, range_tlbi);
     report("virtio/blk/hypervisor/write_mib_per_s", write, "MiB/s");
     report("virtio/blk/hypervisor/read_mib_per_s", read, "MiB/s");
     report("virtio/blk/read_ratio", read / direct_read, "x");
     report("virtio/blk/write_ratio", write / direct_write, "x");
+    if let Some(sample) = hypervisor.iter().find(|s| s.read == read)
+        && let Some((count, ms)) = sample.exits
+    {
+        println!(
+            "virtio/blk: the median-read hypervisor run: {} read and {} write requests, \
+             {count} virtio-mmio exits, {ms:.1} ms at EL2 in them (mean {:.0} us)",
+            sample.requests.0,
+            sample.requests.1,
+            ms * 1000.0 / count.max(1) as f64
+        );
+    }
     Ok(())
 }
 
