@@ -48,6 +48,13 @@
 //!     `/dev/hvc1` (the control VM's port to the monitor), print every line
 //!     that comes back within 5 s of the last as `CONTROL: <line>`, and pass
 //!     when one holds `hv.expect=`.
+//!   - `console-bench` ([`Role::ConsoleBench`]): make `hv.bench_kib=N` KiB
+//!     of [`CONSOLE_BENCH_LINE`] lines in the initramfs, then `cat` them to
+//!     the PL011 (`/dev/ttyAMA0`) and to the virtio-console (`/dev/hvc0`),
+//!     each timed by `/proc/uptime` as the disk roles time `dd` (closing the
+//!     PL011's tty waits until its buffer is sent; virtio-console's
+//!     `put_chars` waits until the device has used each buffer), and print
+//!     both rates as [`BENCH_PREFIX`] lines on the init's console.
 
 use boot_payload::cpio::{FileEntry, write_archive};
 
@@ -66,6 +73,12 @@ pub const NET_TRANSFER_MIB: u32 = 64;
 pub const DISK_CHECK_PATH: &str = "/hv/check.txt";
 /// How the role inits' figures start: `BENCH: <name> <value> <unit>`.
 pub const BENCH_PREFIX: &str = "BENCH: ";
+/// The line the console bench writes over and over: 63 printable bytes,
+/// 64 with its newline, so a KiB is 16 lines.
+pub const CONSOLE_BENCH_LINE: &str =
+    "console-bench 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJK";
+/// [`CONSOLE_BENCH_LINE`] lines in a KiB.
+pub const CONSOLE_BENCH_LINES_PER_KIB: u32 = 16;
 
 /// What a test init does besides checking its CPUs, chosen by words on the
 /// kernel command line ([`Role::cmdline_words`]); see the module doc.
@@ -105,6 +118,13 @@ pub enum Role {
         /// Text an answer line must hold.
         expect: String,
     },
+    /// Write `kib` KiB of [`CONSOLE_BENCH_LINE`] lines to `/dev/ttyAMA0`,
+    /// then to `/dev/hvc0`, each timed: `BENCH:
+    /// console_pl011_bytes_per_s` and `console_virtio_bytes_per_s`.
+    ConsoleBench {
+        /// KiB written to each console (more than 0).
+        kib: u32,
+    },
 }
 
 impl Role {
@@ -132,6 +152,7 @@ impl Role {
             Role::ConsoleControl { expect } => {
                 format!("hv.role=console-control hv.expect={expect}")
             }
+            Role::ConsoleBench { kib } => format!("hv.role=console-bench hv.bench_kib={kib}"),
         }
     }
 }
@@ -236,7 +257,7 @@ esac
 
 /// The role part of the test init: reads `hv.*` words, defines the roles and
 /// runs the one named (nothing without `hv.role=`).
-const ROLES: &str = r#"role=; ip=; peer=; expect=; bench_mib=0; bench_skip_mib=0
+const ROLES: &str = r#"role=; ip=; peer=; expect=; bench_mib=0; bench_skip_mib=0; bench_kib=0
 for word in $(cat /proc/cmdline); do
     case "$word" in
     hv.role=*) role=${word#hv.role=} ;;
@@ -245,10 +266,12 @@ for word in $(cat /proc/cmdline); do
     hv.expect=*) expect=${word#hv.expect=} ;;
     hv.bench_mib=*) bench_mib=${word#hv.bench_mib=} ;;
     hv.bench_skip_mib=*) bench_skip_mib=${word#hv.bench_skip_mib=} ;;
+    hv.bench_kib=*) bench_kib=${word#hv.bench_kib=} ;;
     esac
 done
 now() { read up idle < /proc/uptime; echo "$up"; }
 rate() { awk -v mib="$1" -v t0="$2" -v t1="$3" 'BEGIN { t = t1 - t0; if (t < 0.01) t = 0.01; printf "%.1f", mib / t }'; }
+byte_rate() { awk -v n="$1" -v t0="$2" -v t1="$3" 'BEGIN { t = t1 - t0; if (t < 0.01) t = 0.01; printf "%.0f", n / t }'; }
 wait_for() {
     n=0
     while [ ! -e "$1" ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
@@ -370,6 +393,27 @@ console_control() {
     exec 4<&-
     [ -n "$answered" ] || fail "no answer on /dev/hvc1 holds '$expect'"
 }
+console_bench() {
+    [ "$bench_kib" -gt 0 ] 2>/dev/null || fail "console-bench needs hv.bench_kib=N, N > 0 KiB"
+    wait_for /dev/hvc0 || fail "no /dev/hvc0 (no virtio-console)"
+    [ -c /dev/ttyAMA0 ] || fail "no /dev/ttyAMA0 (no PL011)"
+    bytes=$((bench_kib * 1024))
+    yes "CONSOLE_LINE" | head -n $((bench_kib * CONSOLE_LINES_PER_KIB)) > /tmp/console-data
+    made=$(stat -c %s /tmp/console-data)
+    [ "$made" = "$bytes" ] || fail "the console data has $made bytes, expected $bytes"
+    echo "LINUX-INIT: writing $bench_kib KiB to /dev/ttyAMA0, then to /dev/hvc0"
+    start=$(now)
+    cat /tmp/console-data > /dev/ttyAMA0 || fail "cannot write /dev/ttyAMA0"
+    end=$(now)
+    pl011=$(byte_rate "$bytes" "$start" "$end")
+    start=$(now)
+    cat /tmp/console-data > /dev/hvc0 || fail "cannot write /dev/hvc0"
+    end=$(now)
+    virtio=$(byte_rate "$bytes" "$start" "$end")
+    rm /tmp/console-data
+    echo "BENCH: console_pl011_bytes_per_s $pl011 B/s"
+    echo "BENCH: console_virtio_bytes_per_s $virtio B/s"
+}
 case "$role" in
 "") ;;
 net-server) net_server ;;
@@ -377,7 +421,8 @@ net-client) net_client ;;
 disk-write) disk_write ;;
 disk-check) disk_check ;;
 console-control) console_control ;;
-*) fail "unknown hv.role=$role (net-server, net-client, disk-write, disk-check, console-control)" ;;
+console-bench) console_bench ;;
+*) fail "unknown hv.role=$role (net-server, net-client, disk-write, disk-check, console-control, console-bench)" ;;
 esac
 if [ -n "$role" ]; then
     echo "RESULT: PASS"
@@ -441,7 +486,12 @@ poweroff -f
                 roles = ROLES
                     .replace("NET_MIB", &NET_TRANSFER_MIB.to_string())
                     .replace("NET_PORT", &NET_PORT.to_string())
-                    .replace("DISK_PATH", DISK_CHECK_PATH),
+                    .replace("DISK_PATH", DISK_CHECK_PATH)
+                    .replace(
+                        "CONSOLE_LINES_PER_KIB",
+                        &CONSOLE_BENCH_LINES_PER_KIB.to_string()
+                    )
+                    .replace("CONSOLE_LINE", CONSOLE_BENCH_LINE),
             )
         }
     }
@@ -583,6 +633,7 @@ mod tests {
             Role::ConsoleControl {
                 expect: "vm0".into(),
             },
+            Role::ConsoleBench { kib: 64 },
         ] {
             let words = role.cmdline_words();
             let name = words
@@ -609,6 +660,30 @@ mod tests {
         assert!(script.contains("nc -l -p 5000 < /tmp/hold"));
         assert!(script.contains(DISK_CHECK_PATH));
         assert!(!script.contains("NET_MIB") && !script.contains("DISK_PATH"));
+        assert!(!script.contains("CONSOLE_LINE"));
+        assert_eq!(
+            Role::ConsoleBench { kib: 64 }.cmdline_words(),
+            "hv.role=console-bench hv.bench_kib=64"
+        );
+    }
+
+    #[test]
+    fn the_console_bench_line_is_printable_and_a_kib_is_whole_lines() {
+        assert_eq!(
+            (CONSOLE_BENCH_LINE.len() + 1) * CONSOLE_BENCH_LINES_PER_KIB as usize,
+            1024
+        );
+        assert!(
+            CONSOLE_BENCH_LINE
+                .bytes()
+                .all(|b| b.is_ascii_graphic() || b == b' ')
+        );
+        let script = init_script(Init::Test { cpus: 2 });
+        assert!(script.contains(&format!(
+            "yes \"{CONSOLE_BENCH_LINE}\" | head -n $((bench_kib * 16))"
+        )));
+        assert!(script.contains("cat /tmp/console-data > /dev/ttyAMA0"));
+        assert!(script.contains("cat /tmp/console-data > /dev/hvc0"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod page_table;
 pub mod split;
 pub mod tlb;
 pub mod unmap;
+pub mod virtio;
 
 /// A suite: its name on the command line and the function that prints its figures.
 pub struct Suite {
@@ -72,5 +73,10 @@ pub const SUITES: &[Suite] = &[
         name: "unmap",
         about: "Unmap of 1 GiB: TLBI operations and time, deferred range flush vs per entry",
         run: unmap::run,
+    },
+    Suite {
+        name: "virtio",
+        about: "Linux on the hypervisor's virtio devices: net between two VMs, blk vs QEMU's own virtio-blk, virtio-console vs PL011",
+        run: virtio::run,
     },
 ];
