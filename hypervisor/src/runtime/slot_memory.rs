@@ -428,11 +428,8 @@ mod tests {
         assert_eq!(memory.read_u32(0x1000_0004), Ok(0x1234_5678));
         assert_eq!(memory.read_u64(0x1000_0000), Ok(0x1234_5678_66ff_0000));
         // SAFETY: inside slot 0's leaked backing.
-        assert_eq!(
-            unsafe { *((backings[0] + 2) as *const u8) },
-            0xff,
-            "little-endian"
-        );
+        let low = unsafe { *((backings[0] + 2) as *const u8) };
+        assert_eq!(low, 0xff, "little-endian");
         assert!(dirty(set, 0, 0));
         // Unaligned: the byte copy, across the slot boundary too.
         memory
