@@ -126,7 +126,13 @@ fn a_scratch_disk_is_written_flushed_and_read_back_at_el2() {
     let report = e2e::run(&config);
     e2e::assert_powered_off(&report);
     let explain = report.explain();
-    e2e::log_position(&report, "host disk 0: write check passed");
+    // The three spans are the data buffers of one request, the two spans
+    // read back those of another (`drivers::host_disk::plan`).
+    e2e::log_position(
+        &report,
+        "host disk 0: write check passed: 4096 bytes at sector 8 written from 3 spans in \
+         1 request, flushed, read back into 2 spans in 1 request",
+    );
     let after = std::fs::read(&path).expect("the image");
     let at = 8 * 512;
     let expected: Vec<u8> = (0..4096).map(write_check_byte).collect();

@@ -10,22 +10,33 @@
 //! and DeviceID (register `0x008`): the N-th window holding a block device
 //! (DeviceID 2) is host disk N, so host disk 0 is the first
 //! `-device virtio-blk-device` of QEMU's command line (QEMU plugs it into
-//! the highest transport). Each disk gets a `VirtIOBlk` over an
-//! `MmioTransport`, which handles the legacy (version 1, QEMU 7.2's
-//! default) and the modern (version 2) register layouts. The windows stay
-//! the hypervisor's: guests get generated device trees and never see them.
+//! the highest transport). Each disk gets a small virtio-blk request
+//! layer of its own (`BlkIo`) over the crate's `MmioTransport` (which
+//! handles the legacy (version 1, QEMU 7.2's default) and the modern
+//! (version 2) register layouts) and `VirtQueue`: the crate's `VirtIOBlk`
+//! sends one data buffer per request, and a guest request over scattered
+//! pages would cost one host request per page. The start is
+//! `VirtIOBlk::new`'s (reset, features, configuration, queue 0, ready);
+//! the features taken are `RO`, `FLUSH`, `SEG_MAX`, `EVENT_IDX` and
+//! `VERSION_1`; the queue has 256 descriptors where the device allows
+//! (else 16). The windows stay the hypervisor's: guests get generated
+//! device trees and never see them.
 //!
 //! # Requests
 //!
 //! One request at a time per disk, under the disk's `spin::Mutex`, polled
 //! to completion (the device's interrupt is not used): the driver adds the
-//! request to the virtqueue, notifies and spins on the used ring. How a
-//! transfer over guest buffers becomes requests (zero copy for whole
-//! sectors, one sector of bounce buffer where a sector straddles two
-//! buffers, requests of at most 1 MiB) is `drivers::host_disk`. A device
-//! error is logged with the disk, the sector and the length, and returned
-//! as [`BlockError::Device`]; nothing panics. A device that never completes
-//! a request stalls its caller (the crate's polling has no timeout).
+//! request's chain (a 16-byte header, the data buffers, a status byte) to
+//! the virtqueue, notifies and spins on the used ring. How a transfer over
+//! guest buffers becomes requests (one data buffer per run of whole
+//! sectors, straight from the guest's pages; one sector of bounce buffer
+//! where a sector straddles two buffers; at most the device's `seg_max`
+//! and the queue's free descriptors less two buffers, and 1 MiB, per
+//! request) is `drivers::host_disk`: a Linux request of up to 254 pages is
+//! one host request. A device error is logged with the disk, the sector,
+//! the length and the number of buffers, and returned as
+//! [`BlockError::Device`]; nothing panics. A device that never completes a
+//! request stalls its caller (the crate's polling has no timeout).
 //!
 //! # Memory: the `Hal`
 //!
@@ -42,16 +53,22 @@
 //! mapped non-cacheable; a window without `dma-coherent` is logged.
 
 use crate::arch::boot::memory::{FRAME_SIZE, alloc_frames, free_frames};
+use crate::devices::virtio::blk::{
+    F_FLUSH, F_RO, F_SEG_MAX, REQUEST_HEADER_LEN, S_OK, S_UNSUPP, T_FLUSH, T_GET_ID, T_IN, T_OUT,
+};
 use crate::devices::virtio::block_backend::{BlockBackend, BlockError, SECTOR_SIZE};
 use crate::devices::virtio::guest_memory::HostSpan;
-use crate::drivers::host_disk::{self, SectorIo};
+use crate::devices::virtio::mmio_transport::{F_RING_EVENT_IDX, F_VERSION_1};
+use crate::drivers::host_disk::{self, Limits, MAX_REQUEST_BYTES, SegmentIo};
 use crate::platform::virtio_mmio::VirtioMmioWindow;
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::ptr::NonNull;
 use spin::{Mutex, Once};
-use virtio_drivers::device::blk::VirtIOBlk;
+use virtio_drivers::queue::VirtQueue;
 use virtio_drivers::transport::mmio::{MmioTransport, MmioVersion, VirtIOHeader};
-use virtio_drivers::{BufferDirection, Hal, PhysAddr};
+use virtio_drivers::transport::{DeviceStatus, Transport};
+use virtio_drivers::{BufferDirection, Error, Hal, PAGE_SIZE, PhysAddr};
 
 /// The magic value at offset 0 of a virtio-mmio window ("virt").
 const MAGIC: u32 = 0x7472_6976;
@@ -117,34 +134,219 @@ struct Driver {
     bounce: [u8; SECTOR_SIZE as usize],
 }
 
-/// Whole-sector requests to one virtio block device.
-struct BlkIo {
-    /// The disk's number, for log lines.
-    index: usize,
-    blk: VirtIOBlk<El2Hal, MmioTransport<'static>>,
+/// The request queue (virtio-blk has one, number 0).
+const QUEUE: u16 = 0;
+
+/// Features the driver takes when the device offers them: `RO`, `FLUSH`,
+/// `SEG_MAX` (the most data buffers per request), `EVENT_IDX` and
+/// `VERSION_1` (the modern interface); no `SIZE_MAX` (a buffer may be any
+/// length) and no indirect descriptors (the crate needs its `alloc`
+/// feature for those).
+const SUPPORTED_FEATURES: u64 = F_RO | F_FLUSH | F_SEG_MAX | F_RING_EVENT_IDX | F_VERSION_1;
+
+/// Offsets in the block device's configuration space: `capacity` (le64,
+/// read as two le32) and `seg_max` (le32).
+const CONFIG_CAPACITY_LOW: usize = 0;
+const CONFIG_CAPACITY_HIGH: usize = 4;
+const CONFIG_SEG_MAX: usize = 12;
+
+/// A status byte no device writes, so that an unanswered request reads as
+/// failed.
+const STATUS_UNSET: u8 = 0xff;
+
+/// The virtqueue, as large as the device allows: 256 descriptors (a
+/// request of up to 254 data buffers, what QEMU's `seg_max` allows) where
+/// the device takes that many, otherwise 16 (the size `VirtIOBlk` uses).
+/// Boxed: the queue keeps a shadow of its descriptors inline.
+enum RequestQueue {
+    Large(Box<VirtQueue<El2Hal, 256>>),
+    Small(Box<VirtQueue<El2Hal, 16>>),
 }
 
-impl SectorIo for BlkIo {
-    fn read_sectors(&mut self, sector: u64, buf: &mut [u8]) -> Result<(), BlockError> {
-        let len = buf.len();
-        self.blk.read_blocks(sector as usize, buf).map_err(|e| {
-            log::error!(
-                "host disk {}: reading {len} bytes at sector {sector} failed: {e}",
-                self.index
-            );
-            BlockError::Device
+impl RequestQueue {
+    fn new(transport: &mut MmioTransport<'static>, event_idx: bool) -> Result<Self, Error> {
+        Ok(if transport.max_queue_size(QUEUE) >= 256 {
+            Self::Large(Box::new(VirtQueue::new(
+                transport, QUEUE, false, event_idx,
+            )?))
+        } else {
+            Self::Small(Box::new(VirtQueue::new(
+                transport, QUEUE, false, event_idx,
+            )?))
         })
     }
 
-    fn write_sectors(&mut self, sector: u64, buf: &[u8]) -> Result<(), BlockError> {
-        let len = buf.len();
-        self.blk.write_blocks(sector as usize, buf).map_err(|e| {
-            log::error!(
-                "host disk {}: writing {len} bytes at sector {sector} failed: {e}",
-                self.index
-            );
-            BlockError::Device
+    /// Descriptors free now.
+    fn available_desc(&self) -> usize {
+        match self {
+            Self::Large(queue) => queue.available_desc(),
+            Self::Small(queue) => queue.available_desc(),
+        }
+    }
+
+    /// Adds one chain (`inputs` device-readable, then `outputs`
+    /// device-writable), notifies, polls until the device used it and
+    /// takes it back.
+    fn add_notify_wait_pop<'a>(
+        &mut self,
+        inputs: &'a [&'a [u8]],
+        outputs: &'a mut [&'a mut [u8]],
+        transport: &mut MmioTransport<'static>,
+    ) -> Result<u32, Error> {
+        match self {
+            Self::Large(queue) => queue.add_notify_wait_pop(inputs, outputs, transport),
+            Self::Small(queue) => queue.add_notify_wait_pop(inputs, outputs, transport),
+        }
+    }
+}
+
+/// virtio-blk requests to one device over the crate's transport and
+/// virtqueue: a request is a chain of a 16-byte header, any number of
+/// data buffers and a status byte, so a whole transfer over scattered
+/// buffers is one request (`VirtIOBlk` takes one data buffer per request).
+struct BlkIo {
+    /// The disk's number, for log lines.
+    index: usize,
+    transport: MmioTransport<'static>,
+    queue: RequestQueue,
+    /// Whether `FLUSH` was negotiated (without it, writes are durable when
+    /// they complete).
+    flush: bool,
+    /// The device's `seg_max`, when it offers one.
+    seg_max: Option<usize>,
+    capacity: u64,
+    read_only: bool,
+    /// Requests sent so far.
+    requests: u64,
+}
+
+impl BlkIo {
+    /// Starts the device as `VirtIOBlk::new` does (the crate's
+    /// `Transport::begin_init`: reset, acknowledge, negotiate features,
+    /// guest page size), reads its configuration, sets up the queue and
+    /// marks the driver ready.
+    fn start(index: usize, mut transport: MmioTransport<'static>) -> Result<Self, Error> {
+        transport.set_status(DeviceStatus::empty());
+        transport.set_status(DeviceStatus::ACKNOWLEDGE | DeviceStatus::DRIVER);
+        let features = transport.read_device_features() & SUPPORTED_FEATURES;
+        transport.write_driver_features(features);
+        transport.set_status(
+            DeviceStatus::ACKNOWLEDGE | DeviceStatus::DRIVER | DeviceStatus::FEATURES_OK,
+        );
+        transport.set_guest_page_size(PAGE_SIZE as u32);
+        let (capacity, seg_max) = transport.read_consistent(|| {
+            let low: u32 = transport.read_config_space(CONFIG_CAPACITY_LOW)?;
+            let high: u32 = transport.read_config_space(CONFIG_CAPACITY_HIGH)?;
+            let seg_max = if features & F_SEG_MAX != 0 {
+                let seg_max: u32 = transport.read_config_space(CONFIG_SEG_MAX)?;
+                Some(seg_max as usize).filter(|&n| n > 0)
+            } else {
+                None
+            };
+            Ok((u64::from(low) | u64::from(high) << 32, seg_max))
+        })?;
+        let queue = RequestQueue::new(&mut transport, features & F_RING_EVENT_IDX != 0)?;
+        transport.finish_init();
+        Ok(Self {
+            index,
+            transport,
+            queue,
+            flush: features & F_FLUSH != 0,
+            seg_max,
+            capacity,
+            read_only: features & F_RO != 0,
+            requests: 0,
         })
+    }
+
+    /// Sends one request of type `kind` at `sector` with `readable` data
+    /// (for the device to read) or `writable` data (for it to fill), waits
+    /// for it and returns its status.
+    fn request(
+        &mut self,
+        kind: u32,
+        sector: u64,
+        readable: &[&[u8]],
+        writable: &mut [&mut [u8]],
+    ) -> Result<(), Error> {
+        let mut header = [0u8; REQUEST_HEADER_LEN as usize];
+        header[..4].copy_from_slice(&kind.to_le_bytes());
+        header[8..].copy_from_slice(&sector.to_le_bytes());
+        let mut status = [STATUS_UNSET];
+        self.requests += 1;
+        {
+            let mut inputs: Vec<&[u8]> = Vec::with_capacity(1 + readable.len());
+            inputs.push(&header);
+            inputs.extend_from_slice(readable);
+            let mut outputs: Vec<&mut [u8]> = Vec::with_capacity(writable.len() + 1);
+            outputs.extend(writable.iter_mut().map(|buffer| &mut **buffer));
+            outputs.push(&mut status);
+            self.queue
+                .add_notify_wait_pop(&inputs, &mut outputs, &mut self.transport)?;
+        }
+        match status[0] {
+            S_OK => Ok(()),
+            S_UNSUPP => Err(Error::Unsupported),
+            _ => Err(Error::IoError),
+        }
+    }
+
+    /// The device's `GET_ID` answer (zero padded), or `None` when it has
+    /// none.
+    fn device_id(&mut self) -> Option<[u8; 20]> {
+        let mut id = [0u8; 20];
+        self.request(T_GET_ID, 0, &[], &mut [&mut id[..]]).ok()?;
+        (id[0] != 0).then_some(id)
+    }
+
+    fn flush(&mut self) -> Result<(), Error> {
+        if self.flush {
+            self.request(T_FLUSH, 0, &[], &mut [])
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Logs a failed transfer and turns it into a [`BlockError`].
+    fn failed(
+        &self,
+        what: &str,
+        sector: u64,
+        lens: impl Iterator<Item = usize>,
+        e: Error,
+    ) -> BlockError {
+        let (count, len) = lens.fold((0, 0), |(n, sum), l| (n + 1, sum + l));
+        log::error!(
+            "host disk {}: {what} {len} bytes in {count} buffer(s) at sector {sector} failed: {e}",
+            self.index
+        );
+        BlockError::Device
+    }
+}
+
+impl Drop for BlkIo {
+    fn drop(&mut self) {
+        // The device must not use the queue's memory once it is freed.
+        self.transport.queue_unset(QUEUE);
+    }
+}
+
+impl SegmentIo for BlkIo {
+    fn limits(&self) -> Limits {
+        // The header and the status byte take a descriptor each.
+        let free = self.queue.available_desc().saturating_sub(2);
+        let segments = self.seg_max.map_or(free, |seg_max| seg_max.min(free));
+        Limits::new(segments, MAX_REQUEST_BYTES)
+    }
+
+    fn read_segments(&mut self, sector: u64, buffers: &mut [&mut [u8]]) -> Result<(), BlockError> {
+        self.request(T_IN, sector, &[], buffers)
+            .map_err(|e| self.failed("reading", sector, buffers.iter().map(|b| b.len()), e))
+    }
+
+    fn write_segments(&mut self, sector: u64, buffers: &[&[u8]]) -> Result<(), BlockError> {
+        self.request(T_OUT, sector, buffers, &mut [])
+            .map_err(|e| self.failed("writing", sector, buffers.iter().map(|b| b.len()), e))
     }
 }
 
@@ -168,6 +370,11 @@ impl HostDisk {
     pub fn index(&self) -> usize {
         self.index
     }
+
+    /// How many requests its driver has sent to the device.
+    pub fn requests(&self) -> u64 {
+        self.driver.lock().io.requests
+    }
 }
 
 impl BlockBackend for HostDisk {
@@ -186,7 +393,7 @@ impl BlockBackend for HostDisk {
         // SAFETY: the trait's contract: the spans are guest RAM (identity
         // mapped read-write at EL2, `boot::memory`) that the caller
         // translated through the VM's memslots and lends, exclusively, for
-        // this call; the device writes them by DMA before `read_blocks`
+        // this call; the device writes them by DMA before each request
         // returns.
         unsafe { host_disk::read_spans(io, bounce, sector, spans) }
     }
@@ -201,7 +408,7 @@ impl BlockBackend for HostDisk {
     }
 
     fn flush(&self) -> Result<(), BlockError> {
-        self.driver.lock().io.blk.flush().map_err(|e| {
+        self.driver.lock().io.flush().map_err(|e| {
             log::error!("host disk {}: flush failed: {e}", self.index);
             BlockError::Device
         })
@@ -298,23 +505,22 @@ fn start_disks(windows: &[VirtioMmioWindow]) -> HostDisks {
             }
         };
         let version = transport.version();
-        let mut blk = match VirtIOBlk::<El2Hal, _>::new(transport) {
-            Ok(blk) => blk,
+        let mut io = match BlkIo::start(index, transport) {
+            Ok(io) => io,
             Err(e) => {
                 log::error!("host disk {index} at {base:#x}: the driver did not start: {e}");
                 continue;
             }
         };
-        let mut id = [0u8; 20];
-        let id_len = blk.device_id(&mut id).unwrap_or(0);
-        if id_len == 0 {
-            id = [0; 20];
+        let id = io.device_id().unwrap_or_else(|| {
+            let mut id = [0u8; 20];
             let name = alloc::format!("hostdisk{index}");
             let n = name.len().min(20);
             id[..n].copy_from_slice(&name.as_bytes()[..n]);
-        }
-        let capacity = blk.capacity();
-        let read_only = blk.readonly();
+            id
+        });
+        let capacity = io.capacity;
+        let read_only = io.read_only;
         log::info!(
             "host disk {index}: {capacity} sectors ({} MiB){} at {base:#x}",
             (capacity * SECTOR_SIZE) >> 20,
@@ -323,11 +529,13 @@ fn start_disks(windows: &[VirtioMmioWindow]) -> HostDisks {
         let id_text = core::str::from_utf8(&id[..id.iter().position(|&b| b == 0).unwrap_or(20)])
             .unwrap_or("(not UTF-8)");
         log::info!(
-            "host disk {index}: virtio-mmio {}, id \"{id_text}\"",
+            "host disk {index}: virtio-mmio {}, id \"{id_text}\", \
+             up to {} data buffers per request",
             match version {
                 MmioVersion::Legacy => "legacy (version 1)",
                 MmioVersion::Modern => "version 2",
-            }
+            },
+            io.limits().max_segments
         );
         if !window.dma_coherent {
             log::warn!(
@@ -342,7 +550,7 @@ fn start_disks(windows: &[VirtioMmioWindow]) -> HostDisks {
             read_only,
             id,
             driver: Mutex::new(Driver {
-                io: BlkIo { index, blk },
+                io,
                 bounce: [0; SECTOR_SIZE as usize],
             }),
         });
@@ -374,9 +582,12 @@ pub fn write_check_byte(offset: usize) -> u8 {
 
 /// On a scratch disk ([`WRITE_CHECK_ID`]): writes 4 KiB at
 /// [`WRITE_CHECK_SECTOR`] from three spans that are not host-contiguous
-/// (700, 324 and 3072 bytes: two sectors straddle spans and go through the
-/// bounce buffer), flushes, reads them back through two others (100 and
-/// 3996 bytes) and compares; logs the outcome. The end-to-end test then finds the bytes in the image file.
+/// (700, 324 and 3072 bytes: a sector straddles the first two and goes
+/// through the bounce buffer), flushes, reads them back through two others
+/// (100 and 3996 bytes) and compares; logs the outcome and how many device
+/// requests the write and the read took (one each: the spans are the data
+/// buffers of one request). The end-to-end test then finds the bytes in
+/// the image file.
 fn write_check(disk: &HostDisk) {
     const LEN: usize = 4096;
     /// Where each piece sits in its buffer: one byte apart, so that the
@@ -407,22 +618,35 @@ fn write_check(disk: &HostDisk) {
     }
     let mut back = alloc::vec![0u8; LEN + 1];
     let back_spans = scatter(&mut back, &[100, LEN as u64 - 100]);
+    let before = disk.requests();
+    let mut writes = 0;
     let outcome = disk
         .write(WRITE_CHECK_SECTOR, &spans)
-        .and_then(|()| disk.flush())
-        .and_then(|()| disk.read(WRITE_CHECK_SECTOR, &back_spans));
+        .and_then(|()| {
+            writes = disk.requests() - before;
+            disk.flush()
+        })
+        .and_then(|()| {
+            let before = disk.requests();
+            let read = disk.read(WRITE_CHECK_SECTOR, &back_spans);
+            read.map(|()| disk.requests() - before)
+        });
     let read_back = back[..100]
         .iter()
         .chain(&back[101..])
         .enumerate()
         .all(|(i, &b)| b == write_check_byte(i));
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
     match outcome {
-        Ok(()) if read_back => log::info!(
+        Ok(reads) if read_back => log::info!(
             "host disk {}: write check passed: {LEN} bytes at sector {WRITE_CHECK_SECTOR} \
-             written from 3 spans, flushed, read back",
-            disk.index
+             written from 3 spans in {writes} request{}, flushed, \
+             read back into 2 spans in {reads} request{}",
+            disk.index,
+            plural(writes),
+            plural(reads)
         ),
-        Ok(()) => log::error!(
+        Ok(_) => log::error!(
             "host disk {}: write check read back other bytes",
             disk.index
         ),
