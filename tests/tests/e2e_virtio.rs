@@ -226,3 +226,59 @@ fn a_linux_vm_migrates_in_the_middle_of_a_tcp_transfer() {
     assert!(report.console().contains("[a] RESULT: PASS"), "{explain}");
     assert!(report.console().contains("[dst] RESULT: PASS"), "{explain}");
 }
+
+/// `src` writes its disk's file while it migrates to `dst`, which serves the
+/// same host disk (one image, one QEMU drive): the destination finishes the
+/// write, and the file reads back right from the image on the host.
+#[test]
+fn a_linux_vm_migrates_while_it_writes_its_disk() {
+    let image = disk_image("e2e-virtio-disk-migrate");
+    let disk = format!("disk={}", image.display());
+    let src = format!(
+        "{},expect=stopped",
+        linux_vm_spec("src", "0-1", &[&disk, "mem=384"], &disk_write_role(false))
+    );
+    let dst = linux_vm_spec(
+        "dst",
+        "2-3",
+        &[&disk, "mem=384", "start=0"],
+        &disk_write_role(false),
+    );
+    let script = ConsoleScript::new()
+        .then(
+            "[src] LINUX-INIT: 2 CPUs online",
+            "\x1dmigrate src dst verify\r",
+        )
+        .then("ok: migrating src to dst", "exit\r");
+    let config = RunConfig {
+        mem_mib: 2048,
+        ..e2e::vms(4, &[&src, &dst], DISK_TIMEOUT)
+    };
+    let report = e2e::run(&e2e::with_script(config, script));
+    let explain = report.explain();
+    assert!(
+        report
+            .command_line
+            .matches("-device virtio-blk-device")
+            .count()
+            == 1,
+        "one drive for the image both VMs name\n{}",
+        report.command_line
+    );
+    assert!(
+        e2e::has_line(&report, "vm0 (src) -> vm1 (dst): migrated:"),
+        "{explain}"
+    );
+    assert!(report.console().contains("[dst] RESULT: PASS"), "{explain}");
+    assert!(
+        e2e::counter(&report, 1, "virtio_blk_write_bytes") > 0,
+        "the disk was written through the carried device\n{explain}"
+    );
+    let on_host = disk_file(&image);
+    assert!(
+        on_host == disk_check_contents(),
+        "/hv/check.txt read from the image on the host differs ({} bytes)\n{explain}",
+        on_host.len()
+    );
+    std::fs::remove_file(&image).unwrap_or_else(|error| panic!("{error}"));
+}
