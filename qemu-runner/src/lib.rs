@@ -455,12 +455,13 @@ impl RunConfig {
     }
 
     /// The disks QEMU serves, in order (disk N is the N-th): `--disk`s,
-    /// then each `--vm`'s `disk=` in the order of the `--vm`s.
+    /// then each `--vm`'s `disk=` in the order of the `--vm`s, an image
+    /// that several `--vm`s name once ([`vm_disks`]).
     pub fn host_disks(&self) -> Vec<qemu::HostDisk> {
         self.disks
             .iter()
             .cloned()
-            .chain(self.vms.iter().filter_map(|vm| vm.disk.clone()))
+            .chain(vm_disks(&self.vms))
             .collect()
     }
 
@@ -1021,7 +1022,7 @@ pub fn vms_payload(vms: &[VmSpec], files: Vec<VmFiles>) -> Result<Vec<u8>, Runne
             files.len()
         )));
     }
-    let mut disks = 0;
+    let disks = vm_disks(vms);
     let mut named = Vec::new();
     for (vm, files) in vms.iter().zip(files) {
         let net = vm
@@ -1030,13 +1031,13 @@ pub fn vms_payload(vms: &[VmSpec], files: Vec<VmFiles>) -> Result<Vec<u8>, Runne
             .map(VmName::new)
             .transpose()
             .map_err(|error| RunnerError::Config(format!("VM `{}`: net=: {error}", vm.name)))?;
-        let disk = vm.disk.as_ref().map(|disk| {
-            disks += 1;
-            DiskConf {
-                host: disks - 1,
-                read_only: disk.read_only,
-                ..DiskConf::default()
-            }
+        let disk = vm.disk.as_ref().map(|disk| DiskConf {
+            host: disks
+                .iter()
+                .position(|known| known.path == disk.path)
+                .unwrap_or_default() as u32,
+            read_only: disk.read_only,
+            ..DiskConf::default()
         });
         named.push(NamedPayload {
             name: vm.name.clone(),
@@ -1060,6 +1061,21 @@ pub fn vms_payload(vms: &[VmSpec], files: Vec<VmFiles>) -> Result<Vec<u8>, Runne
     }
     boot_payload::write_several(&named)
         .map_err(|error| RunnerError::Config(format!("the boot payload: {error}")))
+}
+
+/// The host disks of the `--vm`s' `disk=` items, in the order of the
+/// `--vm`s: an image file several VMs name is one disk (QEMU locks an image
+/// it opens, and a live migration's source and destination serve the same
+/// disk), read-only only when every VM naming it asks so.
+pub fn vm_disks(vms: &[VmSpec]) -> Vec<qemu::HostDisk> {
+    let mut disks: Vec<qemu::HostDisk> = Vec::new();
+    for disk in vms.iter().filter_map(|vm| vm.disk.as_ref()) {
+        match disks.iter_mut().find(|known| known.path == disk.path) {
+            Some(known) => known.read_only &= disk.read_only,
+            None => disks.push(disk.clone()),
+        }
+    }
+    disks
 }
 
 /// Builds the hypervisor and what each `--vm` boots.
@@ -1568,6 +1584,42 @@ mod tests {
             error.contains("disk image /d/a.img: no such file"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn an_image_several_vms_name_is_one_host_disk() {
+        let vms = [
+            vm("linux,cpus=0,name=src,disk=/d/a.img", 0),
+            vm("linux,cpus=1,name=other,disk=/d/b.img:ro", 1),
+            vm("linux,cpus=2,name=dst,start=0,disk=/d/a.img:ro", 2),
+        ];
+        assert_eq!(
+            vm_disks(&vms),
+            [
+                qemu::HostDisk {
+                    path: PathBuf::from("/d/a.img"),
+                    read_only: false,
+                },
+                qemu::HostDisk {
+                    path: PathBuf::from("/d/b.img"),
+                    read_only: true,
+                },
+            ],
+            "one drive for a.img, writable since src writes it"
+        );
+        let files = |cmdline: &str| VmFiles {
+            kernel: vec![1],
+            initrd: None,
+            cmdline: cmdline.into(),
+        };
+        let archive = vms_payload(&vms, vec![files("x"), files("y"), files("z")]).unwrap();
+        let read = boot_payload::VmsRef::parse(&archive).unwrap();
+        let hosts: Vec<_> = read
+            .as_slice()
+            .iter()
+            .map(|vm| vm.payload.conf.disk.map(|d| (d.host, d.read_only)))
+            .collect();
+        assert_eq!(hosts, [Some((0, false)), Some((1, true)), Some((0, true))]);
     }
 
     #[test]
