@@ -71,6 +71,9 @@ pub const NET_TRANSFER_MIB: u32 = 64;
 /// The file the disk roles write and check, on the ext4 file system of
 /// `/dev/vda`.
 pub const DISK_CHECK_PATH: &str = "/hv/check.txt";
+/// The file the disk-write role rewrites in rounds ([`Role::DiskWrite`]'s
+/// `rewrite_seconds`), on the same file system.
+pub const DISK_ROUNDS_PATH: &str = "/hv/rounds.txt";
 /// How the role inits' figures start: `BENCH: <name> <value> <unit>`.
 pub const BENCH_PREFIX: &str = "BENCH: ";
 /// The line the console bench writes over and over: 63 printable bytes,
@@ -104,6 +107,10 @@ pub enum Role {
         bench_mib: u32,
         /// Where the timed I/O starts on `/dev/vda`, in MiB.
         bench_skip_mib: u32,
+        /// Before the file, rewrite [`DISK_ROUNDS_PATH`] in rounds for at
+        /// least this many seconds (0: no rounds); see
+        /// [`disk_rounds_contents`].
+        rewrite_seconds: u32,
     },
     /// Check [`DISK_CHECK_PATH`] on `/dev/vda`'s ext4.
     DiskCheck {
@@ -140,8 +147,10 @@ impl Role {
             Role::DiskWrite {
                 bench_mib,
                 bench_skip_mib,
+                rewrite_seconds,
             } => format!(
-                "hv.role=disk-write hv.bench_mib={bench_mib} hv.bench_skip_mib={bench_skip_mib}"
+                "hv.role=disk-write hv.bench_mib={bench_mib} hv.bench_skip_mib={bench_skip_mib} \
+                 hv.disk_seconds={rewrite_seconds}"
             ),
             Role::DiskCheck {
                 bench_mib,
@@ -166,6 +175,32 @@ pub fn disk_check_contents() -> String {
     }
     text
 }
+
+/// The contents of [`DISK_ROUNDS_PATH`] after round `round` of the
+/// disk-write role: a `round <n>` line and `seq 1 20000`.
+pub fn disk_rounds_contents(round: u32) -> String {
+    let mut text = format!("round {round}\n");
+    for i in 1..=20000 {
+        text.push_str(&format!("{i}\n"));
+    }
+    text
+}
+
+/// The last round the disk-write role reports in `console` (its `disk
+/// rounds done: <n>` line), if any.
+pub fn disk_rounds_done(console: &str) -> Option<u32> {
+    console
+        .lines()
+        .filter_map(|line| {
+            let rest = &line[line.find(DISK_ROUNDS_DONE)? + DISK_ROUNDS_DONE.len()..];
+            rest.trim().parse().ok()
+        })
+        .next_back()
+}
+
+/// What the disk-write role prints, followed by the number of its last
+/// round, when its rounds are done.
+pub const DISK_ROUNDS_DONE: &str = "LINUX-INIT: disk rounds done: ";
 
 /// The figures of `BENCH: <name> <value> <unit>` lines in `console`, in order.
 pub fn bench_figures(console: &str) -> Vec<(String, f64, String)> {
@@ -257,7 +292,7 @@ esac
 
 /// The role part of the test init: reads `hv.*` words, defines the roles and
 /// runs the one named (nothing without `hv.role=`).
-const ROLES: &str = r#"role=; ip=; peer=; expect=; bench_mib=0; bench_skip_mib=0; bench_kib=0
+const ROLES: &str = r#"role=; ip=; peer=; expect=; bench_mib=0; bench_skip_mib=0; bench_kib=0; disk_seconds=0
 for word in $(cat /proc/cmdline); do
     case "$word" in
     hv.role=*) role=${word#hv.role=} ;;
@@ -267,6 +302,7 @@ for word in $(cat /proc/cmdline); do
     hv.bench_mib=*) bench_mib=${word#hv.bench_mib=} ;;
     hv.bench_skip_mib=*) bench_skip_mib=${word#hv.bench_skip_mib=} ;;
     hv.bench_kib=*) bench_kib=${word#hv.bench_kib=} ;;
+    hv.disk_seconds=*) disk_seconds=${word#hv.disk_seconds=} ;;
     esac
 done
 now() { read up idle < /proc/uptime; echo "$up"; }
@@ -360,9 +396,35 @@ disk_bench() {
     end=$(now)
     echo "BENCH: blk_seq_read_mib_per_s $(rate "$bench_mib" "$start" "$end") MiB/s"
 }
+disk_round_contents() {
+    echo "round $1"
+    seq 1 20000
+}
+disk_rounds() {
+    [ "$disk_seconds" -gt 0 ] 2>/dev/null || return 0
+    read up idle < /proc/uptime
+    until_s=$((${up%%.*} + disk_seconds))
+    r=0
+    while :; do
+        r=$((r + 1))
+        disk_round_contents $r > /mnt/disk/ROUNDS_PATH.new || fail "round $r: cannot write ROUNDS_PATH.new"
+        sync
+        mv /mnt/disk/ROUNDS_PATH.new /mnt/disk/ROUNDS_PATH || fail "round $r: cannot rename ROUNDS_PATH.new"
+        sync
+        echo 3 > /proc/sys/vm/drop_caches
+        found=$(md5sum < /mnt/disk/ROUNDS_PATH)
+        expected=$(disk_round_contents $r | md5sum)
+        [ "$found" = "$expected" ] || fail "round $r: ROUNDS_PATH reads back with md5 $found, expected $expected"
+        echo "LINUX-INIT: disk round $r"
+        read up idle < /proc/uptime
+        [ "${up%%.*}" -lt "$until_s" ] || break
+    done
+    echo "ROUNDS_DONE$r"
+}
 disk_write() {
     disk_mount
     mkdir -p "/mnt/disk$(dirname DISK_PATH)" || fail "cannot make a directory on /dev/vda"
+    disk_rounds
     disk_contents > /mnt/disk/DISK_PATH || fail "cannot write DISK_PATH on /dev/vda"
     sync
     written=$(md5sum < /mnt/disk/DISK_PATH)
@@ -487,6 +549,8 @@ poweroff -f
                     .replace("NET_MIB", &NET_TRANSFER_MIB.to_string())
                     .replace("NET_PORT", &NET_PORT.to_string())
                     .replace("DISK_PATH", DISK_CHECK_PATH)
+                    .replace("ROUNDS_PATH", DISK_ROUNDS_PATH)
+                    .replace("ROUNDS_DONE", DISK_ROUNDS_DONE)
                     .replace(
                         "CONSOLE_LINES_PER_KIB",
                         &CONSOLE_BENCH_LINES_PER_KIB.to_string()
@@ -611,6 +675,18 @@ mod tests {
     }
 
     #[test]
+    fn the_last_rounds_done_line_counts() {
+        let console = format!(
+            "[src] LINUX-INIT: disk round 1\n[src] {DISK_ROUNDS_DONE}7\n\
+             [dst] {DISK_ROUNDS_DONE}12\n[dst] RESULT: PASS\n"
+        );
+        assert_eq!(disk_rounds_done(&console), Some(12));
+        assert_eq!(disk_rounds_done("[a] LINUX-INIT: disk round 1\n"), None);
+        assert!(disk_rounds_contents(3).starts_with("round 3\n1\n2\n"));
+        assert!(disk_rounds_contents(3).ends_with("\n20000\n"));
+    }
+
+    #[test]
     fn roles_are_command_line_words_the_test_init_reads() {
         let script = init_script(Init::Test { cpus: 1 });
         for role in [
@@ -625,6 +701,7 @@ mod tests {
             Role::DiskWrite {
                 bench_mib: 64,
                 bench_skip_mib: 32,
+                rewrite_seconds: 90,
             },
             Role::DiskCheck {
                 bench_mib: 0,
@@ -660,6 +737,8 @@ mod tests {
         assert!(script.contains("nc -l -p 5000 < /tmp/hold"));
         assert!(script.contains(DISK_CHECK_PATH));
         assert!(!script.contains("NET_MIB") && !script.contains("DISK_PATH"));
+        assert!(!script.contains("ROUNDS_PATH") && !script.contains("ROUNDS_DONE"));
+        assert!(script.contains(&format!("echo \"{DISK_ROUNDS_DONE}$r\"")));
         assert!(!script.contains("CONSOLE_LINE"));
         assert_eq!(
             Role::ConsoleBench { kib: 64 }.cmdline_words(),

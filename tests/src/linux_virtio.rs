@@ -25,7 +25,7 @@
 
 use std::path::{Path, PathBuf};
 
-use qemu_runner::initramfs::{DISK_CHECK_PATH, Role, bench_figures};
+use qemu_runner::initramfs::{DISK_CHECK_PATH, DISK_ROUNDS_PATH, Role, bench_figures};
 use qemu_runner::linux::{BusyboxInit, InitrdSource, LinuxBoot, default_cmdline};
 use qemu_runner::qemu::{HostDisk, QemuNet};
 use qemu_runner::{Boot, RunConfig, RunReport};
@@ -45,6 +45,18 @@ pub fn disk_write_role(bench: bool) -> Role {
     Role::DiskWrite {
         bench_mib: if bench { DISK_BENCH_MIB } else { 0 },
         bench_skip_mib: DISK_FS_MIB,
+        rewrite_seconds: 0,
+    }
+}
+
+/// The disk write role on a [`disk_image`] that first rewrites
+/// [`DISK_ROUNDS_PATH`] in rounds for `seconds` (each round synced, its
+/// page cache dropped and the file read back from the disk).
+pub fn disk_rewrite_role(seconds: u32) -> Role {
+    Role::DiskWrite {
+        bench_mib: 0,
+        bench_skip_mib: DISK_FS_MIB,
+        rewrite_seconds: seconds,
     }
 }
 
@@ -89,8 +101,17 @@ pub fn disk_image(name: &str) -> PathBuf {
 /// The file the disk roles write ([`DISK_CHECK_PATH`]), read from `image`
 /// on the host. Panics when it cannot be read.
 pub fn disk_file(image: &Path) -> String {
-    let bytes = qemu_runner::disk_image::read_ext4_file(image, DISK_CHECK_PATH)
-        .unwrap_or_else(|error| panic!("reading {DISK_CHECK_PATH} from the image: {error}"));
+    ext4_file(image, DISK_CHECK_PATH)
+}
+
+/// [`DISK_ROUNDS_PATH`] as the image on the host holds it.
+pub fn disk_rounds_file(image: &Path) -> String {
+    ext4_file(image, DISK_ROUNDS_PATH)
+}
+
+fn ext4_file(image: &Path, path: &str) -> String {
+    let bytes = qemu_runner::disk_image::read_ext4_file(image, path)
+        .unwrap_or_else(|error| panic!("reading {path} from the image: {error}"));
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
