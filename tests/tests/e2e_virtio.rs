@@ -291,7 +291,7 @@ fn a_linux_vm_migrates_while_it_rewrites_its_disk() {
             && e2e::counter(&report, 1, "virtio_blk_read_bytes") > 0,
         "the destination read and wrote the disk through the carried device\n{explain}"
     );
-    let rounds = disk_rounds_done(&console).expect("the rounds never ended");
+    let rounds = disk_rounds_done(console).expect("the rounds never ended");
     let on_host = disk_rounds_file(&image);
     assert!(
         on_host == disk_rounds_contents(rounds),
