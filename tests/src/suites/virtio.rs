@@ -59,6 +59,9 @@ use crate::measure::{config, hypervisor_features, median, report};
 
 /// Runs per side of the blk comparison (alternating).
 pub const BLK_RUNS: usize = 5;
+/// The environment variable that picks parts (`VIRTIO_PARTS=blk` or
+/// `net,console`); all three when it is not set.
+pub const PARTS_VARIABLE: &str = "VIRTIO_PARTS";
 /// Runs of the console comparison.
 pub const CONSOLE_RUNS: usize = 5;
 /// KiB written to each console per run.
@@ -443,11 +446,26 @@ fn console() -> Result<(), String> {
 pub fn run() {
     let started = Instant::now();
     let mut failed = false;
-    for (part, measure) in [
+    let chosen = std::env::var(PARTS_VARIABLE).ok();
+    let parts = [
         ("net", net as fn() -> Result<(), String>),
         ("blk", blk),
         ("console", console),
-    ] {
+    ];
+    if let Some(unknown) = chosen.as_deref().and_then(|list| {
+        list.split(',')
+            .find(|name| !parts.iter().any(|(part, _)| part == name))
+    }) {
+        eprintln!("virtio: {PARTS_VARIABLE} names `{unknown}`; the parts are net, blk, console");
+        std::process::exit(2);
+    }
+    for (part, measure) in parts {
+        if chosen
+            .as_deref()
+            .is_some_and(|list| !list.split(',').any(|name| name == part))
+        {
+            continue;
+        }
         if let Err(why) = measure() {
             eprintln!("virtio/{part}: {why}");
             failed = true;
