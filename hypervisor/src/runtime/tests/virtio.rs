@@ -25,7 +25,7 @@ use crate::devices::virtio::mmio_transport::{
 };
 use crate::exit::esr::DataAccess;
 use crate::exit::mmio::DeviceId;
-use crate::runtime::device_access;
+use crate::runtime::device_access::{self, AccessingVcpu};
 use crate::runtime::live_migration;
 use crate::runtime::monitor_target::{MonitorMachine, VmConsoleInputs};
 use crate::runtime::restart;
@@ -528,7 +528,7 @@ fn lan_pair() -> (
 
 #[test]
 fn a_frame_crosses_the_switch_into_the_other_vm_and_interrupts_it() {
-    let (hw, vms, mut a, b) = lan_pair();
+    let (hw, vms, mut a, mut b) = lan_pair();
     enable_spi(vms[1], 32 + 16);
     hw.kicks.lock().unwrap().clear();
     let f = broadcast(&mut a, b"ping", BUFFERS + 0x1000);
@@ -538,6 +538,20 @@ fn a_frame_crosses_the_switch_into_the_other_vm_and_interrupts_it() {
     assert_eq!(gread(vms[1], BUFFERS + NET_HDR as u64, f.len()), f);
     assert!(spi_pending(vms[1], 32 + 16), "b's SPI was not latched");
     assert!(hw.kicks.lock().unwrap().contains(&1), "b's CPU not kicked");
+    // a's vCPU pinned b's memory with a handle it keeps: one registration
+    // on b's collector, however many frames follow.
+    let handles = a.vcpu.collector_handles();
+    assert_eq!(handles.registered(), 1);
+    let on_b = handles.handle(vms[1].collector);
+    assert_eq!(handles.registered(), 1, "no handle on b's collector kept");
+    post_rx(&mut b, BUFFERS + 0x800);
+    broadcast(&mut a, b"again", BUFFERS + 0x1400);
+    assert_eq!(b.used_idx(0), 2, "the second frame did not reach b");
+    assert!(std::rc::Rc::ptr_eq(
+        &on_b,
+        &a.vcpu.collector_handles().handle(vms[1].collector)
+    ));
+    assert_eq!(a.vcpu.collector_handles().registered(), 1);
     // The switch learned a's MAC behind a's port.
     let switch = hw.hub.switch();
     let (_, dev_a) = vms[0].virtio.find(DeviceRole::Net).unwrap();
@@ -547,7 +561,6 @@ fn a_frame_crosses_the_switch_into_the_other_vm_and_interrupts_it() {
         "MAC not learned"
     );
     // Unicast back to a.
-    let mut b = b;
     let reply = frame(mac_of(vms[0]), mac_of(vms[1]), b"pong");
     send(&mut b, &reply, BUFFERS + 0x1000);
     assert_eq!(a.used_idx(0), 1);
@@ -748,7 +761,13 @@ fn migration_carries_queues_backlog_mac_and_the_port() {
     broadcast(&mut net, b"b", BUFFERS + 0x1800);
     // Console backlog: typed bytes with no receive buffer posted.
     let (ci, console) = src.virtio.find(DeviceRole::Console).unwrap();
-    crate::runtime::virtio_io::port_input(src, ci, console, b"typed");
+    crate::runtime::virtio_io::port_input(
+        src,
+        ci,
+        console,
+        b"typed",
+        &crate::runtime::collector_handles::CollectorHandles::new(),
+    );
     assert!(dst.virtio.find(DeviceRole::Net).unwrap().1.port().is_none());
     let (_, src_net) = src.virtio.find(DeviceRole::Net).unwrap();
     let port = src_net.port().unwrap();
