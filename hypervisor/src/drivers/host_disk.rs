@@ -7,9 +7,10 @@
 //! A transfer starts at a sector and moves the bytes of its spans in order
 //! (the spans are a guest buffer translated through the memslots; only
 //! their total is a whole number of sectors, a single span need not be).
-//! [`check`] refuses, before any request, a total that is not a whole
-//! number of sectors, a transfer past the disk's end and a write to a
-//! read-only disk.
+//! [`check`] (the check every block backend makes,
+//! `block_backend::check_transfer`) refuses, before any request, a total
+//! that is not a whole number of sectors, a transfer past the disk's end
+//! and a write to a read-only disk.
 //!
 //! A virtio-blk request carries its data in any number of buffers (header,
 //! data buffers, status byte), so [`plan`] turns the transfer into as few
@@ -248,35 +249,10 @@ pub trait SegmentIo {
     fn write_segments(&mut self, sector: u64, buffers: &[&[u8]]) -> Result<(), BlockError>;
 }
 
-/// The transfer's length in bytes, once it is known to be a whole number
-/// of sectors inside a disk of `capacity` sectors (and, for a write, that
-/// the disk takes writes).
-pub fn check(
-    capacity: u64,
-    read_only: bool,
-    write: bool,
-    sector: u64,
-    spans: &[HostSpan],
-) -> Result<u64, BlockError> {
-    let len = spans
-        .iter()
-        .try_fold(0u64, |sum, s| sum.checked_add(s.len))
-        .ok_or(BlockError::OutOfRange {
-            sector,
-            len: u64::MAX,
-        })?;
-    if len % SECTOR_SIZE != 0 {
-        return Err(BlockError::Unaligned { len });
-    }
-    let end = sector.checked_add(len / SECTOR_SIZE);
-    if end.is_none_or(|end| end > capacity) {
-        return Err(BlockError::OutOfRange { sector, len });
-    }
-    if write && read_only {
-        return Err(BlockError::ReadOnly);
-    }
-    Ok(len)
-}
+/// The transfer check every block backend makes (the range, the length
+/// a whole number of sectors, the read-only refusal), under the name
+/// `arch::host_disk` calls it by.
+pub use crate::devices::virtio::block_backend::check_transfer as check;
 
 /// Reads from `sector` on into `spans` (already [`check`]ed), in as few
 /// requests as the disk's limits allow, zero copy where the spans allow
@@ -485,29 +461,6 @@ mod tests {
         max_segments: 254,
         max_bytes: MAX_REQUEST_BYTES,
     };
-
-    #[test]
-    fn check_refuses_ragged_long_and_read_only() {
-        let span = |len| [HostSpan { addr: 0, len }];
-        assert_eq!(check(8, false, false, 0, &span(4096)), Ok(4096));
-        assert_eq!(
-            check(8, false, false, 0, &span(100)),
-            Err(BlockError::Unaligned { len: 100 })
-        );
-        assert_eq!(
-            check(8, false, false, 1, &span(4096)),
-            Err(BlockError::OutOfRange {
-                sector: 1,
-                len: 4096
-            })
-        );
-        assert!(check(8, false, false, u64::MAX, &span(512)).is_err());
-        assert_eq!(
-            check(8, true, true, 0, &span(512)),
-            Err(BlockError::ReadOnly)
-        );
-        assert_eq!(check(8, true, false, 0, &span(512)), Ok(512));
-    }
 
     #[test]
     fn limits_hold_at_least_one_sector_in_one_buffer() {

@@ -27,6 +27,7 @@
 use crate::control::console_mux::VmId;
 use crate::control::monitor::{self, ReplySink};
 use crate::runtime::Hardware;
+use crate::runtime::collector_handles::CollectorHandles;
 use crate::runtime::monitor_target::MonitorMachine;
 use crate::runtime::virtio_devices::{DeviceRole, VirtioDevice};
 use crate::runtime::virtio_io;
@@ -98,8 +99,9 @@ impl<H: Hardware> ReplySink for PortReply<'_, H> {
 }
 
 /// Runs every complete command line device `index` of `vm` (its control
-/// console) holds, and writes each answer back into the port.
-pub fn run_pending<H: Hardware>(vm: &Vm<H>, index: usize) {
+/// console) holds, and writes each answer back into the port (pinned with
+/// `handles`, the accessing vCPU's).
+pub fn run_pending<H: Hardware>(vm: &Vm<H>, index: usize, handles: &CollectorHandles) {
     let Some(device) = vm.virtio.get(index) else {
         return;
     };
@@ -117,7 +119,7 @@ pub fn run_pending<H: Hardware>(vm: &Vm<H>, index: usize) {
             line
         };
         let answer = answer(vm, &line);
-        virtio_io::port_input(vm, index, device, answer.as_bytes());
+        virtio_io::port_input(vm, index, device, answer.as_bytes(), handles);
     }
 }
 

@@ -13,6 +13,7 @@ use crate::exit::esr::DataAccess;
 use crate::exit::flow::{Flow, StopReason};
 use crate::exit::mmio;
 use crate::runtime::Hardware;
+use crate::runtime::collector_handles::CollectorHandles;
 use crate::runtime::control_port;
 use crate::runtime::virtio_devices::DeviceRole;
 use crate::runtime::virtio_io;
@@ -29,6 +30,9 @@ pub trait AccessingVcpu<H: Hardware> {
     /// The vCPU's handle on its VM's epoch collector (pins the memslots
     /// while a device reads or writes guest memory).
     fn epoch(&self) -> &LocalHandle;
+    /// The vCPU's handles on the collectors of the VMs its devices write
+    /// into (frames it sends, a control port's answers), kept for its life.
+    fn collector_handles(&self) -> &CollectorHandles;
     /// The guest's general-purpose register `r` (31: the zero register).
     fn reg(&self, r: u8) -> u64;
     /// Sets the guest's general-purpose register `r` (31: discarded).
@@ -115,12 +119,13 @@ pub fn virtio_access<H: Hardware>(
     let vcpu_index = vcpu.index();
     if write {
         let value = mmio::store_value(access, vcpu.reg(access.register));
+        let handles = vcpu.collector_handles();
         let kicks = virtio_io::with_memory(vm, vcpu.epoch(), |mem| {
             let effects = virtio
                 .transport
                 .lock()
                 .write(offset, access.size, value, mem);
-            virtio_io::settle(vm, index, Some(vcpu_index), mem, effects)
+            virtio_io::settle(vm, index, Some(vcpu_index), mem, effects, handles)
         });
         match kicks {
             Some(kicks) => vcpu.absorb(kicks),
@@ -130,7 +135,7 @@ pub fn virtio_access<H: Hardware>(
             ),
         }
         if virtio.role == DeviceRole::ControlConsole {
-            control_port::run_pending(vm, index);
+            control_port::run_pending(vm, index, vcpu.collector_handles());
         }
     } else {
         let result = virtio.transport.lock().read(offset, access.size);

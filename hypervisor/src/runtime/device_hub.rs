@@ -4,10 +4,11 @@
 //! `runtime::control_port`).
 //!
 //! A port's owner (opaque to the switch) is the owning VM's index; the hub
-//! keeps the VMs by index, so its [`PortSink`] finds the receiving VM of a
-//! frame and delivers it there (`runtime::virtio_io::deliver_frame`: under
-//! that VM's device lock, into that VM's memory, its SPI injected). A
-//! migration moves a port to the destination's index; a stop or restart
+//! keeps the VMs by index, so its [`PortSink`] ([`HubDelivery`]: the hub
+//! and the sending context's collector handles) finds the receiving VM of
+//! a frame and delivers it there (`runtime::virtio_io::deliver_frame`:
+//! under that VM's device lock, into that VM's memory, its SPI injected).
+//! A migration moves a port to the destination's index; a stop or restart
 //! detaches it.
 //!
 //! The hub is made before the VMs (each VM attaches its port when it is
@@ -16,6 +17,7 @@
 
 use crate::devices::virtio::net_switch::{NetSwitch, PortId, PortSink};
 use crate::runtime::Hardware;
+use crate::runtime::collector_handles::CollectorHandles;
 use crate::runtime::virtio_io;
 use crate::runtime::vm_instance::Vm;
 use alloc::vec::Vec;
@@ -73,9 +75,19 @@ impl<H: Hardware> DeviceHub<H> {
     }
 }
 
-impl<H: Hardware> PortSink for DeviceHub<H> {
+/// Where the switch hands the frames a context sends: the hub's VMs,
+/// written into with that context's handles on their collectors.
+pub struct HubDelivery<'a, H: Hardware> {
+    /// The hub whose VMs own the ports.
+    pub hub: &'a DeviceHub<H>,
+    /// The sending context's handles (a vCPU's, kept across frames).
+    pub handles: &'a CollectorHandles,
+}
+
+impl<H: Hardware> PortSink for HubDelivery<'_, H> {
     fn deliver(&self, _port: PortId, owner: u64, frame: &[u8]) -> bool {
-        self.vm(owner)
-            .is_some_and(|vm| virtio_io::deliver_frame(vm, frame))
+        self.hub
+            .vm(owner)
+            .is_some_and(|vm| virtio_io::deliver_frame(vm, frame, self.handles))
     }
 }

@@ -35,6 +35,7 @@
 
 use crate::devices::vgic::VcpuSet;
 use crate::devices::virtio::mmio_transport::{Effects, SnapshotError};
+use crate::runtime::collector_handles::CollectorHandles;
 use crate::runtime::device_hub::DeviceHub;
 use crate::runtime::dirty_log;
 use crate::runtime::virtio_devices::{DeviceSnapshot, Transport, VirtioDevice};
@@ -207,6 +208,8 @@ fn check_devices<H: Hardware>(src: &Vm<H>, dst: &Vm<H>) -> Result<(), MigrateErr
 /// drain's writes (used rings) are copied.
 fn quiesce_devices<H: Hardware>(src: &Vm<H>) -> Vec<DeviceSnapshot> {
     let handle = src.collector.register();
+    // For the frames drained into other VMs: one handle each for the drain.
+    let peers = CollectorHandles::new();
     (0..src.virtio.len())
         .filter_map(|index| {
             let device = src.virtio.get(index)?;
@@ -215,7 +218,7 @@ fn quiesce_devices<H: Hardware>(src: &Vm<H>) -> Vec<DeviceSnapshot> {
                 ..Effects::default()
             };
             let _ = virtio_io::with_memory(src, &handle, |mem| {
-                virtio_io::settle(src, index, None, mem, drain)
+                virtio_io::settle(src, index, None, mem, drain, &peers)
             });
             Some(device.transport.lock().snapshot())
         })

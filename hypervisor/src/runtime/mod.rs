@@ -28,7 +28,9 @@
 //!   ports belong to, [`virtio_io`]: data through the devices (effects,
 //!   output drained, frames delivered, typed bytes), [`control_port`]: a
 //!   control VM's virtio-console port to the monitor, [`virtio_report`]:
-//!   the monitor's `devices VM` lines.
+//!   the monitor's `devices VM` lines, [`collector_handles`]: a vCPU's
+//!   handles on other VMs' epoch collectors, registered once each (for
+//!   the frames it delivers into them).
 //!
 //! Everything here reaches the machine only through the trait
 //! [`Hardware`] (frames, cache and TLB maintenance, the system counter,
@@ -46,6 +48,7 @@
 //! `vm_instance`).
 
 pub mod boot_info;
+pub mod collector_handles;
 pub mod control_port;
 pub mod control_target;
 pub mod device_access;

@@ -25,6 +25,7 @@ use tlb::{Scope, TlbCaps, TlbInvalidate, TlbTarget, TlbiOp};
 
 use super::Hardware;
 use super::boot_info::BootInfo;
+use super::collector_handles::CollectorHandles;
 use super::device_access::{self, AccessingVcpu};
 use super::device_hub::DeviceHub;
 use super::dirty_log;
@@ -1263,6 +1264,7 @@ struct FakeAccessingVcpu {
     x: [u64; 31],
     calls: Vec<&'static str>,
     epoch: crossbeam_epoch::LocalHandle,
+    handles: CollectorHandles,
 }
 
 impl FakeAccessingVcpu {
@@ -1273,6 +1275,7 @@ impl FakeAccessingVcpu {
             x: [0; 31],
             calls: Vec::new(),
             epoch: vm.collector.register(),
+            handles: CollectorHandles::new(),
         }
     }
 }
@@ -1288,6 +1291,10 @@ impl AccessingVcpu<FakeHardware> for FakeAccessingVcpu {
 
     fn epoch(&self) -> &crossbeam_epoch::LocalHandle {
         &self.epoch
+    }
+
+    fn collector_handles(&self) -> &CollectorHandles {
+        &self.handles
     }
 
     fn reg(&self, r: u8) -> u64 {

@@ -16,6 +16,14 @@
 //! (`runtime::control_port`), net frames to the switch. Draining repeats
 //! while the device says more is ready.
 //!
+//! # Whose epoch handle
+//!
+//! A device access pins its own VM's memslots with the vCPU's handle. A
+//! frame it sends is written into the receiving VM, pinned with a handle
+//! on that VM's collector from the [`CollectorHandles`] the caller lends
+//! (a vCPU's own, kept across frames: one registration per receiving VM,
+//! not one per frame); so are the answers a control port writes back.
+//!
 //! # Who may write a VM's memory
 //!
 //! A frame or a typed byte is written into a VM only while it runs
@@ -31,7 +39,9 @@ use crate::devices::virtio::guest_memory::GuestMemory;
 use crate::devices::virtio::mmio_transport::Effects;
 use crate::devices::virtio::net::DeliverOutcome;
 use crate::runtime::Hardware;
+use crate::runtime::collector_handles::CollectorHandles;
 use crate::runtime::control_port;
+use crate::runtime::device_hub::HubDelivery;
 use crate::runtime::slot_memory::SlotMemory;
 use crate::runtime::virtio_devices::{DeviceRole, Transport, VirtioDevice};
 use crate::runtime::vm_instance::Vm;
@@ -63,13 +73,15 @@ pub fn accepts_input<H: Hardware>(vm: &Vm<H>) -> bool {
 
 /// Acts on `effects` of device `index` of `vm` (see the module doc), with
 /// the device lock not held; `vcpu` is the vCPU whose access caused them,
-/// if any (for the log). Returns the vCPUs to kick.
+/// if any (for the log); frames drained go into their VMs with `handles`.
+/// Returns the vCPUs to kick.
 pub fn settle<H: Hardware>(
     vm: &Vm<H>,
     index: usize,
     vcpu: Option<usize>,
     mem: &dyn GuestMemory,
     effects: Effects,
+    handles: &CollectorHandles,
 ) -> VcpuSet {
     let Some(device) = vm.virtio.get(index) else {
         return VcpuSet::EMPTY;
@@ -109,7 +121,7 @@ pub fn settle<H: Hardware>(
         if !effects.output_ready {
             break;
         }
-        effects = drain(vm, device, mem);
+        effects = drain(vm, device, mem, handles);
     }
     kicks
 }
@@ -136,9 +148,14 @@ pub fn kick_all<H: Hardware>(vm: &Vm<H>, kicks: VcpuSet) {
     }
 }
 
-/// Takes one round of `device`'s output and hands it on; the effects of
-/// taking it.
-fn drain<H: Hardware>(vm: &Vm<H>, device: &VirtioDevice, mem: &dyn GuestMemory) -> Effects {
+/// Takes one round of `device`'s output and hands it on (frames into their
+/// VMs with `handles`); the effects of taking it.
+fn drain<H: Hardware>(
+    vm: &Vm<H>,
+    device: &VirtioDevice,
+    mem: &dyn GuestMemory,
+    handles: &CollectorHandles,
+) -> Effects {
     match device.role {
         DeviceRole::Console | DeviceRole::ControlConsole => {
             let mut out = Vec::new();
@@ -166,8 +183,9 @@ fn drain<H: Hardware>(vm: &Vm<H>, device: &VirtioDevice, mem: &dyn GuestMemory) 
             // Outside the device lock: the receiver may be sending to us.
             if let Some(port) = *net.port.lock() {
                 let hub = vm.device_hub;
+                let delivery = HubDelivery { hub, handles };
                 for frame in batch.iter() {
-                    hub.switch().forward(port, frame, hub);
+                    hub.switch().forward(port, frame, &delivery);
                 }
             }
             batch.clear();
@@ -177,14 +195,15 @@ fn drain<H: Hardware>(vm: &Vm<H>, device: &VirtioDevice, mem: &dyn GuestMemory) 
     }
 }
 
-/// Delivers `frame` from the switch into `vm`'s virtio-net; whether the
+/// Delivers `frame` from the switch into `vm`'s virtio-net, its memory
+/// pinned with the handle `handles` holds on its collector; whether the
 /// device took it. Frames for a VM that does not run are dropped and
 /// counted (see the module doc).
-pub fn deliver_frame<H: Hardware>(vm: &Vm<H>, frame: &[u8]) -> bool {
+pub fn deliver_frame<H: Hardware>(vm: &Vm<H>, frame: &[u8], handles: &CollectorHandles) -> bool {
     let Some((index, device)) = vm.virtio.find(DeviceRole::Net) else {
         return false;
     };
-    let handle = vm.collector.register();
+    let handle = handles.handle(vm.collector);
     let delivered = with_memory(vm, &handle, |mem| {
         let mut transport = device.transport.lock();
         if !accepts_input(vm) {
@@ -199,7 +218,7 @@ pub fn deliver_frame<H: Hardware>(vm: &Vm<H>, frame: &[u8]) -> bool {
         };
         let (outcome, effects) = t.net_deliver(frame, mem);
         drop(transport);
-        let kicks = settle(vm, index, None, mem, effects);
+        let kicks = settle(vm, index, None, mem, effects, handles);
         kick_all(vm, kicks);
         outcome == DeliverOutcome::Delivered
     });
@@ -210,25 +229,35 @@ pub fn deliver_frame<H: Hardware>(vm: &Vm<H>, frame: &[u8]) -> bool {
 /// (a Linux guest on `console=hvc0` reads there), waiting in the console's
 /// backlog while the VM is paused. `None`: the VM has no live
 /// virtio-console, the bytes go to the PL011. `Some(false)`: some were
-/// dropped (the backlog was full).
+/// dropped (the backlog was full). Typed bytes come one interrupt at a time
+/// on the console CPU, which keeps no handles: a handle is registered for
+/// the call.
 pub fn console_input<H: Hardware>(vm: &Vm<H>, bytes: &[u8]) -> Option<bool> {
     let (index, device) = vm.virtio.find(DeviceRole::Console)?;
     if !device.transport.lock().is_live() || vm.is_stopping() {
         return None;
     }
-    Some(port_input(vm, index, device, bytes))
+    Some(port_input(
+        vm,
+        index,
+        device,
+        bytes,
+        &CollectorHandles::new(),
+    ))
 }
 
 /// Writes `bytes` into console `device` (device `index` of `vm`): into the
-/// guest's receive buffers while the VM runs, else into the backlog.
-/// Whether none was dropped.
+/// guest's receive buffers while the VM runs (pinned with the handle
+/// `handles` holds on its collector), else into the backlog. Whether none
+/// was dropped.
 pub fn port_input<H: Hardware>(
     vm: &Vm<H>,
     index: usize,
     device: &VirtioDevice,
     bytes: &[u8],
+    handles: &CollectorHandles,
 ) -> bool {
-    let handle = vm.collector.register();
+    let handle = handles.handle(vm.collector);
     let taken = with_memory(vm, &handle, |mem| {
         let mut transport = device.transport.lock();
         let Transport::Console(t) = &mut *transport else {
@@ -249,7 +278,7 @@ pub fn port_input<H: Hardware>(
             output_ready: false,
             ..effects
         };
-        let kicks = settle(vm, index, None, mem, effects);
+        let kicks = settle(vm, index, None, mem, effects, handles);
         kick_all(vm, kicks);
         after == before
     });

@@ -33,9 +33,22 @@
 //!
 //! The walk counts every descriptor read, the indirect one included, so a
 //! loop ends after at most `N + 1` reads. Pure code, tested on the host.
+//!
+//! # What comes from the `virtio-spec` crate
+//!
+//! The values of the status, feature, interrupt and descriptor bits and
+//! the magic value (named here as the driver code uses them); the
+//! console's device id is checked against it. The register offsets and
+//! the ring layout are written out:
+//! the crate describes the register file and the rings as volatile structs
+//! to access in place, not as offsets to compute addresses with.
+
+use virtio_spec::mmio::{InterruptStatus, MAGIC_VALUE};
+use virtio_spec::virtq::DescF;
+use virtio_spec::{DeviceStatus, F};
 
 /// `MagicValue`: "virt".
-pub const MAGIC: u32 = 0x7472_6976;
+pub const MAGIC: u32 = MAGIC_VALUE.to_ne();
 /// virtio-mmio registers (offsets in the window).
 pub const REG_MAGIC: u64 = 0x000;
 /// `Version` (2 for virtio 1.x).
@@ -94,33 +107,36 @@ pub const READ_ONLY_REGISTERS: [(u64, &str); 8] = [
 ];
 
 /// `Status` bits.
-pub const STATUS_ACKNOWLEDGE: u32 = 1;
+pub const STATUS_ACKNOWLEDGE: u32 = status(DeviceStatus::ACKNOWLEDGE);
 /// The driver knows the device.
-pub const STATUS_DRIVER: u32 = 2;
+pub const STATUS_DRIVER: u32 = status(DeviceStatus::DRIVER);
 /// The driver is ready.
-pub const STATUS_DRIVER_OK: u32 = 4;
+pub const STATUS_DRIVER_OK: u32 = status(DeviceStatus::DRIVER_OK);
 /// Feature negotiation is done.
-pub const STATUS_FEATURES_OK: u32 = 8;
+pub const STATUS_FEATURES_OK: u32 = status(DeviceStatus::FEATURES_OK);
 /// The device hit an error it cannot recover from without a reset.
-pub const STATUS_NEEDS_RESET: u32 = 64;
+pub const STATUS_NEEDS_RESET: u32 = status(DeviceStatus::DEVICE_NEEDS_RESET);
 /// The driver gave up.
-pub const STATUS_FAILED: u32 = 128;
+pub const STATUS_FAILED: u32 = status(DeviceStatus::FAILED);
 
 /// `InterruptStatus` bits: a used buffer, a configuration change.
-pub const INTERRUPT_USED_BUFFER: u32 = 1;
+pub const INTERRUPT_USED_BUFFER: u32 = InterruptStatus::USED_BUFFER_NOTIFICATION.bits() as u32;
 /// The configuration changed (or the device needs a reset).
-pub const INTERRUPT_CONFIG_CHANGE: u32 = 2;
+pub const INTERRUPT_CONFIG_CHANGE: u32 =
+    InterruptStatus::CONFIGURATION_CHANGE_NOTIFICATION.bits() as u32;
 
 /// `VIRTIO_F_RING_INDIRECT_DESC`.
-pub const F_INDIRECT_DESC: u64 = 1 << 28;
+pub const F_INDIRECT_DESC: u64 = feature(F::INDIRECT_DESC);
 /// `VIRTIO_F_RING_EVENT_IDX`.
-pub const F_EVENT_IDX: u64 = 1 << 29;
+pub const F_EVENT_IDX: u64 = feature(F::EVENT_IDX);
 /// `VIRTIO_F_VERSION_1`.
-pub const F_VERSION_1: u64 = 1 << 32;
+pub const F_VERSION_1: u64 = feature(F::VERSION_1);
 /// `VIRTIO_F_ACCESS_PLATFORM` (never offered by the hypervisor).
-pub const F_ACCESS_PLATFORM: u64 = 1 << 33;
+pub const F_ACCESS_PLATFORM: u64 = feature(F::ACCESS_PLATFORM);
 
-/// Device ids.
+/// Device ids. Written out: the crate's `virtio_spec::Id` converts only
+/// at run time (a non-exhaustive enum of another crate casts to no integer
+/// in a constant); a test holds the number to it.
 pub const DEVICE_ID_CONSOLE: u32 = 3;
 
 /// virtio-console queues: receive, transmit.
@@ -129,11 +145,22 @@ pub const CONSOLE_RECEIVE_QUEUE: u32 = 0;
 pub const CONSOLE_TRANSMIT_QUEUE: u32 = 1;
 
 /// Descriptor flags.
-pub const DESC_F_NEXT: u16 = 1;
+pub const DESC_F_NEXT: u16 = DescF::NEXT.bits().to_ne();
 /// The device writes the buffer.
-pub const DESC_F_WRITE: u16 = 2;
+pub const DESC_F_WRITE: u16 = DescF::WRITE.bits().to_ne();
 /// The buffer is a table of descriptors.
-pub const DESC_F_INDIRECT: u16 = 4;
+pub const DESC_F_INDIRECT: u16 = DescF::INDIRECT.bits().to_ne();
+
+/// A `Status` bit as the 32-bit register holds it.
+const fn status(bit: DeviceStatus) -> u32 {
+    bit.bits() as u32
+}
+
+/// The low 64 bits (all a virtio-mmio driver selects) of one of the
+/// crate's 128-bit feature masks.
+const fn feature(bits: F) -> u64 {
+    bits.bits().to_ne() as u64
+}
 
 /// Bytes per descriptor.
 pub const DESCRIPTOR_SIZE: u64 = 16;
@@ -582,6 +609,28 @@ mod tests {
             empty.judge(rules(8), 0),
             Verdict::Either("empty buffer outside RAM")
         );
+    }
+
+    #[test]
+    fn spec_values_are_the_spec_numbers() {
+        assert_eq!(MAGIC, u32::from_le_bytes(*b"virt"));
+        let status = [
+            STATUS_ACKNOWLEDGE,
+            STATUS_DRIVER,
+            STATUS_DRIVER_OK,
+            STATUS_FEATURES_OK,
+            STATUS_NEEDS_RESET,
+            STATUS_FAILED,
+        ];
+        assert_eq!(status, [1, 2, 4, 8, 64, 128]);
+        assert_eq!((INTERRUPT_USED_BUFFER, INTERRUPT_CONFIG_CHANGE), (1, 2));
+        let features = [F_INDIRECT_DESC, F_EVENT_IDX, F_VERSION_1, F_ACCESS_PLATFORM];
+        assert_eq!(features, [1 << 28, 1 << 29, 1 << 32, 1 << 33]);
+        assert_eq!(
+            DEVICE_ID_CONSOLE,
+            u32::from(u8::from(virtio_spec::Id::Console))
+        );
+        assert_eq!((DESC_F_NEXT, DESC_F_WRITE, DESC_F_INDIRECT), (1, 2, 4));
     }
 
     #[test]

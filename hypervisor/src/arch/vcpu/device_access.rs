@@ -8,6 +8,7 @@ use crate::arch::hardware::{El2, Vm};
 use crate::devices::vgic::VcpuSet;
 use crate::exit::esr::DataAccess;
 use crate::exit::flow::{Flow, StopReason};
+use crate::runtime::collector_handles::CollectorHandles;
 use crate::runtime::device_access::{self, AccessingVcpu};
 
 impl Vcpu {
@@ -53,6 +54,10 @@ impl AccessingVcpu<El2> for Vcpu {
 
     fn epoch(&self) -> &crossbeam_epoch::LocalHandle {
         &self.epoch
+    }
+
+    fn collector_handles(&self) -> &CollectorHandles {
+        &self.collector_handles
     }
 
     fn reg(&self, r: u8) -> u64 {

@@ -94,6 +94,7 @@ use crate::devices::vgic::VcpuSet;
 use crate::exit::aarch32;
 use crate::exit::esr::{fault_ipa, trapped_instruction_len};
 use crate::exit::flow::StopReason;
+use crate::runtime::collector_handles::CollectorHandles;
 use crate::stage2::cache_maint::SetWayTracker;
 use crate::vm::counters::Counter;
 use crate::vm::event_log::Event;
@@ -108,6 +109,9 @@ pub struct Vcpu {
     index: usize,
     regs: GuestRegs,
     epoch: LocalHandle,
+    /// Handles on the collectors of the VMs its devices write into (the
+    /// frames it sends), registered once each.
+    collector_handles: CollectorHandles,
     mmu_cpu: MmuCpu,
     slot_cache: VcpuSlotCache,
     page_cache: PageCache,
@@ -144,6 +148,7 @@ impl Vcpu {
             index,
             regs: GuestRegs::default(),
             epoch: vm.collector.register(),
+            collector_handles: CollectorHandles::new(),
             mmu_cpu,
             slot_cache: VcpuSlotCache::new(),
             page_cache: PageCache::with_capacity(FAULT_CACHE_PAGES),

@@ -37,7 +37,7 @@
 
 use super::block_backend::{BlockBackend, SECTOR_SIZE};
 use super::guest_memory::{GuestMemory, HostSpan};
-use super::mmio_transport::{QueueContext, SnapshotError, VirtioDevice};
+use super::mmio_transport::{QueueContext, SnapshotError, VirtioDevice, read_config_bytes};
 use super::virtqueue::{ChainReader, DescriptorChain, RingError};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -278,13 +278,7 @@ impl VirtioDevice for Blk {
                 dst.copy_from_slice(bytes);
             }
         }
-        for (i, byte) in data.iter_mut().enumerate() {
-            *byte = usize::try_from(offset)
-                .ok()
-                .and_then(|o| config.get(o.checked_add(i)?))
-                .copied()
-                .unwrap_or(0);
-        }
+        read_config_bytes(&config, offset, data);
     }
 
     fn activate(&mut self, _features: u64, ctx: &mut QueueContext<'_>) -> Result<(), RingError> {

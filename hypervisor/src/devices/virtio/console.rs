@@ -33,7 +33,9 @@
 //! reads as zeros.
 
 use super::guest_memory::GuestMemory;
-use super::mmio_transport::{Effects, MmioTransport, QueueContext, SnapshotError, VirtioDevice};
+use super::mmio_transport::{
+    Effects, MmioTransport, QueueContext, SnapshotError, VirtioDevice, read_config_bytes,
+};
 use super::virtqueue::{ChainWriter, DescriptorChain, RingError};
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
@@ -193,8 +195,9 @@ impl VirtioDevice for Console {
         &QUEUE_SIZES
     }
 
-    fn read_config(&self, _offset: u64, data: &mut [u8]) {
-        data.fill(0);
+    fn read_config(&self, offset: u64, data: &mut [u8]) {
+        // No feature that gives it a configuration (`SIZE`, `MULTIPORT`).
+        read_config_bytes(&[], offset, data);
     }
 
     fn activate(&mut self, _features: u64, ctx: &mut QueueContext<'_>) -> Result<(), RingError> {

@@ -15,7 +15,7 @@
 //! pages dirty; every access is logged for the tests' "only where allowed"
 //! checks.
 
-use super::block_backend::{BlockBackend, BlockError, SECTOR_SIZE};
+use super::block_backend::{BlockBackend, BlockError, SECTOR_SIZE, check_transfer};
 use super::guest_memory::{GuestMemory, GuestMemoryError, HostSpan};
 use super::mmio_transport::{
     Effects, MmioTransport, REG_DRIVER_FEATURES, REG_DRIVER_FEATURES_SEL, REG_QUEUE_DESC_HIGH,
@@ -458,15 +458,16 @@ impl VecDisk {
         }
     }
 
-    fn check(&self, sector: u64, spans: &[HostSpan]) -> Result<usize, BlockError> {
-        let len: u64 = spans.iter().map(|s| s.len).sum();
-        if !len.is_multiple_of(SECTOR_SIZE) {
-            return Err(BlockError::Unaligned { len });
-        }
-        let end = sector * SECTOR_SIZE + len;
-        if end > self.data.lock().unwrap().len() as u64 {
-            return Err(BlockError::OutOfRange { sector, len });
-        }
+    /// The byte offset of a transfer at `sector` that passed the backends'
+    /// check (`block_backend::check_transfer`).
+    fn check(&self, write: bool, sector: u64, spans: &[HostSpan]) -> Result<usize, BlockError> {
+        check_transfer(
+            self.capacity_sectors(),
+            self.read_only,
+            write,
+            sector,
+            spans,
+        )?;
         Ok((sector * SECTOR_SIZE) as usize)
     }
 }
@@ -481,7 +482,7 @@ impl BlockBackend for VecDisk {
     }
 
     fn read(&self, sector: u64, spans: &[HostSpan]) -> Result<(), BlockError> {
-        let mut at = self.check(sector, spans)?;
+        let mut at = self.check(false, sector, spans)?;
         let data = self.data.lock().unwrap();
         for s in spans {
             self.mem.host_write(s.addr, &data[at..at + s.len as usize]);
@@ -491,10 +492,7 @@ impl BlockBackend for VecDisk {
     }
 
     fn write(&self, sector: u64, spans: &[HostSpan]) -> Result<(), BlockError> {
-        if self.read_only {
-            return Err(BlockError::ReadOnly);
-        }
-        let mut at = self.check(sector, spans)?;
+        let mut at = self.check(true, sector, spans)?;
         let mut data = self.data.lock().unwrap();
         for s in spans {
             self.mem

@@ -153,6 +153,19 @@ pub const fn feature(bits: virtio_spec::F) -> u64 {
     bits.bits().to_ne() as u64
 }
 
+/// Fills `data` with the bytes of `config` (a device's configuration laid
+/// out as the spec gives it) from `offset` on; bytes past its end, and all
+/// of them when `offset` is past it, read as 0: what
+/// [`VirtioDevice::read_config`] returns.
+pub fn read_config_bytes(config: &[u8], offset: u64, data: &mut [u8]) {
+    let start = usize::try_from(offset).unwrap_or(usize::MAX);
+    let from = config.get(start..).unwrap_or_default();
+    let n = from.len().min(data.len());
+    let (copied, past_end) = data.split_at_mut(n);
+    copied.copy_from_slice(&from[..n]);
+    past_end.fill(0);
+}
+
 /// Where a device's queues, guest memory and pending work meet while the
 /// device runs: what [`VirtioDevice`] methods get.
 pub struct QueueContext<'a> {
@@ -181,7 +194,8 @@ pub trait VirtioDevice: Send {
     fn queue_max_sizes(&self) -> &[u16];
 
     /// Fills `data` from its configuration at `offset` (bytes beyond the
-    /// configuration read as 0).
+    /// configuration read as 0): the device lays its configuration out and
+    /// hands it to [`read_config_bytes`].
     fn read_config(&self, offset: u64, data: &mut [u8]);
 
     /// A driver write to its configuration; returns whether it was
@@ -811,6 +825,28 @@ mod tests {
 
     fn console() -> MmioTransport<Console> {
         MmioTransport::new(Console::new())
+    }
+
+    #[test]
+    fn config_bytes_are_copied_from_the_offset_and_zero_past_the_end() {
+        let config = [1, 2, 3, 4, 5, 6];
+        let mut data = [0xff; 4];
+        read_config_bytes(&config, 0, &mut data);
+        assert_eq!(data, [1, 2, 3, 4]);
+        read_config_bytes(&config, 2, &mut data[..2]);
+        assert_eq!(data, [3, 4, 3, 4]);
+        data = [0xff; 4];
+        read_config_bytes(&config, 4, &mut data);
+        assert_eq!(data, [5, 6, 0, 0]);
+        for offset in [6, 7, 0x100, u64::MAX] {
+            data = [0xff; 4];
+            read_config_bytes(&config, offset, &mut data);
+            assert_eq!(data, [0; 4], "offset {offset:#x}");
+        }
+        data = [0xff; 4];
+        read_config_bytes(&[], 0, &mut data);
+        assert_eq!(data, [0; 4]);
+        read_config_bytes(&config, 1, &mut []);
     }
 
     #[test]

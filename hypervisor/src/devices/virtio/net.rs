@@ -46,7 +46,9 @@
 //! drops: [`DeliverOutcome::NotReady`]. All are counted.
 
 use super::guest_memory::GuestMemory;
-use super::mmio_transport::{Effects, MmioTransport, QueueContext, SnapshotError, VirtioDevice};
+use super::mmio_transport::{
+    Effects, MmioTransport, QueueContext, SnapshotError, VirtioDevice, read_config_bytes,
+};
 use super::virtqueue::{DescriptorChain, RingError};
 use alloc::vec::Vec;
 use virtio_spec::net::F as NetF;
@@ -328,13 +330,7 @@ impl VirtioDevice for Net {
         let [s0, s1] = S_LINK_UP.to_le_bytes();
         let [t0, t1] = self.mtu.to_le_bytes();
         let config = [m0, m1, m2, m3, m4, m5, s0, s1, 0, 0, t0, t1];
-        for (i, byte) in data.iter_mut().enumerate() {
-            *byte = usize::try_from(offset)
-                .ok()
-                .and_then(|o| config.get(o.checked_add(i)?))
-                .copied()
-                .unwrap_or(0);
-        }
+        read_config_bytes(&config, offset, data);
     }
 
     fn activate(&mut self, _features: u64, ctx: &mut QueueContext<'_>) -> Result<(), RingError> {

@@ -25,7 +25,7 @@ use crate::devices::virtio::mmio_transport::{
 };
 use crate::exit::esr::DataAccess;
 use crate::exit::mmio::DeviceId;
-use crate::runtime::device_access;
+use crate::runtime::device_access::{self, AccessingVcpu};
 use crate::runtime::live_migration;
 use crate::runtime::monitor_target::{MonitorMachine, VmConsoleInputs};
 use crate::runtime::restart;
@@ -246,12 +246,55 @@ fn mac_of(vm: &Vm<FakeHardware>) -> [u8; 6] {
     }
 }
 
-/// `vm` sends `f` on its net device (driver `d`, tx queue 1).
+/// Driver `d` writes `bytes` at `at` and hands them to its device as one
+/// device-readable buffer on `queue` (a console's or net device's transmit
+/// queue 1), with a notify.
+fn transmit(d: &mut Driver, queue: u16, at: u64, bytes: &[u8]) {
+    gwrite(d.vcpu.vm, at, bytes);
+    d.post(queue, &[(at, bytes.len() as u32, false)], true);
+}
+
+/// `vm` sends `f` on its net device (driver `d`, tx queue 1), behind a
+/// zero `virtio_net_hdr`, from `at`.
 fn send(d: &mut Driver, f: &[u8], at: u64) {
     let mut buf = vec![0u8; NET_HDR];
     buf.extend_from_slice(f);
-    gwrite(d.vcpu.vm, at, &buf);
-    d.post(1, &[(at, buf.len() as u32, false)], true);
+    transmit(d, 1, at, &buf);
+}
+
+/// Driver `d`'s VM broadcasts a frame of `payload` from its own MAC (from
+/// `at`); the frame.
+fn broadcast(d: &mut Driver, payload: &[u8], at: u64) -> Vec<u8> {
+    let f = frame([0xff; 6], mac_of(d.vcpu.vm), payload);
+    send(d, &f, at);
+    f
+}
+
+/// `VIRTIO_BLK_T_IN` and `VIRTIO_BLK_T_OUT`.
+const BLK_T_IN: u32 = 0;
+const BLK_T_OUT: u32 = 1;
+
+/// Driver `d` of a virtio-blk device (queue 0) moves one sector at
+/// `sector` from (`BLK_T_IN`) or to (`BLK_T_OUT`) its buffer at `data`:
+/// the request header at `BUFFERS`, the status byte at `status`. The
+/// status the device wrote (0xff: none).
+fn blk_request(d: &mut Driver, kind: u32, sector: u64, data: u64, status: u64) -> u8 {
+    let mut header = Vec::new();
+    header.extend_from_slice(&kind.to_le_bytes());
+    header.extend_from_slice(&0u32.to_le_bytes());
+    header.extend_from_slice(&sector.to_le_bytes());
+    gwrite(d.vcpu.vm, BUFFERS, &header);
+    gwrite(d.vcpu.vm, status, &[0xff]);
+    d.post(
+        0,
+        &[
+            (BUFFERS, 16, false),
+            (data, 512, kind == BLK_T_IN),
+            (status, 1, true),
+        ],
+        true,
+    );
+    gread(d.vcpu.vm, status, 1)[0]
 }
 
 /// Posts one receive buffer of 2 KiB at `at` on `d`'s rx queue.
@@ -400,9 +443,8 @@ fn console_output_reaches_the_vms_console_and_interrupts() {
         )],
     )[0];
     let mut d = Driver::start(vm, 0);
-    gwrite(vm, BUFFERS, b"hello hvc0\n");
     hw.output.lock().unwrap().clear();
-    d.post(1, &[(BUFFERS, 11, false)], true);
+    transmit(&mut d, 1, BUFFERS, b"hello hvc0\n");
     let out: Vec<u8> = hw
         .output
         .lock()
@@ -486,17 +528,30 @@ fn lan_pair() -> (
 
 #[test]
 fn a_frame_crosses_the_switch_into_the_other_vm_and_interrupts_it() {
-    let (hw, vms, mut a, b) = lan_pair();
+    let (hw, vms, mut a, mut b) = lan_pair();
     enable_spi(vms[1], 32 + 16);
     hw.kicks.lock().unwrap().clear();
-    let f = frame([0xff; 6], mac_of(vms[0]), b"ping");
-    send(&mut a, &f, BUFFERS + 0x1000);
+    let f = broadcast(&mut a, b"ping", BUFFERS + 0x1000);
     assert_eq!(a.used_idx(1), 1, "the sender's buffer came back");
     assert_eq!(b.used_idx(0), 1, "the frame did not reach b");
     assert_eq!(b.used_len(0, 0) as usize, NET_HDR + f.len());
     assert_eq!(gread(vms[1], BUFFERS + NET_HDR as u64, f.len()), f);
     assert!(spi_pending(vms[1], 32 + 16), "b's SPI was not latched");
     assert!(hw.kicks.lock().unwrap().contains(&1), "b's CPU not kicked");
+    // a's vCPU pinned b's memory with a handle it keeps: one registration
+    // on b's collector, however many frames follow.
+    let handles = a.vcpu.collector_handles();
+    assert_eq!(handles.registered(), 1);
+    let on_b = handles.handle(vms[1].collector);
+    assert_eq!(handles.registered(), 1, "no handle on b's collector kept");
+    post_rx(&mut b, BUFFERS + 0x800);
+    broadcast(&mut a, b"again", BUFFERS + 0x1400);
+    assert_eq!(b.used_idx(0), 2, "the second frame did not reach b");
+    assert!(std::rc::Rc::ptr_eq(
+        &on_b,
+        &a.vcpu.collector_handles().handle(vms[1].collector)
+    ));
+    assert_eq!(a.vcpu.collector_handles().registered(), 1);
     // The switch learned a's MAC behind a's port.
     let switch = hw.hub.switch();
     let (_, dev_a) = vms[0].virtio.find(DeviceRole::Net).unwrap();
@@ -506,7 +561,6 @@ fn a_frame_crosses_the_switch_into_the_other_vm_and_interrupts_it() {
         "MAC not learned"
     );
     // Unicast back to a.
-    let mut b = b;
     let reply = frame(mac_of(vms[0]), mac_of(vms[1]), b"pong");
     send(&mut b, &reply, BUFFERS + 0x1000);
     assert_eq!(a.used_idx(0), 1);
@@ -520,32 +574,20 @@ fn frames_for_a_paused_or_stopped_vm_are_dropped_and_counted() {
     // Paused (as in a migration's stop-and-copy): its memory must not change.
     vms[1].request_pause().unwrap();
     let before = gread(vms[1], BUFFERS, 64);
-    send(
-        &mut a,
-        &frame([0xff; 6], mac_of(vms[0]), b"1"),
-        BUFFERS + 0x1000,
-    );
+    broadcast(&mut a, b"1", BUFFERS + 0x1000);
     assert_eq!(b.used_idx(0), 0);
     assert_eq!(gread(vms[1], BUFFERS, 64), before);
     assert_eq!(dev_b.rx_dropped_not_running.load(Ordering::Relaxed), 1);
     vms[1].resume().unwrap();
     // Asked to stop, not yet ended: dropped and counted too.
     vms[1].request_stop().unwrap();
-    send(
-        &mut a,
-        &frame([0xff; 6], mac_of(vms[0]), b"s"),
-        BUFFERS + 0x1400,
-    );
+    broadcast(&mut a, b"s", BUFFERS + 0x1400);
     assert_eq!(b.used_idx(0), 0);
     assert_eq!(dev_b.rx_dropped_not_running.load(Ordering::Relaxed), 2);
     // Stopped: its port leaves the switch.
     assert!(vms[1].stop(0, &"test stop"));
     assert_eq!(dev_b.port(), None, "the stopped VM kept its port");
-    send(
-        &mut a,
-        &frame([0xff; 6], mac_of(vms[0]), b"2"),
-        BUFFERS + 0x1800,
-    );
+    broadcast(&mut a, b"2", BUFFERS + 0x1800);
     assert_eq!(b.used_idx(0), 0);
     let (_, dev_a) = vms[0].virtio.find(DeviceRole::Net).unwrap();
     let sent = hw.hub.switch().counters(dev_a.port().unwrap()).unwrap();
@@ -581,46 +623,28 @@ fn a_disk_window_is_read_and_written_and_read_only_refuses_writes() {
             ("ro", vm_conf(1, true, window(true))),
         ],
     );
-    let request = |d: &mut Driver, kind: u32, sector: u64, data: u64, status: u64| {
-        let mut header = Vec::new();
-        header.extend_from_slice(&kind.to_le_bytes());
-        header.extend_from_slice(&0u32.to_le_bytes());
-        header.extend_from_slice(&sector.to_le_bytes());
-        gwrite(d.vcpu.vm, BUFFERS, &header);
-        gwrite(d.vcpu.vm, status, &[0xff]);
-        d.post(
-            0,
-            &[
-                (BUFFERS, 16, false),
-                (data, 512, kind == 0),
-                (status, 1, true),
-            ],
-            true,
-        );
-        gread(d.vcpu.vm, status, 1)[0]
-    };
     let mut rw = Driver::start(vms[0], 0);
     // Sector 2 of the window is host sector 10.
     assert_eq!(
-        request(&mut rw, 0, 2, BUFFERS + 0x1000, BUFFERS + 0x3000),
+        blk_request(&mut rw, BLK_T_IN, 2, BUFFERS + 0x1000, BUFFERS + 0x3000),
         0
     );
     assert_eq!(gread(vms[0], BUFFERS + 0x1000, 512), vec![10u8; 512]);
     gwrite(vms[0], BUFFERS + 0x1000, &[0xee; 512]);
     assert_eq!(
-        request(&mut rw, 1, 3, BUFFERS + 0x1000, BUFFERS + 0x3000),
+        blk_request(&mut rw, BLK_T_OUT, 3, BUFFERS + 0x1000, BUFFERS + 0x3000),
         0
     );
     assert_eq!(disk.bytes.lock().unwrap()[11 * 512..12 * 512], [0xee; 512]);
     // Past the window's end: an error, the host disk behind it untouched.
     assert_ne!(
-        request(&mut rw, 1, 16, BUFFERS + 0x1000, BUFFERS + 0x3000),
+        blk_request(&mut rw, BLK_T_OUT, 16, BUFFERS + 0x1000, BUFFERS + 0x3000),
         0
     );
     assert_eq!(disk.bytes.lock().unwrap()[24 * 512], 24);
     let mut ro = Driver::start(vms[1], 0);
     assert_eq!(
-        request(&mut ro, 1, 0, BUFFERS + 0x1000, BUFFERS + 0x3000),
+        blk_request(&mut ro, BLK_T_OUT, 0, BUFFERS + 0x1000, BUFFERS + 0x3000),
         1
     );
     assert_eq!(disk.bytes.lock().unwrap()[8 * 512], 8);
@@ -647,11 +671,7 @@ fn restart_resets_the_devices_and_gives_a_fresh_port() {
     let (hw, vms, mut a, mut b) = lan_pair();
     let (_, dev_a) = vms[0].virtio.find(DeviceRole::Net).unwrap();
     let old = dev_a.port().unwrap();
-    send(
-        &mut a,
-        &frame([0xff; 6], mac_of(vms[0]), b"x"),
-        BUFFERS + 0x1000,
-    );
+    broadcast(&mut a, b"x", BUFFERS + 0x1000);
     assert!(
         hw.hub
             .switch()
@@ -667,11 +687,7 @@ fn restart_resets_the_devices_and_gives_a_fresh_port() {
     // It runs again: its driver comes up and receives.
     let mut a = Driver::start(vms[0], 0);
     post_rx(&mut a, BUFFERS);
-    send(
-        &mut b,
-        &frame([0xff; 6], mac_of(vms[1]), b"y"),
-        BUFFERS + 0x1000,
-    );
+    broadcast(&mut b, b"y", BUFFERS + 0x1000);
     assert_eq!(a.used_idx(0), 1);
 }
 
@@ -685,8 +701,7 @@ fn a_control_vms_port_runs_monitor_commands_and_answers_there() {
     let vms = create(hw, &[("ctl", ctl), ("other", conf(8, &[1], true))]);
     let mut port = Driver::start(vms[0], 1);
     port.post(0, &[(BUFFERS, 2048, true)], true);
-    gwrite(vms[0], BUFFERS + 0x1000, b"vms\n");
-    port.post(1, &[(BUFFERS + 0x1000, 4, false)], true);
+    transmit(&mut port, 1, BUFFERS + 0x1000, b"vms\n");
     assert_eq!(port.used_idx(0), 1, "no answer written back");
     let len = port.used_len(0, 0) as usize;
     let answer = String::from_utf8(gread(vms[0], BUFFERS, len)).unwrap();
@@ -697,11 +712,9 @@ fn a_control_vms_port_runs_monitor_commands_and_answers_there() {
     assert!(rows[1].ends_with('-'), "no VM is focused on the port");
     // A command in two writes, and one that acts.
     port.post(0, &[(BUFFERS, 2048, true)], true);
-    gwrite(vms[0], BUFFERS + 0x1000, b"pause oth");
-    port.post(1, &[(BUFFERS + 0x1000, 9, false)], true);
+    transmit(&mut port, 1, BUFFERS + 0x1000, b"pause oth");
     assert_eq!(port.used_idx(0), 1);
-    gwrite(vms[0], BUFFERS + 0x1000, b"er\r");
-    port.post(1, &[(BUFFERS + 0x1000, 3, false)], true);
+    transmit(&mut port, 1, BUFFERS + 0x1000, b"er\r");
     assert_eq!(port.used_idx(0), 2);
     let len = port.used_len(0, 1) as usize;
     assert_eq!(gread(vms[0], BUFFERS, len), b"ok: other paused\n");
@@ -744,19 +757,17 @@ fn migration_carries_queues_backlog_mac_and_the_port() {
     let _console = Driver::start(src, 0);
     let mut net = Driver::start(src, 1);
     post_rx(&mut net, BUFFERS);
-    send(
-        &mut net,
-        &frame([0xff; 6], mac_of(src), b"a"),
-        BUFFERS + 0x1000,
-    );
-    send(
-        &mut net,
-        &frame([0xff; 6], mac_of(src), b"b"),
-        BUFFERS + 0x1800,
-    );
+    broadcast(&mut net, b"a", BUFFERS + 0x1000);
+    broadcast(&mut net, b"b", BUFFERS + 0x1800);
     // Console backlog: typed bytes with no receive buffer posted.
     let (ci, console) = src.virtio.find(DeviceRole::Console).unwrap();
-    crate::runtime::virtio_io::port_input(src, ci, console, b"typed");
+    crate::runtime::virtio_io::port_input(
+        src,
+        ci,
+        console,
+        b"typed",
+        &crate::runtime::collector_handles::CollectorHandles::new(),
+    );
     assert!(dst.virtio.find(DeviceRole::Net).unwrap().1.port().is_none());
     let (_, src_net) = src.virtio.find(DeviceRole::Net).unwrap();
     let port = src_net.port().unwrap();
@@ -802,11 +813,7 @@ fn migration_carries_queues_backlog_mac_and_the_port() {
     };
     let mut p = Driver::start(peer, 0);
     post_rx(&mut p, BUFFERS);
-    send(
-        &mut net,
-        &frame([0xff; 6], mac_of(dst), b"c"),
-        BUFFERS + 0x2000,
-    );
+    broadcast(&mut net, b"c", BUFFERS + 0x2000);
     assert_eq!(net.used_idx(1), 3);
     assert_eq!(
         p.used_idx(0),
