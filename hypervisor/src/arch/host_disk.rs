@@ -56,7 +56,9 @@ use crate::arch::boot::memory::{FRAME_SIZE, alloc_frames, free_frames};
 use crate::devices::virtio::blk::{
     F_FLUSH, F_RO, F_SEG_MAX, REQUEST_HEADER_LEN, S_OK, S_UNSUPP, T_FLUSH, T_GET_ID, T_IN, T_OUT,
 };
-use crate::devices::virtio::block_backend::{BlockBackend, BlockError, SECTOR_SIZE};
+use crate::devices::virtio::block_backend::{
+    BlockBackend, BlockError, SECTOR_SIZE, check_transfer,
+};
 use crate::devices::virtio::guest_memory::HostSpan;
 use crate::devices::virtio::mmio_transport::{F_RING_EVENT_IDX, F_VERSION_1};
 use crate::drivers::host_disk::{self, Limits, MAX_REQUEST_BYTES, SegmentIo};
@@ -387,7 +389,7 @@ impl BlockBackend for HostDisk {
     }
 
     fn read(&self, sector: u64, spans: &[HostSpan]) -> Result<(), BlockError> {
-        host_disk::check(self.capacity, self.read_only, false, sector, spans)?;
+        check_transfer(self.capacity, self.read_only, false, sector, spans)?;
         let mut driver = self.driver.lock();
         let Driver { io, bounce } = &mut *driver;
         // SAFETY: the trait's contract: the spans are guest RAM (identity
@@ -399,7 +401,7 @@ impl BlockBackend for HostDisk {
     }
 
     fn write(&self, sector: u64, spans: &[HostSpan]) -> Result<(), BlockError> {
-        host_disk::check(self.capacity, self.read_only, true, sector, spans)?;
+        check_transfer(self.capacity, self.read_only, true, sector, spans)?;
         let mut driver = self.driver.lock();
         let Driver { io, bounce } = &mut *driver;
         // SAFETY: as for `read`: identity-mapped guest RAM lent for the

@@ -7,8 +7,8 @@
 //! A transfer starts at a sector and moves the bytes of its spans in order
 //! (the spans are a guest buffer translated through the memslots; only
 //! their total is a whole number of sectors, a single span need not be).
-//! [`check`] (the check every block backend makes,
-//! `block_backend::check_transfer`) refuses, before any request, a total
+//! [`check_transfer`] (the check every block backend makes) refuses,
+//! before any request, a total
 //! that is not a whole number of sectors, a transfer past the disk's end
 //! and a write to a read-only disk.
 //!
@@ -42,6 +42,8 @@
 //! sector-sized pieces) never bounces, and a Linux request of up to
 //! `seg_max` pages is one host request.
 
+#[cfg(doc)]
+use crate::devices::virtio::block_backend::check_transfer;
 use crate::devices::virtio::block_backend::{BlockError, SECTOR_SIZE};
 use crate::devices::virtio::guest_memory::HostSpan;
 use alloc::vec::Vec;
@@ -152,7 +154,8 @@ pub struct Plan<I> {
     limits: Limits,
 }
 
-/// Plans the transfer of `spans` (already [`check`]ed) from `sector` on in
+/// Plans the transfer of `spans` (already checked by
+/// [`check_transfer`]) from `sector` on in
 /// requests within `limits` (see the module documentation).
 pub fn plan(
     sector: u64,
@@ -249,12 +252,8 @@ pub trait SegmentIo {
     fn write_segments(&mut self, sector: u64, buffers: &[&[u8]]) -> Result<(), BlockError>;
 }
 
-/// The transfer check every block backend makes (the range, the length
-/// a whole number of sectors, the read-only refusal), under the name
-/// `arch::host_disk` calls it by.
-pub use crate::devices::virtio::block_backend::check_transfer as check;
-
-/// Reads from `sector` on into `spans` (already [`check`]ed), in as few
+/// Reads from `sector` on into `spans` (already checked by
+/// [`check_transfer`]), in as few
 /// requests as the disk's limits allow, zero copy where the spans allow
 /// and through `bounce` where a sector straddles spans (see the module
 /// documentation).
@@ -305,7 +304,8 @@ pub unsafe fn read_spans(
     Ok(())
 }
 
-/// Writes `spans` (already [`check`]ed) to `sector` on, in as few requests
+/// Writes `spans` (already checked by
+/// [`check_transfer`]) to `sector` on, in as few requests
 /// as the disk's limits allow, zero copy where the spans allow and through
 /// `bounce` where a sector straddles spans.
 ///
@@ -348,6 +348,7 @@ pub unsafe fn write_spans(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::devices::virtio::block_backend::check_transfer;
     use proptest::prelude::*;
 
     /// A disk in a vector that records each request's sector and buffer
@@ -656,7 +657,7 @@ mod tests {
             let mut bounce = [0; SECTOR];
             let mut buf = vec![0; len + gap * lens.len()];
             let spans = spans_of(&mut buf, &lens, gap);
-            prop_assert_eq!(check(16, false, false, start, &spans), Ok(len as u64));
+            prop_assert_eq!(check_transfer(16, false, false, start, &spans), Ok(len as u64));
             // SAFETY: the spans cover `buf`, owned here for the call.
             unsafe { read_spans(&mut disk, &mut bounce, start, &spans) }.unwrap();
             let at = start as usize * SECTOR;
