@@ -15,6 +15,12 @@
 //!   ends on its verdicts by itself (nobody leaves the monitor).
 //! - A run with verdicts ends on them with a terminal too; with `--stay` it
 //!   stays open past them until `poweroff` is typed.
+//! - The guest-devices walkthrough of `docs/devices.md`: two Linux shells
+//!   on one network, `a` with a disk and its console on virtio-console
+//!   (`hvc0`). Commands typed into `a`'s `hvc0` and `b`'s PL011 shell bring
+//!   `eth0` up on both, `b` pings `a`, `a` writes a file on its disk;
+//!   `devices a` at the monitor lists the three devices; after `poweroff`
+//!   the file is in the image on the host.
 //! - The terminal's mode comes back after SIGINT to the foreground process
 //!   group (what Ctrl-C does in a cooked terminal; in raw mode Ctrl-C is a
 //!   byte for the guest) and after the time limit.
@@ -32,6 +38,7 @@ use std::time::Duration;
 
 use std::os::unix::process::ExitStatusExt;
 
+use tests::linux_virtio::disk_image;
 use tests::pty::{Mode, Terminal};
 
 /// Ctrl-], the hypervisor console's escape key.
@@ -225,6 +232,78 @@ fn a_guest_is_migrated_from_the_monitor_typed_while_it_writes() {
     let status = terminal.wait(END);
     assert!(status.success(), "{status}\n{}", terminal.screen());
     check_ended(&mut terminal, status, "PASS", before);
+}
+
+/// For two Linux shells to boot under TCG on a shared 2-core machine.
+const LINUX_BOOT: Duration = Duration::from_secs(300);
+/// For a command typed into a Linux shell (a ping, a mount) to answer.
+const LINUX_REPLY: Duration = Duration::from_secs(60);
+
+#[test]
+fn linux_shells_on_a_network_and_a_disk_are_typed_at_through_hvc0_and_the_pl011() {
+    let _turn = one_at_a_time();
+    let image = disk_image("e2e-terminal-devices");
+    let a = format!(
+        "linux-shell,name=a,cpus=0-1,net=lan,disk={},console=virtio",
+        image.display()
+    );
+    let (mut terminal, before) = start(&[
+        "--smp",
+        "4",
+        "--mem",
+        "2048",
+        "--vm",
+        &a,
+        "--vm",
+        "linux-shell,name=b,cpus=2-3,net=lan",
+    ]);
+    // The commands print values the shell computes, so that what is
+    // awaited is the answer, never the echo of the typed line.
+    terminal.expect("[a] LINUX-INIT: console moved to /dev/hvc0", LINUX_BOOT);
+    terminal.expect("[a] Linux ", LINUX_BOOT);
+    terminal.expect("busybox shell", REPLY);
+    terminal.type_keys(
+        b"ip addr add 10.0.0.1/24 dev eth0 && ip link set eth0 up && echo a-up-$((6*7))\r",
+    );
+    terminal.expect("[a] a-up-42", LINUX_REPLY);
+    terminal.type_keys(
+        b"mkdir -p /mnt/d && mount -t ext4 /dev/vda /mnt/d && \
+          echo typed at a terminal > /mnt/d/typed.txt && umount /mnt/d && echo disk-$((3*3))\r",
+    );
+    terminal.expect("[a] disk-9", LINUX_REPLY);
+
+    terminal.type_keys(&[ESCAPE]);
+    terminal.expect("hv> ", REPLY);
+    terminal.type_keys(b"devices a\r");
+    let table = terminal.expect("hv> ", REPLY);
+    for kind in ["console", "net", "blk"] {
+        assert!(
+            table.lines().any(|line| line.contains(kind)),
+            "`devices a` lists no {kind} device:\n{table}"
+        );
+    }
+    terminal.type_keys(b"focus b\r");
+    terminal.expect("ok: input goes to b", REPLY);
+    terminal.type_keys(b"exit\r");
+    terminal.expect("-- console: input goes to b --", REPLY);
+    terminal.type_keys(b"\r");
+    terminal.type_keys(
+        b"ip addr add 10.0.0.2/24 dev eth0 && ip link set eth0 up && \
+          ping -c 3 -w 30 10.0.0.1 > /tmp/ping && echo ping-$((2*3))\r",
+    );
+    terminal.expect("[b] ping-6", LINUX_REPLY);
+
+    terminal.type_keys(&[ESCAPE]);
+    terminal.expect("hv> ", REPLY);
+    terminal.type_keys(b"poweroff\r");
+    terminal.expect("[hv] system off", REPLY);
+    let status = terminal.wait(END);
+    assert!(status.success(), "{status}\n{}", terminal.screen());
+    check_ended(&mut terminal, status, "PASS", before);
+    let typed = qemu_runner::disk_image::read_ext4_file(&image, "/typed.txt")
+        .unwrap_or_else(|error| panic!("/typed.txt from the image: {error}"));
+    assert_eq!(typed, b"typed at a terminal\n");
+    std::fs::remove_file(&image).unwrap_or_else(|error| panic!("{error}"));
 }
 
 #[test]
