@@ -10,6 +10,17 @@
 //! ([`MigrationOptions::verify`]); then the destination starts and the
 //! source ends.
 //!
+//! # The source's end, after the start
+//!
+//! The CPU that runs a migration is the destination's vCPU 0, which
+//! starts only when [`run`] returns, and the source's end means console
+//! lines (its counters, the reason) that take milliseconds at a UART. So
+//! the source is only marked ending (`Vm::end_migrated`: its vCPUs are
+//! kicked and halt), the destination's vCPUs are released, and the first
+//! source vCPU to halt prints the report line [`run`] left with it and the
+//! source's end (`Vm::report_end_left_to_vcpus`). The downtime runs from
+//! the pause to that release.
+//!
 //! # Devices
 //!
 //! The VMs must have the same virtio devices (kinds, order, disk size and
@@ -42,7 +53,6 @@ use crate::runtime::virtio_devices::{DeviceSnapshot, Transport, VirtioDevice};
 use crate::runtime::virtio_io;
 use crate::runtime::vm_instance::Vm;
 use crate::runtime::vm_ops::{self, VmOpError};
-use crate::runtime::vm_table::VmTable;
 use crate::runtime::{Hardware, micros_since};
 use crate::vm::migration_plan::{
     CopyChunk, CopyJob, MigrationOptions, MigrationReport, Next, PrecopyPlan, RoundFigures,
@@ -268,18 +278,15 @@ fn carry_devices<H: Hardware>(
 
 /// Carries out the migration of `src` into `dst` with `options` on `dst`'s
 /// vCPU 0's CPU, and says how it went.
-pub fn run<H: Hardware>(
-    table: &VmTable<H>,
-    src: &'static Vm<H>,
-    dst: &'static Vm<H>,
-    options: MigrationOptions,
-) {
+pub fn run<H: Hardware>(src: &'static Vm<H>, dst: &'static Vm<H>, options: MigrationOptions) {
     let prefix = format!(
         "vm{} ({}) -> vm{} ({})",
         src.index, src.name, dst.index, dst.name
     );
-    match migrate(table, src, dst, options, &mut |_| {}) {
-        Ok(report) => log::info!("{prefix}: migrated: {report}"),
+    match migrate(src, dst, options, &mut |_| {}) {
+        // Printed with the source's end, by its first vCPU to halt: this
+        // CPU is the destination's vCPU 0, which starts once this returns.
+        Ok(report) => src.log_before_end_report(format!("{prefix}: migrated: {report}")),
         Err(e) => log::error!("{prefix}: migration failed, the source runs on: {e}"),
     }
 }
@@ -490,7 +497,6 @@ pub type RoundHook<'a> = dyn FnMut(u32) + 'a;
 /// Migrates `src` into `dst` with `options` (see the module doc), calling
 /// `after_round` after each pre-copy round.
 pub(crate) fn migrate<H: Hardware>(
-    table: &VmTable<H>,
     src: &'static Vm<H>,
     dst: &'static Vm<H>,
     options: MigrationOptions,
@@ -671,9 +677,9 @@ pub(crate) fn migrate<H: Hardware>(
     }
     src.set_capture_requested(false);
     dst.awaiting_migration.store(false, Ordering::Release);
-    if src.end_migrated(&format_args!("migrated to vm{} ({})", dst.index, dst.name)) {
-        table.vm_ended();
-    }
+    // The source's end (its console line, counters) is reported by its
+    // first vCPU to halt, while the destination runs.
+    let _ = src.end_migrated(format!("migrated to vm{} ({})", dst.index, dst.name));
     hw.send_event();
     for vcpu in 1..dst.vcpus {
         dst.kick(vcpu);

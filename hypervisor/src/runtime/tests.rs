@@ -500,7 +500,7 @@ fn precopy_ends_when_the_rest_fits_and_the_stop_copies_it() {
     let npages = src.ram.size() / PAGE;
     let dirty = [3u64, 70, 500];
     let mut rounds = Vec::new();
-    let report = live_migration::migrate(&table, src, dst, options(true, 30_000), &mut |round| {
+    let report = live_migration::migrate(src, dst, options(true, 30_000), &mut |round| {
         rounds.push(round);
         for &page in &dirty {
             guest_write(src, page, 0xd0 + page as u8, true);
@@ -518,10 +518,15 @@ fn precopy_ends_when_the_rest_fits_and_the_stop_copies_it() {
     for page in 0..npages {
         assert_eq!(read_page(dst, page), read_page(src, page), "page {page}");
     }
-    // The destination runs, the source ended; the machine still runs the
-    // destination.
+    // The destination runs; the source is stopping, its end reported by
+    // the first of its vCPUs to halt (once), not by the migration; the
+    // machine still runs the destination.
     assert!(!dst.awaiting_migration.load(Ordering::Acquire));
+    assert!(src.is_stopping() && !src.has_ended());
+    assert!(src.report_end_left_to_vcpus());
+    table.vm_ended();
     assert!(src.has_ended());
+    assert!(!src.report_end_left_to_vcpus(), "reported twice");
     assert!(!hw.powered_off.load(Ordering::Acquire));
     // The migration's dirty logging is off again.
     let spec = vm_ops::slot_spec(src, slot0()).unwrap().unwrap();
@@ -536,18 +541,12 @@ fn without_verification_only_the_reported_pages_are_copied_and_nothing_compares(
     let (_hw, table, src, dst) = migration_pair();
     let unlogged = 900u64;
     let before = read_page(src, unlogged);
-    let report = live_migration::migrate(
-        &table,
-        src,
-        dst,
-        MigrationOptions::default(),
-        &mut |round| {
-            if round == 0 {
-                guest_write(src, 5, 0x55, true);
-                guest_write(src, unlogged, 0xee, false);
-            }
-        },
-    )
+    let report = live_migration::migrate(src, dst, MigrationOptions::default(), &mut |round| {
+        if round == 0 {
+            guest_write(src, 5, 0x55, true);
+            guest_write(src, unlogged, 0xee, false);
+        }
+    })
     .unwrap();
     assert_eq!(read_page(dst, 5), read_page(src, 5));
     assert_eq!(
@@ -559,19 +558,21 @@ fn without_verification_only_the_reported_pages_are_copied_and_nothing_compares(
     assert!(!report.verified);
     assert_eq!(report.verify_us, 0);
     assert_eq!(report.differences, 0);
+    assert!(src.report_end_left_to_vcpus());
+    table.vm_ended();
     assert!(src.has_ended());
     assert!(!report.to_string().contains("differences"), "{report}");
 }
 
 #[test]
 fn precopy_iterates_until_the_rest_fits_the_limit_and_the_downtime_honours_it() {
-    let (_hw, table, src, dst) = migration_pair();
+    let (_hw, _table, src, dst) = migration_pair();
     let npages = src.ram.size() / PAGE;
     // Half a limit of 100 us is 25 pages at 2 us a page. The rounds leave
     // 400, 150 and 60 dirty pages (each less than half the one before: no
     // throttle), then 10 (20 us), which fit.
     let limit = 100;
-    let report = live_migration::migrate(&table, src, dst, options(true, limit), &mut |round| {
+    let report = live_migration::migrate(src, dst, options(true, limit), &mut |round| {
         let count = match round {
             0 => 400,
             1 => 150,
@@ -601,12 +602,12 @@ fn precopy_iterates_until_the_rest_fits_the_limit_and_the_downtime_honours_it() 
 /// pages per us against 0.5), and pre-copy ends once the rest fits.
 #[test]
 fn a_writer_faster_than_the_copy_is_throttled_until_the_rest_fits() {
-    let (hw, table, src, dst) = migration_pair();
+    let (hw, _table, src, dst) = migration_pair();
     let npages = src.ram.size() / PAGE;
     let limit = 100;
     let mut throttles = Vec::new();
     let mut last = hw.ticks.load(Ordering::Relaxed);
-    let report = live_migration::migrate(&table, src, dst, options(true, limit), &mut |round| {
+    let report = live_migration::migrate(src, dst, options(true, limit), &mut |round| {
         let throttle = u64::from(src.migration_throttle.load(Ordering::Acquire));
         throttles.push(throttle);
         let now = hw.ticks.load(Ordering::Relaxed);
@@ -633,8 +634,8 @@ fn a_writer_faster_than_the_copy_is_throttled_until_the_rest_fits() {
 
 #[test]
 fn a_copy_that_differs_fails_and_the_source_runs_on() {
-    let (hw, table, src, dst) = migration_pair();
-    let err = live_migration::migrate(&table, src, dst, options(true, 30_000), &mut |round| {
+    let (hw, _table, src, dst) = migration_pair();
+    let err = live_migration::migrate(src, dst, options(true, 30_000), &mut |round| {
         if round == 0 {
             guest_write(src, 42, 0x11, false);
         }

@@ -79,7 +79,7 @@ pub fn run_vcpu<H: Hardware>(
         if index == 0 {
             let job = vm.migration_job.lock().take();
             if let Some((source, options)) = job {
-                live_migration::run(machine, source, vm, options);
+                live_migration::run(source, vm, options);
                 continue;
             }
         }
@@ -127,6 +127,11 @@ pub(super) fn after_run<H: Hardware>(
 /// Halts vCPU `vcpu` while its VM ends or restarts (see the module doc);
 /// returns once the VM was rebuilt, the vCPU off and waiting for `CPU_ON`.
 pub(super) fn halt<H: Hardware>(machine: &VmTable<H>, vm: &Vm<H>, vcpu: &mut impl CpuVcpu) {
+    // A migration out of the VM left its end to be reported here, once
+    // the destination runs.
+    if vm.report_end_left_to_vcpus() {
+        machine.vm_ended();
+    }
     vcpu.quiesce_for_halt();
     let generation = vm.lifecycle.arrive();
     while vm.lifecycle.generation() == generation {

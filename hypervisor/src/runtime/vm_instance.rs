@@ -210,9 +210,21 @@ pub struct Vm<H: Hardware> {
     /// unknown ids already logged, all of fixed size.
     event_log: Mutex<EventLog>,
     stopping: AtomicBool,
+    /// The end a migration out of it left for the first of its vCPUs to
+    /// halt to report ([`Vm::end_migrated`]), so that the report's console
+    /// lines are not part of the migration's downtime.
+    end_to_report: Mutex<Option<EndToReport>>,
     /// Set once its end is reported (after `stopping`): nothing of it runs
     /// or prints any more.
     ended: AtomicBool,
+}
+
+/// An end left to a VM's vCPUs to report (see [`Vm::end_migrated`]).
+struct EndToReport {
+    /// Why it ended.
+    reason: String,
+    /// Log lines to print before the end's report (the migration's own).
+    lines_before: Vec<String>,
 }
 
 /// Why a VM could not be created from the payload.
@@ -715,15 +727,52 @@ impl<H: Hardware> Vm<H> {
         true
     }
 
-    /// Ends the VM after a migration moved it elsewhere (its vCPUs, parked,
-    /// halt): reported like a stop with `reason`. False when it was ending
-    /// already.
+    /// Ends the VM after a migration moved it elsewhere: marks it stopping
+    /// and kicks its vCPUs (parked, they halt); the first of them to halt
+    /// reports the end with `reason` ([`Vm::report_end_left_to_vcpus`]),
+    /// after the destination started, not on the migration's CPU before
+    /// it. False when it was ending already (nothing left to report).
     #[must_use]
-    pub fn end_migrated(&self, reason: &dyn core::fmt::Display) -> bool {
+    pub fn end_migrated(&self, reason: String) -> bool {
+        // Held across the mark: a vCPU that halts at once waits here for
+        // the reason instead of finding none.
+        let mut to_report = self.end_to_report.lock();
         if !self.begin_stop(self.vcpus) {
             return false;
         }
-        self.report_end(reason);
+        *to_report = Some(EndToReport {
+            reason,
+            lines_before: Vec::new(),
+        });
+        true
+    }
+
+    /// Logs `line` with the end left to the vCPUs ([`Vm::end_migrated`]),
+    /// before it; at once when that end was reported already (or there is
+    /// none).
+    pub fn log_before_end_report(&self, line: String) {
+        let mut to_report = self.end_to_report.lock();
+        match to_report.as_mut() {
+            Some(end) => end.lines_before.push(line),
+            None => {
+                drop(to_report);
+                log::info!("{line}");
+            }
+        }
+    }
+
+    /// Reports the end a migration left to the VM's vCPUs, if it is still
+    /// to be reported (the first halting vCPU's call does it, later ones
+    /// find nothing); true when this call reported it. The caller tells the
+    /// machine the VM ended.
+    pub fn report_end_left_to_vcpus(&self) -> bool {
+        let Some(end) = self.end_to_report.lock().take() else {
+            return false;
+        };
+        for line in &end.lines_before {
+            log::info!("{line}");
+        }
+        self.report_end(&end.reason);
         true
     }
 
@@ -1026,6 +1075,7 @@ pub fn create_vm<H: Hardware>(
             hw.counter_frequency(),
         ))),
         stopping: AtomicBool::new(false),
+        end_to_report: Mutex::new(None),
         ended: AtomicBool::new(false),
     }));
     hub.register(vm);

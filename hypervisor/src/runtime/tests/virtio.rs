@@ -772,7 +772,7 @@ fn migration_carries_queues_backlog_mac_and_the_port() {
     let (_, src_net) = src.virtio.find(DeviceRole::Net).unwrap();
     let port = src_net.port().unwrap();
 
-    live_migration::migrate(&table, src, dst, options(false, 30_000), &mut |_| {}).unwrap();
+    live_migration::migrate(src, dst, options(false, 30_000), &mut |_| {}).unwrap();
 
     let (_, dst_net) = dst.virtio.find(DeviceRole::Net).unwrap();
     assert_eq!(dst_net.port(), Some(port), "the port did not move");
@@ -830,6 +830,8 @@ fn migration_carries_queues_backlog_mac_and_the_port() {
         1,
         "the destination got nothing on its port"
     );
+    assert!(src.report_end_left_to_vcpus());
+    table.vm_ended();
     assert!(src.has_ended());
 }
 
