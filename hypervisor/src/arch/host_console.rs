@@ -157,6 +157,7 @@ pub fn park() -> ! {
     }
     for timer in TimerId::ALL {
         gic::set_timer_masked(timer, true);
+        gic::deactivate_timer(timer);
     }
     gic::set_ppi_enabled(gic::maintenance_intid(), false);
     server()

@@ -3,5 +3,7 @@
 
 pub mod pl011;
 pub mod timer;
+#[cfg(test)]
+mod timer_delivery_test;
 pub mod vgic;
 pub mod virtio;

@@ -13,15 +13,22 @@
 //!
 //! 1. The timer's host PPI (from the host device tree: 27 virtual, 30
 //!    physical on QEMU `virt`) fires while the guest runs and becomes an IRQ
-//!    exit. [`TimerForward::fired`]: mask that PPI at the host redistributor
-//!    (the level would otherwise fire again at once; the guest's `CNTx_CTL_EL0`
-//!    is never touched) and raise the vCPU's virtual PPI line in the vgic
-//!    (INTID 27 or 30, [`TimerId::guest_intid`](crate::vocabulary::timers::TimerId::guest_intid)).
-//! 2. Before every entry, [`TimerForward::sample`] reads the line again from
-//!    the guest's `CNTx_CTL_EL0` ([`timer_line`]: ENABLE and ISTATUS set,
-//!    IMASK clear) and tells the vgic only when it moved.
-//!    The vgic withdraws a level interrupt whose line dropped before the
-//!    guest acknowledged it (a pending list register is taken back at the
+//!    exit. The hypervisor only drops its priority (the host GIC runs with
+//!    `EOImode` 1): the PPI stays *active*, so its level cannot fire again,
+//!    and [`TimerForward::fired`] raises the vCPU's virtual PPI line in the
+//!    vgic (INTID 27 or 30, [`TimerId::guest_intid`](crate::vocabulary::timers::TimerId::guest_intid)).
+//!    The guest's `CNTx_CTL_EL0` is never touched.
+//! 2. The vgic lists the interrupt as a *hardware* interrupt
+//!    (`ICH_LR<n>_EL2.HW` with the host PPI as pINTID): when the guest
+//!    deactivates it, the CPU interface deactivates the host PPI as well, with
+//!    no exit. If the guest's handler left the line high, the PPI fires again
+//!    at once; if it turned the timer off or re-armed it, nothing happens until
+//!    it expires again. One exit per timer interrupt, none for its end.
+//! 3. Before every entry while the line may be high, [`TimerForward::sample`]
+//!    reads the line again from the guest's `CNTx_CTL_EL0` ([`timer_line`]:
+//!    ENABLE and ISTATUS set, IMASK clear) and tells the vgic only when it
+//!    moved. The vgic withdraws a level interrupt whose line dropped before
+//!    the guest acknowledged it (a pending list register is taken back at the
 //!    refill), so an interrupt pending while the guest had IRQs masked does
 //!    not outlive the guest disabling, masking or reprogramming its timer.
 //!    Every exit re-samples, and a trapped physical timer access is an exit:
@@ -31,11 +38,19 @@
 //!    next exit of any kind (KVM does the same), so a guest that disables it
 //!    and unmasks IRQs with no exit in between may still take INTID 27 once
 //!    (spurious to it: the handler finds the timer off).
-//! 3. After the list registers are refilled, [`TimerForward::unmask_if_low`]
-//!    unmasks the host PPI once the line is low: the guest has handled the
-//!    interrupt (disabled, masked or re-armed the timer). The exit that lets
-//!    the hypervisor see this is guaranteed: a level interrupt is listed with
-//!    EOI maintenance, so the guest's EOI raises the maintenance interrupt.
+//! 4. After each refill, [`TimerForward::after_fill`] settles who deactivates
+//!    the host PPI. The refill's fold reports the hardware list registers the
+//!    guest deactivated (the host PPI is inactive again). Any other way the
+//!    virtual interrupt ends, with the host PPI still active, makes the
+//!    hypervisor deactivate it (`GICR_ICACTIVER0`): a withdrawal, a guest's
+//!    `ICACTIVER` or `ICPENDR` write, an EOI the guest made while the
+//!    interrupt had no list register, or a listing without the HW bit (when
+//!    the fill needs EOI maintenance on it). Otherwise the host PPI would
+//!    stay active and the timer silent for good.
+//!
+//! A PPI that fired in the same exit as the fold that reports a completion
+//! is a new activation (the old one was deactivated, or the PPI could not
+//! have fired), so the completion does not clear it.
 //!
 //! Offsets: `CNTVOFF_EL2` is zero and `CNTHCTL_EL2.ECV` is clear, so
 //! `CNTPOFF_EL2` (FEAT_ECV) is never applied: the guest's `CNTPCT_EL0` and
@@ -90,21 +105,15 @@ pub const fn timer_line(ctl_value: u64) -> bool {
     ctl_value & (ctl::ENABLE | ctl::IMASK | ctl::ISTATUS) == ctl::ENABLE | ctl::ISTATUS
 }
 
-/// What a vCPU's run loop does when the timer's host PPI fires.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fired {
-    /// Mask the host PPI (it was not masked yet).
-    pub mask_host: bool,
-    /// Drive the guest's virtual PPI line high (the vgic last heard low, or
-    /// nothing since the load).
-    pub raise_line: bool,
-}
-
 /// One timer's forwarding state on one vCPU. See the [module docs](self).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TimerForward {
-    /// The host PPI is masked at the redistributor.
-    host_masked: bool,
+    /// The host PPI is active: acknowledged and its priority dropped here,
+    /// not deactivated since (by the guest or the hypervisor).
+    host_active: bool,
+    /// `host_active` was set by [`fired`](Self::fired) after the last
+    /// [`after_fill`](Self::after_fill).
+    fired_since_fill: bool,
     /// The line as last given to the vgic; `None` after a load.
     line: Option<bool>,
 }
@@ -116,17 +125,18 @@ impl Default for TimerForward {
 }
 
 impl TimerForward {
-    /// The state after a load: host PPI unmasked, the vgic told nothing.
+    /// The state after a load: host PPI inactive, the vgic told nothing.
     pub const fn new() -> Self {
         Self {
-            host_masked: false,
+            host_active: false,
+            fired_since_fill: false,
             line: None,
         }
     }
 
-    /// Whether the host PPI is masked now.
-    pub const fn host_masked(&self) -> bool {
-        self.host_masked
+    /// Whether the host PPI is active now (as far as the hypervisor knows).
+    pub const fn host_active(&self) -> bool {
+        self.host_active
     }
 
     /// The line as the vgic last heard it.
@@ -134,24 +144,25 @@ impl TimerForward {
         self.line
     }
 
-    /// The timer's host PPI fired: its line is high.
-    pub fn fired(&mut self) -> Fired {
-        let fired = Fired {
-            mask_host: !self.host_masked,
-            raise_line: self.line != Some(true),
-        };
-        self.host_masked = true;
+    /// The timer's host PPI fired (and its priority was dropped): it is
+    /// active and its line is high. Returns whether to drive the guest's
+    /// virtual PPI line high (the vgic last heard low, or nothing since the
+    /// load).
+    pub fn fired(&mut self) -> bool {
+        let raise = self.line != Some(true);
+        self.host_active = true;
+        self.fired_since_fill = true;
         self.line = Some(true);
-        fired
+        raise
     }
 
     /// Whether the line must be re-sampled before an entry: unless it is
-    /// known low with the host PPI unmasked. Then a rise needs no sampling:
-    /// the PPI itself fires (before or right after the entry) and
-    /// [`fired`](Self::fired) raises the line, so the entry saves reading
-    /// the guest's timer control.
+    /// known low. A rise needs no sampling: the PPI itself fires (before or
+    /// right after the entry, or once the guest deactivated its previous
+    /// interrupt) and [`fired`](Self::fired) raises the line, so the entry
+    /// saves reading the guest's timer control.
     pub fn needs_sample(&self) -> bool {
-        self.host_masked || self.line != Some(false)
+        self.line != Some(false)
     }
 
     /// Before an entry, with `line` read from the guest's `CNTx_CTL_EL0`:
@@ -165,15 +176,21 @@ impl TimerForward {
         }
     }
 
-    /// After the refill: whether to unmask the host PPI now (it is masked
-    /// and the line was sampled low).
-    pub fn unmask_if_low(&mut self) -> bool {
-        if self.host_masked && self.line == Some(false) {
-            self.host_masked = false;
-            true
-        } else {
-            false
+    /// After a refill: `completed` when the refill's fold (or one since the
+    /// last refill) found a hardware list register of this timer deactivated
+    /// by the guest, `idle` when the vgic now holds the interrupt neither
+    /// pending nor active. Returns whether the hypervisor must deactivate the
+    /// host PPI now (it is active and the guest will not deactivate it).
+    pub fn after_fill(&mut self, completed: bool, idle: bool) -> bool {
+        let fresh = core::mem::take(&mut self.fired_since_fill);
+        if completed && !fresh {
+            self.host_active = false;
         }
+        if self.host_active && idle {
+            self.host_active = false;
+            return true;
+        }
+        false
     }
 }
 
@@ -181,30 +198,6 @@ impl TimerForward {
 mod tests {
     use super::*;
     use crate::vocabulary::timers::{TimerId, TimerIrqs};
-
-    #[test]
-    fn sampling_is_needed_until_the_line_is_low_and_the_ppi_unmasked() {
-        let mut timer = TimerForward::new();
-        assert!(timer.needs_sample(), "after a load the vgic knows nothing");
-        assert_eq!(timer.sample(false), Some(false));
-        assert!(
-            !timer.needs_sample(),
-            "low and unmasked: the PPI reports a rise"
-        );
-        let fired = timer.fired();
-        assert!(fired.mask_host && fired.raise_line);
-        assert!(
-            timer.needs_sample(),
-            "high and masked: only sampling sees it drop"
-        );
-        assert_eq!(timer.sample(false), Some(false));
-        assert!(
-            timer.needs_sample(),
-            "low but still masked until unmask_if_low"
-        );
-        assert!(timer.unmask_if_low());
-        assert!(!timer.needs_sample());
-    }
 
     #[test]
     fn line_needs_enable_and_status_without_mask() {
@@ -254,58 +247,6 @@ mod tests {
     }
 
     #[test]
-    fn fire_mask_handle_unmask() {
-        let mut t = TimerForward::new();
-        // First entry: the line is low, the vgic hears it once.
-        assert_eq!(t.sample(false), Some(false));
-        assert_eq!(t.sample(false), None);
-        assert!(!t.unmask_if_low(), "never masked");
-        // The host PPI fires: mask it, raise the line.
-        assert_eq!(
-            t.fired(),
-            Fired {
-                mask_host: true,
-                raise_line: true
-            }
-        );
-        assert!(t.host_masked());
-        // Entries while the guest has not handled it: nothing to do.
-        assert_eq!(t.sample(true), None);
-        assert!(!t.unmask_if_low());
-        assert!(t.host_masked());
-        // The guest masked or disabled the timer: line low, PPI unmasked.
-        assert_eq!(t.sample(false), Some(false));
-        assert!(t.unmask_if_low());
-        assert!(!t.host_masked());
-        assert!(!t.unmask_if_low(), "once");
-    }
-
-    #[test]
-    fn line_seen_high_before_the_ppi_fires() {
-        // The guest armed a timer that expired while the CPU was at EL2: the
-        // sample raises the line; the PPI then fires on entry and only masks.
-        let mut t = TimerForward::new();
-        assert_eq!(t.sample(true), Some(true));
-        assert_eq!(
-            t.fired(),
-            Fired {
-                mask_host: true,
-                raise_line: false
-            }
-        );
-        // A second PPI cannot come while masked, but if the acknowledge
-        // raced with the mask the state stays consistent.
-        assert_eq!(
-            t.fired(),
-            Fired {
-                mask_host: false,
-                raise_line: false
-            }
-        );
-        assert_eq!(t.line(), Some(true));
-    }
-
-    #[test]
     fn physical_timer_registers_by_encoding() {
         let enc = |op0, op1, crn, crm, op2| SysRegEncoding {
             op0,
@@ -334,27 +275,97 @@ mod tests {
     }
 
     #[test]
-    fn disabling_a_pending_timer_drops_the_line_at_the_next_sample() {
+    fn sampling_is_needed_until_the_line_is_known_low() {
+        let mut timer = TimerForward::new();
+        assert!(timer.needs_sample(), "after a load the vgic knows nothing");
+        assert_eq!(timer.sample(false), Some(false));
+        assert!(!timer.needs_sample(), "low: the PPI reports a rise");
+        assert!(timer.fired());
+        assert!(timer.needs_sample(), "high: only sampling sees it drop");
+        assert_eq!(timer.sample(false), Some(false));
+        assert!(!timer.needs_sample());
+    }
+
+    #[test]
+    fn one_exit_per_tick_the_guest_deactivates_through_the_list_register() {
+        let mut t = TimerForward::new();
+        assert_eq!(t.sample(false), Some(false));
+        assert!(!t.after_fill(false, true), "never active: nothing to do");
+        // The host PPI fires: active, line high; the fill lists it (HW).
+        assert!(t.fired());
+        assert!(t.host_active());
+        assert_eq!(t.sample(true), None);
+        assert!(!t.after_fill(false, false));
+        // The guest re-arms the timer and deactivates the list register;
+        // the next exit samples the line low and the fold reports the
+        // completion: the host PPI is inactive, no deactivation needed.
+        assert_eq!(t.sample(false), Some(false));
+        assert!(!t.after_fill(true, true));
+        assert!(!t.host_active());
+    }
+
+    #[test]
+    fn a_new_firing_in_the_exit_of_the_old_completion_stays_active() {
+        // The guest deactivated tick 1 with the line still high: the PPI
+        // fired again at once (tick 2), and the fill of that exit folds
+        // tick 1's list register as completed.
+        let mut t = TimerForward::new();
+        t.sample(false);
+        t.fired();
+        assert!(!t.after_fill(false, false));
+        assert!(!t.fired(), "the line is already high");
+        assert!(!t.after_fill(true, false));
+        assert!(t.host_active(), "tick 2 is still the guest's to deactivate");
+        // Had the guest turned the timer off before the fill (the sample
+        // withdraws tick 2), the hypervisor deactivates it.
+        let mut t = TimerForward::new();
+        t.sample(false);
+        t.fired();
+        t.after_fill(false, false);
+        t.fired();
+        assert!(t.after_fill(true, true));
+        assert!(!t.host_active());
+    }
+
+    #[test]
+    fn a_withdrawn_interrupt_is_deactivated_by_the_hypervisor() {
         // The physical timer fired while the guest had IRQs masked: the line
-        // is high and the host PPI masked. The guest's trapped
-        // `CNTP_CTL_EL0 = 0` is an exit; the sample before the entry reads
-        // the line low and tells the vgic (which withdraws the pending
-        // interrupt), and the host PPI is unmasked for the next arming.
+        // is high and the host PPI active. The guest's trapped
+        // `CNTP_CTL_EL0 = 0` is an exit; the sample reads the line low, the
+        // vgic withdraws the pending interrupt, and with no completion the
+        // host PPI must be deactivated here (or it never fires again).
         let mut t = TimerForward::new();
         assert_eq!(t.sample(false), Some(false));
         t.fired();
+        assert!(!t.after_fill(false, false));
         let ctl_after_disable = 0;
         assert_eq!(t.sample(timer_line(ctl_after_disable)), Some(false));
-        assert!(t.unmask_if_low());
+        assert!(t.after_fill(false, true));
+        assert!(!t.after_fill(false, true), "once");
         // Masked (IMASK) or reprogrammed to a later CVAL (ISTATUS clear):
         // the line is low as well.
         for ctl_value in [ctl::ENABLE | ctl::IMASK | ctl::ISTATUS, ctl::ENABLE] {
             let mut t = TimerForward::new();
             t.sample(false);
             t.fired();
+            t.after_fill(false, false);
             assert_eq!(t.sample(timer_line(ctl_value)), Some(false));
-            assert!(t.unmask_if_low());
+            assert!(t.after_fill(false, true));
         }
+    }
+
+    #[test]
+    fn line_seen_high_before_the_ppi_fires() {
+        // The guest armed a timer that expired while the CPU was at EL2: the
+        // sample raises the line; the PPI then fires on entry and only makes
+        // the host PPI active.
+        let mut t = TimerForward::new();
+        assert_eq!(t.sample(true), Some(true));
+        assert!(!t.after_fill(false, false));
+        assert!(!t.host_active());
+        assert!(!t.fired());
+        assert!(t.host_active());
+        assert_eq!(t.line(), Some(true));
     }
 
     #[test]
@@ -362,7 +373,7 @@ mod tests {
         let mut t = TimerForward::new();
         t.fired();
         t = TimerForward::new();
-        assert!(!t.host_masked());
+        assert!(!t.host_active());
         assert_eq!(t.line(), None);
         assert_eq!(t.sample(false), Some(false));
     }
@@ -371,8 +382,8 @@ mod tests {
     fn timers_are_independent() {
         let mut timers = [TimerForward::new(); 2];
         timers[TimerId::Physical.index()].fired();
-        assert!(timers[TimerId::Physical.index()].host_masked());
-        assert!(!timers[TimerId::Virtual.index()].host_masked());
+        assert!(timers[TimerId::Physical.index()].host_active());
+        assert!(!timers[TimerId::Virtual.index()].host_active());
         assert_eq!(timers[TimerId::Virtual.index()].sample(false), Some(false));
         assert_eq!(timers[TimerId::Physical.index()].sample(true), None);
     }

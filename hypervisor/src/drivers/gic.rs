@@ -75,6 +75,14 @@ pub mod gicv2 {
         pub const IAR: usize = 0x000c;
         /// `GICC_EOIR`.
         pub const EOIR: usize = 0x0010;
+        /// `GICC_CTLR.EOImode` (bit 9 of a GIC without the security
+        /// extensions, or of the non-secure view): `GICC_EOIR` only drops the
+        /// priority, `GICC_DIR` deactivates.
+        pub const CTLR_EOIMODE: u32 = 1 << 9;
+        /// `GICC_DIR` (in the interface's second 4 KiB page).
+        pub const DIR: usize = 0x1000;
+        /// Size of the CPU interface frame, `GICC_DIR` included.
+        pub const FRAME_SIZE: u64 = 0x2000;
     }
 
     /// Virtual interface control registers (`GICH_*`, this CPU's bank).
@@ -136,6 +144,8 @@ pub mod gicd {
     pub const ISENABLER: usize = 0x0100;
     /// `GICD_ICENABLER<n>`.
     pub const ICENABLER: usize = 0x0180;
+    /// `GICD_ICACTIVER<n>` (on a GICv2, word 0 is banked per CPU).
+    pub const ICACTIVER: usize = 0x0380;
     /// `GICD_IPRIORITYR<n>` (byte per INTID).
     pub const IPRIORITYR: usize = 0x0400;
     /// `GICD_ICFGR<n>` (two bits per INTID).
@@ -166,6 +176,8 @@ pub mod gicr {
     pub const ISENABLER0: usize = 0x0100;
     /// `GICR_ICENABLER0` (in `SGI_base`).
     pub const ICENABLER0: usize = 0x0180;
+    /// `GICR_ICACTIVER0` (in `SGI_base`).
+    pub const ICACTIVER0: usize = 0x0380;
     /// `GICR_IPRIORITYR<n>` (in `SGI_base`).
     pub const IPRIORITYR: usize = 0x0400;
     /// Size of a GICv3 redistributor (`RD_base` + `SGI_base`).

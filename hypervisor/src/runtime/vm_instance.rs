@@ -71,6 +71,7 @@ use crate::vm::migration_plan::{CopyBoard, MigrationOptions};
 use crate::vm::power::{BootRequest, PowerStates};
 use crate::vm::run_state::{Requested, RunState, RunStateError};
 use crate::vm::vcpu_state::VcpuState;
+use crate::vocabulary::timers::TimerId;
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
@@ -1025,6 +1026,14 @@ pub fn create_vm<H: Hardware>(
         Vgic::new(vgic_config)
     }
     .map_err(VmError::Vgic)?;
+    // The timers' interrupts are hardware-linked: the guest's deactivation
+    // of INTID 27 or 30 deactivates the host PPI the vCPU's CPU left active
+    // (`crate::devices::timer`).
+    for timer in TimerId::ALL {
+        vgic.lock()
+            .link_hardware_ppi(timer.guest_intid(), timer.host_intid(info.platform.timer))
+            .map_err(VmError::Vgic)?;
+    }
     if gicv2.is_none() && (!features.gic_sysregs || info.platform.gic.is_none()) {
         log::warn!(
             "vm{index}: the host has no GICv3 with a system-register CPU interface and no GICv2 with virtualization extensions: the guest gets no interrupts"

@@ -16,6 +16,7 @@
 //! for guest RAM (a virtio `HostSpan`) can be dereferenced as it is, and is
 //! also the address a device's DMA uses (no IOMMU).
 
+use crate::drivers::gic::gicv2::gicc;
 use crate::platform::Platform;
 use crate::platform::ranges::{self, PhysRange};
 use aarch64_paging::descriptor::El23Attributes;
@@ -194,7 +195,12 @@ pub fn init(
     }
     if let Some(gic) = &platform.gicv2 {
         devices.push(gic.distributor.align_out(FRAME_SIZE));
-        devices.push(gic.cpu_interface.align_out(FRAME_SIZE));
+        // At least the 8 KiB frame that holds `GICC_DIR` (some device trees
+        // give the first 4 KiB only).
+        let gicc_size = gic.cpu_interface.size().max(gicc::FRAME_SIZE);
+        devices.push(
+            PhysRange::from_start_size(gic.cpu_interface.start, gicc_size).align_out(FRAME_SIZE),
+        );
         devices.extend(gic.hyp_interface.map(|r| r.align_out(FRAME_SIZE)));
     }
     devices.extend(more_devices.iter().map(|r| r.align_out(FRAME_SIZE)));

@@ -21,16 +21,24 @@
 //! except on the boot CPU, where the console's poll timer enables it with
 //! [`set_ppi_enabled`]); then the CPU
 //! interface: `ICC_SRE_EL2` (SRE, Enable for EL1), `ICC_PMR_EL1` open,
-//! `ICC_CTLR_EL1.EOImode` 0 (an EOI at EL2 drops priority and deactivates:
-//! no list register is hardware-linked, every interrupt is finished here) and
-//! `ICC_IGRPEN1_EL1`. EL2 runs with `PSTATE.I` masked; the interrupts arrive
-//! as IRQ exits from the guest (`HCR_EL2.IMO`), where the run loop
-//! acknowledges them with [`acknowledge`] and finishes them with
-//! [`end_of_interrupt`].
+//! `ICC_CTLR_EL1.EOImode` 1 and `ICC_IGRPEN1_EL1`. EL2 runs with `PSTATE.I`
+//! masked; the interrupts arrive as IRQ exits from the guest
+//! (`HCR_EL2.IMO`), where the run loop acknowledges them with
+//! [`acknowledge`].
 //!
-//! A timer's PPI is masked here ([`set_timer_masked`]) while its line is
-//! high, so the guest's `CNTV_CTL_EL0` and `CNTP_CTL_EL0` stay exactly as it
-//! wrote them (see `crate::devices::timer`).
+//! With `EOImode` 1 the end of an interrupt has two steps: the priority drop
+//! (`ICC_EOIR1_EL1`, [`drop_priority`]), after which this CPU takes other
+//! interrupts again, and the deactivation (`ICC_DIR_EL1`), after which the
+//! interrupt itself can fire again. [`end_of_interrupt`] does both, for every
+//! interrupt the hypervisor handles itself. A guest timer's PPI only has its
+//! priority dropped: it stays active, so its level cannot fire again, until
+//! the guest deactivates it through the hardware list register that carries
+//! INTID 27 or 30 (`ICH_LR<n>_EL2.HW`), or the hypervisor does
+//! ([`deactivate_timer`]) when the guest will not (see
+//! `crate::devices::timer`). So the guest's `CNTV_CTL_EL0` and
+//! `CNTP_CTL_EL0` stay exactly as it wrote them, and a timer interrupt costs
+//! one exit. A timer's PPI is masked ([`set_timer_masked`]) only while no
+//! vCPU is loaded on the CPU.
 
 use crate::arch::cpu::percpu::{self, MAX_CPUS};
 use crate::arch::drivers::list_registers::HardwareListRegisters;
@@ -45,6 +53,10 @@ use crate::vocabulary::timers::TimerId;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use spin::Once;
+
+/// `ICC_CTLR_EL1.EOImode`: `ICC_EOIR1_EL1` drops the priority,
+/// `ICC_DIR_EL1` deactivates.
+const ICC_CTLR_EOIMODE: u64 = 1 << 1;
 
 /// What the driver learned at boot.
 struct HostGic {
@@ -210,7 +222,7 @@ fn init_cpu_v3(index: usize) -> Result<(), GicError> {
         core::arch::asm!("isb", options(nostack, preserves_flags));
         crate::write_sysreg!(icc_pmr_el1, 0xff);
         crate::write_sysreg!(icc_bpr1_el1, 0);
-        crate::write_sysreg!(icc_ctlr_el1, 0);
+        crate::write_sysreg!(icc_ctlr_el1, ICC_CTLR_EOIMODE);
         crate::write_sysreg!(icc_igrpen1_el1, 1);
         core::arch::asm!("isb", options(nostack, preserves_flags));
     }
@@ -255,10 +267,11 @@ static CPU_MASKS: [AtomicU8; MAX_CPUS] = [const { AtomicU8::new(0) }; MAX_CPUS];
 /// CPU: the three timers off, this CPU's banked SGIs and PPIs disabled but
 /// the kick SGI, the maintenance PPI and both EL1 timers' PPIs, its CPU
 /// interface mask read from `ITARGETSR0` (for kicks through `GICD_SGIR`),
-/// `GICC_PMR` open, `GICC_BPR` 0 and `GICC_CTLR` enabled with `EOImode` 0;
+/// `GICC_PMR` open, `GICC_BPR` 0 and `GICC_CTLR` enabled with `EOImode` 1;
 /// `GICH_HCR` 0 until the first fill. Interrupts are acknowledged by
-/// `GICC_IAR` and finished by writing the same value to `GICC_EOIR` (an
-/// SGI's source CPU bits included). The virtual CPU interface (`GICV`) is
+/// `GICC_IAR` and finished by writing the same value to `GICC_EOIR` (the
+/// priority drop; an SGI's source CPU bits included) and `GICC_DIR` (the
+/// deactivation), as on a GICv3. The virtual CPU interface (`GICV`) is
 /// the guest's: the VM maps it at stage 2. Returns `false` (and drives
 /// nothing) without a `GICH` frame.
 pub fn init_gicv2(gic: &Gicv2, timers: [u32; 2], uart_intid: Option<u32>) -> bool {
@@ -337,7 +350,10 @@ fn init_cpu_v2(index: usize) -> Result<(), GicError> {
     let cpu = gic.cpu_interface;
     write32(cpu + gicc::PMR, 0xff);
     write32(cpu + gicc::BPR, 0);
-    write32(cpu + gicc::CTLR, gicc::CTLR_ENABLE_GRP0);
+    write32(
+        cpu + gicc::CTLR,
+        gicc::CTLR_ENABLE_GRP0 | gicc::CTLR_EOIMODE,
+    );
     write32(gic.hyp_interface + gich::HCR, 0);
     Ok(())
 }
@@ -355,8 +371,20 @@ pub struct Acknowledged {
 pub trait HostGicOps: Sync {
     /// Acknowledges the highest-priority pending interrupt of this CPU.
     fn acknowledge(&self) -> Acknowledged;
-    /// Finishes an acknowledged interrupt (priority drop and deactivation).
-    fn end_of_interrupt(&self, ack: Acknowledged);
+    /// Drops the priority of an acknowledged interrupt (`EOImode` 1: it
+    /// stays active until [`deactivate`](Self::deactivate)).
+    fn drop_priority(&self, ack: Acknowledged);
+    /// Deactivates an interrupt whose priority was dropped.
+    fn deactivate(&self, ack: Acknowledged);
+    /// Clears this CPU's PPI `intid`'s active state at the distributor or
+    /// redistributor (`I[C]ACTIVER`): unlike [`deactivate`](Self::deactivate)
+    /// it is defined, and does nothing, for an interrupt that is not active.
+    fn clear_ppi_active(&self, intid: u32);
+    /// Finishes an acknowledged interrupt: priority drop and deactivation.
+    fn end_of_interrupt(&self, ack: Acknowledged) {
+        self.drop_priority(ack);
+        self.deactivate(ack);
+    }
     /// Enables (`true`) or disables this CPU's PPI `intid`.
     fn set_ppi_enabled(&self, intid: u32, enabled: bool);
     /// Sends the kick SGI to logical CPU `index`.
@@ -380,9 +408,24 @@ impl HostGicOps for V3Driver {
         Acknowledged { intid, raw: intid }
     }
 
-    fn end_of_interrupt(&self, ack: Acknowledged) {
-        // SAFETY: writing an acknowledged INTID to ICC_EOIR1_EL1 finishes it.
+    fn drop_priority(&self, ack: Acknowledged) {
+        // SAFETY: writing an acknowledged INTID to ICC_EOIR1_EL1 drops the
+        // running priority it raised (EOImode 1).
         unsafe { crate::write_sysreg!(icc_eoir1_el1, u64::from(ack.raw)) };
+    }
+
+    fn deactivate(&self, ack: Acknowledged) {
+        // SAFETY: writing an INTID whose priority was dropped to ICC_DIR_EL1
+        // deactivates it.
+        unsafe { crate::write_sysreg!(icc_dir_el1, u64::from(ack.raw)) };
+    }
+
+    fn clear_ppi_active(&self, intid: u32) {
+        let index = percpu::current().index();
+        let sgi = SGI_BASES[index].load(Ordering::Acquire);
+        if sgi != 0 && intid < 32 {
+            write32(sgi + gicr::ICACTIVER0, 1 << intid);
+        }
     }
 
     fn set_ppi_enabled(&self, intid: u32, enabled: bool) {
@@ -464,8 +507,19 @@ impl HostGicOps for HostGicV2 {
         }
     }
 
-    fn end_of_interrupt(&self, ack: Acknowledged) {
+    fn drop_priority(&self, ack: Acknowledged) {
         write32(self.cpu_interface + gicc::EOIR, ack.raw);
+    }
+
+    fn deactivate(&self, ack: Acknowledged) {
+        write32(self.cpu_interface + gicc::DIR, ack.raw);
+    }
+
+    fn clear_ppi_active(&self, intid: u32) {
+        // ICACTIVER0 is banked: this CPU's own PPIs.
+        if intid < 32 {
+            write32(self.distributor + gicd::ICACTIVER, 1 << intid);
+        }
     }
 
     fn set_ppi_enabled(&self, intid: u32, enabled: bool) {
@@ -682,11 +736,27 @@ pub fn acknowledge() -> Acknowledged {
     )
 }
 
-/// Finishes an acknowledged interrupt (priority drop and deactivation,
-/// `EOImode` 0).
+/// Finishes an acknowledged interrupt (priority drop and deactivation).
 pub fn end_of_interrupt(ack: Acknowledged) {
     if let Some(d) = driver() {
         d.end_of_interrupt(ack);
+    }
+}
+
+/// Only drops the priority of an acknowledged interrupt: it stays active
+/// (for a guest timer's PPI, until the guest deactivates it through a
+/// hardware list register, or [`deactivate_timer`]).
+pub fn drop_priority(ack: Acknowledged) {
+    if let Some(d) = driver() {
+        d.drop_priority(ack);
+    }
+}
+
+/// Clears the active state of this CPU's PPI of `timer` (a no-op when it is
+/// not active): for an interrupt the guest will not deactivate.
+pub fn deactivate_timer(timer: TimerId) {
+    if let Some(d) = driver() {
+        d.clear_ppi_active(timer_intids()[timer.index()]);
     }
 }
 

@@ -51,13 +51,20 @@ impl Vcpu {
             let line = timer_line(timer_ctl(timer));
             if let Some(level) = self.timers[timer.index()].sample(line) {
                 self.set_timer_line(timer, level)?;
+                // The refill settles whether its host PPI, if active, is
+                // still the guest's to deactivate.
+                self.needs_fill = true;
             }
         }
         if self.needs_fill
             && let Some(lrs) = self.lrs.as_mut()
         {
             self.vm.exit_profiles[self.index].work(Work::ListRegisterFill);
-            let result = self.vm.vgic.lock().fill(self.index, lrs);
+            let mut vgic = self.vm.vgic.lock();
+            let result = vgic.fill(self.index, lrs);
+            let completed = vgic.take_hardware_completions(self.index);
+            let idle = TimerId::ALL.map(|t| vgic.hardware_ppi_idle(self.index, t.guest_intid()));
+            drop(vgic);
             if let Err(error) = result {
                 return Err(StopReason::ListRegisters {
                     op: ListRegisterOp::Fill,
@@ -65,10 +72,11 @@ impl Vcpu {
                 });
             }
             self.needs_fill = false;
-        }
-        for timer in TimerId::ALL {
-            if self.timers[timer.index()].unmask_if_low() {
-                gic::set_timer_masked(timer, false);
+            for timer in TimerId::ALL {
+                let done = completed & (1 << timer.guest_intid()) != 0;
+                if self.timers[timer.index()].after_fill(done, idle[timer.index()]) {
+                    gic::deactivate_timer(timer);
+                }
             }
         }
         self.send_kicks();
@@ -148,8 +156,8 @@ impl Vcpu {
     }
 
     /// While the vCPU is off: handles what is pending for this CPU (the
-    /// console's bytes still reach the PL011; a fired timer is masked until
-    /// the next load), so that waiting for a wake-up does not
+    /// console's bytes still reach the PL011; a fired timer's PPI stays
+    /// active until the next load), so that waiting for a wake-up does not
     /// end at once.
     pub fn handle_interrupts_while_off(&mut self) -> Result<(), StopReason> {
         if gic::is_up() {
@@ -165,7 +173,9 @@ impl Vcpu {
     /// that would only read "spurious" (each acknowledge is a CPU-interface
     /// access, serialising under emulation). The maintenance interrupt is a
     /// level that stays high until the list registers are refilled, so it
-    /// ends the loop either way: the refill comes before the next entry.
+    /// ends the loop either way: the refill comes before the next entry. A
+    /// timer's PPI only has its priority dropped (see `crate::devices::timer`);
+    /// every other interrupt is finished (dropped and deactivated).
     pub(super) fn host_interrupts(&mut self, drain: bool) -> Result<(), StopReason> {
         let maintenance = gic::maintenance_intid();
         let timers = gic::timer_intids();
@@ -191,13 +201,14 @@ impl Vcpu {
                 // The refill before the next entry is all it needs.
                 HostIrq::Kick => {}
                 HostIrq::Timer(timer) => {
-                    let fired = self.timers[timer.index()].fired();
-                    if fired.mask_host {
-                        gic::set_timer_masked(timer, true);
-                    }
-                    if fired.raise_line {
+                    gic::drop_priority(ack);
+                    if self.timers[timer.index()].fired() {
                         self.set_timer_line(timer, true)?;
                     }
+                    if !drain {
+                        return Ok(());
+                    }
+                    continue;
                 }
                 HostIrq::UartReceive => monitor_target::host_input(),
                 HostIrq::Unexpected(intid) if host_console::is_poll_timer(intid) => {
@@ -275,9 +286,9 @@ impl Vcpu {
     }
 
     /// Before the vCPU halts while its VM ends or restarts (`arch::run`):
-    /// the guest's timers off and their interrupts masked, the maintenance
-    /// interrupt disabled, so nothing of the guest interrupts this CPU any
-    /// more; the next `CPU_ON` loads everything again.
+    /// the guest's timers off and their interrupts masked and inactive, the
+    /// maintenance interrupt disabled, so nothing of the guest interrupts
+    /// this CPU any more; the next `CPU_ON` loads everything again.
     pub fn quiesce_for_halt(&mut self) {
         // SAFETY: turning the guest's timers off only stops their
         // interrupts; the guest does not run on this CPU until its next
@@ -288,7 +299,9 @@ impl Vcpu {
         }
         for timer in TimerId::ALL {
             gic::set_timer_masked(timer, true);
+            gic::deactivate_timer(timer);
         }
+        self.timers = [crate::devices::timer::TimerForward::new(); 2];
         gic::set_ppi_enabled(gic::maintenance_intid(), false);
     }
 

@@ -124,9 +124,11 @@ impl Vcpu {
                 });
             }
         }
-        // A timer may have been masked while the vCPU was off; CNTV_CTL_EL0
-        // and CNTP_CTL_EL0 were just cleared, so both lines are low.
+        // A timer's PPI may have been left active (fired while the vCPU was
+        // off) or masked (halted); CNTV_CTL_EL0 and CNTP_CTL_EL0 were just
+        // cleared, so both lines are low.
         for timer in TimerId::ALL {
+            gic::deactivate_timer(timer);
             gic::set_timer_masked(timer, false);
         }
         self.timers = [TimerForward::new(); 2];

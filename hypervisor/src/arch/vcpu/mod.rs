@@ -28,12 +28,13 @@
 //! interrupts taken while the guest runs are IRQ exits (`HCR_EL2.IMO`): the
 //! kick SGI and the maintenance interrupt only need the exit (the refill
 //! follows), the PPI of either EL1 timer (virtual, physical) raises that
-//! timer's vgic line and is masked at the host GIC while the line stays
-//! high (the guest's `CNTV_CTL_EL0`/`CNTP_CTL_EL0` are never touched; the
-//! lines are re-sampled from them before each entry and a PPI unmasked once
-//! its line drops: the guest's EOI of the level interrupt, listed with EOI
-//! maintenance, guarantees that exit; see `crate::devices::timer`), and the console
-//! UART's interrupt moves the received bytes into the emulated PL011.
+//! timer's vgic line and stays active at the host GIC (only its priority is
+//! dropped) until the guest deactivates it through the hardware list
+//! register that carries it (the guest's `CNTV_CTL_EL0`/`CNTP_CTL_EL0` are
+//! never touched; the lines are re-sampled from them before each entry, and
+//! the hypervisor deactivates a PPI the guest will not; see
+//! `crate::devices::timer`), and the console UART's interrupt moves the
+//! received bytes into the emulated PL011.
 //! The host GIC is reached through `gic` only (a GICv3 or a GICv2 behind
 //! one interface, the list registers behind `gic::HostListRegisters`), so
 //! this run loop is the same for both; GIC register accesses name the
@@ -119,7 +120,7 @@ pub struct Vcpu {
     /// GICv2 with the virtualization extensions).
     lrs: Option<gic::HostListRegisters>,
     /// Forwarding state of each EL1 timer ([`TimerId::index`] order): host
-    /// PPI masked, line as last given to the vgic.
+    /// PPI active, line as last given to the vgic.
     timers: [TimerForward; 2],
     /// vCPUs to kick once the vgic lock is dropped.
     kicks: VcpuSet,

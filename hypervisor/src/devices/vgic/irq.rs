@@ -97,6 +97,9 @@ pub(crate) struct IrqState {
     pub pended_while_listed: bool,
     /// The list register was written with the active bit set.
     pub listed_active: bool,
+    /// The list register was written as a hardware interrupt (HW = 1): the
+    /// guest's deactivation through it also deactivates the physical one.
+    pub listed_hw: bool,
     /// `ISACTIVER`/`ICACTIVER` wrote `active` while listed: it wins over the
     /// list register's active bit at fold time.
     pub active_written_while_listed: bool,
@@ -133,6 +136,7 @@ impl IrqState {
             listed_pending: false,
             pended_while_listed: false,
             listed_active: false,
+            listed_hw: false,
             active_written_while_listed: false,
             in_service: None,
             sgi_sources: 0,
@@ -252,6 +256,7 @@ impl IrqState {
         self.listed_on = None;
         self.listed_pending = false;
         self.listed_active = false;
+        self.listed_hw = false;
         self.pended_while_listed = false;
         self.active_written_while_listed = false;
     }

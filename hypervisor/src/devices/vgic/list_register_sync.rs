@@ -35,7 +35,13 @@
 //! (group, priority, state); a level interrupt is listed with EOI
 //! maintenance, and while it is active it is listed active only, so the line
 //! is re-sampled after its EOI instead of a stale pending state being
-//! delivered again. The unused list registers that an earlier fill wrote
+//! delivered again. A PPI linked to a physical one
+//! ([`VgicState::link_hardware_ppi`]: the timers) is listed as a hardware
+//! interrupt instead (HW, pINTID, no EOI maintenance): the guest's
+//! deactivation deactivates the physical PPI, which fires again if its line
+//! is still high. The fold records each hardware list register the guest
+//! deactivated ([`VgicState::take_hardware_completions`]), so the caller
+//! knows the physical interrupt is inactive again. The unused list registers that an earlier fill wrote
 //! are cleared; the others are empty already and are not touched, and
 //! `ICH_HCR_EL2` is written only when it changes (read once per fill), so
 //! a fill with nothing to list reads one register.
@@ -142,7 +148,11 @@ impl VgicState {
                 ListRegister(lrs.read_lr(index))
             };
             if let Some(irq) = self.irq_mut(vcpu, intid) {
+                let hardware_done = irq.listed_hw && lr.is_empty();
                 irq.fold(lr.pending(), lr.active(), lr.priority());
+                if hardware_done {
+                    self.vcpus[vcpu].hardware_completed |= 1 << intid;
+                }
             }
         }
         Ok(hcr)
@@ -291,6 +301,8 @@ impl VgicState {
             },
         );
 
+        let hardware: [Option<u32>; PRIVATE_COUNT as usize] =
+            core::array::from_fn(|intid| self.hardware_ppi(intid as u32));
         for (index, candidate) in best[..len].iter().enumerate() {
             let intid = candidate.intid;
             let deliverable = self
@@ -309,15 +321,24 @@ impl VgicState {
             // may be able to preempt after it (or when a single list
             // register has to be refilled behind it).
             let eoi_wake = pending_left_over && (count == 1 || candidate.kind == Kind::InService);
+            // A hardware-linked PPI needs no EOI maintenance to re-sample its
+            // line: its physical interrupt fires again after the guest's
+            // deactivation if the line is still high.
+            let hardware = hardware.get(intid as usize).copied().flatten();
+            let hardware = hardware.filter(|_| !eoi_wake);
             let mut lr = ListRegister::virtual_interrupt(
                 intid,
                 irq.priority,
                 irq.group1,
                 pending,
                 irq.active,
-                level || eoi_wake || active_source.is_some(),
+                (level && hardware.is_none()) || eoi_wake || active_source.is_some(),
             );
             irq.list(vcpu as u16, pending, irq.active);
+            if let Some(pintid) = hardware {
+                lr = lr.hardware(pintid);
+                irq.listed_hw = true;
+            }
             // A GICv2 SGI names one of its sources.
             if let Some(source) = active_source.or(pending.then(|| irq.next_source()).flatten()) {
                 lr = lr.with_source(source);

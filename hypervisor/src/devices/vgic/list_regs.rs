@@ -45,6 +45,11 @@ register_bitfields! {u32,
         Grp1 OFFSET(30) NUMBITS(1) [],
         /// Hardware interrupt.
         HW OFFSET(31) NUMBITS(1) []
+    ],
+    /// `GICH_LR<n>` fields that differ with HW = 1.
+    GICH_LR_HW [
+        /// The physical interrupt the guest's deactivation deactivates.
+        PhysicalID OFFSET(10) NUMBITS(10) []
     ]
 }
 
@@ -97,6 +102,8 @@ pub const ICH_MISR_U: u64 = 1 << 1;
 pub const ICH_MISR_LRENP: u64 = 1 << 2;
 
 const LR_EOI: u64 = ICH_LR0_EL2::EOI::SET.value;
+const LR_PINTID_SHIFT: u32 = ICH_LR0_EL2::pINTID.shift as u32;
+const LR_PINTID_MASK: u64 = ICH_LR0_EL2::pINTID.mask << ICH_LR0_EL2::pINTID.shift;
 const LR_SOURCE_SHIFT: u32 = 32;
 const LR_SOURCE_MASK: u64 = 0x7 << LR_SOURCE_SHIFT;
 const LR_PRIORITY_SHIFT: u32 = ICH_LR0_EL2::Priority.shift as u32;
@@ -141,6 +148,24 @@ impl ListRegister {
         Self(value)
     }
 
+    /// The same list register linked to physical interrupt `pintid` (HW =
+    /// 1): the guest's deactivation of the virtual interrupt deactivates the
+    /// physical one, and no EOI maintenance can be asked for (its bit is
+    /// part of the physical INTID). `pintid` is a PPI or SPI (below 1020).
+    pub const fn hardware(self, pintid: u32) -> Self {
+        let value = self.0 & !(LR_PINTID_MASK | LR_SOURCE_MASK);
+        Self(value | LR_HW | ((pintid as u64) << LR_PINTID_SHIFT) & LR_PINTID_MASK)
+    }
+
+    /// The physical INTID of a hardware interrupt (HW = 1).
+    pub const fn pintid(self) -> Option<u32> {
+        if self.hw() {
+            Some(((self.0 & LR_PINTID_MASK) >> LR_PINTID_SHIFT) as u32)
+        } else {
+            None
+        }
+    }
+
     /// The virtual INTID.
     pub const fn intid(self) -> u32 {
         self.0 as u32
@@ -158,35 +183,54 @@ impl ListRegister {
     }
 
     /// The `GICH_LR<n>` value holding this list register: INTID (10 bits),
-    /// source CPU, EOI, the priority's upper five bits, state, group. The
-    /// model keeps priorities to five bits ([`crate::devices::vgic::PRIORITY_MASK`]),
-    /// so nothing it writes is lost.
+    /// source CPU and EOI (HW = 0) or the physical ID (HW = 1), the
+    /// priority's upper five bits, state, group. The model keeps priorities
+    /// to five bits ([`crate::devices::vgic::PRIORITY_MASK`]), so nothing it
+    /// writes is lost.
     pub fn to_v2(self) -> u32 {
         let mut lr = LocalRegisterCopy::<u32, GICH_LR::Register>::new(0);
         lr.modify(
             GICH_LR::VirtualID.val(self.intid() & 0x3ff)
-                + GICH_LR::CPUID.val(u32::from(self.source()))
-                + GICH_LR::EOI.val(u32::from(self.eoi_maintenance()))
                 + GICH_LR::Priority.val(u32::from(self.priority() >> 3))
                 + GICH_LR::State.val(u32::from(self.state()))
                 + GICH_LR::Grp1.val(u32::from(self.group1())),
         );
-        lr.get()
+        match self.pintid() {
+            Some(pintid) => {
+                lr.modify(GICH_LR::HW::SET);
+                let mut hw = LocalRegisterCopy::<u32, GICH_LR_HW::Register>::new(lr.get());
+                hw.modify(GICH_LR_HW::PhysicalID.val(pintid & 0x3ff));
+                hw.get()
+            }
+            None => {
+                lr.modify(
+                    GICH_LR::CPUID.val(u32::from(self.source()))
+                        + GICH_LR::EOI.val(u32::from(self.eoi_maintenance())),
+                );
+                lr.get()
+            }
+        }
     }
 
-    /// The list register a `GICH_LR<n>` value holds (HW = 0 layout).
+    /// The list register a `GICH_LR<n>` value holds (either layout).
     pub fn from_v2(raw: u32) -> Self {
         let lr = LocalRegisterCopy::<u32, GICH_LR::Register>::new(raw);
         let state = lr.read(GICH_LR::State);
-        Self::virtual_interrupt(
+        let hw = lr.is_set(GICH_LR::HW);
+        let value = Self::virtual_interrupt(
             lr.read(GICH_LR::VirtualID),
             (lr.read(GICH_LR::Priority) << 3) as u8,
             lr.is_set(GICH_LR::Grp1),
             state & 1 != 0,
             state & 2 != 0,
-            lr.is_set(GICH_LR::EOI) && !lr.is_set(GICH_LR::HW),
-        )
-        .with_source(lr.read(GICH_LR::CPUID) as u8)
+            lr.is_set(GICH_LR::EOI) && !hw,
+        );
+        if hw {
+            let physical = LocalRegisterCopy::<u32, GICH_LR_HW::Register>::new(raw);
+            value.hardware(physical.read(GICH_LR_HW::PhysicalID))
+        } else {
+            value.with_source(lr.read(GICH_LR::CPUID) as u8)
+        }
     }
 
     /// The priority field.
@@ -272,6 +316,10 @@ pub struct ModelListRegisters {
     /// acknowledged interrupt not yet EOI'd, innermost (most urgent) last.
     active_priorities: [u8; MAX_ACTIVE_PRIORITIES],
     nested: usize,
+    /// Physical PPIs (bit n = INTID n) that the guest's deactivation of a
+    /// hardware list register deactivated, as the CPU interface forwards it
+    /// to the physical GIC.
+    physical_deactivations: u32,
 }
 
 /// Most nested acknowledgements the model tracks (one per priority value
@@ -292,7 +340,14 @@ impl ModelListRegisters {
             hcr: 0,
             active_priorities: [0; MAX_ACTIVE_PRIORITIES],
             nested: 0,
+            physical_deactivations: 0,
         }
+    }
+
+    /// Takes the set of physical PPIs (bit n = INTID n) deactivated through
+    /// hardware list registers since the last call.
+    pub fn take_physical_deactivations(&mut self) -> u32 {
+        core::mem::take(&mut self.physical_deactivations)
     }
 
     /// The same model, its list registers in `encoding`: every value
@@ -345,7 +400,9 @@ impl ModelListRegisters {
     }
 
     /// The guest's EOI (priority drop and deactivation) of `intid`. Without a
-    /// list register holding it active, `ICH_HCR_EL2.EOIcount` counts up.
+    /// list register holding it active, `ICH_HCR_EL2.EOIcount` counts up. A
+    /// hardware list register's deactivation also deactivates its physical
+    /// interrupt ([`take_physical_deactivations`](Self::take_physical_deactivations)).
     pub fn end_of_interrupt(&mut self, intid: u32) {
         if let Some(innermost) = self.active_priorities[..self.nested]
             .iter()
@@ -362,7 +419,12 @@ impl ModelListRegisters {
             lr.active() && lr.intid() == intid
         });
         match found {
-            Some(value) => *value &= !LR_ACTIVE,
+            Some(value) => {
+                *value &= !LR_ACTIVE;
+                if let Some(pintid) = ListRegister(*value).pintid().filter(|&p| p < 32) {
+                    self.physical_deactivations |= 1 << pintid;
+                }
+            }
             None => {
                 let count = ((self.hcr & ICH_HCR_EOICOUNT_MASK) >> ICH_HCR_EOICOUNT_SHIFT) + 1;
                 self.hcr = (self.hcr & !ICH_HCR_EOICOUNT_MASK)
@@ -506,6 +568,67 @@ mod tests {
                     assert_eq!(LrEncoding::V3.decode(LrEncoding::V3.encode(lr)), lr);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn hardware_list_registers_carry_the_physical_intid_in_both_layouts() {
+        // The virtual timer, pending, linked to host PPI 27.
+        let lr = ListRegister::virtual_interrupt(27, 0x20, true, true, false, true).hardware(27);
+        assert!(
+            lr.hw() && !lr.eoi_maintenance(),
+            "HW replaces EOI maintenance"
+        );
+        assert_eq!(lr.pintid(), Some(27));
+        assert_eq!(
+            lr.0,
+            27 | 27 << 32 | 0x20 << 48 | 1 << 60 | 1 << 61 | 1 << 62
+        );
+        // GICH_LR: HW bit 31, physical ID in bits [19:10].
+        assert_eq!(
+            lr.to_v2(),
+            27 | 27 << 10 | (0x20 >> 3) << 23 | 1 << 28 | 1 << 30 | 1 << 31
+        );
+        for encoding in [LrEncoding::V2, LrEncoding::V3] {
+            for pintid in [16, 26, 27, 30, 31] {
+                for state in [(true, false), (false, true)] {
+                    let lr =
+                        ListRegister::virtual_interrupt(30, 0xf8, true, state.0, state.1, false)
+                            .hardware(pintid);
+                    assert_eq!(encoding.decode(encoding.encode(lr)), lr, "{lr:x?}");
+                }
+            }
+        }
+        assert_eq!(
+            ListRegister::virtual_interrupt(27, 0, true, true, false, true).pintid(),
+            None
+        );
+    }
+
+    #[test]
+    fn the_guests_deactivation_of_a_hardware_list_register_deactivates_the_physical_one() {
+        for encoding in [LrEncoding::V2, LrEncoding::V3] {
+            let mut m = ModelListRegisters::new(4).with_encoding(encoding);
+            m.write_lr(
+                0,
+                ListRegister::virtual_interrupt(30, 0, true, true, false, false)
+                    .hardware(30)
+                    .0,
+            );
+            m.write_lr(
+                1,
+                ListRegister::virtual_interrupt(40, 0x10, true, true, false, true).0,
+            );
+            m.write_hcr(ICH_HCR_EN);
+            assert_eq!(m.acknowledge(), Some(30));
+            m.end_of_interrupt(30);
+            assert_eq!(m.take_physical_deactivations(), 1 << 30);
+            assert_eq!(m.read_misr(), 0, "no EOI maintenance for a HW interrupt");
+            assert_eq!(m.read_elrsr() & 1, 1, "empty");
+            assert_eq!(m.acknowledge(), Some(40));
+            m.end_of_interrupt(40);
+            assert_eq!(m.take_physical_deactivations(), 0);
+            assert_eq!(m.read_misr(), ICH_MISR_EOI);
         }
     }
 

@@ -292,12 +292,16 @@ impl Vgic {
     /// Back to the reset state it was created in (a restart of the VM):
     /// every interrupt disabled, inactive and not pending, priorities,
     /// routes and the distributor's control as at creation.
+    /// The links of PPIs to physical PPIs
+    /// ([`VgicState::link_hardware_ppi`]) stay: they describe the host.
     pub fn reset(&self) -> Result<(), VgicError> {
         let mut state = self.state.lock();
+        let links = state.hardware_ppis;
         *state = match state.version() {
             VgicVersion::V2 => VgicState::new_v2(self.config.clone())?,
             VgicVersion::V3 => VgicState::new(self.config.clone())?,
         };
+        state.hardware_ppis = links;
         Ok(())
     }
 

@@ -71,6 +71,11 @@ pub(crate) struct VcpuState {
     /// since (a fold leaves the hardware register as it is), so a fill that
     /// puts nothing there must clear it. The others are empty already.
     pub written: u32,
+    /// Bit n: hardware-linked PPI n came back from a hardware list register
+    /// deactivated by the guest since the last
+    /// [`take_hardware_completions`](VgicState::take_hardware_completions),
+    /// which deactivated its physical interrupt as well.
+    pub hardware_completed: u32,
 }
 
 impl VcpuState {
@@ -85,6 +90,7 @@ impl VcpuState {
             processor_sleep: true,
             listed: [None; MAX_LIST_REGISTERS],
             written: 0,
+            hardware_completed: 0,
         }
     }
 }
@@ -107,6 +113,10 @@ pub struct VgicState {
     /// GICv2: `ITARGETSR` byte of SPI n at index n - 32 (bit n = vCPU n).
     pub(crate) targets: Vec<u8>,
     pub(crate) vcpus: Vec<VcpuState>,
+    /// The physical PPI each of the PPIs 16..=31 (index n - 16) is linked
+    /// to on every vCPU's CPU (0: not linked): listed as a hardware
+    /// interrupt, so the guest's deactivation deactivates the physical one.
+    pub(crate) hardware_ppis: [u8; 16],
 }
 
 impl VgicState {
@@ -165,6 +175,7 @@ impl VgicState {
             routes: alloc::vec![0; config.spi_count as usize],
             targets: alloc::vec![0; config.spi_count as usize],
             vcpus,
+            hardware_ppis: [0; 16],
         })
     }
 
@@ -179,6 +190,57 @@ impl VgicState {
         let mut state = Self::new(config)?;
         state.version = VgicVersion::V2;
         Ok(state)
+    }
+
+    /// Links PPI `intid` (16..=31) of every vCPU to physical PPI `pintid`
+    /// (16..=31) of the CPU that runs it: from now on it is listed as a
+    /// hardware interrupt (`ICH_LR<n>_EL2.HW`, `GICH_LR<n>.HW`), whose
+    /// deactivation by the guest deactivates the physical interrupt, so that
+    /// the hypervisor can leave the physical one active (its priority
+    /// dropped) until the guest has handled it, with no maintenance
+    /// interrupt. A hardware list register cannot ask for EOI maintenance:
+    /// when a fill needs that, it lists the interrupt as a software one and
+    /// the caller deactivates the physical interrupt itself (see
+    /// [`hardware_ppi_idle`](Self::hardware_ppi_idle)).
+    pub fn link_hardware_ppi(&mut self, intid: u32, pintid: u32) -> Result<(), VgicError> {
+        if IntIdClass::of(intid) != Some(IntIdClass::Ppi) {
+            return Err(VgicError::NoSuchInterrupt(intid));
+        }
+        if IntIdClass::of(pintid) != Some(IntIdClass::Ppi) {
+            return Err(VgicError::NoSuchInterrupt(pintid));
+        }
+        self.hardware_ppis[(intid - SGI_COUNT) as usize] = pintid as u8;
+        Ok(())
+    }
+
+    /// The physical PPI `intid` is linked to, if any.
+    pub fn hardware_ppi(&self, intid: u32) -> Option<u32> {
+        let index = intid.checked_sub(SGI_COUNT)?;
+        match self.hardware_ppis.get(index as usize) {
+            Some(&pintid) if pintid != 0 && intid < PRIVATE_COUNT => Some(u32::from(pintid)),
+            _ => None,
+        }
+    }
+
+    /// Takes the hardware-linked PPIs of `vcpu` (bit n = INTID n) that the
+    /// guest deactivated through a hardware list register since the last
+    /// call (found by the folds in between): their physical interrupts are
+    /// inactive again.
+    pub fn take_hardware_completions(&mut self, vcpu: usize) -> u32 {
+        self.vcpus
+            .get_mut(vcpu)
+            .map_or(0, |v| core::mem::take(&mut v.hardware_completed))
+    }
+
+    /// Whether `vcpu`'s PPI `intid` is neither pending nor active: the guest
+    /// will not deactivate it, so a physical interrupt the hypervisor left
+    /// active for it must be deactivated by the hypervisor. (One the guest
+    /// took and then deactivated through `ICACTIVER` is still in service
+    /// until its EOI, which only drops the priority: it is idle.) Call it
+    /// after a fill, when the model is up to date.
+    pub fn hardware_ppi_idle(&self, vcpu: usize, intid: u32) -> bool {
+        self.irq(vcpu, intid)
+            .is_none_or(|irq| !irq.pending() && !irq.active)
     }
 
     /// The GIC the guest sees.
