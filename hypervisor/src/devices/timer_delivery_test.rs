@@ -18,7 +18,8 @@
 //!   decides whether the hypervisor deactivates the PPI;
 //! - the guest, through [`ModelListRegisters`]: masking and unmasking IRQs,
 //!   acknowledging and completing interrupts (a hardware list register's
-//!   deactivation deactivates the host PPI), and EOI maintenance exits.
+//!   deactivation deactivates the host PPI), deactivating them through
+//!   `GICR_ICACTIVER0`, and EOI maintenance exits.
 //!
 //! After every entry it checks that the hypervisor knows whether each PPI is
 //! active, that no PPI is left active while the guest owes it nothing (the
@@ -48,6 +49,9 @@ enum Step {
     Quiet(usize),
     /// A device injects the SPI (its owner kicks the vCPU: an exit).
     Spi,
+    /// The guest deactivates a timer's interrupt through `GICR_ICACTIVER0`
+    /// (an exit), whether or not it took it.
+    Deactivate(usize),
     /// The guest masks (`true`) or unmasks IRQs.
     MaskIrqs(bool),
     /// The guest acknowledges what its CPU interface signals.
@@ -63,6 +67,7 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (0..2usize).prop_map(Step::Expire),
         2 => (0..2usize).prop_map(Step::Quiet),
         1 => Just(Step::Spi),
+        1 => (0..2usize).prop_map(Step::Deactivate),
         1 => any::<bool>().prop_map(Step::MaskIrqs),
         3 => Just(Step::Acknowledge),
         3 => Just(Step::Complete),
@@ -175,7 +180,11 @@ impl System {
     fn check(&self) {
         for (index, timer) in self.timers.iter().enumerate() {
             let intid = TimerId::ALL[index].guest_intid();
-            let idle = self.vgic.hardware_ppi_idle(0, intid);
+            // Neither pending nor active: the guest will not deactivate it
+            // (one it took and deactivated through `ICACTIVER` only owes the
+            // priority drop of its EOI).
+            let irq = self.vgic.irq(0, intid).unwrap();
+            let idle = !irq.pending() && !irq.active;
             assert_eq!(
                 timer.forward.host_active(),
                 timer.ppi_active,
@@ -217,6 +226,13 @@ impl System {
             }
             Step::Spi => {
                 self.vgic.inject_spi_edge(SPI).unwrap();
+                self.exit();
+            }
+            Step::Deactivate(index) => {
+                let intid = TimerId::ALL[index].guest_intid();
+                self.vgic
+                    .mmio_write(SGI_BASE + 0x380, 4, 1 << intid)
+                    .unwrap();
                 self.exit();
             }
             Step::MaskIrqs(masked) => self.irqs_masked = masked,
@@ -306,6 +322,36 @@ proptest! {
         }
         system.drain();
     }
+}
+
+#[test]
+fn the_timers_stay_level_sensitive_whatever_the_guest_writes_to_icfgr1() {
+    // An edge-triggered INTID 30 would latch each rise and be delivered after
+    // the guest masked its timer.
+    let mut system = System::new(4, LrEncoding::V3);
+    system
+        .vgic
+        .mmio_write(SGI_BASE + 0xc04, 4, u64::from(u32::MAX))
+        .unwrap();
+    let config = system.vgic.mmio_read(SGI_BASE + 0xc04, 4).unwrap();
+    for timer in TimerId::ALL {
+        let field = 2 * (timer.guest_intid() - 16) + 1;
+        assert_eq!(config >> field & 1, 0, "INTID {} edge", timer.guest_intid());
+    }
+    assert_eq!(
+        config >> (2 * (20 - 16) + 1) & 1,
+        1,
+        "other PPIs stay programmable"
+    );
+    system.timers[1].line = true;
+    system.exit();
+    system.timers[1].line = false;
+    system.exit();
+    assert!(
+        system.vgic.hardware_ppi_idle(0, 30),
+        "the rise was not latched"
+    );
+    assert_eq!(system.lrs.acknowledge(), None);
 }
 
 #[test]

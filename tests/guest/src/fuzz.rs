@@ -1596,6 +1596,9 @@ impl Ctx {
             gic::set_group1(own, intid);
             gic::set_priority(own, intid, PRIORITY);
             gic::write_bits(own, ICACTIVER, intid, 1 << intid);
+            // A random `GICR_ISPENDR0` write (the device family) may have
+            // latched it pending: only the timer's line may pend it now.
+            gic::write_bits(own, ICPENDR, intid, 1 << intid);
             gic::write_bits(own, ISENABLER, intid, 1 << intid);
         }
         mmio_write32(

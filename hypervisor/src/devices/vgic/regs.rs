@@ -212,13 +212,17 @@ impl VgicState {
     }
 
     /// Writes the `ICFGR` word for INTIDs `first..first + 16`. SGIs are
-    /// always edge-triggered (read-only fields); PPIs and SPIs are
+    /// always edge-triggered and a PPI linked to a physical one (the timers,
+    /// [`VgicState::link_hardware_ppi`]) always level-sensitive, as its
+    /// source is (read-only fields; whether a PPI's field is programmable is
+    /// IMPLEMENTATION DEFINED); the other PPIs and the SPIs are
     /// programmable.
     pub(crate) fn write_config(&mut self, vcpu: usize, first: u32, value: u64) -> VcpuSet {
         let mut kicks = VcpuSet::EMPTY;
         for field in 0..16 {
             let intid = first + field;
-            if IntIdClass::of(intid) == Some(IntIdClass::Sgi) {
+            if IntIdClass::of(intid) == Some(IntIdClass::Sgi) || self.hardware_ppi(intid).is_some()
+            {
                 continue;
             }
             let Some(irq) = self.irq_mut(vcpu, intid) else {
