@@ -23,6 +23,7 @@
 
 use crate::devices::timer::PhysicalTimerReg;
 use crate::devices::vgic::SgiGroup;
+use crate::devices::vgic::cpu_interface::CommonRegister;
 use crate::exit::esr::SysRegAccess;
 use crate::stage2::cache_maint::{self, VmReg};
 use crate::vocabulary::sysreg_encoding::SysRegEncoding;
@@ -90,6 +91,10 @@ pub enum SysRegTrap {
     Sgi(SgiGroup),
     /// An EL1 physical timer register (`CNTP_CTL/CVAL/TVAL_EL0`).
     PhysicalTimer(PhysicalTimerReg),
+    /// A common virtual CPU interface register (trapped with
+    /// `ICH_HCR_EL2.TC` where the hypervisor guards the binary point,
+    /// `crate::devices::vgic::cpu_interface`).
+    CpuInterface(CommonRegister),
     /// An ID register.
     IdRegister,
     /// Any other register, emulated as the policy says.
@@ -112,6 +117,9 @@ pub fn classify(access: &SysRegAccess) -> SysRegTrap {
     }
     if let Some(reg) = PhysicalTimerReg::from_encoding(r) {
         return SysRegTrap::PhysicalTimer(reg);
+    }
+    if let Some(reg) = CommonRegister::from_encoding(r.op0, r.op1, r.crn, r.crm, r.op2) {
+        return SysRegTrap::CpuInterface(reg);
     }
     if is_id_register(r) {
         return SysRegTrap::IdRegister;

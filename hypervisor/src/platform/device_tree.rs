@@ -56,6 +56,10 @@ pub struct Gicv3 {
     /// The virtual CPU interface's maintenance interrupt (its `interrupts`
     /// property), when the tree gives it.
     pub maintenance_intid: Option<u32>,
+    /// The GIC is QEMU's emulation (the root is `linux,dummy-virt`), whose
+    /// virtual CPU interface mishandles a binary point written with bits
+    /// above its field (`crate::devices::vgic::cpu_interface`).
+    pub emulated_by_qemu: bool,
 }
 
 /// A GICv2 as the device tree describes it (`arm,cortex-a15-gic`,
@@ -514,10 +518,15 @@ impl Platform {
                     .unwrap_or(1);
                 let maintenance_intid =
                     node.property("interrupts").and_then(|p| gic_intid(p.value));
+                // (`Root::compatible` panics on a root without the property.)
+                let emulated_by_qemu = fdt
+                    .find_node("/")
+                    .is_some_and(|root| is_compatible(root, "linux,dummy-virt"));
                 regs.split_first().map(|(distributor, rest)| Gicv3 {
                     distributor: *distributor,
                     redistributors: rest.iter().take(redist_regions).copied().collect(),
                     maintenance_intid,
+                    emulated_by_qemu,
                 })
             }
             None => None,

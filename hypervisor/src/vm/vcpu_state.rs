@@ -91,6 +91,10 @@ pub struct CpuInterfaceState {
     pub ap1r: [u64; 4],
     /// Active-priority registers per group (1, 2 or 4).
     pub apr_count: usize,
+    /// The guest's `ICC_CTLR_EL1.CBPR` where the hypervisor guards the
+    /// binary point (`crate::devices::vgic::cpu_interface`: `vmcr` then
+    /// has `VCBPR` set whatever the guest wrote).
+    pub guest_cbpr: bool,
 }
 
 /// The scalable vector state, at the vector length `vl` (bytes) the CPU

@@ -23,7 +23,7 @@ usage: fuzz --seeds N [--first-seed S] [--ops M] [--per-boot K] [--cpu MODEL]...
   --cpu MODEL      QEMU -cpu; repeat to alternate boots between models
                    (default: max,pauth=off and cortex-a57)
   --allow LIST     fuzz-allow list (the default mix has every family but
-                   icc-wide and virtqueue; the guest also takes
+                   virtqueue; the guest also takes
                    fuzz-deny=LIST to leave some out) (default: none);
                    `virtqueue` boots the VM with console=virtio and checks
                    the lines its chains bring out

@@ -42,6 +42,7 @@
 
 use crate::arch::cpu::percpu::{self, MAX_CPUS};
 use crate::arch::drivers::list_registers::HardwareListRegisters;
+use crate::devices::vgic::cpu_interface;
 use crate::devices::vgic::list_regs::MAX_LIST_REGISTERS;
 use crate::devices::vgic::{ListRegister, ListRegisters, LrEncoding};
 use crate::drivers::gic::gicv2::{self as v2regs, gicc, gich};
@@ -64,6 +65,9 @@ struct HostGic {
     regions: alloc::vec::Vec<crate::platform::ranges::PhysRange>,
     /// The timers' host PPIs, in [`TimerId::index`] order.
     timers: [u32; 2],
+    /// Guests' binary points are guarded (QEMU's CPU interface:
+    /// `crate::devices::vgic::cpu_interface`).
+    guard_binary_point: bool,
 }
 
 static GIC: Once<HostGic> = Once::new();
@@ -164,6 +168,7 @@ pub fn init_distributor(gic: &Gicv3, timers: [u32; 2], uart_intid: Option<u32>, 
         maintenance,
         regions: gic.redistributors.clone(),
         timers,
+        guard_binary_point: gic.emulated_by_qemu,
     });
 }
 
@@ -478,10 +483,15 @@ impl HostGicOps for V3Driver {
     }
 
     fn reset_virtual_interface(&self, preemption_bits: u64) {
+        let vmcr = if guards_binary_point() {
+            cpu_interface::VMCR_VCBPR
+        } else {
+            0
+        };
         // SAFETY: these registers only hold the guest's view of its virtual
         // CPU interface; no guest runs on this CPU now.
         unsafe {
-            crate::write_sysreg!(ich_vmcr_el2, 0);
+            crate::write_sysreg!(ich_vmcr_el2, vmcr);
             crate::write_sysreg!(ich_ap0r0_el2, 0);
             crate::write_sysreg!(ich_ap1r0_el2, 0);
             if preemption_bits >= 6 {
@@ -749,6 +759,21 @@ pub fn end_of_interrupt(ack: Acknowledged) {
 pub fn drop_priority(ack: Acknowledged) {
     if let Some(d) = driver() {
         d.drop_priority(ack);
+    }
+}
+
+/// Whether guests' binary points are guarded on this host (a GICv3 emulated
+/// by QEMU): `ICH_VMCR_EL2.VCBPR` stays set and `ICH_HCR_EL2.TC` traps the
+/// common CPU interface registers (`crate::devices::vgic::cpu_interface`).
+pub fn guards_binary_point() -> bool {
+    GICV2.get().is_none() && GIC.get().is_some_and(|g| g.guard_binary_point)
+}
+
+/// Clears the active state of this CPU's PPI `intid` (a no-op when it is
+/// not active).
+pub fn clear_ppi_active(intid: u32) {
+    if let Some(d) = driver() {
+        d.clear_ppi_active(intid);
     }
 }
 

@@ -7,6 +7,7 @@ use crate::arch::boot::exceptions::GuestRegs;
 use crate::arch::cpu::features::local_features;
 use crate::arch::drivers::gic;
 use crate::devices::timer::TimerForward;
+use crate::devices::vgic::{ListRegisters, cpu_interface};
 use crate::exit::flow::{ListRegisterOp, StopReason};
 use crate::exit::inject;
 use crate::stage2::cache_maint::{self, SetWayTracker};
@@ -123,7 +124,14 @@ impl Vcpu {
                     error,
                 });
             }
+            // The common CPU interface registers trap where the binary
+            // point is guarded (`crate::devices::vgic::cpu_interface`); the
+            // fills keep the bit.
+            if matches!(lrs, gic::HostListRegisters::V3(_)) && gic::guards_binary_point() {
+                lrs.write_hcr(cpu_interface::ICH_HCR_TC);
+            }
         }
+        self.guest_cbpr = false;
         // A timer's PPI may have been left active (fired while the vCPU was
         // off) or masked (halted); CNTV_CTL_EL0 and CNTP_CTL_EL0 were just
         // cleared, so both lines are low.

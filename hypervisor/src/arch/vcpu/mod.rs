@@ -122,6 +122,9 @@ pub struct Vcpu {
     /// Forwarding state of each EL1 timer ([`TimerId::index`] order): host
     /// PPI active, line as last given to the vgic.
     timers: [TimerForward; 2],
+    /// The guest's `ICC_CTLR_EL1.CBPR` where the hypervisor guards the
+    /// binary point (`VCBPR` itself stays set).
+    guest_cbpr: bool,
     /// vCPUs to kick once the vgic lock is dropped.
     kicks: VcpuSet,
     /// The list registers must be folded and refilled before the next entry.
@@ -156,6 +159,7 @@ impl Vcpu {
             // This vCPU lives on the calling CPU, whose list registers these are.
             lrs: gic::list_registers(vm.gic_sysregs),
             timers: [TimerForward::new(); 2],
+            guest_cbpr: false,
             kicks: VcpuSet::EMPTY,
             needs_fill: true,
             hcr: crate::sysreg_values::HCR_EL2_GUEST,

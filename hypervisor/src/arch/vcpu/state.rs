@@ -77,17 +77,20 @@ unsafe fn write_el1(values: &[u64; EL1_SYSREGS.len()]) {
     }
 }
 
-/// Active-priority registers per group for `preemption_bits` (5, 6 or 7).
+/// Active-priority registers per group for the CPU interface's preemption
+/// bits (`ICH_VTR_EL2.PREbits` + 1: 5, 6 or 7).
 fn apr_count() -> usize {
     let vtr = read_sysreg!(ich_vtr_el2);
-    match ((vtr >> 29) & 7) + 1 {
+    match ((vtr >> 26) & 7) + 1 {
         7 => 4,
         6 => 2,
         _ => 1,
     }
 }
 
-fn read_cpu_interface() -> CpuInterfaceState {
+/// The guest's view of the virtual CPU interface on this CPU (its
+/// `guest_cbpr` left false for the caller to fill in).
+pub(super) fn read_cpu_interface() -> CpuInterfaceState {
     let count = apr_count();
     let mut state = CpuInterfaceState {
         vmcr: read_sysreg!(ich_vmcr_el2),
@@ -165,6 +168,7 @@ impl Vcpu {
         };
         if matches!(self.lrs, Some(HostListRegisters::V3(_))) {
             state.cpu_interface = read_cpu_interface();
+            state.cpu_interface.guest_cbpr = self.guest_cbpr;
         }
         let lengths = vector_lengths();
         if let Some(svl) = lengths.sme {
@@ -231,6 +235,7 @@ impl Vcpu {
             write_sysreg!(cntp_ctl_el0, state.timers.pctl);
             if matches!(self.lrs, Some(HostListRegisters::V3(_))) {
                 write_cpu_interface(&state.cpu_interface);
+                self.guest_cbpr = state.cpu_interface.guest_cbpr;
             }
             core::arch::asm!("isb", options(nostack, preserves_flags));
         }

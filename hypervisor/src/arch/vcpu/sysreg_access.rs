@@ -4,7 +4,9 @@
 
 use super::Vcpu;
 use crate::arch::cpu::sysreg;
+use crate::arch::drivers::gic;
 use crate::devices::timer::PhysicalTimerReg;
+use crate::devices::vgic::cpu_interface::{self, CommonRegister, Deactivation, InterfaceShape};
 use crate::exit::esr::SysRegAccess;
 use crate::exit::flow::StopReason;
 use crate::exit::sysreg::{self as sysreg_trap, SysRegPolicy, SysRegTrap};
@@ -24,7 +26,7 @@ impl Vcpu {
             SysRegTrap::Sgi(_) => ExitClass::SysregSgi,
             SysRegTrap::IdRegister => ExitClass::SysregId,
             SysRegTrap::PhysicalTimer(_) => ExitClass::SysregTimer,
-            SysRegTrap::Other(_) => ExitClass::SysregOther,
+            SysRegTrap::CpuInterface(_) | SysRegTrap::Other(_) => ExitClass::SysregOther,
         };
         match trap {
             SysRegTrap::SetWay => self.set_way_trap()?,
@@ -46,6 +48,7 @@ impl Vcpu {
                 }
             }
             SysRegTrap::PhysicalTimer(reg) => self.physical_timer_access(reg, &access),
+            SysRegTrap::CpuInterface(reg) => self.cpu_interface_access(reg, &access),
             SysRegTrap::IdRegister => {
                 if access.read {
                     let r = access.reg;
@@ -103,6 +106,64 @@ impl Vcpu {
                 }
                 core::arch::asm!("isb", options(nomem, nostack));
             }
+        }
+    }
+
+    /// A trapped common CPU interface register (`ICH_HCR_EL2.TC`, set where
+    /// the hypervisor guards the binary point): emulated on the virtual CPU
+    /// interface's state as `crate::devices::vgic::cpu_interface` says.
+    /// Reads of `ICC_DIR_EL1` and writes of `ICC_RPR_EL1` read zero and do
+    /// nothing.
+    fn cpu_interface_access(&mut self, reg: CommonRegister, access: &SysRegAccess) {
+        let shape = InterfaceShape::from_vtr(read_sysreg!(ich_vtr_el2));
+        let vmcr = read_sysreg!(ich_vmcr_el2);
+        let value = self.reg(access.rt);
+        let write_vmcr = |new: u64| {
+            // SAFETY: ICH_VMCR_EL2 holds this guest's view of its virtual
+            // CPU interface, which the trapped access changes.
+            unsafe { write_sysreg!(ich_vmcr_el2, new) };
+        };
+        match (reg, access.read) {
+            (CommonRegister::Ctlr, true) => {
+                self.set_reg(
+                    access.rt,
+                    cpu_interface::read_ctlr(vmcr, shape, self.guest_cbpr),
+                );
+            }
+            (CommonRegister::Ctlr, false) => {
+                let (new, cbpr) = cpu_interface::write_ctlr(vmcr, value);
+                write_vmcr(new);
+                self.guest_cbpr = cbpr;
+            }
+            (CommonRegister::Pmr, true) => self.set_reg(access.rt, cpu_interface::read_pmr(vmcr)),
+            (CommonRegister::Pmr, false) => {
+                write_vmcr(cpu_interface::write_pmr(vmcr, value, shape))
+            }
+            (CommonRegister::Rpr, true) => {
+                let state = super::state::read_cpu_interface();
+                let aprs: [u32; 4] =
+                    core::array::from_fn(|n| (state.ap0r[n] | state.ap1r[n]) as u32);
+                let rpr = cpu_interface::read_rpr(&aprs[..state.apr_count.max(1)], shape);
+                self.set_reg(access.rt, rpr);
+            }
+            (CommonRegister::Dir, false) => {
+                let Some(lrs) = self.lrs.as_mut() else {
+                    return;
+                };
+                let outcome = cpu_interface::write_dir(lrs, vmcr, value);
+                if let Deactivation::Listed {
+                    physical: Some(pintid),
+                } = outcome
+                {
+                    gic::clear_ppi_active(pintid);
+                }
+                // The next fold takes in the deactivation (or `EOIcount`).
+                if outcome != Deactivation::Ignored {
+                    self.needs_fill = true;
+                }
+            }
+            (CommonRegister::Rpr, false) => {}
+            (CommonRegister::Dir, true) => self.set_reg(access.rt, 0),
         }
     }
 

@@ -86,6 +86,7 @@
 //!   the hardware does this: a pending virtual interrupt or a physical kick
 //!   ends the guest's WFI.)
 
+pub mod cpu_interface;
 mod distributor;
 mod distributor_v2;
 pub mod irq;

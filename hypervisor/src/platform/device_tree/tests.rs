@@ -54,6 +54,7 @@ fn qemu_virt_dump() {
         vec![PhysRange::from_start_size(0x080a_0000, 0xf6_0000)]
     );
     assert_eq!(gic.maintenance_intid, Some(25), "PPI 9");
+    assert!(gic.emulated_by_qemu, "the root is linux,dummy-virt");
     assert_eq!(p.gicv2, None);
     assert_eq!(
         p.timer,
@@ -210,6 +211,8 @@ fn timer_ppis_are_read_with_the_interrupt_parents_cell_count() {
             (29, 30, 27, 26),
             "#interrupt-cells {cells}"
         );
+        let gic = p.gic.expect("gic-v3");
+        assert!(!gic.emulated_by_qemu, "a board's GICv3 is not QEMU's");
     }
 }
 
