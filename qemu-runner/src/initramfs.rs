@@ -44,10 +44,13 @@
 //!     write (when the disk is writable) and read of N MiB of the raw device
 //!     from MiB S on (past the file system), `dd bs=1M` with
 //!     `oflag=direct`/`iflag=direct`, and print [`BENCH_PREFIX`] lines.
-//!   - `console-control` ([`Role::ConsoleControl`]): write `vms` to
-//!     `/dev/hvc1` (the control VM's port to the monitor), print every line
-//!     that comes back within 5 s of the last as `CONTROL: <line>`, and pass
-//!     when one holds `hv.expect=`.
+//!   - `console-control` ([`Role::ConsoleControl`]): in two rounds, first
+//!     with `/dev/hvc1` (the control VM's port to the monitor) raw and not
+//!     echoing, then in the terminal's default mode (which echoes the
+//!     answers back to the port), write `vms`, print every line that comes
+//!     back within 5 s of the last as `CONTROL (raw|echo): <line>`; fail on
+//!     a line holding `error`, pass when a line of each round holds
+//!     `hv.expect=`.
 //!   - `console-bench` ([`Role::ConsoleBench`]): make `hv.bench_kib=N` KiB
 //!     of [`CONSOLE_BENCH_LINE`] lines in the initramfs, then `cat` them to
 //!     the PL011 (`/dev/ttyAMA0`) and to the virtio-console (`/dev/hvc0`),
@@ -442,18 +445,29 @@ disk_check() {
     echo "LINUX-INIT: DISK_PATH on /dev/vda reads back, md5 $found"
     disk_bench
 }
-console_control() {
-    wait_for /dev/hvc1 || fail "no /dev/hvc1 (no control console)"
-    stty -F /dev/hvc1 raw -echo 2>/dev/null
-    exec 4<>/dev/hvc1
+control_round() {
     echo vms >&4
     answered=
     while read -t 5 line <&4; do
-        echo "CONTROL: $line"
-        case "$line" in *"$expect"*) answered=yes ;; esac
+        echo "CONTROL ($1): $line"
+        case "$line" in
+        *error*) fail "an error on /dev/hvc1 ($1): $line" ;;
+        *"$expect"*) answered=yes ;;
+        esac
     done
+    [ -n "$answered" ] || fail "no answer on /dev/hvc1 ($1) holds '$expect'"
+}
+console_control() {
+    wait_for /dev/hvc1 || fail "no /dev/hvc1 (no control console)"
+    exec 4<>/dev/hvc1 || fail "cannot open /dev/hvc1"
+    # Set the mode on the open descriptor: hvc resets a port's termios at its
+    # last close.
+    stty raw -echo <&4 || fail "cannot turn off echo on /dev/hvc1"
+    control_round raw
+    # A terminal in its default mode echoes each answer back to the port.
+    stty sane <&4 || fail "cannot set /dev/hvc1 to its default mode"
+    control_round echo
     exec 4<&-
-    [ -n "$answered" ] || fail "no answer on /dev/hvc1 holds '$expect'"
 }
 console_bench() {
     [ "$bench_kib" -gt 0 ] 2>/dev/null || fail "console-bench needs hv.bench_kib=N, N > 0 KiB"

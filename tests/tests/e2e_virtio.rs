@@ -182,7 +182,7 @@ fn a_control_vm_runs_monitor_commands_through_hvc1() {
     let explain = report.explain();
     assert!(report.console().contains("[ctl] RESULT: PASS"), "{explain}");
     assert!(
-        e2e::has_line(&report, "CONTROL: ") && e2e::has_line(&report, "other"),
+        e2e::has_line(&report, "CONTROL (raw): ") && e2e::has_line(&report, "CONTROL (echo): "),
         "{explain}"
     );
     assert_no_module_failed(&report);

@@ -8,7 +8,8 @@
 //! together behind the calls the machine layer makes; everything here is
 //! pure and reaches the machine only through the traits
 //! [`console_mux::ConsoleOutput`], [`console::GuestInput`] and
-//! [`monitor::MonitorTarget`].
+//! [`monitor::MonitorTarget`]. [`port_input`] cuts a control VM's port
+//! input into commands.
 //!
 //! [`abi`] is the other way in: the hypercalls (crate `control-abi`) through
 //! which a control VM manages the other VMs, behind the trait
@@ -19,6 +20,7 @@ pub mod command;
 pub mod console;
 pub mod console_mux;
 pub mod monitor;
+pub mod port_input;
 
 #[cfg(test)]
 mod tests;

@@ -22,10 +22,17 @@
 //! monitor holds the console.
 //!
 //! A line longer than [`MAX_LINE`] bytes is answered with an error and
-//! dropped.
-
+//! dropped. Blank lines are ignored (`\r\n` is two line ends).
+//!
+//! # Terminal echo
+//!
+//! A terminal in its default mode echoes the answers back as commands;
+//! [`PortInput`](crate::control::port_input::PortInput) recognises the
+//! echo and drops it (see its module).
+//!
 use crate::control::console_mux::VmId;
 use crate::control::monitor::{self, ReplySink};
+use crate::control::port_input::MAX_LINE;
 use crate::runtime::Hardware;
 use crate::runtime::collector_handles::CollectorHandles;
 use crate::runtime::monitor_target::MonitorMachine;
@@ -33,27 +40,12 @@ use crate::runtime::virtio_devices::{DeviceRole, VirtioDevice};
 use crate::runtime::virtio_io;
 use crate::runtime::vm_instance::Vm;
 use alloc::string::String;
-use alloc::vec::Vec;
 use core::fmt;
 
-/// Longest command line the port takes.
-pub const MAX_LINE: usize = 256;
-
-/// Adds the guest's `bytes` to `device`'s unfinished command text (run by
-/// [`run_pending`] once the access is over). A line past [`MAX_LINE`] is
-/// cut there; [`run_pending`] refuses it.
+/// Adds the guest's `bytes` to `device`'s received text (run by
+/// [`run_pending`] once the access is over).
 pub fn take_output(device: &VirtioDevice, bytes: &[u8]) {
-    let mut line = device.control_line.lock();
-    for &byte in bytes {
-        // Complete lines wait for `run_pending`; an overlong one keeps one
-        // byte past the limit as its mark.
-        let open = line.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        if byte == b'\n' || byte == b'\r' {
-            line.push(b'\n');
-        } else if line.len() - open <= MAX_LINE {
-            line.push(byte);
-        }
-    }
+    device.control_input.lock().push(bytes);
 }
 
 /// The answer of one command, and how it names VMs.
@@ -109,16 +101,11 @@ pub fn run_pending<H: Hardware>(vm: &Vm<H>, index: usize, handles: &CollectorHan
         return;
     }
     loop {
-        let line: Vec<u8> = {
-            let mut text = device.control_line.lock();
-            let Some(end) = text.iter().position(|&b| b == b'\n') else {
-                return;
-            };
-            let line = text[..end].to_vec();
-            text.drain(..=end);
-            line
+        let Some(line) = device.control_input.lock().next_command() else {
+            return;
         };
         let answer = answer(vm, &line);
+        device.control_input.lock().answered(&answer);
         virtio_io::port_input(vm, index, device, answer.as_bytes(), handles);
     }
 }

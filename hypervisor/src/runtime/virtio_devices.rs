@@ -24,6 +24,7 @@
 //! console lock (taken before a device lock by the input path) is never
 //! taken under one.
 
+use crate::control::port_input::PortInput;
 use crate::devices::virtio::blk::{Blk, BlkCounters, BlkState};
 use crate::devices::virtio::block_backend::BlockBackend;
 use crate::devices::virtio::console::{Console, ConsoleCounters, ConsoleState};
@@ -210,8 +211,8 @@ pub struct VirtioDevice {
     pub net: Option<NetPortState>,
     /// The disk a blk device serves (`disk=`).
     pub disk: Option<DiskConf>,
-    /// A control console's unfinished command line.
-    pub control_line: Mutex<Vec<u8>>,
+    /// A control console's received command text and echo guard.
+    pub control_input: Mutex<PortInput>,
     /// Times the device entered `DEVICE_NEEDS_RESET`.
     pub needs_reset_count: AtomicU64,
     /// Frames for it dropped because its VM was not running (stopped,
@@ -232,7 +233,7 @@ impl VirtioDevice {
             transport: Mutex::new(transport),
             net: None,
             disk: None,
-            control_line: Mutex::new(Vec::new()),
+            control_input: Mutex::new(PortInput::default()),
             needs_reset_count: AtomicU64::new(0),
             rx_dropped_not_running: AtomicU64::new(0),
             input_dropped_not_running: AtomicU64::new(0),
@@ -436,7 +437,7 @@ impl VirtioDevices {
     pub fn reset(&self) {
         for d in &self.devices {
             d.transport.lock().reset();
-            d.control_line.lock().clear();
+            d.control_input.lock().clear();
             if let Some(net) = &d.net {
                 net.batch.lock().clear();
             }

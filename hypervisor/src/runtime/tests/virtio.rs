@@ -726,6 +726,33 @@ fn a_control_vms_port_runs_monitor_commands_and_answers_there() {
     assert!(hw.output.lock().unwrap().iter().all(|&(vm, _)| vm != 0));
 }
 
+/// A guest terminal in its default mode echoes each answer back; the port
+/// takes the echo for what it is instead of answering it as a command.
+#[test]
+fn a_control_port_does_not_answer_its_answers_echo() {
+    let hw = FakeHardware::new();
+    let ctl = vm_conf(0, true, |c| {
+        c.console = Some(ConsoleKind::Virtio);
+        c.control = Some(true);
+    });
+    let vms = create(hw, &[("ctl", ctl), ("other", conf(8, &[1], true))]);
+    let mut port = Driver::start(vms[0], 1);
+    port.post(0, &[(BUFFERS, 2048, true)], true);
+    transmit(&mut port, 1, BUFFERS + 0x1000, b"vms\r\n");
+    assert_eq!(port.used_idx(0), 1, "no answer written back");
+    let len = port.used_len(0, 0) as usize;
+    let answer = gread(vms[0], BUFFERS, len);
+    // The terminal's echo: the answer with `\r\n` line ends.
+    let echo = String::from_utf8(answer).unwrap().replace('\n', "\r\n");
+    port.post(0, &[(BUFFERS, 2048, true)], true);
+    transmit(&mut port, 1, BUFFERS + 0x1000, echo.as_bytes());
+    assert_eq!(port.used_idx(0), 1, "the echo was answered as a command");
+    transmit(&mut port, 1, BUFFERS + 0x1000, b"pause other\r\n");
+    assert_eq!(port.used_idx(0), 2, "the next command was not answered");
+    let len = port.used_len(0, 1) as usize;
+    assert_eq!(gread(vms[0], BUFFERS, len), b"ok: other paused\n");
+}
+
 #[test]
 fn migration_carries_queues_backlog_mac_and_the_port() {
     let hw = FakeHardware::new();
