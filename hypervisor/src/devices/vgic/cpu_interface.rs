@@ -39,9 +39,7 @@
 //! `ICC_BPR1_EL1` still follows `BPR0` (reads `BPR0 + 1`, writes ignored),
 //! since the binary point is the hardware's.
 
-use super::list_regs::{
-    ICH_HCR_EOICOUNT_MASK, ICH_HCR_EOICOUNT_SHIFT, ListRegister, ListRegisters,
-};
+use super::list_regs::{self, Deactivation, ListRegisters};
 
 /// `ICH_HCR_EL2.TC`: trap the common CPU interface registers.
 pub const ICH_HCR_TC: u64 = 1 << 10;
@@ -167,49 +165,20 @@ pub fn read_rpr(aprs: &[u32], shape: InterfaceShape) -> u64 {
         })
 }
 
-/// What a guest's `ICC_DIR_EL1` write did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Deactivation {
-    /// `EOImode` 0 or a special INTID: nothing.
-    Ignored,
-    /// The list register holding it active was deactivated; for a hardware
-    /// interrupt, its physical INTID, which the caller deactivates.
-    Listed {
-        /// The hardware interrupt's physical INTID.
-        physical: Option<u32>,
-    },
-    /// No list register holds it active: `ICH_HCR_EL2.EOIcount` counted it
-    /// (the vgic completes it at the next fold).
-    Counted,
-}
-
 /// A guest write of `ICC_DIR_EL1` with `value`, as the CPU interface does it.
 pub fn write_dir(lrs: &mut impl ListRegisters, vmcr: u64, value: u64) -> Deactivation {
     let intid = value & 0xff_ffff;
     if vmcr & VMCR_VEOIM == 0 || intid >= SPECIAL_INTIDS {
         return Deactivation::Ignored;
     }
-    for index in 0..lrs.count() {
-        let lr = ListRegister(lrs.read_lr(index));
-        if lr.active() && u64::from(lr.intid()) == intid {
-            lrs.write_lr(index, lr.0 & !(1 << 63));
-            return Deactivation::Listed {
-                physical: lr.pintid(),
-            };
-        }
-    }
-    let hcr = lrs.read_hcr();
-    let count = ((hcr & ICH_HCR_EOICOUNT_MASK) >> ICH_HCR_EOICOUNT_SHIFT) + 1;
-    lrs.write_hcr(
-        (hcr & !ICH_HCR_EOICOUNT_MASK)
-            | ((count << ICH_HCR_EOICOUNT_SHIFT) & ICH_HCR_EOICOUNT_MASK),
-    );
-    Deactivation::Counted
+    list_regs::deactivate(lrs, intid as u32)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::list_regs::ModelListRegisters;
+    use super::super::list_regs::{
+        ICH_HCR_EOICOUNT_MASK, ICH_HCR_EOICOUNT_SHIFT, ListRegister, ModelListRegisters,
+    };
     use super::*;
 
     /// QEMU 7.2's `max`: 5 priority and 5 preemption bits, 16-bit INTIDs,

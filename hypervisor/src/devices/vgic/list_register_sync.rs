@@ -301,13 +301,19 @@ impl VgicState {
             },
         );
 
-        let hardware: [Option<u32>; PRIVATE_COUNT as usize] =
-            core::array::from_fn(|intid| self.hardware_ppi(intid as u32));
         for (index, candidate) in best[..len].iter().enumerate() {
             let intid = candidate.intid;
             let deliverable = self
                 .irq(vcpu, intid)
                 .is_some_and(|irq| self.deliverable(irq));
+            // Maintenance at this one's EOI when a left-out pending interrupt
+            // may be able to preempt after it (or when a single list
+            // register has to be refilled behind it).
+            let eoi_wake = pending_left_over && (count == 1 || candidate.kind == Kind::InService);
+            // A hardware-linked PPI needs no EOI maintenance to re-sample its
+            // line: its physical interrupt fires again after the guest's
+            // deactivation if the line is still high.
+            let hardware = self.hardware_ppi(intid).filter(|_| !eoi_wake);
             let Some(irq) = self.irq_mut(vcpu, intid) else {
                 continue;
             };
@@ -317,15 +323,6 @@ impl VgicState {
             // EOI maintenance brings the pending sources in after it.
             let active_source = irq.active_source.filter(|_| irq.active);
             let pending = deliverable && !(level && irq.active) && active_source.is_none();
-            // Maintenance at this one's EOI when a left-out pending interrupt
-            // may be able to preempt after it (or when a single list
-            // register has to be refilled behind it).
-            let eoi_wake = pending_left_over && (count == 1 || candidate.kind == Kind::InService);
-            // A hardware-linked PPI needs no EOI maintenance to re-sample its
-            // line: its physical interrupt fires again after the guest's
-            // deactivation if the line is still high.
-            let hardware = hardware.get(intid as usize).copied().flatten();
-            let hardware = hardware.filter(|_| !eoi_wake);
             let mut lr = ListRegister::virtual_interrupt(
                 intid,
                 irq.priority,

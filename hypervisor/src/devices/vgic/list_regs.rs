@@ -263,6 +263,13 @@ impl ListRegister {
         self.0 & LR_ACTIVE != 0
     }
 
+    /// The same list register with its active state cleared (a
+    /// deactivation).
+    #[must_use]
+    pub const fn deactivated(self) -> Self {
+        Self(self.0 & !LR_ACTIVE)
+    }
+
     /// State field \[63:62\]: 0 invalid, 1 pending, 2 active, 3 both.
     pub const fn state(self) -> u8 {
         (self.0 >> LR_STATE_SHIFT) as u8
@@ -291,6 +298,46 @@ pub trait ListRegisters {
     fn read_misr(&self) -> u64;
     /// Reads `ICH_ELRSR_EL2`: bit n set when list register n is empty.
     fn read_elrsr(&self) -> u64;
+}
+
+/// What a deactivation of a virtual interrupt did to the list registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deactivation {
+    /// `EOImode` 0 or a special INTID: nothing (only for `ICC_DIR_EL1`).
+    Ignored,
+    /// The list register holding it active was deactivated; for a hardware
+    /// interrupt, its physical INTID, which the CPU interface deactivates
+    /// as well.
+    Listed {
+        /// The hardware interrupt's physical INTID.
+        physical: Option<u32>,
+    },
+    /// No list register holds it active: `ICH_HCR_EL2.EOIcount` counted it
+    /// (the vgic completes it at the next fold).
+    Counted,
+}
+
+/// Deactivates virtual INTID `intid` as the CPU interface does for an
+/// `EOIR` with `EOImode` 0 or a `DIR`: the list register holding it active
+/// loses its active state, or, when none does, `ICH_HCR_EL2.EOIcount` counts
+/// up (5 bits, wrapping).
+pub fn deactivate(lrs: &mut impl ListRegisters, intid: u32) -> Deactivation {
+    for index in 0..lrs.count() {
+        let lr = ListRegister(lrs.read_lr(index));
+        if lr.active() && lr.intid() == intid {
+            lrs.write_lr(index, lr.deactivated().0);
+            return Deactivation::Listed {
+                physical: lr.pintid(),
+            };
+        }
+    }
+    let hcr = lrs.read_hcr();
+    let count = ((hcr & ICH_HCR_EOICOUNT_MASK) >> ICH_HCR_EOICOUNT_SHIFT) + 1;
+    lrs.write_hcr(
+        (hcr & !ICH_HCR_EOICOUNT_MASK)
+            | ((count << ICH_HCR_EOICOUNT_SHIFT) & ICH_HCR_EOICOUNT_MASK),
+    );
+    Deactivation::Counted
 }
 
 /// A host model of the virtual CPU interface's list registers.
@@ -414,22 +461,12 @@ impl ModelListRegisters {
                 .copy_within(innermost + 1..self.nested, innermost);
             self.nested -= 1;
         }
-        let found = self.lrs.iter_mut().take(self.count).find(|v| {
-            let lr = ListRegister(**v);
-            lr.active() && lr.intid() == intid
-        });
-        match found {
-            Some(value) => {
-                *value &= !LR_ACTIVE;
-                if let Some(pintid) = ListRegister(*value).pintid().filter(|&p| p < 32) {
-                    self.physical_deactivations |= 1 << pintid;
-                }
-            }
-            None => {
-                let count = ((self.hcr & ICH_HCR_EOICOUNT_MASK) >> ICH_HCR_EOICOUNT_SHIFT) + 1;
-                self.hcr = (self.hcr & !ICH_HCR_EOICOUNT_MASK)
-                    | ((count & 0x1f) << ICH_HCR_EOICOUNT_SHIFT);
-            }
+        if let Deactivation::Listed {
+            physical: Some(pintid),
+        } = deactivate(self, intid)
+            && pintid < 32
+        {
+            self.physical_deactivations |= 1 << pintid;
         }
     }
 }
