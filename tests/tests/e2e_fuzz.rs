@@ -16,21 +16,13 @@
 //! values within their fields) and the `timers` family (both timers armed,
 //! left to fire with IRQs masked, then disabled, masked or reprogrammed: a
 //! timer interrupt taken while its timer no longer asserts it is a
-//! violation). This test takes `timers` out ([`TIMERS_OUT_OF_CI`]): on
-//! `cortex-a57` it once reported an EL1 physical timer interrupt taken while
-//! the guest had masked the timer (`CNTP_CTL` = ENABLE | IMASK | ISTATUS,
-//! seed 1026, op 86), a race not yet found; the stale-interrupt fix itself is
-//! checked deterministically by the `timers` scenario (`e2e_timers`,
-//! `e2e_gicv2`), and the family runs in the long campaigns
-//! (`src/bin/fuzz.rs`).
+//! violation).
 //!
 //! A failure prints each failing seed with the command that replays it.
 
 use tests::fuzz::{self, Campaign};
 
 const SEEDS: u64 = 60;
-/// Families this test leaves out of the default mix (see the module doc).
-const TIMERS_OUT_OF_CI: &str = "timers";
 const OPS: u64 = 1000;
 /// `hypervisor::vm::event_log::RatePolicy::BURST`.
 const BURST: usize = 10;
@@ -50,7 +42,7 @@ fn campaign(cpu: &str, first_seed: u64) {
         per_boot: SEEDS,
         cpus: vec![cpu.to_string()],
         allow: String::new(),
-        deny: TIMERS_OUT_OF_CI.to_string(),
+        deny: String::new(),
         smp: 4,
     };
     let boot = fuzz::boot(&campaign, cpu, first_seed, SEEDS);

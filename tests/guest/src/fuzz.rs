@@ -897,7 +897,9 @@ impl Ctx {
                 words[0]
             }
         } else {
-            fuzz_model::ldst(writable && self.rng.one_in(2), size, 0, 2)
+            // A load, or a store where the target may be written.
+            let load = !(writable && self.rng.one_in(2));
+            fuzz_model::ldst(load, size, 0, 2)
         };
         self.run(&[word], &block);
     }
