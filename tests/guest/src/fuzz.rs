@@ -889,18 +889,29 @@ impl Ctx {
         block.x[0] = value;
         block.x[1] = value.rotate_left(32);
         block.x[3] = value;
-        let word = if self.rng.below(4) == 0 {
+        let (word, writes) = if self.rng.below(4) == 0 {
             let (words, _, writes) = self.memory_words(size);
             if writes && !writable {
-                fuzz_model::ldst(true, size, 0, 2)
+                (fuzz_model::ldst(true, size, 0, 2), false)
             } else {
-                words[0]
+                (words[0], writes)
             }
         } else {
             // A load, or a store where the target may be written.
             let load = !(writable && self.rng.one_in(2));
-            fuzz_model::ldst(load, size, 0, 2)
+            let word = fuzz_model::ldst(load, size, 0, 2);
+            // Bit 22 of LDR/STR (unsigned offset) is L: clear for a store.
+            (word, word & (1 << 22) == 0)
         };
+        // The fuzzer's own rule: what another vCPU owns is only read (a
+        // store there would change its state under its checks).
+        if writes && !writable {
+            self.violation(
+                "fuzzer stored to a target it may only read",
+                address,
+                word.into(),
+            );
+        }
         self.run(&[word], &block);
     }
 
