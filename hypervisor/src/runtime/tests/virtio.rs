@@ -691,8 +691,13 @@ fn restart_resets_the_devices_and_gives_a_fresh_port() {
     assert_eq!(a.used_idx(0), 1);
 }
 
-#[test]
-fn a_control_vms_port_runs_monitor_commands_and_answers_there() {
+/// A control VM `ctl` (its port is device 1) beside a VM `other`, the
+/// port's driver up with one receive buffer posted at `BUFFERS`.
+fn control_vm_and_port() -> (
+    &'static FakeHardware,
+    Vec<&'static Vm<FakeHardware>>,
+    Driver,
+) {
     let hw = FakeHardware::new();
     let ctl = vm_conf(0, true, |c| {
         c.console = Some(ConsoleKind::Virtio);
@@ -701,6 +706,12 @@ fn a_control_vms_port_runs_monitor_commands_and_answers_there() {
     let vms = create(hw, &[("ctl", ctl), ("other", conf(8, &[1], true))]);
     let mut port = Driver::start(vms[0], 1);
     port.post(0, &[(BUFFERS, 2048, true)], true);
+    (hw, vms, port)
+}
+
+#[test]
+fn a_control_vms_port_runs_monitor_commands_and_answers_there() {
+    let (hw, vms, mut port) = control_vm_and_port();
     transmit(&mut port, 1, BUFFERS + 0x1000, b"vms\n");
     assert_eq!(port.used_idx(0), 1, "no answer written back");
     let len = port.used_len(0, 0) as usize;
@@ -730,14 +741,7 @@ fn a_control_vms_port_runs_monitor_commands_and_answers_there() {
 /// takes the echo for what it is instead of answering it as a command.
 #[test]
 fn a_control_port_does_not_answer_its_answers_echo() {
-    let hw = FakeHardware::new();
-    let ctl = vm_conf(0, true, |c| {
-        c.console = Some(ConsoleKind::Virtio);
-        c.control = Some(true);
-    });
-    let vms = create(hw, &[("ctl", ctl), ("other", conf(8, &[1], true))]);
-    let mut port = Driver::start(vms[0], 1);
-    port.post(0, &[(BUFFERS, 2048, true)], true);
+    let (_hw, vms, mut port) = control_vm_and_port();
     transmit(&mut port, 1, BUFFERS + 0x1000, b"vms\r\n");
     assert_eq!(port.used_idx(0), 1, "no answer written back");
     let len = port.used_len(0, 0) as usize;
