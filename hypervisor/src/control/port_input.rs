@@ -12,14 +12,16 @@
 //! Linux resets an `hvc` port's terminal mode at its last close, and a
 //! terminal in its default mode echoes what it receives. Without a guard,
 //! each answer line comes back as a new "command", whose error answer comes
-//! back again, for ever. So [`PortInput`] remembers the lines of the last
-//! answer ([`PortInput::answered`]); an incoming line equal to one of them
-//! (blanks at either end aside) is the echo, and is dropped together with
-//! the remembered lines before it (an echo keeps their order). Any other
-//! line is a command and makes it forget the answer. Only a command that
-//! repeats, word for word, a line of the answer just before it would be
-//! taken for an echo; the monitor answers with tables and messages, not
-//! commands.
+//! back again, for ever. So [`PortInput`] keeps the lines of its answers in
+//! order ([`PortInput::answered`]), the last [`MAX_ECHO_LINES`] of them: an
+//! incoming line equal to one of them (blanks at either end aside) is an
+//! echo, and is dropped together with the kept lines before it (an echo
+//! keeps their order). Any other line is a command. Commands written ahead
+//! of the answers' echo (several in one write) interleave with it and keep
+//! the guard: the kept lines are not forgotten at a command, only dropped
+//! once echoed or pushed out by newer ones. A command that repeats, word for
+//! word, a kept answer line would be taken for an echo; the monitor answers
+//! with tables and messages, never with a command line.
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
@@ -27,17 +29,17 @@ use alloc::vec::Vec;
 /// Longest command line a port takes.
 pub const MAX_LINE: usize = 256;
 
-/// Most answer lines remembered as a possible echo.
-const MAX_ECHO_LINES: usize = 256;
+/// Most answer lines kept as a possible echo.
+pub const MAX_ECHO_LINES: usize = 256;
 
 /// What a control port has received and not yet run: the guest's
-/// unfinished command text, and the lines of the last answer that a
-/// terminal's echo may still send back.
+/// unfinished command text, and the answer lines that a terminal's echo
+/// may still send back.
 #[derive(Debug, Default)]
 pub struct PortInput {
     /// Complete lines (each ended by `\n`) and the open one.
     text: Vec<u8>,
-    /// The last answer's lines, trimmed, oldest first.
+    /// The answers' lines not echoed yet, trimmed, oldest first.
     echo: VecDeque<Vec<u8>>,
 }
 
@@ -74,20 +76,20 @@ impl PortInput {
                 self.echo.drain(..=at);
                 continue;
             }
-            self.echo.clear();
             return Some(line);
         }
     }
 
-    /// Notes `answer`, just written to the port, as what an echo would send
-    /// back.
+    /// Keeps the lines of `answer`, just written to the port, as what an
+    /// echo would send back (the oldest kept lines go past
+    /// [`MAX_ECHO_LINES`]).
     pub fn answered(&mut self, answer: &str) {
-        self.echo = answer
-            .lines()
-            .map(|line| line.trim().as_bytes().to_vec())
-            .filter(|line| !line.is_empty())
-            .take(MAX_ECHO_LINES)
-            .collect();
+        for line in answer.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            if self.echo.len() == MAX_ECHO_LINES {
+                self.echo.pop_front();
+            }
+            self.echo.push_back(line.as_bytes().to_vec());
+        }
     }
 
     /// Forgets everything (a device reset).
@@ -150,11 +152,25 @@ mod tests {
     }
 
     #[test]
-    fn a_command_forgets_the_answer_so_its_lines_run_later() {
+    fn answer_lines_are_kept_up_to_the_limit() {
         let mut input = PortInput::default();
         input.answered("ok: other paused\n");
         input.push(b"vms\nok: other paused\n");
-        assert_eq!(commands(&mut input), ["vms", "ok: other paused"]);
+        assert_eq!(
+            commands(&mut input),
+            ["vms"],
+            "the echo came after a command"
+        );
+        input.answered("ok: other paused\n");
+        for n in 0..MAX_ECHO_LINES {
+            input.answered(&alloc::format!("row {n}\n"));
+        }
+        input.push(b"ok: other paused\nrow 0\n");
+        assert_eq!(
+            commands(&mut input),
+            ["ok: other paused"],
+            "the oldest line went past the limit"
+        );
     }
 
     #[test]
@@ -168,27 +184,29 @@ mod tests {
     }
 
     /// The loop the guard exists for: a terminal echoing every answer, and
-    /// a monitor that answers every unknown line with an error.
+    /// a monitor that answers every unknown line with an error; the
+    /// commands come in one write, so their answers' echo interleaves with
+    /// the later commands.
     #[test]
     fn an_echoing_terminal_runs_each_command_once() {
         let mut input = PortInput::default();
-        input.push(b"vms\n");
+        input.push(b"vms\ncounters ctl\npause other\n");
         let mut ran = vec![];
         for _ in 0..100 {
             let Some(line) = input.next_command() else {
                 break;
             };
             let line = String::from_utf8(line).unwrap();
-            let answer = if line == "vms" {
-                String::from("ID  NAME\n0   ctl\n")
-            } else {
-                alloc::format!("error: unknown command \"{line}\"\n")
+            let answer = match line.as_str() {
+                "vms" => String::from("ID  NAME\n0   ctl\n"),
+                "pause other" => String::from("ok: other paused\n"),
+                _ => alloc::format!("error: unknown command \"{line}\"\n"),
             };
             ran.push(line);
             input.answered(&answer);
             input.push(&echo_of(&answer));
         }
-        assert_eq!(ran, ["vms"]);
+        assert_eq!(ran, ["vms", "counters ctl", "pause other"]);
     }
 
     fn command() -> impl Strategy<Value = String> {
@@ -201,29 +219,40 @@ mod tests {
     }
 
     proptest! {
-        /// Commands written in any pieces, answered with lines that are not
-        /// commands, through a terminal that echoes or one that does not:
-        /// exactly the commands run, in order.
+        /// Commands written in any pieces, all ahead of the answers or one
+        /// at a time, answered with lines that are not commands, through a
+        /// terminal that echoes or one that does not: exactly the commands
+        /// run, in order.
         #[test]
         fn exactly_the_commands_run(
             script in prop::collection::vec((command(), answer()), 1..8),
             echo in any::<bool>(),
+            ahead in any::<bool>(),
             cut in 1usize..5,
         ) {
             let mut input = PortInput::default();
-            let mut ran = vec![];
-            for (command, answer) in &script {
-                let text = alloc::format!("{command}\r\n");
-                for piece in text.as_bytes().chunks(cut) {
+            let text: Vec<String> = script.iter().map(|(c, _)| alloc::format!("{c}\r\n")).collect();
+            if ahead {
+                for piece in text.concat().as_bytes().chunks(cut) {
                     input.push(piece);
-                    while let Some(line) = input.next_command() {
-                        ran.push(String::from_utf8(line).unwrap());
-                        // An answered echo would loop for ever.
-                        prop_assert!(ran.len() <= script.len(), "ran {:?}", ran);
-                        input.answered(answer);
-                        if echo {
-                            input.push(&echo_of(answer));
-                        }
+                }
+            }
+            let mut ran: Vec<String> = vec![];
+            let mut answers = script.iter().map(|(_, a)| a);
+            for command in &text {
+                if !ahead {
+                    for piece in command.as_bytes().chunks(cut) {
+                        input.push(piece);
+                    }
+                }
+                while let Some(line) = input.next_command() {
+                    ran.push(String::from_utf8(line).unwrap());
+                    // An answered echo would loop for ever.
+                    prop_assert!(ran.len() <= script.len(), "ran {:?}", ran);
+                    let answer = answers.next().unwrap();
+                    input.answered(answer);
+                    if echo {
+                        input.push(&echo_of(answer));
                     }
                 }
             }
