@@ -13,9 +13,11 @@
 //! | `mac` | the virtio-net's MAC address, six hex bytes `52:54:00:12:34:56`, unicast (bit 0 of the first byte clear) | [`default_mac`] of the VM's name |
 //! | `disk` | `N`, `N@START`, `N@START+SECTORS`, each optionally followed by `:ro`: the VM's virtio-blk serves host disk `N` (0 = the first disk the runner gave QEMU), from 512-byte sector `START` (default 0) for `SECTORS` sectors (default: to the disk's end); `:ro` makes it read-only ([`DiskConf`]) | no virtio-blk |
 //! | `console` | `pl011`: the VM's console is the PL011 only; `virtio`: it also gets a virtio-console (Linux `hvc0`), and a `control=1` VM a second one wired to the monitor (`hvc1`) ([`ConsoleKind`]) | `pl011` |
+//! | `device` | a host device-tree node the VM owns (passthrough), by its full path, e.g. `/virtio_mmio@a003e00`; repeatable, at most [`MAX_DEVICES`] ([`DevicePath`]) | none |
+//! | `ram` | `identity`: the VM's RAM sits at the guest-physical address equal to its host-physical one, for devices that do DMA without an IOMMU ([`RamPlacement`]) | `fixed`: RAM at the guest address `0x4000_0000` |
 //!
 //! Blank lines and lines starting with `#` are skipped; spaces around keys
-//! and values are ignored. An unknown key, a repeated key or a bad value is
+//! and values are ignored. An unknown key, a repeated key (but `device`) or a bad value is
 //! an error, and so is a `vcpus` that disagrees with the size of `cpus`, so a
 //! typo never goes unnoticed.
 //! [`VmConf::to_text`] writes the keys that are set, one per line, and
@@ -56,6 +58,12 @@ pub enum VmConfError {
     BadDisk(usize, &'static str),
     /// Line `.0` has a `console` value other than `pl011` or `virtio`.
     BadConsole(usize),
+    /// Line `.0` has a `device` value that is not a device-tree path (why).
+    BadDevice(usize, &'static str),
+    /// Line `.0` is a `device` line past the [`MAX_DEVICES`]th.
+    TooManyDevices(usize),
+    /// Line `.0` has a `ram` value other than `identity` or `fixed`.
+    BadRam(usize),
     /// `vcpus` is not the number of CPUs `cpus` names.
     VcpusDisagree {
         /// The `vcpus` value.
@@ -75,7 +83,7 @@ impl core::fmt::Display for VmConfError {
             Self::UnknownKey(l) => {
                 write!(
                     f,
-                    "vm.conf line {l}: unknown key (known: vcpus, mem_mib, cpus, control, start, net, mac, disk, console)"
+                    "vm.conf line {l}: unknown key (known: vcpus, mem_mib, cpus, control, start, net, mac, disk, console, device, ram)"
                 )
             }
             Self::RepeatedKey(l) => write!(f, "vm.conf line {l}: the key is set twice"),
@@ -91,6 +99,15 @@ impl core::fmt::Display for VmConfError {
                 "vm.conf line {l}: disk is N[@START[+SECTORS]][:ro]: {why}"
             ),
             Self::BadConsole(l) => write!(f, "vm.conf line {l}: console is pl011 or virtio"),
+            Self::BadDevice(l, why) => write!(
+                f,
+                "vm.conf line {l}: device is a host device-tree path like /virtio_mmio@a003e00: {why}"
+            ),
+            Self::TooManyDevices(l) => write!(
+                f,
+                "vm.conf line {l}: a VM owns at most {MAX_DEVICES} devices"
+            ),
+            Self::BadRam(l) => write!(f, "vm.conf line {l}: ram is identity or fixed"),
             Self::VcpusDisagree { vcpus, cpus } => write!(
                 f,
                 "vm.conf: vcpus={vcpus} but cpus names {cpus} CPUs (one vCPU runs on each)"
@@ -244,6 +261,128 @@ pub fn default_mac(vm_name: &str) -> [u8; 6] {
     [0x52, 0x54, 0x00, a, b, c]
 }
 
+/// Most `device` lines one `vm.conf` may hold.
+pub const MAX_DEVICES: usize = 8;
+/// Longest `device` path, in bytes.
+pub const MAX_DEVICE_PATH: usize = 96;
+
+/// A host device-tree node's full path (`device=`), kept in place so that
+/// [`VmConf`] stays `Copy`: starts with `/`, printable ASCII without spaces,
+/// at most [`MAX_DEVICE_PATH`] bytes, no empty component (`//`) and no
+/// trailing `/`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DevicePath {
+    bytes: [u8; MAX_DEVICE_PATH],
+    len: u8,
+}
+
+impl DevicePath {
+    /// Reads a `device` value; the error says what is wrong.
+    pub fn new(path: &str) -> Result<Self, &'static str> {
+        if !path.starts_with('/') {
+            return Err("the path starts at the root, /");
+        }
+        if path.len() == 1 {
+            return Err("the root node is not a device");
+        }
+        if path.len() > MAX_DEVICE_PATH {
+            return Err("the path is longer than 96 bytes");
+        }
+        if !path.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("the path holds a space or a character that is not printable ASCII");
+        }
+        if path.contains("//") || path.ends_with('/') {
+            return Err("the path has an empty component");
+        }
+        let mut bytes = [0; MAX_DEVICE_PATH];
+        bytes[..path.len()].copy_from_slice(path.as_bytes());
+        Ok(Self {
+            bytes,
+            len: path.len() as u8,
+        })
+    }
+
+    /// The path's text.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII is ever stored (`new`).
+        core::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("")
+    }
+}
+
+impl core::fmt::Debug for DevicePath {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl core::fmt::Display for DevicePath {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `device` lines of a `vm.conf`, in order, at most [`MAX_DEVICES`].
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceList {
+    paths: [Option<DevicePath>; MAX_DEVICES],
+}
+
+impl DeviceList {
+    /// Appends a path; `false` when the list is full.
+    pub fn push(&mut self, path: DevicePath) -> bool {
+        match self.paths.iter_mut().find(|slot| slot.is_none()) {
+            Some(slot) => {
+                *slot = Some(path);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The paths, in `vm.conf` order.
+    pub fn iter(&self) -> impl Iterator<Item = &DevicePath> {
+        self.paths.iter().map_while(Option::as_ref)
+    }
+
+    /// How many paths there are.
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.paths[0].is_none()
+    }
+}
+
+impl core::fmt::Debug for DeviceList {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// Where a VM's RAM sits in its guest-physical address space (`ram=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RamPlacement {
+    /// At the guest address `0x4000_0000`, whatever host frames back it.
+    #[default]
+    Fixed,
+    /// At the guest address equal to the host-physical address of its
+    /// frames (IPA == PA), so that a passed-through device's DMA, which
+    /// uses the addresses the guest gives it, reaches the guest's RAM.
+    Identity,
+}
+
+impl RamPlacement {
+    /// The `vm.conf` word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fixed => "fixed",
+            Self::Identity => "identity",
+        }
+    }
+}
+
 /// The settings of `vm.conf`; `None` where the file did not set a key (the
 /// hypervisor's default applies).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -271,6 +410,10 @@ pub struct VmConf {
     /// The VM's console; `None`: [`ConsoleKind::Pl011`]
     /// ([`VmConf::console_kind`]).
     pub console: Option<ConsoleKind>,
+    /// The host device-tree nodes the VM owns (`device=` lines).
+    pub devices: DeviceList,
+    /// Where its RAM sits; `None`: [`RamPlacement::Fixed`].
+    pub ram: Option<RamPlacement>,
 }
 
 impl VmConf {
@@ -304,6 +447,21 @@ impl VmConf {
                 "mac" if conf.mac.is_some() => return Err(repeated),
                 "disk" if conf.disk.is_some() => return Err(repeated),
                 "console" if conf.console.is_some() => return Err(repeated),
+                "ram" if conf.ram.is_some() => return Err(repeated),
+                "device" => {
+                    let path = DevicePath::new(value)
+                        .map_err(|why| VmConfError::BadDevice(number, why))?;
+                    if !conf.devices.push(path) {
+                        return Err(VmConfError::TooManyDevices(number));
+                    }
+                }
+                "ram" => {
+                    conf.ram = Some(match value {
+                        "identity" => RamPlacement::Identity,
+                        "fixed" => RamPlacement::Fixed,
+                        _ => return Err(VmConfError::BadRam(number)),
+                    })
+                }
                 "net" => {
                     conf.net = Some(
                         VmName::new(value).map_err(|error| VmConfError::BadNet(number, error))?,
@@ -390,6 +548,12 @@ impl VmConf {
         }
         if let Some(console) = self.console {
             text.push_str(&format!("console={}\n", console.as_str()));
+        }
+        for device in self.devices.iter() {
+            text.push_str(&format!("device={device}\n"));
+        }
+        if let Some(ram) = self.ram {
+            text.push_str(&format!("ram={}\n", ram.as_str()));
         }
         text
     }
@@ -512,6 +676,53 @@ mod tests {
     }
 
     #[test]
+    fn passthrough_devices_and_identity_ram() {
+        let conf = VmConf::parse(
+            b"device=/virtio_mmio@a003e00\nram = identity\ndevice = /pcie@10000000\n",
+        )
+        .expect("valid");
+        let paths: alloc::vec::Vec<&str> = conf.devices.iter().map(DevicePath::as_str).collect();
+        assert_eq!(paths, ["/virtio_mmio@a003e00", "/pcie@10000000"]);
+        assert_eq!(conf.ram, Some(RamPlacement::Identity));
+        assert_eq!(
+            conf.to_text(),
+            "device=/virtio_mmio@a003e00\ndevice=/pcie@10000000\nram=identity\n"
+        );
+        assert!(VmConf::default().devices.is_empty());
+        for (bad, why) in [
+            ("virtio_mmio@a003e00", "the path starts at the root, /"),
+            ("/", "the root node is not a device"),
+            ("/soc//uart", "the path has an empty component"),
+            ("/soc/", "the path has an empty component"),
+            (
+                "/a b",
+                "the path holds a space or a character that is not printable ASCII",
+            ),
+        ] {
+            assert_eq!(
+                VmConf::parse(format!("device={bad}").as_bytes()),
+                Err(VmConfError::BadDevice(1, why)),
+                "{bad}"
+            );
+        }
+        let long = format!("device=/{}", "x".repeat(MAX_DEVICE_PATH));
+        assert_eq!(
+            VmConf::parse(long.as_bytes()),
+            Err(VmConfError::BadDevice(1, "the path is longer than 96 bytes"))
+        );
+        let nine: String = (0..=MAX_DEVICES).map(|i| format!("device=/d@{i}\n")).collect();
+        assert_eq!(
+            VmConf::parse(nine.as_bytes()),
+            Err(VmConfError::TooManyDevices(MAX_DEVICES + 1))
+        );
+        assert_eq!(VmConf::parse(b"ram=1:1"), Err(VmConfError::BadRam(1)));
+        assert_eq!(
+            VmConf::parse(b"ram=identity\nram=fixed"),
+            Err(VmConfError::RepeatedKey(2))
+        );
+    }
+
+    #[test]
     fn default_macs_are_stable_unicast_and_differ_by_name() {
         let a = default_mac("linux-a");
         assert_eq!(a, default_mac("linux-a"));
@@ -612,6 +823,8 @@ mod tests {
                 proptest::bool::ANY,
             )),
             virtio_console in proptest::option::of(proptest::bool::ANY),
+            devices in proptest::collection::vec("(/[a-z0-9_,.@-]{1,20}){1,3}", 0..=MAX_DEVICES),
+            identity in proptest::option::of(proptest::bool::ANY),
         ) {
             let cpus = cpus.and_then(CpuSet::from_mask);
             let vcpus = if cpus.is_some() { vcpus.and(cpus.map(CpuSet::len)) } else { vcpus };
@@ -625,7 +838,15 @@ mod tests {
             });
             let console = virtio_console
                 .map(|virtio| if virtio { ConsoleKind::Virtio } else { ConsoleKind::Pl011 });
-            let conf = VmConf { vcpus, mem_mib, cpus, control, start, net, mac, disk, console };
+            let mut list = DeviceList::default();
+            for path in &devices {
+                proptest::prop_assert!(list.push(DevicePath::new(path).unwrap()));
+            }
+            let ram = identity
+                .map(|identity| if identity { RamPlacement::Identity } else { RamPlacement::Fixed });
+            let conf = VmConf {
+                vcpus, mem_mib, cpus, control, start, net, mac, disk, console, devices: list, ram,
+            };
             proptest::prop_assert_eq!(VmConf::parse(conf.to_text().as_bytes()), Ok(conf));
         }
     }

@@ -1055,6 +1055,7 @@ pub fn vms_payload(vms: &[VmSpec], files: Vec<VmFiles>) -> Result<Vec<u8>, Runne
                     mac: vm.mac,
                     disk,
                     console: vm.console,
+                    ..VmConf::default()
                 },
             },
         });
