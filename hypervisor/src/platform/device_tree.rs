@@ -181,7 +181,30 @@ pub(super) struct Located<'b, 'a> {
     address_cells: usize,
     size_cells: usize,
     /// The parent's index in the list; `None` for children of the root.
-    parent: Option<usize>,
+    pub(super) parent: Option<usize>,
+}
+
+impl Located<'_, '_> {
+    /// Whether an address in this node's own address space (its `ranges`'
+    /// parent side) differs from a CPU address written with two cells at
+    /// the root: an ancestor translates (a non-empty `ranges`), or the
+    /// parent does not use two address cells.
+    pub(super) fn parent_has_translation(&self, nodes: &[Located<'_, '_>]) -> bool {
+        if self.address_cells != 2 {
+            return true;
+        }
+        let mut parent = self.parent;
+        while let Some(index) = parent {
+            let Some(bus) = nodes.get(index) else {
+                return true;
+            };
+            if bus.node.property("ranges").is_some_and(|r| !r.value.is_empty()) {
+                return true;
+            }
+            parent = bus.parent;
+        }
+        false
+    }
 }
 
 /// Every node of the tree with its parent's cell sizes, in tree order. Nodes

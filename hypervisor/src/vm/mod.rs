@@ -10,6 +10,7 @@ pub mod exit_profile;
 pub mod layout;
 pub mod lifecycle;
 pub mod migration_plan;
+pub mod passthrough;
 pub mod power;
 pub mod run_state;
 pub mod vcpu_state;

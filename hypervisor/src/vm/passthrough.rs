@@ -1,0 +1,426 @@
+//! Which host devices a VM owns, checked: the passthrough plan of one VM.
+//!
+//! A VM's `vm.conf` names host device-tree nodes (`device=PATH`); each is
+//! read from the host tree (`crate::platform::host_device`) and checked
+//! here against everything else that claims an address or an interrupt
+//! ([`Claims`]). A node passes only if:
+//!
+//! - the hypervisor does not use it: its windows miss the console UART, the
+//!   GIC's frames, the host disks the hypervisor drives and host RAM, and it
+//!   is not the architected timer;
+//! - no other VM was given it, or a window or an interrupt of it;
+//! - its windows miss the VM's RAM and its emulated devices (UART, GIC,
+//!   virtio-mmio windows), and its SPIs are not ones the VM's emulated
+//!   devices raise;
+//! - it has at least one window or interrupt (else there is nothing to give).
+//!
+//! # Mapped and forwarded windows
+//!
+//! Stage 2 maps whole 4 KiB pages. A window that starts and ends on page
+//! boundaries is mapped into the VM at its own address (device memory,
+//! `Device-nGnRE`): the guest reaches the device with no exit at all. A
+//! window that shares a page with other devices (QEMU's virtio-mmio
+//! transports are 0x200 bytes, eight to a page) is not mapped: mapping its
+//! page would hand the VM its neighbours too. Each access to it traps, and
+//! the hypervisor performs exactly that access on the device when it lies
+//! inside the window ([`PassedDevice::forwarded`]). Only register accesses
+//! exit; the device's DMA, its data path, never does.
+//!
+//! # Interrupts
+//!
+//! A passed SPI keeps its INTID in the guest (the copied node's specifiers
+//! stay true), so the VM's virtual GIC gets enough SPIs to hold the highest
+//! one ([`PassthroughPlan::spi_count`]).
+
+use crate::platform::host_device::{DeviceNode, HostDevice, HostInterrupt};
+use crate::platform::ranges::PhysRange;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// The page size stage 2 maps.
+const PAGE: u64 = 0x1000;
+
+/// A device given to a VM, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassedDevice {
+    /// Its host device-tree path.
+    pub path: String,
+    /// Windows mapped into the VM at their own addresses.
+    pub mapped: Vec<PhysRange>,
+    /// Windows whose accesses trap and are performed by the hypervisor.
+    pub forwarded: Vec<PhysRange>,
+    /// Its SPIs.
+    pub interrupts: Vec<HostInterrupt>,
+    /// The subtree for the guest's device tree.
+    pub node: DeviceNode,
+}
+
+/// Something that already holds addresses or interrupts, named for errors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// What it is (`its console UART`, `vm0 (a)`).
+    pub owner: String,
+    /// Its windows.
+    pub windows: Vec<PhysRange>,
+    /// Its SPIs (INTIDs).
+    pub intids: Vec<u32>,
+    /// The device-tree path it was given by, for a device another VM owns.
+    pub path: Option<String>,
+}
+
+/// What a VM's devices are checked against.
+#[derive(Clone, Debug, Default)]
+pub struct Claims {
+    /// The hypervisor's own (console UART, GIC, host disks, host RAM).
+    pub hypervisor: Vec<Claim>,
+    /// Devices other VMs were given.
+    pub other_vms: Vec<Claim>,
+    /// This VM's RAM and emulated devices.
+    pub this_vm: Vec<Claim>,
+}
+
+/// A node that cannot be given to the VM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassthroughError {
+    /// The node's path.
+    pub path: String,
+    /// Why.
+    pub why: String,
+}
+
+impl core::fmt::Display for PassthroughError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "device {}: {}", self.path, self.why)
+    }
+}
+
+impl core::error::Error for PassthroughError {}
+
+/// The devices one VM owns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassthroughPlan {
+    /// In `vm.conf` order.
+    pub devices: Vec<PassedDevice>,
+}
+
+fn window_text(w: PhysRange) -> String {
+    format!("{:#x}+{:#x}", w.start, w.size())
+}
+
+fn overlaps(a: PhysRange, b: PhysRange) -> bool {
+    a.start < b.end && b.start < a.end
+}
+
+impl PassedDevice {
+    /// Checks `device` against `claims` and against the devices already in
+    /// the plan (`earlier`).
+    pub fn check(
+        device: HostDevice,
+        claims: &Claims,
+        earlier: &[PassedDevice],
+    ) -> Result<Self, PassthroughError> {
+        let fail = |why: String| PassthroughError {
+            path: device.path.clone(),
+            why,
+        };
+        if device.is_compatible("arm,armv8-timer") || device.is_compatible("arm,armv7-timer") {
+            return Err(fail("the hypervisor uses it (the timers)".into()));
+        }
+        if device.windows.is_empty() && device.interrupts.is_empty() {
+            return Err(fail("it has no register window and no interrupt to give".into()));
+        }
+        for claim in &claims.hypervisor {
+            if let Some(w) = device
+                .windows
+                .iter()
+                .find(|w| claim.windows.iter().any(|c| overlaps(**w, *c)))
+            {
+                return Err(fail(format!(
+                    "the hypervisor uses it ({}: window {})",
+                    claim.owner,
+                    window_text(*w)
+                )));
+            }
+            if let Some(i) = device.interrupts.iter().find(|i| claim.intids.contains(&i.intid)) {
+                return Err(fail(format!(
+                    "the hypervisor uses its interrupt {} ({})",
+                    i.intid, claim.owner
+                )));
+            }
+        }
+        let others = claims.other_vms.iter().chain(claims.this_vm.iter());
+        for claim in others {
+            if claim.path.as_deref() == Some(device.path.as_str()) {
+                return Err(fail(format!("also given to {}", claim.owner)));
+            }
+            if let Some(w) = device
+                .windows
+                .iter()
+                .find(|w| claim.windows.iter().any(|c| overlaps(**w, *c)))
+            {
+                return Err(fail(format!(
+                    "window {} overlaps {}",
+                    window_text(*w),
+                    claim.owner
+                )));
+            }
+            if let Some(i) = device.interrupts.iter().find(|i| claim.intids.contains(&i.intid)) {
+                return Err(fail(format!(
+                    "interrupt {} is also {}'s",
+                    i.intid, claim.owner
+                )));
+            }
+        }
+        for other in earlier {
+            if other.path == device.path {
+                return Err(fail("named twice in vm.conf".into()));
+            }
+            if let Some(w) = device
+                .windows
+                .iter()
+                .find(|w| other.windows().any(|t| overlaps(**w, t)))
+            {
+                return Err(fail(format!(
+                    "window {} overlaps {}'s",
+                    window_text(*w),
+                    other.path
+                )));
+            }
+        }
+        let (mapped, forwarded) = device
+            .windows
+            .iter()
+            .partition(|w| w.start % PAGE == 0 && w.size() % PAGE == 0);
+        Ok(Self {
+            path: device.path,
+            mapped,
+            forwarded,
+            interrupts: device.interrupts,
+            node: device.node,
+        })
+    }
+
+    /// Its windows, mapped and forwarded.
+    pub fn windows(&self) -> impl Iterator<Item = PhysRange> + '_ {
+        self.mapped.iter().chain(self.forwarded.iter()).copied()
+    }
+
+    /// What another VM's check sees of it.
+    pub fn claim(&self, owner: String) -> Claim {
+        Claim {
+            owner,
+            windows: self.windows().collect(),
+            intids: self.interrupts.iter().map(|i| i.intid).collect(),
+            path: Some(self.path.clone()),
+        }
+    }
+}
+
+impl PassthroughPlan {
+    /// Whether the VM owns no device.
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    /// SPIs the VM's virtual GIC needs: `emulated` (what its own devices
+    /// need), raised to hold every passed SPI, in steps of 32.
+    pub fn spi_count(&self, emulated: u32) -> u32 {
+        let highest = self
+            .devices
+            .iter()
+            .flat_map(|d| d.interrupts.iter())
+            .map(|i| i.intid - 31)
+            .max()
+            .unwrap_or(0);
+        // A GIC has at most 988 SPIs (INTIDs 32..=1019).
+        emulated.max((highest.div_ceil(32) * 32).min(988))
+    }
+
+    /// Every passed SPI with the device it belongs to.
+    pub fn interrupts(&self) -> impl Iterator<Item = HostInterrupt> + '_ {
+        self.devices.iter().flat_map(|d| d.interrupts.iter().copied())
+    }
+
+    /// The forwarded window holding `[pa, pa + size)`, if any.
+    pub fn forwarded_window(&self, pa: u64, size: u64) -> Option<PhysRange> {
+        self.devices
+            .iter()
+            .flat_map(|d| d.forwarded.iter().copied())
+            .find(|w| pa >= w.start && pa.checked_add(size).is_some_and(|end| end <= w.end))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::host_device::{NodeProperty, Trigger};
+    use alloc::string::ToString;
+    use alloc::vec;
+
+    fn device(path: &str, windows: &[(u64, u64)], intids: &[u32]) -> HostDevice {
+        HostDevice {
+            path: path.to_string(),
+            windows: windows
+                .iter()
+                .map(|&(s, n)| PhysRange::from_start_size(s, n))
+                .collect(),
+            interrupts: intids
+                .iter()
+                .map(|&intid| HostInterrupt {
+                    intid,
+                    trigger: Trigger::Level,
+                })
+                .collect(),
+            node: DeviceNode {
+                name: path.trim_start_matches('/').to_string(),
+                properties: vec![NodeProperty::Interrupts(Vec::new())],
+                children: Vec::new(),
+            },
+            dropped: Vec::new(),
+            compatible: Vec::new(),
+        }
+    }
+
+    fn claim(owner: &str, windows: &[(u64, u64)], intids: &[u32], path: Option<&str>) -> Claim {
+        Claim {
+            owner: owner.to_string(),
+            windows: windows
+                .iter()
+                .map(|&(s, n)| PhysRange::from_start_size(s, n))
+                .collect(),
+            intids: intids.to_vec(),
+            path: path.map(ToString::to_string),
+        }
+    }
+
+    fn claims() -> Claims {
+        Claims {
+            hypervisor: vec![
+                claim("its console UART", &[(0x0900_0000, 0x1000)], &[33], None),
+                claim("the GIC", &[(0x0800_0000, 0x1_0000)], &[], None),
+                claim("host disk 0", &[(0x0a00_3e00, 0x200)], &[79], None),
+                claim("host RAM", &[(0x4000_0000, 0x4000_0000)], &[], None),
+            ],
+            other_vms: vec![claim(
+                "vm0 (a)",
+                &[(0x0a00_3c00, 0x200)],
+                &[78],
+                Some("/virtio_mmio@a003c00"),
+            )],
+            this_vm: vec![
+                claim("the VM's RAM", &[(0x4000_0000, 0x800_0000)], &[], None),
+                claim(
+                    "the VM's emulated virtio-mmio devices",
+                    &[(0x0a00_0000, 0x200)],
+                    &[48],
+                    None,
+                ),
+            ],
+        }
+    }
+
+    fn why(device: HostDevice, earlier: &[PassedDevice]) -> String {
+        PassedDevice::check(device, &claims(), earlier)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn windows_in_whole_pages_are_mapped_and_the_others_forwarded() {
+        let passed = PassedDevice::check(
+            device(
+                "/pcie@10000000",
+                &[(0x10_0000_0000, 0x1000_0000), (0x0a00_3a00, 0x200)],
+                &[35, 36],
+            ),
+            &claims(),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            passed.mapped,
+            [PhysRange::from_start_size(0x10_0000_0000, 0x1000_0000)]
+        );
+        assert_eq!(passed.forwarded, [PhysRange::from_start_size(0x0a00_3a00, 0x200)]);
+        let plan = PassthroughPlan {
+            devices: vec![passed],
+        };
+        assert_eq!(
+            plan.forwarded_window(0x0a00_3bfc, 4),
+            Some(PhysRange::from_start_size(0x0a00_3a00, 0x200))
+        );
+        assert_eq!(plan.forwarded_window(0x0a00_3bfc, 8), None, "straddles the end");
+        assert_eq!(plan.forwarded_window(0x0a00_39fc, 4), None, "below the start");
+        assert_eq!(plan.forwarded_window(u64::MAX - 1, 4), None);
+    }
+
+    #[test]
+    fn what_others_hold_is_refused_naming_the_holder() {
+        assert_eq!(
+            why(device("/pl011@9000000", &[(0x0900_0000, 0x1000)], &[33]), &[]),
+            "device /pl011@9000000: the hypervisor uses it (its console UART: window 0x9000000+0x1000)"
+        );
+        assert_eq!(
+            why(device("/virtio_mmio@a003e00", &[(0x0a00_3e00, 0x200)], &[79]), &[]),
+            "device /virtio_mmio@a003e00: the hypervisor uses it (host disk 0: window 0xa003e00+0x200)"
+        );
+        assert_eq!(
+            why(device("/x", &[], &[33]), &[]),
+            "device /x: the hypervisor uses its interrupt 33 (its console UART)"
+        );
+        assert_eq!(
+            why(device("/virtio_mmio@a003c00", &[(0x0a00_3c00, 0x200)], &[78]), &[]),
+            "device /virtio_mmio@a003c00: also given to vm0 (a)"
+        );
+        assert_eq!(
+            why(device("/other", &[(0x0a00_3d00, 0x100)], &[]), &[]),
+            "device /other: window 0xa003d00+0x100 overlaps vm0 (a)"
+        );
+        assert_eq!(
+            why(device("/virtio_mmio@a000000", &[(0x0a00_0000, 0x200)], &[48]), &[]),
+            "device /virtio_mmio@a000000: window 0xa000000+0x200 overlaps the VM's emulated virtio-mmio devices"
+        );
+        assert_eq!(
+            why(device("/y", &[(0x0c00_0000, 0x1000)], &[48]), &[]),
+            "device /y: interrupt 48 is also the VM's emulated virtio-mmio devices's"
+        );
+        assert_eq!(
+            why(device("/ram", &[(0x4800_0000, 0x1000)], &[]), &[]),
+            "device /ram: the hypervisor uses it (host RAM: window 0x48000000+0x1000)"
+        );
+        assert_eq!(
+            why(device("/empty", &[], &[]), &[]),
+            "device /empty: it has no register window and no interrupt to give"
+        );
+        let mut timer = device("/timer", &[], &[]);
+        timer.compatible = vec!["arm,armv8-timer".into()];
+        assert_eq!(why(timer, &[]), "device /timer: the hypervisor uses it (the timers)");
+        let first =
+            PassedDevice::check(device("/z@c000000", &[(0x0c00_0000, 0x2000)], &[40]), &claims(), &[])
+                .unwrap();
+        assert_eq!(
+            why(device("/z@c000000", &[(0x0d00_0000, 0x1000)], &[]), &[first.clone()]),
+            "device /z@c000000: named twice in vm.conf"
+        );
+        assert_eq!(
+            why(device("/w", &[(0x0c00_1000, 0x1000)], &[]), &[first]),
+            "device /w: window 0xc001000+0x1000 overlaps /z@c000000's"
+        );
+    }
+
+    #[test]
+    fn the_virtual_gic_grows_to_hold_the_highest_passed_spi() {
+        let plan = |intids: &[u32]| PassthroughPlan {
+            devices: vec![
+                PassedDevice::check(device("/d", &[], intids), &Claims::default(), &[]).unwrap(),
+            ],
+        };
+        assert_eq!(PassthroughPlan::default().spi_count(64), 64);
+        assert_eq!(plan(&[79]).spi_count(64), 64);
+        assert_eq!(plan(&[95]).spi_count(64), 64, "INTID 95 is SPI 63");
+        assert_eq!(plan(&[96]).spi_count(64), 96);
+        assert_eq!(plan(&[259]).spi_count(64), 256);
+        assert_eq!(plan(&[1019]).spi_count(64), 988);
+    }
+}
