@@ -902,6 +902,7 @@ pub fn create_vm<H: Hardware>(
             intids: GUEST_TIMER_INTIDS,
         }),
         virtio: &virtio.guest_nodes(),
+        passed: &[],
     })
     .map_err(VmError::Dtb)?;
     if dtb.len() as u64 > placement.dtb.size() {

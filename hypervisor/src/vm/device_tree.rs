@@ -14,7 +14,17 @@
 //! `arm,cortex-a15-gic` node (distributor, CPU interface), and its PPI
 //! specifiers carry the CPU mask of every vCPU in flags bits \[15:8\], as
 //! the GICv2 binding asks.
+//!
+//! Host devices the VM owns (passthrough, `crate::vm::passthrough`) are
+//! written at the root as the host tree has them
+//! (`crate::platform::host_device::DeviceNode`): their windows as `reg`,
+//! their `interrupts` with the guest GIC as `interrupt-parent` (a passed SPI
+//! keeps its INTID), an `interrupt-map` with the guest GIC's phandle and no
+//! parent unit address (the guest GIC has `#address-cells` 0). The guest's
+//! own phandles sit far above the small numbers device-tree compilers give,
+//! so phandles inside a copied subtree cannot collide with them.
 
+use crate::platform::host_device::{DeviceNode, NodeProperty};
 use crate::platform::ranges::PhysRange;
 use crate::vm::layout::vcpu_mpidr;
 use alloc::format;
@@ -24,9 +34,9 @@ use alloc::vec::Vec;
 use vm_fdt::FdtWriter;
 
 /// Phandle of the fixed clock.
-const PHANDLE_CLOCK: u32 = 1;
+const PHANDLE_CLOCK: u32 = 0x7fff_0001;
 /// Phandle of the interrupt controller.
-const PHANDLE_GIC: u32 = 2;
+const PHANDLE_GIC: u32 = 0x7fff_0002;
 /// GIC interrupt specifier type of an SPI.
 const GIC_SPI: u32 = 0;
 /// GIC interrupt specifier type of a PPI.
@@ -100,6 +110,8 @@ pub struct GuestDtbConfig<'a> {
     pub timer: Option<GuestTimer>,
     /// The virtio-mmio devices (they need the GIC for their interrupts).
     pub virtio: &'a [GuestVirtio],
+    /// The host devices the VM owns, copied from the host tree.
+    pub passed: &'a [&'a DeviceNode],
 }
 
 /// The device tree could not be written.
@@ -259,8 +271,45 @@ pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
         }
     }
 
+    for node in config.passed {
+        write_passed(&mut fdt, node)?;
+    }
+
     fdt.end_node(root)?;
     Ok(fdt.finish()?)
+}
+
+/// Writes a passed node and its subtree (see the module doc).
+fn write_passed(fdt: &mut FdtWriter, node: &DeviceNode) -> Result<(), GuestDtbError> {
+    let handle = fdt.begin_node(&node.name)?;
+    for property in &node.properties {
+        match property {
+            NodeProperty::Verbatim { name, value } => fdt.property(name, value)?,
+            NodeProperty::Windows(windows) => {
+                let cells: Vec<u64> = windows.iter().flat_map(|w| [w.start, w.size()]).collect();
+                fdt.property_array_u64("reg", &cells)?;
+            }
+            NodeProperty::Interrupts(specs) => {
+                let cells: Vec<u32> = specs.iter().flatten().copied().collect();
+                fdt.property_array_u32("interrupts", &cells)?;
+                fdt.property_u32("interrupt-parent", PHANDLE_GIC)?;
+            }
+            NodeProperty::InterruptMap { entries, .. } => {
+                let mut cells = Vec::new();
+                for (child, spec) in entries {
+                    cells.extend_from_slice(child);
+                    cells.push(PHANDLE_GIC);
+                    cells.extend_from_slice(spec);
+                }
+                fdt.property_array_u32("interrupt-map", &cells)?;
+            }
+        }
+    }
+    for child in &node.children {
+        write_passed(fdt, child)?;
+    }
+    fdt.end_node(handle)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -268,6 +317,7 @@ mod tests {
     use super::*;
     use crate::vm::layout::{GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_SIZE};
     use fdt::Fdt;
+    use vm_fdt::FdtWriter;
 
     fn config(vcpus: usize, initrd: Option<PhysRange>) -> GuestDtbConfig<'static> {
         GuestDtbConfig {
@@ -279,6 +329,7 @@ mod tests {
             gic: None,
             timer: None,
             virtio: &[],
+            passed: &[],
         }
     }
 
@@ -487,6 +538,92 @@ mod tests {
         assert_eq!(
             cells,
             [1, 13, 0xf04, 1, 14, 0xf04, 1, 11, 0xf04, 1, 10, 0xf04]
+        );
+    }
+
+    /// A host tree with a GICv3 whose `#address-cells` is 2, a virtio-mmio
+    /// node and a PCIe bridge with an `interrupt-map`.
+    fn host_tree() -> Vec<u8> {
+        let mut w = FdtWriter::new().unwrap();
+        let root = w.begin_node("").unwrap();
+        w.property_u32("#address-cells", 2).unwrap();
+        w.property_u32("#size-cells", 2).unwrap();
+        w.property_u32("interrupt-parent", 0x8001).unwrap();
+        let gic = w.begin_node("intc@8000000").unwrap();
+        w.property_array_u64("reg", &[0x0800_0000, 0x1_0000]).unwrap();
+        w.property_u32("#interrupt-cells", 3).unwrap();
+        w.property_u32("#address-cells", 2).unwrap();
+        w.property_phandle(0x8001).unwrap();
+        w.end_node(gic).unwrap();
+        let virtio = w.begin_node("virtio_mmio@a003e00").unwrap();
+        w.property_string("compatible", "virtio,mmio").unwrap();
+        w.property_array_u64("reg", &[0x0a00_3e00, 0x200]).unwrap();
+        w.property_array_u32("interrupts", &[0, 47, 1]).unwrap();
+        w.property_null("dma-coherent").unwrap();
+        w.end_node(virtio).unwrap();
+        let pcie = w.begin_node("pcie@10000000").unwrap();
+        w.property_string("compatible", "pci-host-ecam-generic").unwrap();
+        w.property_u32("#address-cells", 3).unwrap();
+        w.property_u32("#size-cells", 2).unwrap();
+        w.property_u32("#interrupt-cells", 1).unwrap();
+        w.property_array_u64("reg", &[0x40_1000_0000, 0x1000_0000])
+            .unwrap();
+        w.property_array_u32(
+            "interrupt-map",
+            &[0, 0, 0, 1, 0x8001, 0, 0, 0, 3, 4, 0x800, 0, 0, 1, 0x8001, 0, 0, 0, 4, 4],
+        )
+        .unwrap();
+        let child = w.begin_node("bridge@1").unwrap();
+        w.property_phandle(1).unwrap();
+        w.end_node(child).unwrap();
+        w.end_node(pcie).unwrap();
+        w.end_node(root).unwrap();
+        w.finish().unwrap()
+    }
+
+    #[test]
+    fn passed_nodes_are_copied_for_the_guest_gic() {
+        use crate::platform::host_device::HostDevice;
+        let host = host_tree();
+        let virtio = HostDevice::read(&host, "/virtio_mmio@a003e00", 0x0800_0000).unwrap();
+        let pcie = HostDevice::read(&host, "/pcie@10000000", 0x0800_0000).unwrap();
+        let mut c = config(2, None);
+        c.gic = Some(GuestGic {
+            distributor: PhysRange::from_start_size(0x0800_0000, 0x1_0000),
+            frames: GuestGicFrames::V3 {
+                redistributors: PhysRange::from_start_size(0x080a_0000, 0x4_0000),
+            },
+            maintenance_intid: 25,
+            uart_spi: 1,
+        });
+        let passed = [&virtio.node, &pcie.node];
+        c.passed = &passed;
+        let blob = build(&c).expect("written");
+        // The guest's copy reads back as the same device, through the
+        // guest's GIC.
+        let again = HostDevice::read(&blob, "/virtio_mmio@a003e00", 0x0800_0000).unwrap();
+        assert_eq!((again.windows, again.interrupts), (virtio.windows, virtio.interrupts));
+        let again = HostDevice::read(&blob, "/pcie@10000000", 0x0800_0000).unwrap();
+        assert_eq!(again.interrupts, pcie.interrupts);
+        assert_eq!(again.node, pcie.node, "interrupt-map, reg and the child kept");
+        let fdt = Fdt::new(&blob).expect("parses");
+        let map: Vec<u32> = fdt
+            .find_node("/pcie@10000000")
+            .and_then(|n| n.property("interrupt-map"))
+            .expect("interrupt-map")
+            .value
+            .chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        assert_eq!(
+            map,
+            [0, 0, 0, 1, PHANDLE_GIC, 0, 3, 4, 0x800, 0, 0, 1, PHANDLE_GIC, 0, 4, 4],
+            "the guest GIC's phandle and no parent unit address"
+        );
+        let virtio = fdt.find_node("/virtio_mmio@a003e00").expect("copied");
+        assert_eq!(
+            virtio.property("interrupt-parent").and_then(|p| p.as_usize()),
+            Some(PHANDLE_GIC as usize)
         );
     }
 }
