@@ -35,8 +35,9 @@
 //! (group, priority, state); a level interrupt is listed with EOI
 //! maintenance, and while it is active it is listed active only, so the line
 //! is re-sampled after its EOI instead of a stale pending state being
-//! delivered again. A PPI linked to a physical one
-//! ([`VgicState::link_hardware_ppi`]: the timers) is listed as a hardware
+//! delivered again. A PPI or SPI linked to a physical one
+//! ([`VgicState::link_hardware_ppi`]: the timers;
+//! [`VgicState::link_hardware_spi`]: passed-through devices) is listed as a hardware
 //! interrupt instead (HW, pINTID, no EOI maintenance): the guest's
 //! deactivation deactivates the physical PPI, which fires again if its line
 //! is still high. The fold records each hardware list register the guest
@@ -150,8 +151,10 @@ impl VgicState {
             if let Some(irq) = self.irq_mut(vcpu, intid) {
                 let hardware_done = irq.listed_hw && lr.is_empty();
                 irq.fold(lr.pending(), lr.active(), lr.priority());
-                if hardware_done {
+                if hardware_done && intid < PRIVATE_COUNT {
                     self.vcpus[vcpu].hardware_completed |= 1 << intid;
+                } else if hardware_done {
+                    self.hardware_spi_completed(intid);
                 }
             }
         }
@@ -313,7 +316,7 @@ impl VgicState {
             // A hardware-linked PPI needs no EOI maintenance to re-sample its
             // line: its physical interrupt fires again after the guest's
             // deactivation if the line is still high.
-            let hardware = self.hardware_ppi(intid).filter(|_| !eoi_wake);
+            let hardware = self.hardware_intid(intid).filter(|_| !eoi_wake);
             let Some(irq) = self.irq_mut(vcpu, intid) else {
                 continue;
             };

@@ -367,6 +367,8 @@ pub struct ModelListRegisters {
     /// hardware list register deactivated, as the CPU interface forwards it
     /// to the physical GIC.
     physical_deactivations: u32,
+    /// Physical SPIs deactivated the same way, in order.
+    physical_spi_deactivations: alloc::vec::Vec<u32>,
 }
 
 /// Most nested acknowledgements the model tracks (one per priority value
@@ -388,6 +390,7 @@ impl ModelListRegisters {
             active_priorities: [0; MAX_ACTIVE_PRIORITIES],
             nested: 0,
             physical_deactivations: 0,
+            physical_spi_deactivations: alloc::vec::Vec::new(),
         }
     }
 
@@ -395,6 +398,12 @@ impl ModelListRegisters {
     /// hardware list registers since the last call.
     pub fn take_physical_deactivations(&mut self) -> u32 {
         core::mem::take(&mut self.physical_deactivations)
+    }
+
+    /// Takes the physical SPIs deactivated through hardware list registers
+    /// since the last call, in order.
+    pub fn take_physical_spi_deactivations(&mut self) -> alloc::vec::Vec<u32> {
+        core::mem::take(&mut self.physical_spi_deactivations)
     }
 
     /// The same model, its list registers in `encoding`: every value
@@ -464,9 +473,12 @@ impl ModelListRegisters {
         if let Deactivation::Listed {
             physical: Some(pintid),
         } = deactivate(self, intid)
-            && pintid < 32
         {
-            self.physical_deactivations |= 1 << pintid;
+            if pintid < 32 {
+                self.physical_deactivations |= 1 << pintid;
+            } else {
+                self.physical_spi_deactivations.push(pintid);
+            }
         }
     }
 }

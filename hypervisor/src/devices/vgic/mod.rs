@@ -93,6 +93,8 @@ pub mod irq;
 mod list_register_sync;
 pub mod list_regs;
 #[cfg(test)]
+mod hardware_spi_test;
+#[cfg(test)]
 mod model_test;
 mod redistributor;
 mod regs;
@@ -293,16 +295,23 @@ impl Vgic {
     /// Back to the reset state it was created in (a restart of the VM):
     /// every interrupt disabled, inactive and not pending, priorities,
     /// routes and the distributor's control as at creation.
-    /// The links of PPIs to physical PPIs
-    /// ([`VgicState::link_hardware_ppi`]) stay: they describe the host.
+    /// The links of PPIs and SPIs to physical ones
+    /// ([`VgicState::link_hardware_ppi`], [`VgicState::link_hardware_spi`])
+    /// stay: they describe the host. The caller deactivates the linked
+    /// physical SPIs (none is left active for the guest any more).
     pub fn reset(&self) -> Result<(), VgicError> {
         let mut state = self.state.lock();
         let links = state.hardware_ppis;
+        let mut spi_links = core::mem::take(&mut state.hardware_spis);
+        for link in &mut spi_links {
+            link.physical_active = false;
+        }
         *state = match state.version() {
             VgicVersion::V2 => VgicState::new_v2(self.config.clone())?,
             VgicVersion::V3 => VgicState::new(self.config.clone())?,
         };
         state.hardware_ppis = links;
+        state.hardware_spis = spi_links;
         Ok(())
     }
 

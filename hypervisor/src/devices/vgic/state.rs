@@ -117,6 +117,22 @@ pub struct VgicState {
     /// to on every vCPU's CPU (0: not linked): listed as a hardware
     /// interrupt, so the guest's deactivation deactivates the physical one.
     pub(crate) hardware_ppis: [u8; 16],
+    /// SPIs linked to physical SPIs (passthrough), see
+    /// [`link_hardware_spi`](VgicState::link_hardware_spi).
+    pub(crate) hardware_spis: Vec<HardwareSpi>,
+}
+
+/// A virtual SPI linked to a physical one (a passed-through device's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HardwareSpi {
+    /// The guest's INTID.
+    pub intid: u32,
+    /// The physical INTID.
+    pub pintid: u32,
+    /// The physical interrupt fired and was left active for the guest
+    /// ([`VgicState::inject_hardware_spi`]), and the guest has not
+    /// deactivated it through a hardware list register yet.
+    pub physical_active: bool,
 }
 
 impl VgicState {
@@ -176,6 +192,7 @@ impl VgicState {
             targets: alloc::vec![0; config.spi_count as usize],
             vcpus,
             hardware_ppis: [0; 16],
+            hardware_spis: Vec::new(),
         })
     }
 
@@ -219,6 +236,105 @@ impl VgicState {
         match self.hardware_ppis.get(index as usize) {
             Some(&pintid) if pintid != 0 && intid < PRIVATE_COUNT => Some(u32::from(pintid)),
             _ => None,
+        }
+    }
+
+    /// Links SPI `intid` to physical SPI `pintid` (a passed-through
+    /// device's). The hypervisor takes the physical interrupt, drops its
+    /// priority and leaves it active ([`inject_hardware_spi`](Self::inject_hardware_spi));
+    /// the virtual one is listed as a hardware interrupt, so the guest's
+    /// deactivation deactivates the physical one, which fires again if the
+    /// device still asserts it. Where the guest will not deactivate it
+    /// (listed as a software interrupt for EOI maintenance, or its pending
+    /// state cleared through `ICPENDR`), the hypervisor must
+    /// ([`take_hardware_spi_deactivations`](Self::take_hardware_spi_deactivations)).
+    pub fn link_hardware_spi(&mut self, intid: u32, pintid: u32) -> Result<(), VgicError> {
+        self.check_spi(intid)?;
+        if IntIdClass::of(pintid) != Some(IntIdClass::Spi) {
+            return Err(VgicError::NoSuchInterrupt(pintid));
+        }
+        if self.hardware_spis.iter().any(|h| h.intid == intid) {
+            return Err(VgicError::NoSuchInterrupt(intid));
+        }
+        self.hardware_spis.push(HardwareSpi {
+            intid,
+            pintid,
+            physical_active: false,
+        });
+        Ok(())
+    }
+
+    /// The physical interrupt `intid` is linked to, if any (a PPI's or an
+    /// SPI's): what a fill lists as a hardware interrupt.
+    pub fn hardware_intid(&self, intid: u32) -> Option<u32> {
+        if intid < PRIVATE_COUNT {
+            return self.hardware_ppi(intid);
+        }
+        self.hardware_spis
+            .iter()
+            .find(|h| h.intid == intid)
+            .map(|h| h.pintid)
+    }
+
+    /// The virtual SPI linked to physical SPI `pintid`, if any.
+    pub fn linked_spi(&self, pintid: u32) -> Option<u32> {
+        self.hardware_spis
+            .iter()
+            .find(|h| h.pintid == pintid)
+            .map(|h| h.intid)
+    }
+
+    /// Physical SPI `pintid` fired; the caller dropped its priority and
+    /// leaves it active until the guest deactivates it. Latches the linked
+    /// SPI pending. Returns the vCPUs to kick.
+    pub fn inject_hardware_spi(&mut self, pintid: u32) -> Result<VcpuSet, VgicError> {
+        let link = self
+            .hardware_spis
+            .iter_mut()
+            .find(|h| h.pintid == pintid)
+            .ok_or(VgicError::NoSuchInterrupt(pintid))?;
+        link.physical_active = true;
+        let intid = link.intid;
+        // Fired again: a hardware list register that still names it was
+        // deactivated by the guest already (the physical interrupt could
+        // not fire while active), so its fold must not report this
+        // firing's deactivation. Folded as a software one, it completes.
+        if let Some(irq) = self.spis.get_mut((intid - FIRST_SPI) as usize) {
+            irq.listed_hw = false;
+        }
+        self.latch(0, intid)
+    }
+
+    /// The physical SPIs left active for the guest that it will no longer
+    /// deactivate: the linked interrupt is in no list register and neither
+    /// pending nor active. The caller deactivates them. Call it after a
+    /// fill, when the model is up to date.
+    pub fn take_hardware_spi_deactivations(&mut self) -> Vec<u32> {
+        if self.hardware_spis.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for index in 0..self.hardware_spis.len() {
+            let link = self.hardware_spis[index];
+            if !link.physical_active {
+                continue;
+            }
+            let idle = self.spis.get((link.intid - FIRST_SPI) as usize).is_none_or(|irq| {
+                irq.listed_on.is_none() && !irq.pending() && !irq.active
+            });
+            if idle {
+                self.hardware_spis[index].physical_active = false;
+                out.push(link.pintid);
+            }
+        }
+        out
+    }
+
+    /// The guest deactivated linked SPI `intid` through a hardware list
+    /// register: its physical interrupt is inactive.
+    pub(crate) fn hardware_spi_completed(&mut self, intid: u32) {
+        if let Some(link) = self.hardware_spis.iter_mut().find(|h| h.intid == intid) {
+            link.physical_active = false;
         }
     }
 
