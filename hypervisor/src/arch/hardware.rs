@@ -37,6 +37,48 @@ impl Hardware for El2 {
         crate::arch::host_disk::host_disk(index as usize)
     }
 
+    fn passthrough_spi_setup(&self, intid: u32, edge: bool, cpu: usize) {
+        gic::setup_spi(intid, edge, cpu);
+    }
+
+    fn passthrough_spi_route(&self, intid: u32, cpu: usize) {
+        gic::route_spi(intid, cpu);
+    }
+
+    fn passthrough_spi_deactivate(&self, intid: u32) {
+        gic::clear_spi_active(intid);
+    }
+
+    fn passthrough_spi_release(&self, intid: u32) {
+        gic::release_spi(intid);
+    }
+
+    fn device_read(&self, pa: u64, size: u8) -> u64 {
+        // SAFETY: `pa` is inside a passed device's window (the VM's MMIO bus
+        // holds only those), which the early EL2 map covers as device
+        // memory, and the access is naturally sized.
+        unsafe {
+            match size {
+                1 => u64::from(core::ptr::read_volatile(pa as *const u8)),
+                2 => u64::from(core::ptr::read_volatile(pa as *const u16)),
+                4 => u64::from(core::ptr::read_volatile(pa as *const u32)),
+                _ => core::ptr::read_volatile(pa as *const u64),
+            }
+        }
+    }
+
+    fn device_write(&self, pa: u64, size: u8, value: u64) {
+        // SAFETY: as in `device_read`.
+        unsafe {
+            match size {
+                1 => core::ptr::write_volatile(pa as *mut u8, value as u8),
+                2 => core::ptr::write_volatile(pa as *mut u16, value as u16),
+                4 => core::ptr::write_volatile(pa as *mut u32, value as u32),
+                _ => core::ptr::write_volatile(pa as *mut u64, value),
+            }
+        }
+    }
+
     type TableMemory = FrameMemory;
     type Tlb = Aarch64Tlb;
 

@@ -74,6 +74,7 @@ pub const fn device_name(device: DeviceId) -> &'static str {
         DeviceId::Uart => "UART",
         DeviceId::Gic => "GIC",
         DeviceId::Virtio(_) => "virtio-mmio",
+        DeviceId::Passed => "passed-through device",
     }
 }
 
@@ -108,6 +109,12 @@ pub enum DataAbortRoute {
         access: DataAccess,
         /// Offset in the device's window.
         offset: u64,
+    },
+    /// Perform the access on a passed-through device, at the same address
+    /// (the window holds the whole access).
+    Passed {
+        /// The access.
+        access: DataAccess,
     },
     /// Inject a data abort.
     InjectAbort(AbortCause),
@@ -151,6 +158,7 @@ pub fn route(
                 access,
                 offset,
             },
+            Ok((DeviceId::Passed, _)) => DataAbortRoute::Passed { access },
             Err(MmioMiss::Outside) => DataAbortRoute::InjectAbort(AbortCause::NoMemoryOrDevice),
             Err(MmioMiss::Straddles(region)) => {
                 DataAbortRoute::InjectAbort(AbortCause::Straddles {

@@ -85,6 +85,8 @@ pub enum StopReason {
     },
     /// The vgic refused the emulated UART's interrupt line level.
     UartLine(VgicError),
+    /// The vgic refused a passed-through device's interrupt.
+    PassthroughLine(VgicError),
     /// An FIQ or SError exit.
     UnexpectedExit {
         /// Which.
@@ -201,6 +203,7 @@ impl core::fmt::Display for StopReason {
                 write!(f, "{} timer line: {error:?}", timer.name())
             }
             Self::UartLine(e) => write!(f, "UART interrupt line: {e:?}"),
+            Self::PassthroughLine(e) => write!(f, "passed-through device's interrupt: {e:?}"),
             Self::MigratedVectorLength(blocker) => write!(f, "migrated state: {blocker}"),
             Self::StopRequested => write!(
                 f,
@@ -275,6 +278,7 @@ impl core::error::Error for StopReason {
             Self::ListRegisters { error: e, .. }
             | Self::TimerLine { error: e, .. }
             | Self::UartLine(e)
+            | Self::PassthroughLine(e)
             | Self::Sgi { error: e, .. } => Some(e),
             _ => None,
         }

@@ -28,6 +28,10 @@ pub enum DeviceId {
     /// The VM's virtio-mmio device with this index (its place in the VM's
     /// device list, `runtime::virtio_devices`).
     Virtio(u8),
+    /// A passed-through device's window that is not mapped (it shares its
+    /// page with other devices): accesses are performed on the device
+    /// (`vm::passthrough`).
+    Passed,
 }
 
 /// A device's window on the guest-physical address space.

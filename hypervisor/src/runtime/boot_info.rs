@@ -2,13 +2,16 @@
 //! platform, the system-wide CPU features, the online CPUs, the boot
 //! payload), published once before any VM exists and read-only afterwards.
 //!
-//! A leaf: it imports only the platform's description, so the boot
+//! A leaf: it imports only the platform's description (and the
+//! passthrough plans read from it), so the boot
 //! sequence (`arch::boot`) publishes it and the runtime reads it without an
 //! import circle.
 
 use crate::platform::Platform;
 use crate::platform::cpu_features::CpuFeatures;
 use crate::platform::ranges::PhysRange;
+use crate::vm::passthrough::{PassthroughError, PassthroughPlan};
+use alloc::vec::Vec;
 use spin::Once;
 
 /// What the boot CPU learned, shared with every CPU.
@@ -23,6 +26,10 @@ pub struct BootInfo {
     pub payload: Option<PhysRange>,
     /// TLB invalidation capabilities (from the system-wide features).
     pub tlb_caps: tlb::TlbCaps,
+    /// Each VM's passed-through devices (by VM index), read from the host
+    /// device tree and checked against the hypervisor and the VMs before
+    /// it; empty when no VM names any.
+    pub passthrough: Vec<Result<PassthroughPlan, PassthroughError>>,
 }
 
 static BOOT_INFO: Once<BootInfo> = Once::new();

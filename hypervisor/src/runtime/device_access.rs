@@ -182,6 +182,8 @@ pub fn gic_access<H: Hardware>(
                 format_args!("GIC write of {value:#x} at IPA {ipa:#x} ignored: {e:?}"),
             ),
         }
+        // The guest may have routed a passed device's SPI elsewhere.
+        crate::runtime::passed_devices::sync_routes(vm);
     } else {
         let result = vm.vgic.lock().mmio_read_from(index, ipa, access.size);
         let raw = result.unwrap_or_else(|e| {

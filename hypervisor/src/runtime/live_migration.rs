@@ -159,6 +159,9 @@ pub fn request<H: Hardware>(
     if src.hw.gic_is_v2() {
         return Err(MigrateError::Blocked(MigrationBlocker::Gicv2));
     }
+    if !src.passthrough.is_empty() || !dst.passthrough.is_empty() {
+        return Err(MigrateError::Blocked(MigrationBlocker::Passthrough));
+    }
     check_devices(src, dst)?;
     let mut job = dst.migration_job.lock();
     if job.is_some() {

@@ -21,6 +21,9 @@
 //! - [`guest_call`]: a vCPU's hypervisor and secure-monitor calls (PSCI,
 //!   the control interface, test reports) over the trait
 //!   [`guest_call::CallingVcpu`] for the calling vCPU's registers.
+//! - [`passed_devices`]: the host devices a VM owns, running: their
+//!   physical SPIs (delivery, routes following the guest's, deactivation,
+//!   release) and their forwarded windows.
 //! - [`boot_info`]: what the boot CPU learned about the machine.
 //! - [`virtio_devices`]: a VM's virtio-mmio devices (which, where, their
 //!   models behind their locks; a disk is a `devices::virtio::disk_window`
@@ -44,8 +47,8 @@
 //!
 //! `boot_info` (a leaf) -> `vm_instance` -> `vm_ops`, `vm_table` ->
 //! `dirty_log` -> `restart`, `live_migration` -> `vcpu_cycle`,
-//! `monitor_target`, `control_target`; `guest_call`, `device_access` (over
-//! `vm_instance`).
+//! `monitor_target`, `control_target`; `guest_call`, `device_access`,
+//! `passed_devices` (over `vm_instance`).
 
 pub mod boot_info;
 pub mod collector_handles;
@@ -57,6 +60,7 @@ pub mod dirty_log;
 pub mod guest_call;
 pub mod live_migration;
 pub mod monitor_target;
+pub mod passed_devices;
 pub mod restart;
 pub mod slot_memory;
 pub mod vcpu_cycle;
@@ -161,6 +165,23 @@ pub trait Hardware: Sync + 'static {
     /// a VM's virtio-blk serves (`disk=` in its `vm.conf`); `None` when the
     /// machine has no such disk.
     fn host_disk(&self, index: u32) -> Option<&'static dyn BlockBackend>;
+
+    /// Takes physical SPI `intid` of a device passed to a VM: edge
+    /// (`edge`) or level, routed to CPU `cpu`, inactive, enabled.
+    fn passthrough_spi_setup(&self, intid: u32, edge: bool, cpu: usize);
+    /// Routes passed SPI `intid` to CPU `cpu`.
+    fn passthrough_spi_route(&self, intid: u32, cpu: usize);
+    /// Deactivates passed SPI `intid`, left active for a guest that will
+    /// not deactivate it.
+    fn passthrough_spi_deactivate(&self, intid: u32);
+    /// Disables passed SPI `intid` and clears its active state (its VM
+    /// ended).
+    fn passthrough_spi_release(&self, intid: u32);
+    /// A `size`-byte (1, 2, 4 or 8) read of a passed device's register at
+    /// physical address `pa`, inside a forwarded window.
+    fn device_read(&self, pa: u64, size: u8) -> u64;
+    /// A `size`-byte write of `value` to a passed device's register.
+    fn device_write(&self, pa: u64, size: u8, value: u64);
 }
 
 /// Microseconds from counter value `start` to now on `hw`.

@@ -11,6 +11,8 @@
 //! 3. The RAM slot is created again as at boot (slot 0, the VM's RAM range,
 //!    no flags): fresh host frames, zeroed, so nothing of the previous run
 //!    survives, whatever the control interface did to the slots meanwhile.
+//!    An identity-RAM VM (`ram=identity`) keeps its frames, zeroed: its
+//!    RAM's guest address is their host address.
 //! 4. The kernel, initrd and device tree are copied in again from the boot
 //!    image the VM kept ([`BootImage`]), cleaned to the point of coherency
 //!    without FEAT_S2FWB (the guest starts with its MMU off), and the
@@ -19,7 +21,9 @@
 //!    devices (their transports reset; a net device leaves the switch
 //!    while the VM is rebuilt and joins again with a fresh port), the power
 //!    states, the run state and the parked registers go back to their state
-//!    at creation. The counters keep counting across restarts
+//!    at creation; a passed device's physical interrupts are deactivated
+//!    and routed to vCPU 0's CPU again (`runtime::passed_devices`), and the
+//!    rebooted guest resets the device. The counters keep counting across restarts
 //!    (`restarts` counts them).
 //!
 //! Each vCPU's CPU state (EL1 registers, timers, list registers) is reset by
@@ -34,9 +38,8 @@ use crate::runtime::vm_instance::{BootImage, GuestUart, Vm};
 use crate::runtime::vm_ops::{self, VmOpError};
 use crate::vm::counters::Counter;
 use crate::vm::power::BootRequest;
-use alloc::vec::Vec;
 use core::fmt;
-use memslot::{Gfn, PAGE_SHIFT, SlotFlags, SlotId};
+use memslot::{Gfn, PAGE_SHIFT, SlotFlags, SlotId, SlotSpec};
 
 /// Why a VM could not be rebuilt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +50,9 @@ pub enum RebuildError {
     Vgic(VgicError),
     /// The switch refused the net device's port.
     Switch(SwitchError),
+    /// An identity-RAM VM's RAM slot was deleted or changed at run time:
+    /// its frames are gone, and other frames would sit at other addresses.
+    IdentityRamGone,
 }
 
 impl fmt::Display for RebuildError {
@@ -55,6 +61,9 @@ impl fmt::Display for RebuildError {
             Self::Slots(e) => write!(f, "guest memory: {e}"),
             Self::Vgic(e) => write!(f, "virtual GIC: {e}"),
             Self::Switch(e) => write!(f, "network switch: {e}"),
+            Self::IdentityRamGone => f.write_str(
+                "its identity-mapped RAM slot was deleted or changed at run time, so its RAM cannot be placed at its host address again",
+            ),
         }
     }
 }
@@ -65,6 +74,7 @@ impl core::error::Error for RebuildError {
             Self::Slots(e) => Some(e),
             Self::Vgic(e) => Some(e),
             Self::Switch(e) => Some(e),
+            Self::IdentityRamGone => None,
         }
     }
 }
@@ -78,27 +88,41 @@ pub fn rebuild<H: Hardware>(vm: &Vm<H>) -> Result<BootRequest, RebuildError> {
     vm.flush_console_line();
     let switch = vm.device_hub.switch();
     vm.virtio.detach(switch);
-    let ids: Vec<SlotId> = vm_ops::slot_specs(vm)
-        .map_err(RebuildError::Slots)?
-        .iter()
-        .map(|spec| spec.id)
-        .collect();
-    for id in ids {
-        vm_ops::delete_slot(vm, id).map_err(RebuildError::Slots)?;
-    }
+    let specs = vm_ops::slot_specs(vm).map_err(RebuildError::Slots)?;
     let ram_slot = SlotId::new(RAM_SLOT).map_err(|e| RebuildError::Slots(VmOpError::Memslot(e)))?;
     let base_gfn = Gfn::from_ipa(vm.ram.start);
-    vm_ops::create_slot(
-        vm,
-        ram_slot,
-        base_gfn,
-        vm.ram.size() >> PAGE_SHIFT,
-        SlotFlags::NONE,
-    )
-    .map_err(RebuildError::Slots)?;
+    let npages = vm.ram.size() >> PAGE_SHIFT;
+    // Identity RAM stays on its frames (its IPA is their address).
+    let mut identity_frames = None;
+    for spec in specs {
+        if vm.identity_ram && spec.backing.0 == vm.ram.start && spec.npages == npages {
+            vm_ops::unmap_slot(vm, spec.id).map_err(RebuildError::Slots)?;
+            identity_frames = Some(spec);
+        } else {
+            vm_ops::delete_slot(vm, spec.id).map_err(RebuildError::Slots)?;
+        }
+    }
+    if vm.identity_ram {
+        let spec = identity_frames.ok_or(RebuildError::IdentityRamGone)?;
+        vm_ops::recreate_slot(
+            vm,
+            SlotSpec {
+                id: ram_slot,
+                base_gfn,
+                npages,
+                backing: spec.backing,
+                flags: SlotFlags::NONE,
+            },
+        )
+        .map_err(RebuildError::Slots)?;
+    } else {
+        vm_ops::create_slot(vm, ram_slot, base_gfn, npages, SlotFlags::NONE)
+            .map_err(RebuildError::Slots)?;
+    }
     let backing = ram_backing(vm, ram_slot)?;
     load_boot_image(vm, &vm.boot, backing);
     vm.vgic.reset().map_err(RebuildError::Vgic)?;
+    crate::runtime::passed_devices::reset(vm);
     *vm.uart.lock() = GuestUart {
         device: Pl011::new(),
         backlog: RxBacklog::new(),

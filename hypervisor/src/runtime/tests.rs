@@ -128,6 +128,9 @@ struct FakeHardware {
     powered_off: AtomicBool,
     /// The host disks, by number.
     disks: Mutex<Vec<&'static VecDisk>>,
+    /// What was done to passed devices' SPIs and forwarded windows, in
+    /// order.
+    spi_ops: Mutex<Vec<String>>,
     /// The switch and the VMs its ports reach.
     hub: &'static DeviceHub<FakeHardware>,
 }
@@ -154,6 +157,7 @@ impl FakeHardware {
             lines: Mutex::new(Vec::new()),
             powered_off: AtomicBool::new(false),
             disks: Mutex::new(Vec::new()),
+            spi_ops: Mutex::new(Vec::new()),
             hub: Box::leak(Box::new(DeviceHub::new())),
         }))
     }
@@ -273,6 +277,37 @@ impl Hardware for FakeHardware {
         let disk: &'static VecDisk = disks.get(index as usize)?;
         Some(disk)
     }
+
+    fn passthrough_spi_setup(&self, intid: u32, edge: bool, cpu: usize) {
+        self.spi_ops
+            .lock()
+            .unwrap()
+            .push(format!("setup {intid} {} cpu{cpu}", if edge { "edge" } else { "level" }));
+    }
+
+    fn passthrough_spi_route(&self, intid: u32, cpu: usize) {
+        self.spi_ops.lock().unwrap().push(format!("route {intid} cpu{cpu}"));
+    }
+
+    fn passthrough_spi_deactivate(&self, intid: u32) {
+        self.spi_ops.lock().unwrap().push(format!("deactivate {intid}"));
+    }
+
+    fn passthrough_spi_release(&self, intid: u32) {
+        self.spi_ops.lock().unwrap().push(format!("release {intid}"));
+    }
+
+    fn device_read(&self, pa: u64, size: u8) -> u64 {
+        self.spi_ops.lock().unwrap().push(format!("read {pa:#x} {size}"));
+        0x7465_7374
+    }
+
+    fn device_write(&self, pa: u64, size: u8, value: u64) {
+        self.spi_ops
+            .lock()
+            .unwrap()
+            .push(format!("write {pa:#x} {size} {value:#x}"));
+    }
 }
 
 /// A host disk of the fake machine: sectors in a host vector.
@@ -387,6 +422,7 @@ fn boot_info(cpus: usize) -> BootInfo {
         cpus_online: cpus,
         payload: None,
         tlb_caps: TlbCaps::ALL,
+        passthrough: Vec::new(),
     }
 }
 

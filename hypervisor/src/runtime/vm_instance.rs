@@ -68,6 +68,9 @@ use crate::vm::layout::{
 };
 use crate::vm::lifecycle::{Lifecycle, RestartError};
 use crate::vm::migration_plan::{CopyBoard, MigrationOptions};
+use crate::platform::host_device::Trigger as HostTrigger;
+use crate::vm::passthrough::{Claim, PassthroughError, PassthroughPlan};
+use boot_payload::vmconf::RamPlacement;
 use crate::vm::power::{BootRequest, PowerStates};
 use crate::vm::run_state::{Requested, RunState, RunStateError};
 use crate::vm::vcpu_state::VcpuState;
@@ -154,6 +157,8 @@ pub struct Vm<H: Hardware> {
     pub memslots: Memslots,
     /// Guest RAM as an IPA range.
     pub ram: PhysRange,
+    /// Its RAM is at IPA == PA (`ram=identity`).
+    pub identity_ram: bool,
     /// Which emulated device answers at which IPA.
     pub mmio: MmioBus,
     /// The emulated PL011.
@@ -162,6 +167,11 @@ pub struct Vm<H: Hardware> {
     pub vgic: Vgic,
     /// Its virtio-mmio devices (`runtime::virtio_devices`).
     pub virtio: VirtioDevices,
+    /// The host devices it owns (`vm::passthrough`).
+    pub passthrough: PassthroughPlan,
+    /// Per passed SPI: the CPU its physical interrupt is routed to now,
+    /// following the guest's routing of the virtual one.
+    pub passthrough_routes: Mutex<Vec<(u32, usize)>>,
     /// The machine's switch and VMs its devices reach
     /// (`runtime::device_hub`).
     pub device_hub: &'static DeviceHub<H>,
@@ -267,6 +277,8 @@ pub enum VmError {
     /// Its virtio devices could not be made (a host disk missing, a disk
     /// window past the disk's end, the switch full).
     Virtio(VirtioError),
+    /// A host device it names cannot be given to it.
+    Passthrough(PassthroughError),
 }
 
 impl core::fmt::Display for VmError {
@@ -295,6 +307,7 @@ impl core::fmt::Display for VmError {
             Self::Memslot(e) => write!(f, "memslot: {e}"),
             Self::Vgic(e) => write!(f, "virtual GIC: {e:?}"),
             Self::Virtio(e) => write!(f, "virtio devices: {e}"),
+            Self::Passthrough(e) => write!(f, "{e}"),
         }
     }
 }
@@ -308,6 +321,7 @@ impl core::error::Error for VmError {
             Self::Dtb(e) => Some(e),
             Self::Devices(e) => Some(e),
             Self::Virtio(e) => Some(e),
+            Self::Passthrough(e) => Some(e),
             _ => None,
         }
     }
@@ -780,12 +794,54 @@ impl<H: Hardware> Vm<H> {
     /// Reports the end of a VM already marked stopping (its vCPUs halt):
     /// console line, counters, the line that says why.
     pub fn report_end(&self, reason: &dyn core::fmt::Display) {
+        // Its devices' interrupts go quiet (`runtime::passed_devices`).
+        for irq in self.passthrough.interrupts() {
+            self.hw.passthrough_spi_release(irq.intid);
+        }
         self.flush_console();
         self.virtio.detach(self.device_hub.switch());
         self.print_counters();
         log::info!("vm{} ({}): stopped: {reason}", self.index, self.name);
         self.ended.store(true, Ordering::Release);
     }
+}
+
+/// What a VM's own RAM and emulated devices hold, for the check of the host
+/// devices it owns.
+fn own_claims(ram: PhysRange, vcpus: usize, gicv2: bool, virtio: &VirtioDevices) -> Vec<Claim> {
+    let claim = |owner: &str, windows: Vec<PhysRange>, intids: Vec<u32>| Claim {
+        owner: owner.into(),
+        windows,
+        intids,
+        path: None,
+    };
+    let gic_frames = if gicv2 {
+        PhysRange::from_start_size(GUEST_GICC_BASE, GUEST_GICC_SIZE)
+    } else {
+        PhysRange::from_start_size(GUEST_GICR_BASE, vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE)
+    };
+    let nodes = virtio.guest_nodes();
+    alloc::vec![
+        claim("the VM's RAM", alloc::vec![ram], Vec::new()),
+        claim(
+            "the VM's emulated UART",
+            alloc::vec![PhysRange::from_start_size(GUEST_UART_BASE, GUEST_UART_SIZE)],
+            alloc::vec![32 + GUEST_UART_SPI],
+        ),
+        claim(
+            "the VM's virtual GIC",
+            alloc::vec![
+                PhysRange::from_start_size(GUEST_GICD_BASE, vgic::DISTRIBUTOR_SIZE),
+                gic_frames
+            ],
+            Vec::new(),
+        ),
+        claim(
+            "the VM's emulated virtio-mmio devices",
+            nodes.iter().map(|n| n.window).collect(),
+            nodes.iter().map(|n| 32 + n.spi).collect(),
+        ),
+    ]
 }
 
 /// Creates VM `index` of the payload, `vm`, on the machine `info`
@@ -840,7 +896,19 @@ pub fn create_vm<H: Hardware>(
     }
     let vcpus = cpus.len();
     let mem_bytes = conf.mem_mib.unwrap_or(DEFAULT_MEM_MIB) << 20;
-    let ram = PhysRange::from_start_size(GUEST_RAM_BASE, mem_bytes);
+    let passthrough = match info.passthrough.get(index) {
+        Some(Ok(plan)) => plan.clone(),
+        Some(Err(e)) => return Err(VmError::Passthrough(e.clone())),
+        None => PassthroughPlan::default(),
+    };
+    // Identity RAM (`ram=identity`): its IPA is the host address of its
+    // frames, so a passed device's DMA reaches it.
+    let identity = conf.ram == Some(RamPlacement::Identity);
+    let backing = hw
+        .alloc_frames(mem_bytes, BACKING_ALIGN)
+        .ok_or(VmError::NoHostMemory(mem_bytes))?;
+    let ram_base = if identity { backing } else { GUEST_RAM_BASE };
+    let ram = PhysRange::from_start_size(ram_base, mem_bytes);
     // On a GICv2 host the guest gets a GICv2, its CPU interface the
     // hardware's GICV frame.
     let gicv2 = info
@@ -861,16 +929,16 @@ pub fn create_vm<H: Hardware>(
     let control = conf.control.unwrap_or(false);
     let virtio = VirtioDevices::from_conf(&conf, name.as_str(), control, |disk| hw.host_disk(disk))
         .map_err(VmError::Virtio)?;
+    passthrough
+        .check_vm(&own_claims(ram, vcpus, gicv2.is_some(), &virtio))
+        .map_err(VmError::Passthrough)?;
 
-    let backing = hw
-        .alloc_frames(mem_bytes, BACKING_ALIGN)
-        .ok_or(VmError::NoHostMemory(mem_bytes))?;
     // No data of an earlier owner may reach the guest.
     hw.zero_memory(backing as usize, mem_bytes as usize);
     // SAFETY: the frames were just allocated for this VM and are identity mapped.
     let guest_ram =
         unsafe { core::slice::from_raw_parts_mut(backing as *mut u8, mem_bytes as usize) };
-    let at = |ipa: u64| (ipa - GUEST_RAM_BASE) as usize;
+    let at = |ipa: u64| (ipa - ram_base) as usize;
     guest_ram[at(placement.kernel.start)..][..kernel.len()].copy_from_slice(kernel);
     if let (Some(range), Some(initrd)) = (placement.initrd, initrd) {
         guest_ram[at(range.start)..][..initrd.len()].copy_from_slice(initrd);
@@ -902,7 +970,11 @@ pub fn create_vm<H: Hardware>(
             intids: GUEST_TIMER_INTIDS,
         }),
         virtio: &virtio.guest_nodes(),
-        passed: &[],
+        passed: &passthrough
+            .devices
+            .iter()
+            .map(|d| &d.node)
+            .collect::<Vec<_>>(),
     })
     .map_err(VmError::Dtb)?;
     if dtb.len() as u64 > placement.dtb.size() {
@@ -941,15 +1013,22 @@ pub fn create_vm<H: Hardware>(
     let cache_caps = hw.cache_caps();
     let frames = hw.guest_table_memory(cache_caps, counters);
     let mut stage2 = Stage2PageTable::new(config, frames, vmid, vmid16).map_err(VmError::Stage2)?;
+    // Device memory mapped once, never trapped: the hardware's virtual CPU
+    // interface at the guest's GICC window (GICv2 host), and the passed
+    // devices' windows that fill whole pages, at their own addresses.
+    let mut device_windows: Vec<(u64, u64, u64)> = Vec::new();
     if let Some(gicv) = gicv2 {
-        // The guest's GICC window is the hardware's virtual CPU interface:
-        // device memory, mapped once, never trapped.
-        let size = GUEST_GICC_SIZE.min(gicv.size());
-        let pa = PhysAddr::new(gicv.start);
-        let mut cache = PageCache::with_capacity(8);
+        device_windows.push((GUEST_GICC_BASE, GUEST_GICC_SIZE.min(gicv.size()), gicv.start));
+    }
+    for window in passthrough.devices.iter().flat_map(|d| d.mapped.iter()) {
+        device_windows.push((window.start, window.size(), window.start));
+    }
+    for (ipa, size, pa) in device_windows {
+        let pa = PhysAddr::new(pa);
         let needed = stage2
-            .pages_needed_to_map(GUEST_GICC_BASE, size, pa)
+            .pages_needed_to_map(ipa, size, pa)
             .map_err(VmError::Stage2)?;
+        let mut cache = PageCache::with_capacity(needed);
         cache
             .top_up(&hw.table_memory(), needed)
             .map_err(|_| VmError::Stage2(pgtable::Error::NoMemory))?;
@@ -958,14 +1037,7 @@ pub fn create_vm<H: Hardware>(
             mem: MemType::Device,
         };
         stage2
-            .map(
-                GUEST_GICC_BASE,
-                size,
-                pa,
-                attrs,
-                &mut cache,
-                &hw.tlb(info.tlb_caps),
-            )
+            .map(ipa, size, pa, attrs, &mut cache, &hw.tlb(info.tlb_caps))
             .map_err(VmError::Stage2)?;
         cache.release(&hw.table_memory());
     }
@@ -978,7 +1050,7 @@ pub fn create_vm<H: Hardware>(
         let handle = collector.register();
         let spec = SlotSpec {
             id: SlotId::new(0).map_err(VmError::Memslot)?,
-            base_gfn: Gfn::from_ipa(GUEST_RAM_BASE),
+            base_gfn: Gfn::from_ipa(ram_base),
             npages: mem_bytes >> memslot::PAGE_SHIFT,
             backing: HostPhysAddr(backing),
             flags: SlotFlags::NONE,
@@ -1015,10 +1087,20 @@ pub fn create_vm<H: Hardware>(
         .map_err(VmError::Devices)?;
     }
     virtio.add_regions(&mut mmio).map_err(VmError::Virtio)?;
+    // Passed windows that share their pages with other devices: each access
+    // traps and is performed on the device (`vm::passthrough`).
+    for window in passthrough.devices.iter().flat_map(|d| d.forwarded.iter()) {
+        mmio.add(MmioRegion {
+            base: window.start,
+            size: window.size(),
+            device: DeviceId::Passed,
+        })
+        .map_err(VmError::Devices)?;
+    }
     let vgic_config = VgicConfig {
         distributor_base: GUEST_GICD_BASE,
         redistributor_base: GUEST_GICR_BASE,
-        spi_count: GUEST_SPI_COUNT,
+        spi_count: passthrough.spi_count(GUEST_SPI_COUNT),
         vcpu_mpidrs: (0..vcpus).map(vcpu_mpidr).collect(),
     };
     let vgic = if gicv2.is_some() {
@@ -1034,6 +1116,16 @@ pub fn create_vm<H: Hardware>(
         vgic.lock()
             .link_hardware_ppi(timer.guest_intid(), timer.host_intid(info.platform.timer))
             .map_err(VmError::Vgic)?;
+    }
+    // A passed SPI keeps its INTID; its physical interrupt goes to vCPU 0's
+    // CPU until the guest routes the virtual one elsewhere.
+    let mut passthrough_routes = Vec::new();
+    for irq in passthrough.interrupts() {
+        vgic.lock()
+            .link_hardware_spi(irq.intid, irq.intid)
+            .map_err(VmError::Vgic)?;
+        hw.passthrough_spi_setup(irq.intid, irq.trigger == HostTrigger::Edge, cpus[0]);
+        passthrough_routes.push((irq.intid, cpus[0]));
     }
     if gicv2.is_none() && (!features.gic_sysregs || info.platform.gic.is_none()) {
         log::warn!(
@@ -1055,6 +1147,7 @@ pub fn create_vm<H: Hardware>(
         collector,
         memslots,
         ram,
+        identity_ram: identity,
         mmio,
         uart: Mutex::new(GuestUart {
             device: Pl011::new(),
@@ -1063,6 +1156,8 @@ pub fn create_vm<H: Hardware>(
         }),
         vgic,
         virtio,
+        passthrough,
+        passthrough_routes: Mutex::new(passthrough_routes),
         device_hub: hub,
         power: PowerStates::new(vcpus),
         run_state: RunState::new(),
@@ -1108,10 +1203,11 @@ pub fn create_vm<H: Hardware>(
         );
     }
     log::info!(
-        "vm{index}: {vcpus} vCPU(s), name {name}, CPUs {:?}, {} MiB RAM at IPA {GUEST_RAM_BASE:#x} backed by {backing:#x}, VMID {vmid}, \
+        "vm{index}: {vcpus} vCPU(s), name {name}, CPUs {:?}, {} MiB RAM at IPA {ram_base:#x}{} backed by {backing:#x}, VMID {vmid}, \
          kernel {:#x} ({} bytes{}), device tree {:#x}{}{}",
         vm.cpus,
         mem_bytes >> 20,
+        if identity { " (identity)" } else { "" },
         placement.kernel.start,
         kernel.len(),
         match kernel_format {

@@ -167,14 +167,33 @@ fn unmap_cache<H: Hardware>(hw: &H) -> Result<PageCache, VmOpError> {
 /// Deletes slot `id` of `vm` at run time and frees its backing (see the
 /// module doc). Returns the deleted slot's spec.
 pub fn delete_slot<H: Hardware>(vm: &Vm<H>, id: SlotId) -> Result<SlotSpec, VmOpError> {
+    let spec = unmap_slot(vm, id)?;
+    let size = spec.npages << PAGE_SHIFT;
+    vm.hw.free_frames(spec.backing.0, size, backing_align(size));
+    Ok(spec)
+}
+
+/// Deletes slot `id` of `vm` as [`delete_slot`] does, but keeps its host
+/// frames: the caller reuses them ([`recreate_slot`]).
+pub fn unmap_slot<H: Hardware>(vm: &Vm<H>, id: SlotId) -> Result<SlotSpec, VmOpError> {
     let mut cache = unmap_cache(vm.hw)?;
     let handle = vm.collector.register();
     let result = pgtable::delete_slot(&vm.memslots, &handle, &vm.stage2, id, &mut cache, &vm.tlb);
     cache.release(&vm.hw.table_memory());
-    let spec = result?;
+    Ok(result?)
+}
+
+/// Creates a slot again over the frames [`unmap_slot`] kept (`spec`),
+/// zeroed first: for a VM whose RAM must stay at its host address
+/// (`ram=identity`).
+pub fn recreate_slot<H: Hardware>(vm: &Vm<H>, spec: SlotSpec) -> Result<(), VmOpError> {
     let size = spec.npages << PAGE_SHIFT;
-    vm.hw.free_frames(spec.backing.0, size, backing_align(size));
-    Ok(spec)
+    vm.hw.zero_memory(spec.backing.0 as usize, size as usize);
+    let handle = vm.collector.register();
+    vm.memslots
+        .create(&handle, spec)
+        .map(|_| ())
+        .map_err(VmOpError::Memslot)
 }
 
 /// Moves slot `id` of `vm` to `base_gfn` at run time (see the module doc).

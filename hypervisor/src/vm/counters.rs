@@ -67,11 +67,13 @@ pub enum Counter {
     DirtyPagesMarked,
     /// Tables collapsed back into a block by a fault after dirty logging.
     Stage2Collapses,
+    /// Interrupts of passed-through devices delivered to the guest.
+    PassthroughIrqs,
 }
 
 impl Counter {
     /// Every counter, in report order.
-    pub const ALL: [Counter; 24] = [
+    pub const ALL: [Counter; 25] = [
         Counter::Stage2Faults,
         Counter::MappedPages4k,
         Counter::MappedBlocks2m,
@@ -96,6 +98,7 @@ impl Counter {
         Counter::Restarts,
         Counter::DirtyPagesMarked,
         Counter::Stage2Collapses,
+        Counter::PassthroughIrqs,
     ];
 
     /// The name printed in the report.
@@ -125,6 +128,7 @@ impl Counter {
             Counter::Restarts => "restarts",
             Counter::DirtyPagesMarked => "dirty_pages_marked",
             Counter::Stage2Collapses => "stage2_collapses",
+            Counter::PassthroughIrqs => "passthrough_irqs",
         }
     }
 }
@@ -239,6 +243,7 @@ mod tests {
                 "restarts",
                 "dirty_pages_marked",
                 "stage2_collapses",
+                "passthrough_irqs",
             ]
         );
         assert_eq!(snap[0], ("stage2_faults", 1));

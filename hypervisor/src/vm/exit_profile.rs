@@ -48,6 +48,8 @@ pub enum ExitClass {
     MmioGic,
     /// An access to a virtio-mmio device's registers.
     MmioVirtio,
+    /// An access to a passed-through device's forwarded window.
+    MmioPassed,
     /// An abort injected into the guest (outside RAM and devices).
     AbortInjected,
     /// An HVC (PSCI, the hypervisor's own calls).
@@ -62,6 +64,8 @@ pub enum ExitClass {
     IrqTimer,
     /// A physical interrupt: the console UART.
     IrqUart,
+    /// A physical interrupt: a passed-through device's SPI.
+    IrqPassthrough,
     /// A physical interrupt of another kind, or a spurious one.
     IrqOther,
     /// Anything else (a failed AArch32 condition, an undefined instruction).
@@ -70,7 +74,7 @@ pub enum ExitClass {
 
 impl ExitClass {
     /// Every class, in report order.
-    pub const ALL: [ExitClass; 20] = [
+    pub const ALL: [ExitClass; 22] = [
         ExitClass::Wfx,
         ExitClass::SysregSgi,
         ExitClass::SysregId,
@@ -82,6 +86,7 @@ impl ExitClass {
         ExitClass::MmioUart,
         ExitClass::MmioGic,
         ExitClass::MmioVirtio,
+        ExitClass::MmioPassed,
         ExitClass::AbortInjected,
         ExitClass::Hvc,
         ExitClass::Smc,
@@ -89,6 +94,7 @@ impl ExitClass {
         ExitClass::IrqMaintenance,
         ExitClass::IrqTimer,
         ExitClass::IrqUart,
+        ExitClass::IrqPassthrough,
         ExitClass::IrqOther,
         ExitClass::Other,
     ];
@@ -107,6 +113,7 @@ impl ExitClass {
             ExitClass::MmioUart => "mmio_uart",
             ExitClass::MmioGic => "mmio_gic",
             ExitClass::MmioVirtio => "mmio_virtio",
+            ExitClass::MmioPassed => "mmio_passed",
             ExitClass::AbortInjected => "abort_injected",
             ExitClass::Hvc => "hvc",
             ExitClass::Smc => "smc",
@@ -114,6 +121,7 @@ impl ExitClass {
             ExitClass::IrqMaintenance => "irq_maintenance",
             ExitClass::IrqTimer => "irq_timer",
             ExitClass::IrqUart => "irq_uart",
+            ExitClass::IrqPassthrough => "irq_passthrough",
             ExitClass::IrqOther => "irq_other",
             ExitClass::Other => "other",
         }

@@ -32,6 +32,7 @@
 //! stay true), so the VM's virtual GIC gets enough SPIs to hold the highest
 //! one ([`PassthroughPlan::spi_count`]).
 
+use crate::platform::Platform;
 use crate::platform::host_device::{DeviceNode, HostDevice, HostInterrupt};
 use crate::platform::ranges::PhysRange;
 use alloc::format;
@@ -112,6 +113,29 @@ fn overlaps(a: PhysRange, b: PhysRange) -> bool {
     a.start < b.end && b.start < a.end
 }
 
+/// The first of `windows` that overlaps one of `others`.
+fn first_overlap(windows: &[PhysRange], others: &[PhysRange]) -> Option<PhysRange> {
+    windows
+        .iter()
+        .copied()
+        .find(|w| others.iter().any(|o| overlaps(*w, *o)))
+}
+
+/// Why a device at `path` with `windows` and `intids` cannot sit beside
+/// `claim`, if it cannot.
+fn conflict(path: &str, windows: &[PhysRange], intids: &[u32], claim: &Claim) -> Option<String> {
+    if claim.path.as_deref() == Some(path) {
+        return Some(format!("also given to {}", claim.owner));
+    }
+    if let Some(w) = first_overlap(windows, &claim.windows) {
+        return Some(format!("window {} overlaps {}", window_text(w), claim.owner));
+    }
+    intids
+        .iter()
+        .find(|i| claim.intids.contains(i))
+        .map(|i| format!("interrupt {i} is also {}'s", claim.owner))
+}
+
 impl PassedDevice {
     /// Checks `device` against `claims` and against the devices already in
     /// the plan (`earlier`).
@@ -130,60 +154,36 @@ impl PassedDevice {
         if device.windows.is_empty() && device.interrupts.is_empty() {
             return Err(fail("it has no register window and no interrupt to give".into()));
         }
+        let intids: Vec<u32> = device.interrupts.iter().map(|i| i.intid).collect();
         for claim in &claims.hypervisor {
-            if let Some(w) = device
-                .windows
-                .iter()
-                .find(|w| claim.windows.iter().any(|c| overlaps(**w, *c)))
-            {
+            if let Some(w) = first_overlap(&device.windows, &claim.windows) {
                 return Err(fail(format!(
                     "the hypervisor uses it ({}: window {})",
                     claim.owner,
-                    window_text(*w)
+                    window_text(w)
                 )));
             }
-            if let Some(i) = device.interrupts.iter().find(|i| claim.intids.contains(&i.intid)) {
+            if let Some(i) = intids.iter().find(|i| claim.intids.contains(i)) {
                 return Err(fail(format!(
-                    "the hypervisor uses its interrupt {} ({})",
-                    i.intid, claim.owner
-                )));
-            }
-        }
-        let others = claims.other_vms.iter().chain(claims.this_vm.iter());
-        for claim in others {
-            if claim.path.as_deref() == Some(device.path.as_str()) {
-                return Err(fail(format!("also given to {}", claim.owner)));
-            }
-            if let Some(w) = device
-                .windows
-                .iter()
-                .find(|w| claim.windows.iter().any(|c| overlaps(**w, *c)))
-            {
-                return Err(fail(format!(
-                    "window {} overlaps {}",
-                    window_text(*w),
+                    "the hypervisor uses its interrupt {i} ({})",
                     claim.owner
                 )));
             }
-            if let Some(i) = device.interrupts.iter().find(|i| claim.intids.contains(&i.intid)) {
-                return Err(fail(format!(
-                    "interrupt {} is also {}'s",
-                    i.intid, claim.owner
-                )));
+        }
+        for claim in claims.other_vms.iter().chain(claims.this_vm.iter()) {
+            if let Some(why) = conflict(&device.path, &device.windows, &intids, claim) {
+                return Err(fail(why));
             }
         }
         for other in earlier {
             if other.path == device.path {
                 return Err(fail("named twice in vm.conf".into()));
             }
-            if let Some(w) = device
-                .windows
-                .iter()
-                .find(|w| other.windows().any(|t| overlaps(**w, t)))
-            {
+            let theirs: Vec<PhysRange> = other.windows().collect();
+            if let Some(w) = first_overlap(&device.windows, &theirs) {
                 return Err(fail(format!(
                     "window {} overlaps {}'s",
-                    window_text(*w),
+                    window_text(w),
                     other.path
                 )));
             }
@@ -218,6 +218,52 @@ impl PassedDevice {
 }
 
 impl PassthroughPlan {
+    /// Reads and checks the nodes `paths` of the host tree `dtb` for one
+    /// VM, against the hypervisor's claims and the other VMs' in `claims`
+    /// (this VM's own are checked once it is laid out,
+    /// [`check_vm`](Self::check_vm)).
+    pub fn read<'p>(
+        dtb: &[u8],
+        gic_distributor: u64,
+        paths: impl Iterator<Item = &'p str>,
+        claims: &Claims,
+    ) -> Result<Self, PassthroughError> {
+        let mut devices: Vec<PassedDevice> = Vec::new();
+        for path in paths {
+            let device =
+                HostDevice::read(dtb, path, gic_distributor).map_err(|e| PassthroughError {
+                    path: path.into(),
+                    why: e.0,
+                })?;
+            let passed = PassedDevice::check(device, claims, &devices)?;
+            devices.push(passed);
+        }
+        Ok(Self { devices })
+    }
+
+    /// Checks every device against the VM's own RAM and emulated devices.
+    pub fn check_vm(&self, this_vm: &[Claim]) -> Result<(), PassthroughError> {
+        for device in &self.devices {
+            let windows: Vec<PhysRange> = device.windows().collect();
+            let intids: Vec<u32> = device.interrupts.iter().map(|i| i.intid).collect();
+            for claim in this_vm {
+                if let Some(why) = conflict(&device.path, &windows, &intids, claim) {
+                    return Err(PassthroughError {
+                        path: device.path.clone(),
+                        why,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the other VMs' checks see of this VM's devices.
+    pub fn claims(&self, owner: &str) -> impl Iterator<Item = Claim> + '_ {
+        let owner = String::from(owner);
+        self.devices.iter().map(move |d| d.claim(owner.clone()))
+    }
+
     /// Whether the VM owns no device.
     pub fn is_empty(&self) -> bool {
         self.devices.is_empty()
@@ -249,6 +295,86 @@ impl PassthroughPlan {
             .flat_map(|d| d.forwarded.iter().copied())
             .find(|w| pa >= w.start && pa.checked_add(size).is_some_and(|end| end <= w.end))
     }
+}
+
+/// What the hypervisor itself holds on `platform`: its console UART (and
+/// its interrupt), the GIC's frames and host RAM (where the hypervisor, its
+/// tables and every VM's RAM live).
+pub fn hypervisor_claims(platform: &Platform) -> Vec<Claim> {
+    let mut claims = alloc::vec![
+        Claim {
+            owner: "its console UART".into(),
+            windows: alloc::vec![platform.uart],
+            intids: platform.uart_intid.into_iter().collect(),
+            path: None,
+        },
+        Claim {
+            owner: "host RAM".into(),
+            windows: platform.ram.clone(),
+            intids: Vec::new(),
+            path: None,
+        },
+    ];
+    let mut gic = Vec::new();
+    if let Some(v3) = &platform.gic {
+        gic.push(v3.distributor);
+        gic.extend(v3.redistributors.iter().copied());
+    }
+    if let Some(v2) = &platform.gicv2 {
+        gic.extend([v2.distributor, v2.cpu_interface]);
+        gic.extend(v2.hyp_interface);
+        gic.extend(v2.virtual_cpu);
+    }
+    claims.push(Claim {
+        owner: "the GIC".into(),
+        windows: gic,
+        intids: Vec::new(),
+        path: None,
+    });
+    claims
+}
+
+/// The host GIC's distributor address (what an interrupt parent must be).
+pub fn gic_distributor(platform: &Platform) -> Option<u64> {
+    platform
+        .gic
+        .as_ref()
+        .map(|g| g.distributor.start)
+        .or(platform.gicv2.as_ref().map(|g| g.distributor.start))
+}
+
+/// Every VM's devices (`vms`: each VM's name and `device=` paths, in
+/// payload order), read from the host tree `dtb` and checked against the
+/// hypervisor and the VMs before it. One entry per VM.
+pub fn plan_machine<'p>(
+    dtb: &[u8],
+    platform: &Platform,
+    vms: impl Iterator<Item = (&'p str, Vec<&'p str>)>,
+) -> Vec<Result<PassthroughPlan, PassthroughError>> {
+    let mut claims = Claims {
+        hypervisor: hypervisor_claims(platform),
+        ..Claims::default()
+    };
+    let mut out = Vec::new();
+    for (index, (name, paths)) in vms.enumerate() {
+        if paths.is_empty() {
+            out.push(Ok(PassthroughPlan::default()));
+            continue;
+        }
+        let plan = match gic_distributor(platform) {
+            Some(gicd) => PassthroughPlan::read(dtb, gicd, paths.iter().copied(), &claims),
+            None => Err(PassthroughError {
+                path: paths[0].into(),
+                why: "the host has no GIC to route its interrupts".into(),
+            }),
+        };
+        if let Ok(plan) = &plan {
+            let owner = format!("vm{index} ({name})");
+            claims.other_vms.extend(plan.claims(&owner));
+        }
+        out.push(plan);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -237,6 +237,9 @@ impl Default for VcpuState {
 pub enum MigrationBlocker {
     /// The host's virtual CPU interface is a GICv2 frame.
     Gicv2,
+    /// The VM owns host devices (passthrough): their state is in the
+    /// hardware, and they cannot follow the VM to other addresses.
+    Passthrough,
     /// vCPU `vcpu`'s vector state was captured at a vector length (bytes) the
     /// destination's CPU does not have (`here`: `None` without SVE, or
     /// without SME for streaming state).
@@ -257,6 +260,9 @@ impl fmt::Display for MigrationBlocker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Gicv2 => f.write_str("a GICv2 host's virtual CPU interface is not migrated"),
+            Self::Passthrough => f.write_str(
+                "a VM that owns host devices (device= in its vm.conf) is not migrated",
+            ),
             Self::VectorLength {
                 vcpu,
                 streaming,

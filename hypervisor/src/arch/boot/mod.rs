@@ -31,6 +31,7 @@ use crate::devices::vgic::ListRegisters;
 use crate::platform::cpu_features::{CpuFeatures, SystemFeatures};
 use crate::platform::ranges::PhysRange;
 use crate::platform::{Platform, PsciConduit};
+use crate::vm::passthrough::{PassthroughError, PassthroughPlan};
 use crate::runtime::boot_info::{self, BootInfo};
 use aarch64_cpu::registers::ICH_VTR_EL2;
 use core::sync::atomic::Ordering;
@@ -166,7 +167,21 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         ),
         Err(e) => log::warn!("firmware PSCI_VERSION failed: {e:?}"),
     }
-    crate::arch::host_disk::probe(&virtio_windows);
+    let passthrough = passthrough_plans(dtb_bytes, &platform);
+    // A node a VM owns is the VM's, not a host disk.
+    let host_windows: alloc::vec::Vec<_> = virtio_windows
+        .iter()
+        .copied()
+        .filter(|w| {
+            !passthrough.iter().flatten().any(|plan| {
+                plan.devices
+                    .iter()
+                    .flat_map(|d| d.windows())
+                    .any(|p| p.start < w.regs.end && w.regs.start < p.end)
+            })
+        })
+        .collect();
+    crate::arch::host_disk::probe(&host_windows);
 
     if let Some(host_gic) = platform.gic.as_ref().filter(|_| list_regs.is_some()) {
         let timers = crate::vocabulary::timers::TimerId::ALL.map(|t| t.host_intid(platform.timer));
@@ -229,8 +244,42 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         cpus_online,
         payload,
         tlb_caps,
+        passthrough,
     });
     run::run_boot_cpu(info)
+}
+
+/// Each VM's passed-through devices, read from the host tree before the
+/// host disks are probed (a passed node is the VM's, not a host disk). The
+/// payload is parsed here for its `device=` lines only; `arch::run` parses
+/// it again and reports what is wrong with it.
+fn passthrough_plans(
+    dtb: &[u8],
+    platform: &Platform,
+) -> alloc::vec::Vec<Result<PassthroughPlan, PassthroughError>> {
+    let Some(payload) = platform.initrd else {
+        return alloc::vec::Vec::new();
+    };
+    // SAFETY: the boot loader placed the payload there; it was excluded from
+    // the frame allocator and is covered by the identity map.
+    let bytes =
+        unsafe { core::slice::from_raw_parts(payload.start as *const u8, payload.size() as usize) };
+    let Ok(vms) = boot_payload::VmsRef::parse(bytes) else {
+        return alloc::vec::Vec::new();
+    };
+    if vms.as_slice().iter().all(|vm| vm.payload.conf.devices.is_empty()) {
+        return alloc::vec::Vec::new();
+    }
+    crate::vm::passthrough::plan_machine(
+        dtb,
+        platform,
+        vms.as_slice().iter().map(|vm| {
+            (
+                vm.name.as_str(),
+                vm.payload.conf.devices.iter().map(|d| d.as_str()).collect(),
+            )
+        }),
+    )
 }
 
 fn yes_no(b: bool) -> &'static str {

@@ -61,6 +61,7 @@ const ICC_CTLR_EOIMODE: u64 = 1 << 1;
 
 /// What the driver learned at boot.
 struct HostGic {
+    distributor: usize,
     maintenance: u32,
     regions: alloc::vec::Vec<crate::platform::ranges::PhysRange>,
     /// The timers' host PPIs, in [`TimerId::index`] order.
@@ -165,6 +166,7 @@ pub fn init_distributor(gic: &Gicv3, timers: [u32; 2], uart_intid: Option<u32>, 
         DEFAULT_MAINTENANCE_INTID
     });
     GIC.call_once(|| HostGic {
+        distributor,
         maintenance,
         regions: gic.redistributors.clone(),
         timers,
@@ -849,5 +851,103 @@ pub fn quiesce() {
 pub fn kick(index: usize) {
     if let Some(d) = driver() {
         d.kick(index);
+    }
+}
+
+/// The distributor of whichever GIC is driven, and whether it is a GICv2.
+fn distributor() -> Option<(usize, bool)> {
+    if let Some(v2) = GICV2.get() {
+        return Some((v2.distributor, true));
+    }
+    GIC.get().map(|g| (g.distributor, false))
+}
+
+/// Routes SPI `intid` to logical CPU `cpu`: `GICD_IROUTER` with the CPU's
+/// affinity on a GICv3, its interface bit in `GICD_ITARGETSR` on a GICv2.
+pub fn route_spi(intid: u32, cpu: usize) {
+    let Some((distributor, v2)) = distributor() else {
+        return;
+    };
+    if !(32..1020).contains(&intid) {
+        return;
+    }
+    if v2 {
+        let mask = CPU_MASKS[cpu].load(Ordering::Acquire);
+        // SAFETY: byte access to the SPI's target byte, in the frame.
+        unsafe {
+            write_volatile(
+                (distributor + v2regs::gicd::ITARGETSR + intid as usize) as *mut u8,
+                mask,
+            );
+        }
+    } else {
+        let mpidr = percpu::slot(cpu).mpidr.load(Ordering::Relaxed);
+        let route = ((mpidr >> 32) & 0xff) << 32 | (mpidr & 0xff_ffff);
+        write64(distributor + gicd::IROUTER + intid as usize * 8, route);
+    }
+}
+
+/// Takes SPI `intid` (a passed-through device's) at EL2: disabled, made
+/// group 1 (GICv3) or group 0 (GICv2, signalled as IRQ), the hypervisor's
+/// priority, edge (`edge`) or level, routed to logical CPU `cpu`, inactive,
+/// enabled.
+pub fn setup_spi(intid: u32, edge: bool, cpu: usize) {
+    let Some((distributor, v2)) = distributor() else {
+        return;
+    };
+    if !(32..1020).contains(&intid) {
+        return;
+    }
+    let word = (intid / 32) as usize * 4;
+    let bit = 1 << (intid % 32);
+    write32(distributor + gicd::ICENABLER + word, bit);
+    if !v2 {
+        wait_distributor(distributor);
+    }
+    let group = read32(distributor + gicd::IGROUPR + word);
+    let group = if v2 { group & !bit } else { group | bit };
+    write32(distributor + gicd::IGROUPR + word, group);
+    // SAFETY: byte access to the interrupt's priority byte, in the frame.
+    unsafe {
+        write_volatile(
+            (distributor + gicd::IPRIORITYR + intid as usize) as *mut u8,
+            HOST_PRIORITY,
+        );
+    }
+    let cfg = distributor + gicd::ICFGR + (intid / 16) as usize * 4;
+    let shift = (intid % 16) * 2;
+    let edge_bit = u32::from(edge) << 1 << shift;
+    write32(cfg, (read32(cfg) & !(0b11 << shift)) | edge_bit);
+    route_spi(intid, cpu);
+    write32(distributor + gicd::ICACTIVER + word, bit);
+    write32(distributor + gicd::ISENABLER + word, bit);
+}
+
+/// Deactivates SPI `intid` at the distributor (`GICD_ICACTIVER`: defined
+/// from any CPU, and a no-op when it is not active): one left active for a
+/// guest that will not deactivate it.
+pub fn clear_spi_active(intid: u32) {
+    let Some((distributor, _)) = distributor() else {
+        return;
+    };
+    if (32..1020).contains(&intid) {
+        write32(
+            distributor + gicd::ICACTIVER + (intid / 32) as usize * 4,
+            1 << (intid % 32),
+        );
+    }
+}
+
+/// Disables SPI `intid` and clears its active state: its VM ended.
+pub fn release_spi(intid: u32) {
+    let Some((distributor, _)) = distributor() else {
+        return;
+    };
+    if (32..1020).contains(&intid) {
+        write32(
+            distributor + gicd::ICENABLER + (intid / 32) as usize * 4,
+            1 << (intid % 32),
+        );
+        clear_spi_active(intid);
     }
 }

@@ -51,6 +51,10 @@ impl Vcpu {
                 self.exit_class = ExitClass::MmioVirtio;
                 self.virtio_access(device, abort.write, access, offset)
             }
+            DataAbortRoute::Passed { access } => {
+                self.exit_class = ExitClass::MmioPassed;
+                self.passed_access(abort.write, access, ipa)
+            }
             DataAbortRoute::InjectAbort(cause) => {
                 self.exit_class = ExitClass::AbortInjected;
                 self.inject_abort(InjectKind::DataAbort { write: abort.write }, ipa, cause)?;

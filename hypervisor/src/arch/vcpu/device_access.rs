@@ -32,6 +32,16 @@ impl Vcpu {
         device_access::virtio_access(self, device, write, access, offset)
     }
 
+    /// A guest access to a passed-through device's forwarded window.
+    pub(super) fn passed_access(
+        &mut self,
+        write: bool,
+        access: DataAccess,
+        ipa: u64,
+    ) -> Result<Flow, StopReason> {
+        crate::runtime::passed_devices::forwarded_access(self, write, access, ipa)
+    }
+
     /// A guest access to the virtual GIC's distributor or redistributors.
     pub(super) fn gic_access(
         &mut self,

@@ -12,6 +12,7 @@ use crate::devices::timer::timer_line;
 use crate::devices::vgic::VcpuSet;
 use crate::drivers::gic::HostIrq;
 use crate::exit::flow::{ListRegisterOp, StopReason};
+use crate::runtime::passed_devices;
 use crate::read_sysreg;
 use crate::vm::exit_profile::{ExitClass, Work};
 use crate::vm::run_state::Requested;
@@ -64,7 +65,9 @@ impl Vcpu {
             let result = vgic.fill(self.index, lrs);
             let completed = vgic.take_hardware_completions(self.index);
             let idle = TimerId::ALL.map(|t| vgic.hardware_ppi_idle(self.index, t.guest_intid()));
+            let idle_spis = vgic.take_hardware_spi_deactivations();
             drop(vgic);
+            passed_devices::deactivate_idle(self.vm, &idle_spis);
             if let Err(error) = result {
                 return Err(StopReason::ListRegisters {
                     op: ListRegisterOp::Fill,
@@ -189,6 +192,9 @@ impl Vcpu {
                     HostIrq::Maintenance => ExitClass::IrqMaintenance,
                     HostIrq::Timer(_) => ExitClass::IrqTimer,
                     HostIrq::UartReceive => ExitClass::IrqUart,
+                    HostIrq::Unexpected(intid) if passed_devices::owns(self.vm, intid) => {
+                        ExitClass::IrqPassthrough
+                    }
                     HostIrq::Spurious | HostIrq::Unexpected(_) => ExitClass::IrqOther,
                 };
             }
@@ -211,6 +217,17 @@ impl Vcpu {
                     continue;
                 }
                 HostIrq::UartReceive => monitor_target::host_input(),
+                // A passed device's: left active for the guest to
+                // deactivate (`runtime::passed_devices`).
+                HostIrq::Unexpected(intid) if passed_devices::owns(self.vm, intid) => {
+                    gic::drop_priority(ack);
+                    let kicks = passed_devices::deliver(self.vm, intid)?;
+                    self.absorb(kicks);
+                    if !drain {
+                        return Ok(());
+                    }
+                    continue;
+                }
                 HostIrq::Unexpected(intid) if host_console::is_poll_timer(intid) => {
                     monitor_target::poll_tick();
                 }

@@ -338,6 +338,11 @@ impl VgicState {
         }
     }
 
+    /// The vCPU SPI `intid` is routed to now, if any.
+    pub fn spi_target_of(&self, intid: u32) -> Option<usize> {
+        self.spi_target(intid)
+    }
+
     /// Takes the hardware-linked PPIs of `vcpu` (bit n = INTID n) that the
     /// guest deactivated through a hardware list register since the last
     /// call (found by the folds in between): their physical interrupts are
