@@ -51,6 +51,21 @@
 //!     back within 5 s of the last as `CONTROL (raw|echo): <line>`; fail on
 //!     a line holding `error`, pass when a line of each round holds
 //!     `hv.expect=`.
+//!   - `net-serve` ([`Role::NetServe`]): for a network that hands out
+//!     addresses by DHCP (QEMU's user-mode network, whose DHCP server gives
+//!     10.0.2.15 with the router 10.0.2.2): bring `eth0` up, take a lease
+//!     with busybox `udhcpc -i eth0 -n -q -s SCRIPT` (the script sets the
+//!     address and the default route it got), then serve
+//!     [`net_serve_reply`] on TCP port `hv.port=`, one connection after
+//!     another (busybox `nc -l -p PORT` with the reply file as its input,
+//!     restarted after each connection), and print [`NET_SERVE_PREFIX`]
+//!     lines: `<address> ready` once something listens on the port (read
+//!     from `/proc/net/tcp`), and per connection `served connection <n>,
+//!     got: <the first line the client sent>` (letters, digits, `._:-`
+//!     only, 80 at most). It serves until the machine is powered off and
+//!     prints no `RESULT:` line (a `--vm` running it says
+//!     `expect=running`); a missing `eth0`, no lease or no listener is a
+//!     `RESULT: FAIL`.
 //!   - `console-bench` ([`Role::ConsoleBench`]): make `hv.bench_kib=N` KiB
 //!     of [`CONSOLE_BENCH_LINE`] lines in the initramfs, then `cat` them to
 //!     the PL011 (`/dev/ttyAMA0`) and to the virtio-console (`/dev/hvc0`),
@@ -77,6 +92,8 @@ pub const DISK_CHECK_PATH: &str = "/hv/check.txt";
 /// The file the disk-write role rewrites in rounds ([`Role::DiskWrite`]'s
 /// `rewrite_seconds`), on the same file system.
 pub const DISK_ROUNDS_PATH: &str = "/hv/rounds.txt";
+/// How the net-serve role's lines start ([`Role::NetServe`]).
+pub const NET_SERVE_PREFIX: &str = "NET-SERVE: ";
 /// How the role inits' figures start: `BENCH: <name> <value> <unit>`.
 pub const BENCH_PREFIX: &str = "BENCH: ";
 /// The line the console bench writes over and over: 63 printable bytes,
@@ -128,6 +145,12 @@ pub enum Role {
         /// Text an answer line must hold.
         expect: String,
     },
+    /// Take a DHCP lease on `eth0` and serve [`net_serve_reply`] on TCP
+    /// `port` until powered off (no `RESULT:` line).
+    NetServe {
+        /// The TCP port it listens on.
+        port: u16,
+    },
     /// Write `kib` KiB of [`CONSOLE_BENCH_LINE`] lines to `/dev/ttyAMA0`,
     /// then to `/dev/hvc0`, each timed: `BENCH:
     /// console_pl011_bytes_per_s` and `console_virtio_bytes_per_s`.
@@ -165,8 +188,25 @@ impl Role {
                 format!("hv.role=console-control hv.expect={expect}")
             }
             Role::ConsoleBench { kib } => format!("hv.role=console-bench hv.bench_kib={kib}"),
+            Role::NetServe { port } => format!("hv.role=net-serve hv.port={port}"),
         }
     }
+
+    /// Whether the init prints a `RESULT:` line after the role (all but
+    /// net-serve, which serves until the machine is powered off).
+    pub fn reports_result(&self) -> bool {
+        !matches!(self, Role::NetServe { .. })
+    }
+}
+
+/// What the net-serve role sends each connection: a title line and
+/// `seq 1 20000` (108,910 bytes: some 75 full-size frames).
+pub fn net_serve_reply() -> String {
+    let mut text = String::from("net-serve reply\n");
+    for i in 1..=20000 {
+        text.push_str(&format!("{i}\n"));
+    }
+    text
 }
 
 /// The contents of [`DISK_CHECK_PATH`] as the disk roles write it: a title
@@ -295,7 +335,7 @@ esac
 
 /// The role part of the test init: reads `hv.*` words, defines the roles and
 /// runs the one named (nothing without `hv.role=`).
-const ROLES: &str = r#"role=; ip=; peer=; expect=; bench_mib=0; bench_skip_mib=0; bench_kib=0; disk_seconds=0
+const ROLES: &str = r#"role=; ip=; peer=; expect=; bench_mib=0; bench_skip_mib=0; bench_kib=0; disk_seconds=0; port=
 for word in $(cat /proc/cmdline); do
     case "$word" in
     hv.role=*) role=${word#hv.role=} ;;
@@ -306,6 +346,7 @@ for word in $(cat /proc/cmdline); do
     hv.bench_skip_mib=*) bench_skip_mib=${word#hv.bench_skip_mib=} ;;
     hv.bench_kib=*) bench_kib=${word#hv.bench_kib=} ;;
     hv.disk_seconds=*) disk_seconds=${word#hv.disk_seconds=} ;;
+    hv.port=*) port=${word#hv.port=} ;;
     esac
 done
 now() { read up idle < /proc/uptime; echo "$up"; }
@@ -469,6 +510,61 @@ console_control() {
     control_round echo
     exec 4<&-
 }
+net_serve_reply() {
+    echo "net-serve reply"
+    seq 1 20000
+}
+net_serve() {
+    [ "$port" -gt 0 ] 2>/dev/null || fail "net-serve needs hv.port=PORT"
+    wait_for /sys/class/net/eth0 || fail "no eth0 (virtio_net found no device)"
+    ip link set lo up
+    ip link set eth0 up || fail "cannot bring eth0 up"
+    cat > /tmp/udhcpc.script <<'SCRIPT'
+#!/bin/sh
+case "$1" in
+deconfig)
+    ip addr flush dev "$interface"
+    ;;
+bound|renew)
+    ip addr flush dev "$interface"
+    ip addr add "$ip/${mask:-24}" dev "$interface"
+    for gateway in $router; do
+        ip route add default via "$gateway" dev "$interface" && break
+    done
+    echo "$ip" > /tmp/dhcp-address
+    ;;
+esac
+SCRIPT
+    chmod +x /tmp/udhcpc.script
+    udhcpc -i eth0 -n -q -t 10 -s /tmp/udhcpc.script > /tmp/udhcpc 2>&1 ||
+        fail "no DHCP lease on eth0: $(tail -n 3 /tmp/udhcpc)"
+    [ -s /tmp/dhcp-address ] || fail "udhcpc set no address: $(tail -n 3 /tmp/udhcpc)"
+    address=$(cat /tmp/dhcp-address)
+    net_serve_reply > /tmp/reply
+    (
+        n=0
+        while :; do
+            if ! nc -l -p "$port" < /tmp/reply > /tmp/got 2>/tmp/nc-serve; then
+                echo "NET-SERVE: nc -l -p $port failed: $(cat /tmp/nc-serve)"
+                sleep 1
+                continue
+            fi
+            n=$((n + 1))
+            echo "NET-SERVE: served connection $n, got: $(head -n 1 /tmp/got | tr -cd 'A-Za-z0-9._:-' | head -c 80)"
+        done
+    ) &
+    server=$!
+    hex=$(printf '%04X' "$port")
+    n=0
+    until cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q ":$hex [0-9A-F]*:0000 0A "; do
+        n=$((n + 1))
+        [ $n -lt 100 ] || fail "nothing listens on port $port 10 s after nc started"
+        sleep 0.1
+    done
+    echo "NET-SERVE: $address ready on port $port ($(wc -c < /tmp/reply) bytes a connection)"
+    wait $server
+    fail "the server loop on port $port ended"
+}
 console_bench() {
     [ "$bench_kib" -gt 0 ] 2>/dev/null || fail "console-bench needs hv.bench_kib=N, N > 0 KiB"
     wait_for /dev/hvc0 || fail "no /dev/hvc0 (no virtio-console)"
@@ -498,7 +594,8 @@ disk-write) disk_write ;;
 disk-check) disk_check ;;
 console-control) console_control ;;
 console-bench) console_bench ;;
-*) fail "unknown hv.role=$role (net-server, net-client, disk-write, disk-check, console-control, console-bench)" ;;
+net-serve) net_serve ;;
+*) fail "unknown hv.role=$role (net-server, net-client, disk-write, disk-check, console-control, console-bench, net-serve)" ;;
 esac
 if [ -n "$role" ]; then
     echo "RESULT: PASS"
@@ -725,6 +822,7 @@ mod tests {
                 expect: "vm0".into(),
             },
             Role::ConsoleBench { kib: 64 },
+            Role::NetServe { port: 8080 },
         ] {
             let words = role.cmdline_words();
             let name = words
@@ -758,6 +856,32 @@ mod tests {
             Role::ConsoleBench { kib: 64 }.cmdline_words(),
             "hv.role=console-bench hv.bench_kib=64"
         );
+    }
+
+    #[test]
+    fn net_serve_leases_an_address_and_serves_its_reply_on_the_port() {
+        let role = Role::NetServe { port: 8080 };
+        assert_eq!(role.cmdline_words(), "hv.role=net-serve hv.port=8080");
+        assert!(!role.reports_result());
+        assert!(Role::ConsoleBench { kib: 1 }.reports_result());
+        let script = init_script(Init::Test { cpus: 1 });
+        assert!(script.contains("udhcpc -i eth0 -n -q -t 10 -s /tmp/udhcpc.script"));
+        assert!(script.contains(r#"ip addr add "$ip/${mask:-24}" dev "$interface""#));
+        assert!(script.contains(r#"nc -l -p "$port" < /tmp/reply"#));
+        assert!(script.contains(&format!("echo \"{NET_SERVE_PREFIX}$address ready on port")));
+        assert!(script.contains(&format!(
+            "echo \"{NET_SERVE_PREFIX}served connection $n, got: "
+        )));
+        let serve = script.find("net_serve() {").unwrap();
+        let body = &script[serve..script[serve..].find("\n}\n").unwrap() + serve];
+        assert!(
+            !body.contains("RESULT: PASS"),
+            "it serves until powered off"
+        );
+        let reply = net_serve_reply();
+        assert!(reply.starts_with("net-serve reply\n1\n2\n"));
+        assert!(reply.ends_with("\n19999\n20000\n"));
+        assert_eq!(reply.len(), 108_910);
     }
 
     #[test]

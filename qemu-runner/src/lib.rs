@@ -60,7 +60,7 @@ use std::time::Duration;
 pub use boot_payload;
 
 use artifacts::{BuildError, HYPERVISOR, TEST_GUEST};
-use boot_payload::vmconf::{DiskConf, VmConf};
+use boot_payload::vmconf::{DeviceList, DevicePath, DiskConf, VmConf};
 use boot_payload::vmname::VmName;
 use boot_payload::{MAX_VMS, NamedPayload, Payload};
 use console::{Counters, GuestResult, Transcript};
@@ -68,7 +68,7 @@ use console_script::ConsoleScript;
 use image::ImageError;
 use linux::{LinuxBoot, LinuxError};
 use prereq::PrereqError;
-use qemu::{Ending, Machine, QemuSetup, QemuStdin, Watch};
+use qemu::{Ending, Machine, PassedDevice, QemuSetup, QemuStdin, Watch};
 use vm_verdict::VmsVerdict;
 use vmspec::{VmExpect, VmGuest, VmSpec};
 
@@ -465,6 +465,15 @@ impl RunConfig {
             .collect()
     }
 
+    /// The devices QEMU serves for the `--vm`s to own, in command-line
+    /// order after [`RunConfig::host_disks`] ([`passed_devices`]).
+    pub fn passed(&self) -> Result<Vec<PassedDevice>, RunnerError> {
+        Ok(passed_devices(&self.vms)?
+            .into_iter()
+            .map(|placement| placement.device)
+            .collect())
+    }
+
     /// Checks the disks and the network: image files exist, `--disk` not
     /// beside `--vm` and at most one under the hypervisor, `--net` for a
     /// direct boot only.
@@ -491,6 +500,44 @@ impl RunConfig {
         }
         for disk in self.host_disks() {
             disk.check_exists().map_err(RunnerError::Config)?;
+        }
+        self.validate_passed()
+    }
+
+    /// Checks the `--vm`s' passed devices (`pass-disk=`, `pass-net=`):
+    /// enough virtio-mmio transports for them after the host disks, each
+    /// image file there and given once (QEMU locks an image it opens, and a
+    /// disk two VMs drove at once would be ruined), no image both a host
+    /// disk and passed, each forwarded port once.
+    pub fn validate_passed(&self) -> Result<(), RunnerError> {
+        let fail = |why: String| Err(RunnerError::Config(why));
+        let placed = passed_devices(&self.vms)?;
+        let host_disks = vm_disks(&self.vms);
+        for (i, placement) in placed.iter().enumerate() {
+            let vm = &self.vms[placement.vm].name;
+            let item = placement.device.item();
+            let earlier = placed[..i]
+                .iter()
+                .find(|other| other.device.clashes_with(&placement.device));
+            if let Some(other) = earlier {
+                return fail(format!(
+                    "--vm: VM `{vm}`'s {item} is also VM `{}`'s {} (QEMU serves a passed \
+                     device to one VM)",
+                    self.vms[other.vm].name,
+                    other.device.item()
+                ));
+            }
+            let PassedDevice::Disk(disk) = &placement.device else {
+                continue;
+            };
+            if host_disks.iter().any(|host| host.path == disk.path) {
+                return fail(format!(
+                    "--vm: VM `{vm}`'s {item}: the image is also a host disk (disk=); QEMU \
+                     opens an image once"
+                ));
+            }
+            disk.check_exists()
+                .map_err(|why| RunnerError::Config(format!("--vm: VM `{vm}`'s {item}: {why}")))?;
         }
         Ok(())
     }
@@ -1023,14 +1070,33 @@ pub fn vms_payload(vms: &[VmSpec], files: Vec<VmFiles>) -> Result<Vec<u8>, Runne
         )));
     }
     let disks = vm_disks(vms);
+    let placed = passed_devices(vms)?;
     let mut named = Vec::new();
-    for (vm, files) in vms.iter().zip(files) {
+    for (index, (vm, files)) in vms.iter().zip(files).enumerate() {
         let net = vm
             .net
             .as_deref()
             .map(VmName::new)
             .transpose()
             .map_err(|error| RunnerError::Config(format!("VM `{}`: net=: {error}", vm.name)))?;
+        let mut devices = DeviceList::default();
+        let passed = placed
+            .iter()
+            .filter(|placement| placement.vm == index)
+            .map(|placement| placement.node.as_str());
+        let paths = vm.devices.iter().map(DevicePath::as_str).chain(passed);
+        for path in paths {
+            let path = DevicePath::new(path).map_err(|why| {
+                RunnerError::Config(format!("VM `{}`: device {path}: {why}", vm.name))
+            })?;
+            if !devices.push(path) {
+                return Err(RunnerError::Config(format!(
+                    "VM `{}`: more than {} devices",
+                    vm.name,
+                    boot_payload::vmconf::MAX_DEVICES
+                )));
+            }
+        }
         let disk = vm.disk.as_ref().map(|disk| DiskConf {
             host: disks
                 .iter()
@@ -1055,7 +1121,8 @@ pub fn vms_payload(vms: &[VmSpec], files: Vec<VmFiles>) -> Result<Vec<u8>, Runne
                     mac: vm.mac,
                     disk,
                     console: vm.console,
-                    ..VmConf::default()
+                    devices,
+                    ram: vm.ram_placement(),
                 },
             },
         });
@@ -1077,6 +1144,50 @@ pub fn vm_disks(vms: &[VmSpec]) -> Vec<qemu::HostDisk> {
         }
     }
     disks
+}
+
+/// Where one `--vm`'s passed device (`pass-disk=`, `pass-net=`) lands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassedPlacement {
+    /// The VM that owns it (its place among the `--vm`s).
+    pub vm: usize,
+    /// The device.
+    pub device: PassedDevice,
+    /// The device-tree node of the virtio-mmio transport QEMU plugs it
+    /// into (`device=` in the VM's `vm.conf`).
+    pub node: String,
+}
+
+/// The `--vm`s' passed devices in QEMU command-line order (the order of
+/// the `--vm`s, then of their items), each with the virtio-mmio node it
+/// lands on: QEMU fills the transports from the highest down, the host
+/// disks ([`vm_disks`]) first, so the `k`-th passed device is the
+/// `(disks + k)`-th virtio device ([`qemu::virtio_mmio_node`]). Fails when
+/// there are more virtio devices than transports.
+pub fn passed_devices(vms: &[VmSpec]) -> Result<Vec<PassedPlacement>, RunnerError> {
+    let first = vm_disks(vms).len();
+    let mut placed = Vec::new();
+    for (vm, spec) in vms.iter().enumerate() {
+        for device in &spec.passed {
+            let position = first + placed.len();
+            let node = qemu::virtio_mmio_node(position).ok_or_else(|| {
+                RunnerError::Config(format!(
+                    "--vm: VM `{}`'s {} would be virtio device {} of QEMU's command line; \
+                     `virt` has {} virtio-mmio transports",
+                    spec.name,
+                    device.item(),
+                    position + 1,
+                    qemu::VIRTIO_MMIO_TRANSPORTS
+                ))
+            })?;
+            placed.push(PassedPlacement {
+                vm,
+                device: device.clone(),
+                node,
+            });
+        }
+    }
+    Ok(placed)
 }
 
 /// Builds the hypervisor and what each `--vm` boots.
@@ -1313,6 +1424,7 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
         append,
         gdb: config.gdb,
         disks: config.host_disks(),
+        passed: config.passed()?,
         net: config.net,
         extra_args: config.extra_qemu_args.clone(),
     };
@@ -1585,6 +1697,215 @@ mod tests {
             error.contains("disk image /d/a.img: no such file"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn passed_devices_land_after_the_host_disks_and_their_vms_own_the_nodes() {
+        let vms = [
+            vm("linux,cpus=0,name=a,disk=/d/host.img,pass-disk=/d/a.img", 0),
+            vm("memory,cpus=1,name=b,device=/virtio_mmio@a000200", 1),
+            vm(
+                "linux,cpus=2,name=c,pass-net=8080,pass-disk=/d/c.img:ro,disk=/d/host2.img,\
+                 device=/pcie@10000000",
+                2,
+            ),
+        ];
+        // QEMU's virtio devices in order: host.img, host2.img (the host
+        // disks), then a.img, the network, c.img.
+        let placed: Vec<(usize, String)> = passed_devices(&vms)
+            .unwrap()
+            .into_iter()
+            .map(|placement| (placement.vm, placement.node))
+            .collect();
+        assert_eq!(
+            placed,
+            [
+                (0, "/virtio_mmio@a003a00".to_string()),
+                (2, "/virtio_mmio@a003800".to_string()),
+                (2, "/virtio_mmio@a003600".to_string()),
+            ]
+        );
+        let config = RunConfig {
+            vms: vms.to_vec(),
+            smp: 3,
+            mem_mib: 2048,
+            ..RunConfig::default()
+        };
+        let setup = QemuSetup {
+            program: "qemu-system-aarch64".into(),
+            machine: Machine::WithEl2,
+            gic: qemu::GicVersion::V3,
+            cpu: DEFAULT_CPU.into(),
+            smp: 3,
+            mem_mib: 2048,
+            firmware: None,
+            kernel: "/t/hypervisor.img".into(),
+            initrd: None,
+            append: None,
+            gdb: false,
+            disks: config.host_disks(),
+            passed: config.passed().unwrap(),
+            net: None,
+            extra_args: Vec::new(),
+        };
+        let args = setup.args();
+        let devices: Vec<&str> = args
+            .windows(2)
+            .filter(|pair| pair[0] == "-device")
+            .map(|pair| pair[1].as_str())
+            .collect();
+        assert_eq!(
+            devices,
+            [
+                "virtio-blk-device,drive=disk0",
+                "virtio-blk-device,drive=disk1",
+                "virtio-blk-device,drive=pdisk0",
+                "virtio-net-device,netdev=pnet0",
+                "virtio-blk-device,drive=pdisk1",
+            ]
+        );
+        let joined = args.join(" ");
+        for (drive, file) in [
+            ("disk0", "/d/host.img"),
+            ("disk1", "/d/host2.img"),
+            ("pdisk0", "/d/a.img"),
+        ] {
+            assert!(
+                joined.contains(&format!(
+                    "-drive file={file},if=none,format=raw,id={drive} "
+                )),
+                "{joined}"
+            );
+        }
+        assert!(
+            joined.contains("-drive file=/d/c.img,if=none,format=raw,id=pdisk1,readonly=on"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("-netdev user,id=pnet0,restrict=on,hostfwd=tcp:127.0.0.1:8080-:8080 "),
+            "{joined}"
+        );
+
+        let files = |cmdline: &str| VmFiles {
+            kernel: vec![1],
+            initrd: None,
+            cmdline: cmdline.into(),
+        };
+        let archive = vms_payload(&vms, vec![files("x"), files("y"), files("z")]).unwrap();
+        let read = boot_payload::VmsRef::parse(&archive).unwrap();
+        let confs: Vec<String> = read
+            .as_slice()
+            .iter()
+            .map(|vm| vm.payload.conf.to_text())
+            .collect();
+        assert!(
+            confs[0].ends_with("disk=0\ndevice=/virtio_mmio@a003a00\nram=identity\n"),
+            "{}",
+            confs[0]
+        );
+        assert!(
+            confs[1].ends_with("cpus=1\ndevice=/virtio_mmio@a000200\n"),
+            "{}",
+            confs[1]
+        );
+        assert!(
+            confs[2].ends_with(
+                "disk=1\ndevice=/pcie@10000000\ndevice=/virtio_mmio@a003800\n\
+                 device=/virtio_mmio@a003600\nram=identity\n"
+            ),
+            "{}",
+            confs[2]
+        );
+        let explicit = vms_payload(
+            &[vm("memory,device=/virtio_mmio@a003e00,ram=identity", 0)],
+            vec![files("x")],
+        )
+        .unwrap();
+        let read = boot_payload::VmsRef::parse(&explicit).unwrap();
+        assert!(
+            read.as_slice()[0]
+                .payload
+                .conf
+                .to_text()
+                .ends_with("device=/virtio_mmio@a003e00\nram=identity\n")
+        );
+    }
+
+    #[test]
+    fn passed_devices_are_checked_before_anything_is_built() {
+        let dir = std::env::temp_dir().join(format!("runner-passed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let image = |name: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, [0u8; 512]).unwrap();
+            path.display().to_string()
+        };
+        let (a, b) = (image("a.img"), image("b.img"));
+        let check = |specs: &[&str]| {
+            RunConfig {
+                vms: specs.iter().enumerate().map(|(i, s)| vm(s, i)).collect(),
+                smp: 4,
+                mem_mib: 2048,
+                ..RunConfig::default()
+            }
+            .validate()
+            .map_err(|error| error.to_string())
+        };
+        let good = format!("memory,cpus=0,name=x,pass-disk={a},pass-net=8080");
+        let other = format!("memory,cpus=1,name=y,disk={b},pass-net=8081");
+        check(&[&good, &other]).unwrap();
+        for (specs, says) in [
+            (
+                vec!["memory,name=x,pass-disk=/no/such.img".to_string()],
+                "VM `x`'s pass-disk=/no/such.img: disk image /no/such.img: no such file",
+            ),
+            (
+                vec![
+                    good.clone(),
+                    format!("memory,cpus=1,name=y,pass-disk={a}:ro"),
+                ],
+                "VM `y`'s pass-disk=",
+            ),
+            (
+                vec![good.clone(), format!("memory,cpus=1,name=y,disk={a}")],
+                "also a host disk",
+            ),
+            (
+                vec![
+                    good.clone(),
+                    "memory,cpus=1,name=y,pass-net=8080".to_string(),
+                ],
+                "VM `y`'s pass-net=8080 is also VM `x`'s pass-net=8080",
+            ),
+        ] {
+            let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
+            let error = check(&specs).unwrap_err();
+            assert!(error.contains(says), "{specs:?}: {error}");
+        }
+        // 8 passed devices on each of 4 VMs, after one host disk: 33
+        // virtio devices for 32 transports.
+        let nets = |vm: u16| {
+            (0..8)
+                .map(|i| format!(",pass-net={}", 9000 + vm * 8 + i))
+                .collect::<String>()
+        };
+        let full: Vec<String> = (0..4)
+            .map(|i| {
+                let disk = if i == 0 {
+                    format!(",disk={b}")
+                } else {
+                    String::new()
+                };
+                format!("memory,cpus={i},name=v{i}{disk}{}", nets(i))
+            })
+            .collect();
+        let full: Vec<&str> = full.iter().map(String::as_str).collect();
+        let error = check(&full).unwrap_err();
+        assert!(
+            error.contains("pass-net=9031 would be virtio device 33") && error.contains("32"),
+            "{error}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -90,6 +90,13 @@ Several VMs (instead of the one-VM options --guest, --guest-args, --vcpus,
                      net=NAME (the hypervisor's network it is on), mac=MAC,
                      disk=PATH[:ro] (a raw image as its virtio-blk),
                      console=virtio (also a virtio-console, Linux hvc0),
+                     device=PATH (a host device-tree node it owns, e.g.
+                     /virtio_mmio@a003e00; repeatable), ram=identity (RAM at
+                     guest-physical == host-physical, for DMA),
+                     pass-disk=PATH[:ro] (a raw image as a virtio-blk of
+                     QEMU's that it owns), pass-net=PORT (a virtio-net of
+                     QEMU's that it owns, on QEMU's restricted user network,
+                     127.0.0.1:PORT forwarded to its port PORT),
                      expect=pass|stopped|running, cmdline=TEXT (last: takes the
                      rest). The run passes when every VM does what it expects:
                      prints its own RESULT: PASS, is stopped by the hypervisor,

@@ -166,6 +166,118 @@ impl HostDisk {
     }
 }
 
+/// Base address of QEMU `virt`'s virtio-mmio transports.
+pub const VIRTIO_MMIO_BASE: u64 = 0x0a00_0000;
+/// Size of one virtio-mmio transport's register window (the stride between
+/// transports).
+pub const VIRTIO_MMIO_STRIDE: u64 = 0x200;
+/// How many virtio-mmio transports `virt` has.
+pub const VIRTIO_MMIO_TRANSPORTS: usize = 32;
+
+/// The device-tree path of the virtio-mmio transport that QEMU's
+/// `position`-th `-device virtio-*-device` (0: the first on the command
+/// line, of any kind) lands on: QEMU fills the transports from the highest
+/// address down, so the first is `/virtio_mmio@a003e00`, the second
+/// `/virtio_mmio@a003c00`. `None` past the last transport.
+pub fn virtio_mmio_node(position: usize) -> Option<String> {
+    let transport = VIRTIO_MMIO_TRANSPORTS.checked_sub(position + 1)?;
+    let address = VIRTIO_MMIO_BASE + transport as u64 * VIRTIO_MMIO_STRIDE;
+    Some(format!("/virtio_mmio@{address:x}"))
+}
+
+/// A device QEMU serves on a virtio-mmio transport that the hypervisor
+/// gives whole to one VM (passthrough: the VM's own driver runs it, the
+/// hypervisor only maps its window and routes its interrupt).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PassedDevice {
+    /// A raw image file as a virtio-blk (`pass-disk=`).
+    Disk(HostDisk),
+    /// A virtio-net on QEMU's user-mode network, restricted (nothing leaves
+    /// QEMU), with TCP `127.0.0.1:PORT` on the host forwarded to the
+    /// guest's port PORT (`pass-net=`).
+    Net {
+        /// The TCP port, the same on both sides.
+        port: u16,
+    },
+}
+
+impl PassedDevice {
+    /// Reads a `pass-net=` port: a TCP port number above 0.
+    pub fn parse_port(text: &str) -> Result<u16, String> {
+        text.parse::<u16>()
+            .ok()
+            .filter(|port| *port > 0)
+            .ok_or_else(|| format!("{text}: a TCP port number (1 to 65535)"))
+    }
+
+    /// Its QEMU arguments as the `index`-th passed device of its kind: a
+    /// `-drive` (`pdiskN`) and the `virtio-blk-device` on it, or a
+    /// restricted user-mode `-netdev` (`pnetN`) forwarding the port and the
+    /// `virtio-net-device` on it. Neither has an option ROM (only QEMU's
+    /// PCI virtio-net loads one).
+    pub fn qemu_args(&self, index: usize) -> [String; 4] {
+        match self {
+            PassedDevice::Disk(disk) => {
+                let read_only = if disk.read_only { ",readonly=on" } else { "" };
+                [
+                    "-drive".into(),
+                    format!(
+                        "file={},if=none,format=raw,id=pdisk{index}{read_only}",
+                        disk.path.display()
+                    ),
+                    "-device".into(),
+                    format!("virtio-blk-device,drive=pdisk{index}"),
+                ]
+            }
+            PassedDevice::Net { port } => [
+                "-netdev".into(),
+                format!("user,id=pnet{index},restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{port}"),
+                "-device".into(),
+                format!("virtio-net-device,netdev=pnet{index}"),
+            ],
+        }
+    }
+
+    /// Whether it and `other` cannot both be served: the same image file,
+    /// or the same forwarded port.
+    pub fn clashes_with(&self, other: &PassedDevice) -> bool {
+        match (self, other) {
+            (PassedDevice::Disk(a), PassedDevice::Disk(b)) => a.path == b.path,
+            (PassedDevice::Net { port: a }, PassedDevice::Net { port: b }) => a == b,
+            _ => false,
+        }
+    }
+
+    /// The spec item that asks for it (`pass-disk=PATH[:ro]`,
+    /// `pass-net=PORT`), for messages.
+    pub fn item(&self) -> String {
+        match self {
+            PassedDevice::Disk(disk) => format!(
+                "pass-disk={}{}",
+                disk.path.display(),
+                if disk.read_only { ":ro" } else { "" }
+            ),
+            PassedDevice::Net { port } => format!("pass-net={port}"),
+        }
+    }
+}
+
+/// The QEMU arguments of `passed`, in order: each disk numbered among the
+/// passed disks, each network among the passed networks.
+pub fn passed_qemu_args(passed: &[PassedDevice]) -> Vec<String> {
+    let (mut disks, mut nets) = (0, 0);
+    let mut args = Vec::new();
+    for device in passed {
+        let counter = match device {
+            PassedDevice::Disk(_) => &mut disks,
+            PassedDevice::Net { .. } => &mut nets,
+        };
+        args.extend(device.qemu_args(*counter));
+        *counter += 1;
+    }
+    args
+}
+
 /// QEMU's own virtio-net for a guest booted directly (`--net`): the
 /// hypervisor's VMs get theirs from the hypervisor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -279,6 +391,9 @@ pub struct QemuSetup {
     /// Disks QEMU serves itself (virtio-blk on virtio-mmio), in order: the
     /// first sits at the highest virtio-mmio address.
     pub disks: Vec<HostDisk>,
+    /// Devices QEMU serves for the hypervisor to give to a VM whole, after
+    /// the disks, in order ([`passed_qemu_args`]).
+    pub passed: Vec<PassedDevice>,
     /// QEMU's own virtio-net (a direct boot only), after the disks.
     pub net: Option<QemuNet>,
     /// Extra arguments, appended last.
@@ -326,13 +441,14 @@ impl QemuSetup {
             args.push("-append".into());
             args.push(append.clone());
         }
-        if !self.disks.is_empty() || self.net.is_some() {
+        if !self.disks.is_empty() || !self.passed.is_empty() || self.net.is_some() {
             args.push("-global".into());
             args.push(VIRTIO_MMIO_MODERN.into());
         }
         for (index, disk) in self.disks.iter().enumerate() {
             args.extend(disk.qemu_args(index));
         }
+        args.extend(passed_qemu_args(&self.passed));
         if let Some(net) = self.net {
             args.extend(net.qemu_args());
         }
@@ -813,6 +929,7 @@ mod tests {
             append: None,
             gdb: false,
             disks: Vec::new(),
+            passed: Vec::new(),
             net: None,
             extra_args: vec!["-d".into(), "guest_errors".into()],
         }
@@ -861,6 +978,73 @@ mod tests {
         }
         let missing = HostDisk::parse("/no/such.img").unwrap().check_exists();
         assert!(missing.unwrap_err().contains("/no/such.img: no such file"));
+    }
+
+    #[test]
+    fn passed_devices_follow_the_disks_each_numbered_in_its_kind() {
+        let args = QemuSetup {
+            disks: vec![HostDisk::parse("/d/host.img").unwrap()],
+            passed: vec![
+                PassedDevice::Disk(HostDisk::parse("/d/a.img").unwrap()),
+                PassedDevice::Net { port: 5555 },
+                PassedDevice::Disk(HostDisk::parse("/d/b.img:ro").unwrap()),
+                PassedDevice::Net { port: 6000 },
+            ],
+            extra_args: Vec::new(),
+            ..setup()
+        }
+        .args()
+        .join(" ");
+        assert!(
+            args.ends_with(
+                "-global virtio-mmio.force-legacy=false \
+                 -drive file=/d/host.img,if=none,format=raw,id=disk0 \
+                 -device virtio-blk-device,drive=disk0 \
+                 -drive file=/d/a.img,if=none,format=raw,id=pdisk0 \
+                 -device virtio-blk-device,drive=pdisk0 \
+                 -netdev user,id=pnet0,restrict=on,hostfwd=tcp:127.0.0.1:5555-:5555 \
+                 -device virtio-net-device,netdev=pnet0 \
+                 -drive file=/d/b.img,if=none,format=raw,id=pdisk1,readonly=on \
+                 -device virtio-blk-device,drive=pdisk1 \
+                 -netdev user,id=pnet1,restrict=on,hostfwd=tcp:127.0.0.1:6000-:6000 \
+                 -device virtio-net-device,netdev=pnet1"
+            ),
+            "{args}"
+        );
+        // Still no default NIC and nothing that needs an option ROM.
+        assert!(args.contains("-nic none"), "{args}");
+        assert!(
+            !args.contains("romfile") && !args.contains("-pci"),
+            "{args}"
+        );
+        let passed_only = QemuSetup {
+            passed: vec![PassedDevice::Net { port: 7 }],
+            ..setup()
+        }
+        .args()
+        .join(" ");
+        assert!(passed_only.contains("-global virtio-mmio.force-legacy=false"));
+        assert_eq!(PassedDevice::parse_port("8080"), Ok(8080));
+        for bad in ["", "0", "65536", "-1", "http"] {
+            assert!(PassedDevice::parse_port(bad).is_err(), "{bad}");
+        }
+        assert_eq!(PassedDevice::Net { port: 80 }.item(), "pass-net=80");
+        assert_eq!(
+            PassedDevice::Disk(HostDisk::parse("/d/b.img:ro").unwrap()).item(),
+            "pass-disk=/d/b.img:ro"
+        );
+    }
+
+    #[test]
+    fn virtio_mmio_nodes_go_down_from_the_highest_transport() {
+        assert_eq!(virtio_mmio_node(0).as_deref(), Some("/virtio_mmio@a003e00"));
+        assert_eq!(virtio_mmio_node(1).as_deref(), Some("/virtio_mmio@a003c00"));
+        assert_eq!(virtio_mmio_node(2).as_deref(), Some("/virtio_mmio@a003a00"));
+        assert_eq!(
+            virtio_mmio_node(31).as_deref(),
+            Some("/virtio_mmio@a000000")
+        );
+        assert_eq!(virtio_mmio_node(32), None);
     }
 
     #[test]

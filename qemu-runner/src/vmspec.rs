@@ -21,22 +21,35 @@
 //! | `net=NAME` | its virtio-net is on the hypervisor's network (switch) NAME, a name by the rules of VM names; VMs with the same NAME share one Ethernet segment (`net=` in its `vm.conf`) |
 //! | `mac=52:54:00:xx:xx:xx` | its virtio-net's MAC (default: derived from its name, [`boot_payload::vmconf::default_mac`]) |
 //! | `disk=PATH[:ro]` | a raw image file as its virtio-blk: the runner gives QEMU the file as the machine's next virtio-mmio disk (`-drive file=PATH,if=none,format=raw,id=diskN[,readonly=on] -device virtio-blk-device,drive=diskN`, disks numbered from 0 in the order of the `--vm`s) and writes `disk=N[:ro]` to its `vm.conf`; the file must exist |
+//! | `device=PATH` | a node of the host's device tree the VM owns (passthrough), by its full path, e.g. `/virtio_mmio@a003e00`: the hypervisor gives the VM the node's register window and interrupt and copies the node into the VM's device tree (`device=PATH` in its `vm.conf`); repeatable |
+//! | `ram=identity` | its RAM at the guest-physical addresses equal to the host-physical ones of its frames (`ram=identity` in its `vm.conf`), which a passed device that does DMA needs |
+//! | `pass-disk=PATH[:ro]` | a raw image file as a virtio-blk the VM owns: the runner gives QEMU the file as a virtio-mmio disk after the host disks (`-drive file=PATH,if=none,format=raw,id=pdiskN[,readonly=on] -device virtio-blk-device,drive=pdiskN`, `N` counting the `pass-disk=`s of every `--vm` from 0) and writes `device=` with the node of the transport it lands on and `ram=identity` to its `vm.conf`; the file must exist; repeatable |
+//! | `pass-net=PORT` | a virtio-net the VM owns, on QEMU's user-mode network (restricted: nothing leaves QEMU) with TCP `127.0.0.1:PORT` on the host forwarded to the guest's port PORT (`-netdev user,id=pnetN,restrict=on,hostfwd=tcp:127.0.0.1:PORT-:PORT -device virtio-net-device,netdev=pnetN`), DHCP giving the guest 10.0.2.15; `device=` and `ram=identity` in its `vm.conf` as for `pass-disk=`; repeatable |
 //! | `console=virtio\|pl011` | `virtio`: it also gets a virtio-console, and a `linux` guest without `cmdline=` boots with `console=hvc0` (its init moves there); a `control=1` VM gets a second one wired to the monitor (`/dev/hvc1`) |
 //! | `expect=pass\|stopped\|running` | what the run expects of it: its `RESULT: PASS` (default for guests that print one), to be stopped by the hypervisor (a bad guest), or to run without a verdict |
 //!
 //! A CPU list's own commas are read as part of `cpus=`: `cpus=2,3,mem=64`
-//! is CPUs 2 and 3. Each item may come once; exactly one guest item.
+//! is CPUs 2 and 3. Each item may come once, but `device=`, `pass-disk=`
+//! and `pass-net=`, which together may name at most
+//! [`boot_payload::vmconf::MAX_DEVICES`] devices; exactly one guest item.
+//!
+//! The `pass-disk=` and `pass-net=` devices of every `--vm`, in the order
+//! of the `--vm`s and of the items, come on QEMU's command line after the
+//! host disks (`disk=`), and QEMU plugs each `-device virtio-*-device` into
+//! the highest free virtio-mmio transport: the `k`-th virtio device of the
+//! command line lands on `/virtio_mmio@<0xa000000 + (31 - k) * 0x200>`
+//! ([`crate::qemu::virtio_mmio_node`], [`crate::passed_devices`]).
 
 use std::fmt;
 use std::path::PathBuf;
 
 use boot_payload::cpuset::CpuSet;
-use boot_payload::vmconf::{ConsoleKind, parse_mac};
+use boot_payload::vmconf::{ConsoleKind, DevicePath, MAX_DEVICES, RamPlacement, parse_mac};
 use boot_payload::vmname::VmName;
 
 use crate::Scenario;
 use crate::linux::{BusyboxInit, InitrdSource, KernelSource, LinuxBoot, default_cmdline};
-use crate::qemu::HostDisk;
+use crate::qemu::{HostDisk, PassedDevice};
 
 /// What a VM runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,6 +112,14 @@ pub struct VmSpec {
     pub disk: Option<HostDisk>,
     /// Its console; `None`: the PL011 only.
     pub console: Option<ConsoleKind>,
+    /// The host device-tree nodes it owns by path (`device=`), in order.
+    pub devices: Vec<DevicePath>,
+    /// Where its RAM sits (`ram=`); `None`: the hypervisor's default, or
+    /// [`RamPlacement::Identity`] when it has passed devices.
+    pub ram: Option<RamPlacement>,
+    /// The devices QEMU serves for it to own (`pass-disk=`, `pass-net=`),
+    /// in order.
+    pub passed: Vec<PassedDevice>,
 }
 
 /// Why a `--vm` spec was refused.
@@ -175,6 +196,7 @@ impl VmSpec {
             (None, None, None, false, None);
         let mut start = true;
         let (mut net, mut mac, mut disk, mut console) = (None, None, None, None);
+        let (mut devices, mut ram, mut passed) = (Vec::new(), None, Vec::new());
         for (key, value) in &items {
             let key = key.as_str();
             let slot = match (key, value) {
@@ -182,7 +204,8 @@ impl VmSpec {
                 ("guest" | "kernel", Some(_)) => "guest",
                 (key, Some(_)) => key,
             };
-            if seen.contains(&slot) {
+            let repeatable = matches!(slot, "device" | "pass-disk" | "pass-net");
+            if !repeatable && seen.contains(&slot) {
                 return Err(fail(match slot {
                     "guest" => {
                         "more than one guest (a scenario, linux, linux-shell or kernel=)".into()
@@ -259,6 +282,28 @@ impl VmSpec {
                 ("disk", Some(text)) => {
                     disk = Some(HostDisk::parse(text).map_err(|why| fail(format!("disk={why}")))?)
                 }
+                ("device", Some(path)) => devices.push(
+                    DevicePath::new(path).map_err(|why| fail(format!("device={path}: {why}")))?,
+                ),
+                ("ram", Some(placement)) => {
+                    ram = Some(match placement {
+                        "identity" => RamPlacement::Identity,
+                        _ => {
+                            return Err(fail(format!(
+                                "ram={placement}: identity (RAM at guest-physical addresses \
+                                 equal to the host-physical ones; without ram= it sits at \
+                                 0x40000000)"
+                            )));
+                        }
+                    })
+                }
+                ("pass-disk", Some(text)) => passed.push(PassedDevice::Disk(
+                    HostDisk::parse(text).map_err(|why| fail(format!("pass-disk={why}")))?,
+                )),
+                ("pass-net", Some(text)) => passed.push(PassedDevice::Net {
+                    port: PassedDevice::parse_port(text)
+                        .map_err(|why| fail(format!("pass-net={why}")))?,
+                }),
                 ("console", Some(kind)) => {
                     console = Some(match kind {
                         "virtio" => ConsoleKind::Virtio,
@@ -279,7 +324,8 @@ impl VmSpec {
                 (key, Some(_)) => {
                     return Err(fail(format!(
                         "unknown key `{key}=` (guest, args, kernel, initrd, cmdline, cpus, mem, \
-                         name, control, start, net, mac, disk, console, expect)"
+                         name, control, start, net, mac, disk, console, device, ram, pass-disk, \
+                         pass-net, expect)"
                     )));
                 }
             }
@@ -351,6 +397,12 @@ impl VmSpec {
                 ));
             }
         };
+        if devices.len() + passed.len() > MAX_DEVICES {
+            return Err(fail(format!(
+                "{} devices (device=, pass-disk=, pass-net=): a VM owns at most {MAX_DEVICES}",
+                devices.len() + passed.len()
+            )));
+        }
         let reports_result = match &guest {
             VmGuest::Test { scenario, .. } => scenario.reports_result(),
             VmGuest::Linux(linux) => linux.reports_result(),
@@ -377,6 +429,9 @@ impl VmSpec {
             mac,
             disk,
             console,
+            devices,
+            ram,
+            passed,
         })
     }
 
@@ -386,6 +441,15 @@ impl VmSpec {
             VmGuest::Test { .. } => TEST_VM_MEM_MIB,
             VmGuest::Linux(_) => LINUX_VM_MEM_MIB,
         })
+    }
+
+    /// Its `ram=` for `vm.conf`: as given, else
+    /// [`RamPlacement::Identity`] when QEMU serves it passed devices (their
+    /// DMA goes to the addresses its driver gives them, which must then be
+    /// the host's).
+    pub fn ram_placement(&self) -> Option<RamPlacement> {
+        self.ram
+            .or((!self.passed.is_empty()).then_some(RamPlacement::Identity))
     }
 
     /// The test guest's command line (`None` for Linux).
@@ -546,6 +610,69 @@ mod tests {
             "console=ttyAMA0 earlycon rdinit=/init loglevel=5 hv.role=disk-write hv.bench_mib=0"
         );
         assert!(!role.disk.unwrap().read_only);
+    }
+
+    #[test]
+    fn passthrough_items_parse_and_repeat() {
+        let vm = spec(
+            "linux,name=a,device=/virtio_mmio@a000200,pass-disk=/d/p.img,pass-net=8080,\
+             device=/pcie@10000000,pass-disk=/d/q.img:ro",
+        );
+        let paths: Vec<&str> = vm.devices.iter().map(DevicePath::as_str).collect();
+        assert_eq!(paths, ["/virtio_mmio@a000200", "/pcie@10000000"]);
+        assert_eq!(
+            vm.passed,
+            [
+                PassedDevice::Disk(HostDisk {
+                    path: "/d/p.img".into(),
+                    read_only: false
+                }),
+                PassedDevice::Net { port: 8080 },
+                PassedDevice::Disk(HostDisk {
+                    path: "/d/q.img".into(),
+                    read_only: true
+                }),
+            ]
+        );
+        assert_eq!(vm.ram, None);
+        assert_eq!(vm.ram_placement(), Some(RamPlacement::Identity));
+        let raw = spec("memory,device=/virtio_mmio@a003e00");
+        assert_eq!((raw.ram, raw.ram_placement()), (None, None));
+        assert!(raw.passed.is_empty());
+        let identity = spec("memory,device=/virtio_mmio@a003e00,ram=identity");
+        assert_eq!(identity.ram_placement(), Some(RamPlacement::Identity));
+        let plain = spec("memory");
+        assert!(plain.devices.is_empty() && plain.passed.is_empty() && plain.ram.is_none());
+        let eight = (0..MAX_DEVICES)
+            .map(|i| format!(",device=/d@{i}"))
+            .collect::<String>();
+        assert_eq!(spec(&format!("memory{eight}")).devices.len(), MAX_DEVICES);
+    }
+
+    #[test]
+    fn bad_passthrough_items_say_what_is_wrong() {
+        let nine = format!(
+            "memory{},pass-net=80",
+            (0..MAX_DEVICES)
+                .map(|i| format!(",device=/d@{i}"))
+                .collect::<String>()
+        );
+        for (text, says) in [
+            ("memory,device=virtio_mmio@a003e00", "starts at the root"),
+            ("memory,device=/", "root node"),
+            ("memory,device=/soc//uart", "empty component"),
+            ("memory,ram=fixed", "identity"),
+            ("memory,ram=identity,ram=identity", "given twice"),
+            ("memory,pass-disk=", "PATH or PATH:ro"),
+            ("memory,pass-net=0", "TCP port"),
+            ("memory,pass-net=65536", "TCP port"),
+            ("memory,pass-net=http", "TCP port"),
+            (nine.as_str(), "at most 8"),
+        ] {
+            let why = why(text);
+            assert!(why.contains(says), "{text}: {why}");
+            assert!(why.starts_with(&format!("--vm {text}:")), "{why}");
+        }
     }
 
     #[test]

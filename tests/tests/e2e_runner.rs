@@ -263,6 +263,7 @@ fn emitted_boot_files_boot_by_hand_as_the_readme_says() {
         append: None,
         gdb: false,
         disks: Vec::new(),
+        passed: Vec::new(),
         net: None,
         extra_args: Vec::new(),
     };

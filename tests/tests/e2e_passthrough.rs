@@ -1,0 +1,359 @@
+//! End-to-end: device passthrough. A VM owns a device of the host: the
+//! runner's `pass-disk=` and `pass-net=` items give QEMU a virtio-blk or a
+//! virtio-net on a virtio-mmio transport after the host disks and write the
+//! transport's node (`device=/virtio_mmio@a003e00`) and `ram=identity` to
+//! the VM's `vm.conf`. The hypervisor maps the node's register window into
+//! the VM at the same address, routes its interrupt (same INTID), copies
+//! the node into the VM's device tree and places the VM's RAM at
+//! guest-physical == host-physical addresses, so the device's DMA reaches
+//! it; the VM's own Linux drives the device, and the hypervisor leaves it
+//! alone (it is not a host disk).
+//!
+//! - Disk (`a_linux_vm_owns_a_virtio_mmio_disk`, and the same on a GICv2
+//!   host): VM `a`, Debian's Linux with an ext4 image the host made as its
+//!   passed disk, mounts it as `/dev/vda`, writes `/hv/check.txt`, syncs
+//!   and powers off, beside VM `b`, the test guest's `memory` scenario. Both
+//!   pass; the host reads the file back from the image (`debugfs`) and finds
+//!   it whole; `a` counted the device's interrupts (`passthrough_irqs` > 0),
+//!   `b` none; `a` has no virtio-blk of the hypervisor's (no `virtio_blk_*`
+//!   counters) and the hypervisor drove no host disk.
+//! - Network (`a_linux_vm_owns_the_user_network`): VM `a` owns a virtio-net
+//!   on QEMU's restricted user-mode network with a free TCP port of the
+//!   host's `127.0.0.1` forwarded to it; its init takes a DHCP lease
+//!   (10.0.2.15) and serves a fixed reply (108,910 bytes) on that port
+//!   (`net-serve` role, `expect=running`). While the run goes the test
+//!   connects to `127.0.0.1:PORT` until the guest has answered one
+//!   connection whole (each connection is held until it ends: one made
+//!   before the guest listens waits in QEMU or is reset), sends a token
+//!   line and reads the reply; the guest's `served connection N, got:
+//!   <token>` line ends the console script, and the run ends once `b`'s
+//!   `memory` scenario has passed too. The reply must be the whole fixed
+//!   text, after the guest's `10.0.2.15 ready` line.
+//! - Refusals (`refusals`, test guests only: they never run): a VM given
+//!   the console UART (`/pl011@9000000`), the GIC (`/intc@8000000`), a node
+//!   the host's device tree does not have, a node another VM already owns,
+//!   or the transport under its own emulated virtio-console's window
+//!   (`/virtio_mmio@a000000` with `console=virtio`) stops the machine
+//!   before any guest runs, with `[hv] ERROR: cannot start a guest:
+//!   vm<I> (<name>): device <path>: <why>`.
+//!
+//! Every run needs QEMU (installed when missing and root, else the run
+//! panics naming the command), the Linux runs Debian's kernel and busybox
+//! (`apt-get download`) and e2fsprogs: a missing prerequisite fails the
+//! test, it never skips.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use qemu_runner::console_script::ConsoleScript;
+use qemu_runner::initramfs::{Role, disk_check_contents, net_serve_reply};
+use qemu_runner::qemu::GicVersion;
+use qemu_runner::{RunConfig, RunReport, Verdict};
+use tests::e2e;
+use tests::linux_virtio::{disk_file, disk_image, disk_write_role, free_port, linux_vm_spec};
+
+/// Time for a run with one Linux VM under TCG.
+const LINUX_TIMEOUT: Duration = Duration::from_secs(300);
+/// Time for a run the hypervisor refuses before any guest runs.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(60);
+/// The test guest VM beside the Linux one.
+const MEMORY_VM: &str = "memory,name=b,cpus=2-3";
+
+/// Checks that VM `b` (the `memory` scenario) passed and owned nothing.
+fn assert_memory_vm_passed_alone(report: &RunReport) {
+    let explain = report.explain();
+    assert!(report.console().contains("[b] RESULT: PASS"), "{explain}");
+    assert_eq!(
+        e2e::counter(report, 1, "passthrough_irqs"),
+        0,
+        "b owns no device\n{explain}"
+    );
+}
+
+/// VM `a` writes the check file on a fresh ext4 image it owns, beside the
+/// `memory` VM `b`, on a `gic` host; the host reads the file back.
+fn linux_owns_a_disk(gic: GicVersion, image_name: &str) {
+    let image = disk_image(image_name);
+    let pass_disk = format!("pass-disk={}", image.display());
+    let a = linux_vm_spec(
+        "a",
+        "0-1",
+        &[&pass_disk, "mem=384"],
+        &disk_write_role(false),
+    );
+    let report = e2e::run(&RunConfig {
+        gic,
+        ..e2e::vms(4, &[&a, MEMORY_VM], LINUX_TIMEOUT)
+    });
+    e2e::assert_powered_off(&report);
+    let explain = report.explain();
+    assert!(
+        report
+            .command_line
+            .contains("-device virtio-blk-device,drive=pdisk0")
+            && !report.command_line.contains("drive=disk0"),
+        "the image is a passed disk, and the only virtio device\n{explain}"
+    );
+    assert!(
+        e2e::has_line(&report, "[a] LINUX-INIT: wrote /hv/check.txt on /dev/vda"),
+        "{explain}"
+    );
+    assert!(report.console().contains("[a] RESULT: PASS"), "{explain}");
+    assert_memory_vm_passed_alone(&report);
+    assert!(
+        e2e::counter(&report, 0, "passthrough_irqs") > 0,
+        "the disk's interrupts reached a\n{explain}"
+    );
+    assert!(
+        report.counters().get(0, "virtio_blk_write_bytes").is_none(),
+        "a has a virtio-blk of the hypervisor's: the writes did not go to the passed disk\n{explain}"
+    );
+    assert_eq!(
+        e2e::log_count(&report, "host disk 0"),
+        0,
+        "the hypervisor drove the passed disk itself\n{explain}"
+    );
+    let on_host = disk_file(&image);
+    assert!(
+        on_host == disk_check_contents(),
+        "/hv/check.txt read from the image on the host differs ({} bytes)\n{explain}",
+        on_host.len()
+    );
+    std::fs::remove_file(&image).unwrap_or_else(|error| panic!("{error}"));
+}
+
+#[test]
+fn a_linux_vm_owns_a_virtio_mmio_disk() {
+    linux_owns_a_disk(GicVersion::V3, "e2e-passthrough-disk");
+}
+
+#[test]
+fn a_linux_vm_owns_a_virtio_mmio_disk_on_a_gicv2_host() {
+    linux_owns_a_disk(GicVersion::V2, "e2e-passthrough-disk-gicv2");
+}
+
+/// Connects to `127.0.0.1:port` until a connection brings a reply, each
+/// connection held until it ends (a connection dropped while QEMU still
+/// tries to reach the guest could reach it later, unread): sends `token`
+/// and a newline, reads to the end. Gives up when `stop` is set (the run,
+/// which has its own time limit, ended); the error holds the last failure.
+fn fetch_reply(port: u16, token: &str, stop: &AtomicBool) -> Result<Vec<u8>, String> {
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut last = String::from("no connection tried");
+    let gave_up = |last: &str| {
+        stop.load(Ordering::Acquire)
+            .then(|| format!("the run ended first; last try: {last}"))
+    };
+    loop {
+        if let Some(why) = gave_up(&last) {
+            return Err(why);
+        }
+        let mut stream = match TcpStream::connect_timeout(&address, Duration::from_secs(2)) {
+            Ok(stream) => stream,
+            Err(error) => {
+                last = format!("connect: {error}");
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let sent = stream
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .and_then(|()| stream.write_all(format!("{token}\n").as_bytes()));
+        if let Err(error) = sent {
+            last = format!("send: {error}");
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        }
+        let mut reply = Vec::new();
+        let mut buffer = [0u8; 16384];
+        loop {
+            match stream.read(&mut buffer) {
+                Ok(0) if reply.is_empty() => {
+                    last = "closed with no reply".into();
+                    break;
+                }
+                Ok(0) => return Ok(reply),
+                Ok(n) => reply.extend_from_slice(&buffer[..n]),
+                Err(error)
+                    if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
+                {
+                    if let Some(why) = gave_up(&last) {
+                        return Err(format!(
+                            "{why} (a connection still waited, {} bytes read)",
+                            reply.len()
+                        ));
+                    }
+                }
+                Err(error) => {
+                    last = format!("read after {} bytes: {error}", reply.len());
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn a_linux_vm_owns_the_user_network() {
+    let port = free_port();
+    let token = format!("passthrough-{}-{port}", std::process::id());
+    let a = format!(
+        "{},expect=running",
+        linux_vm_spec(
+            "a",
+            "0-1",
+            &[&format!("pass-net={port}"), "mem=384"],
+            &Role::NetServe { port }
+        )
+    );
+    let script = ConsoleScript::new().then(&format!("got: {token}"), "");
+    let config = e2e::with_script(e2e::vms(4, &[&a, MEMORY_VM], LINUX_TIMEOUT), script);
+    let stop = AtomicBool::new(false);
+    let (report, fetched) = std::thread::scope(|scope| {
+        let client = scope.spawn(|| fetch_reply(port, &token, &stop));
+        let report = e2e::run(&config);
+        stop.store(true, Ordering::Release);
+        let fetched = client
+            .join()
+            .unwrap_or_else(|_| panic!("the client thread panicked"));
+        (report, fetched)
+    });
+    let explain = report.explain();
+    assert!(
+        report.command_line.contains(&format!(
+            "-netdev user,id=pnet0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{port} \
+             -device virtio-net-device,netdev=pnet0"
+        )),
+        "{explain}"
+    );
+    let reply =
+        fetched.unwrap_or_else(|why| panic!("no reply from a on port {port}: {why}\n{explain}"));
+    assert!(
+        reply == net_serve_reply().as_bytes(),
+        "the reply differs ({} bytes, first line {:?})\n{explain}",
+        reply.len(),
+        String::from_utf8_lossy(&reply).lines().next()
+    );
+    e2e::assert_passed(&report);
+    let ready = e2e::line_index(&report, "net-serve ready", |line| {
+        line.starts_with(&format!("[a] NET-SERVE: 10.0.2.15 ready on port {port}"))
+    });
+    let answered = e2e::line_index(&report, "served connection", |line| {
+        line.starts_with("[a] NET-SERVE: served connection")
+            && line.ends_with(&format!("got: {token}"))
+    });
+    assert!(ready < answered, "{explain}");
+    assert_memory_vm_passed_alone(&report);
+    assert_eq!(e2e::log_count(&report, "stopping the VM"), 0, "{explain}");
+}
+
+/// One configuration the hypervisor must refuse: the `--vm` specs, and the
+/// VM (place, name), path and reason its error line names.
+struct Refusal {
+    specs: Vec<String>,
+    vm: usize,
+    name: &'static str,
+    path: &'static str,
+    why: &'static str,
+}
+
+/// Whether `report` shows the refusal `case` expects: the run failed on
+/// `cannot start a guest: vm<I> (<name>): device <path>: <why>` (the only
+/// such line), no guest ran, and the hypervisor powered the machine off
+/// without a panic.
+fn refused(report: &RunReport, case: &Refusal) -> Result<(), String> {
+    let named = format!("vm{} ({}): device {}: ", case.vm, case.name, case.path);
+    match &report.verdict {
+        Verdict::GuestNotStarted(why) if why.starts_with(&named) && why.contains(case.why) => {}
+        Verdict::GuestNotStarted(why) => {
+            return Err(format!("expected `{named}...{}...`, got `{why}`", case.why));
+        }
+        other => return Err(format!("expected the hypervisor to refuse it, got {other}")),
+    }
+    if e2e::log_count(report, "cannot start a guest") != 1 {
+        return Err("more than one `cannot start a guest` line".into());
+    }
+    if e2e::has_line(report, "test-guest:") || e2e::has_line(report, "RESULT:") {
+        return Err("a guest ran".into());
+    }
+    if !report.transcript.system_off {
+        return Err("no `[hv] system off`".into());
+    }
+    match &report.transcript.panic {
+        Some(panic) => Err(format!("the hypervisor panicked: {panic}")),
+        None => Ok(()),
+    }
+}
+
+#[test]
+fn refusals() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("passthrough-refusals");
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let image = dir.join("passed.img");
+    std::fs::write(&image, vec![0u8; 1 << 20]).expect("a scratch image");
+    let one = |items: &str| vec![format!("memory,name=a{items}")];
+    let cases = [
+        Refusal {
+            specs: one(",device=/pl011@9000000"),
+            vm: 0,
+            name: "a",
+            path: "/pl011@9000000",
+            why: "the hypervisor uses it (its console UART)",
+        },
+        Refusal {
+            specs: one(",device=/intc@8000000"),
+            vm: 0,
+            name: "a",
+            path: "/intc@8000000",
+            why: "the hypervisor uses it (the GIC)",
+        },
+        Refusal {
+            // One past the last of `virt`'s 32 transports.
+            specs: one(",device=/virtio_mmio@a004000"),
+            vm: 0,
+            name: "a",
+            path: "/virtio_mmio@a004000",
+            why: "no such node in the host device tree",
+        },
+        Refusal {
+            specs: vec![
+                format!("memory,name=a,cpus=0-1,pass-disk={}", image.display()),
+                "memory,name=b,cpus=2-3,device=/virtio_mmio@a003e00".to_string(),
+            ],
+            vm: 1,
+            name: "b",
+            path: "/virtio_mmio@a003e00",
+            why: "also given to vm0 (a)",
+        },
+        Refusal {
+            specs: one(",console=virtio,device=/virtio_mmio@a000000"),
+            vm: 0,
+            name: "a",
+            path: "/virtio_mmio@a000000",
+            why: "overlaps the VM's emulated virtio-mmio devices",
+        },
+    ];
+    // Every case runs; the failures are reported together.
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|case| {
+            let specs: Vec<&str> = case.specs.iter().map(String::as_str).collect();
+            let report = e2e::run(&e2e::vms(4, &specs, REFUSAL_TIMEOUT));
+            refused(&report, case)
+                .err()
+                .map(|why| format!("{specs:?}: {why}\n{}", report.explain()))
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} refusals went wrong:\n\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n\n")
+    );
+    std::fs::remove_dir_all(&dir).unwrap_or_else(|error| panic!("{error}"));
+}
