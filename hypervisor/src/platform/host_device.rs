@@ -154,6 +154,9 @@ pub struct HostDevice {
     pub dropped: Vec<String>,
     /// The `compatible` strings of the top node.
     pub compatible: Vec<String>,
+    /// Why an interrupt of the subtree cannot be routed, if one cannot (the
+    /// node is then refused, after the checks of who holds it).
+    pub unroutable: Option<String>,
 }
 
 /// Why a node cannot be passed (the text goes after the node's path).
@@ -219,6 +222,7 @@ impl HostDevice {
             interrupts: Vec::new(),
             dropped: Vec::new(),
             translating_bus: located.parent_has_translation(&nodes),
+            unroutable: None,
         };
         let node = reader.copy(located, true)?;
         let mut interrupts = reader.interrupts;
@@ -235,6 +239,7 @@ impl HostDevice {
             node,
             dropped: reader.dropped,
             compatible,
+            unroutable: reader.unroutable,
         })
     }
 
@@ -252,6 +257,7 @@ struct SubtreeReader<'f, 'b, 'a> {
     interrupts: Vec<HostInterrupt>,
     dropped: Vec<String>,
     translating_bus: bool,
+    unroutable: Option<String>,
 }
 
 impl<'b, 'a> SubtreeReader<'_, 'b, 'a> {
@@ -350,35 +356,52 @@ impl<'b, 'a> SubtreeReader<'_, 'b, 'a> {
         })
     }
 
+    /// Keeps the first reason an interrupt cannot be routed: reported
+    /// after the checks of what holds the node (the GIC's own node has
+    /// PPIs, and "the hypervisor uses it" is the better answer).
+    fn unroutable(&mut self, why: HostDeviceError) {
+        self.unroutable.get_or_insert(why.0);
+    }
+
+    fn interrupts(
+        &mut self,
+        located: Located<'b, 'a>,
+        value: &[u8],
+    ) -> Result<Vec<[u32; 3]>, HostDeviceError> {
+        let node = located.node;
+        let parent = self
+            .interrupt_parent(located)
+            .filter(|p| self.is_gic(*p))
+            .ok_or_else(|| {
+                refuse(alloc::format!(
+                    "{}/interrupts: its interrupt parent is not the GIC, so the hypervisor cannot route them",
+                    node.name
+                ))
+            })?;
+        let size = u32_property(parent, "#interrupt-cells").unwrap_or(3) as usize;
+        self.gic_specifiers(node.name, &cells(value), size)
+    }
+
     fn copy(&mut self, located: Located<'b, 'a>, top: bool) -> Result<DeviceNode, HostDeviceError> {
         let node = located.node;
         let mut properties = Vec::new();
         for property in node.properties() {
             let name = property.name;
             match name {
-                "interrupts-extended" => {
-                    return Err(refuse(alloc::format!(
-                        "{}/interrupts-extended: interrupts of several controllers cannot be routed",
-                        node.name
-                    )));
-                }
+                "interrupts-extended" => self.unroutable(refuse(alloc::format!(
+                    "{}/interrupts-extended: interrupts of several controllers cannot be routed",
+                    node.name
+                ))),
                 "interrupt-parent" => {}
                 "reg" if top => {}
-                "interrupts" => {
-                    let parent = self
-                        .interrupt_parent(located)
-                        .filter(|p| self.is_gic(*p))
-                        .ok_or_else(|| {
-                            refuse(alloc::format!(
-                                "{}/interrupts: its interrupt parent is not the GIC, so the hypervisor cannot route them",
-                                node.name
-                            ))
-                        })?;
-                    let size = u32_property(parent, "#interrupt-cells").unwrap_or(3) as usize;
-                    let specs = self.gic_specifiers(node.name, &cells(property.value), size)?;
-                    properties.push(NodeProperty::Interrupts(specs));
-                }
-                "interrupt-map" => properties.push(self.interrupt_map(located, property.value)?),
+                "interrupts" => match self.interrupts(located, property.value) {
+                    Ok(specs) => properties.push(NodeProperty::Interrupts(specs)),
+                    Err(e) => self.unroutable(e),
+                },
+                "interrupt-map" => match self.interrupt_map(located, property.value) {
+                    Ok(map) => properties.push(map),
+                    Err(e) => self.unroutable(e),
+                },
                 "ranges" | "dma-ranges" if self.translating_bus => {
                     return Err(refuse(alloc::format!(
                         "{}/{name}: its bus translates addresses, and the guest gets the node at its root",

@@ -188,6 +188,9 @@ impl PassedDevice {
                 )));
             }
         }
+        if let Some(why) = device.unroutable.clone() {
+            return Err(fail(why));
+        }
         let (mapped, forwarded) = device
             .windows
             .iter()
@@ -405,6 +408,7 @@ mod tests {
             },
             dropped: Vec::new(),
             compatible: Vec::new(),
+            unroutable: None,
         }
     }
 

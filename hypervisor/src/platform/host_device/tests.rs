@@ -118,7 +118,10 @@ fn read(path: &str) -> Result<HostDevice, HostDeviceError> {
 }
 
 fn why(path: &str) -> String {
-    read(path).unwrap_err().0
+    match read(path) {
+        Ok(device) => device.unroutable.expect("refused"),
+        Err(e) => e.0,
+    }
 }
 
 #[test]
