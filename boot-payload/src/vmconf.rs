@@ -708,9 +708,14 @@ mod tests {
         let long = format!("device=/{}", "x".repeat(MAX_DEVICE_PATH));
         assert_eq!(
             VmConf::parse(long.as_bytes()),
-            Err(VmConfError::BadDevice(1, "the path is longer than 96 bytes"))
+            Err(VmConfError::BadDevice(
+                1,
+                "the path is longer than 96 bytes"
+            ))
         );
-        let nine: String = (0..=MAX_DEVICES).map(|i| format!("device=/d@{i}\n")).collect();
+        let nine: String = (0..=MAX_DEVICES)
+            .map(|i| format!("device=/d@{i}\n"))
+            .collect();
         assert_eq!(
             VmConf::parse(nine.as_bytes()),
             Err(VmConfError::TooManyDevices(MAX_DEVICES + 1))

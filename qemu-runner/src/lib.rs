@@ -1462,11 +1462,13 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
     let several = config.vms.len() > 1;
     let names: Vec<&str> = config.vms.iter().map(|vm| vm.name.as_str()).collect();
     let expects: Vec<VmExpect> = config.vms.iter().map(|vm| vm.expect).collect();
-    let settled = |transcript: &Transcript| vm_verdict::settles(transcript, &names, &expects);
+    let settles = |transcript: &Transcript| vm_verdict::settles(transcript, &names, &expects);
+    let settled = |transcript: &Transcript| vm_verdict::settled(transcript, &names, &expects);
     let follow = qemu::Follow {
         script: config.script(),
         several_vms: several,
-        finished: if several { Some(&settled) } else { None },
+        finished: if several { Some(&settles) } else { None },
+        settled: if several { Some(&settled) } else { None },
     };
     let command_line = setup.command_line();
     let outcome = qemu::run_with(&setup, watch, follow).map_err(|error| RunnerError::Io {

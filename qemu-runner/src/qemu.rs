@@ -550,6 +550,9 @@ pub struct Follow<'a> {
     /// stopped [`RESULT_GRACE`] after it first does once the console script,
     /// if any, has sent its last step.
     pub finished: Option<&'a dyn Fn(&Transcript) -> bool>,
+    /// Whether every VM has come to its end, whatever the last line: asked
+    /// once, when the console script sends its last step.
+    pub settled: Option<&'a dyn Fn(&Transcript) -> bool>,
 }
 
 impl std::fmt::Debug for Follow<'_> {
@@ -668,8 +671,22 @@ pub fn run_with(setup: &QemuSetup, watch: Watch, follow: Follow<'_>) -> std::io:
         };
         match event {
             Ok(Event::Text(text)) => {
-                if let Some(progress) = progress.as_mut() {
-                    send(progress, &text);
+                let Some(script) = progress.as_mut() else {
+                    continue;
+                };
+                let was_waiting = script.waiting_at().is_some();
+                send(script, &text);
+                // The script finished on this text after the VMs had
+                // settled (a VM that keeps running answered it last): the
+                // run is over too.
+                let now_done = script.waiting_at().is_none();
+                if was_waiting
+                    && now_done
+                    && stop_at.is_none()
+                    && !watch.follow_to_exit
+                    && follow.settled.is_some_and(|settled| settled(&transcript))
+                {
+                    stop_at = Some(Instant::now() + RESULT_GRACE);
                 }
             }
             Ok(Event::Line(line)) => {

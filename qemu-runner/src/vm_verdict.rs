@@ -119,6 +119,12 @@ impl VmConsoles {
     }
 }
 
+/// Whether every VM but those expected to keep running has come to its
+/// end ([`VmConsoles::settled`]), whatever the last line.
+pub fn settled(transcript: &Transcript, names: &[&str], expects: &[VmExpect]) -> bool {
+    VmConsoles::read(transcript, names).settled(expects)
+}
+
 /// Whether the line `transcript` just took settled the last VM that had
 /// not settled ([`VmConsoles::settled`]): only a VM's result line or a stop
 /// line can, so other lines cost no look at the whole transcript.

@@ -302,14 +302,14 @@ fn refusals() {
             vm: 0,
             name: "a",
             path: "/pl011@9000000",
-            why: "the hypervisor uses it (its console UART)",
+            why: "the hypervisor uses it (its console UART: window 0x9000000+0x1000)",
         },
         Refusal {
             specs: one(",device=/intc@8000000"),
             vm: 0,
             name: "a",
             path: "/intc@8000000",
-            why: "the hypervisor uses it (the GIC)",
+            why: "the hypervisor uses it (the GIC: window 0x8000000+0x10000)",
         },
         Refusal {
             // One past the last of `virt`'s 32 transports.

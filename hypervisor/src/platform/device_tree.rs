@@ -198,7 +198,11 @@ impl Located<'_, '_> {
             let Some(bus) = nodes.get(index) else {
                 return true;
             };
-            if bus.node.property("ranges").is_some_and(|r| !r.value.is_empty()) {
+            if bus
+                .node
+                .property("ranges")
+                .is_some_and(|r| !r.value.is_empty())
+            {
                 return true;
             }
             parent = bus.parent;

@@ -200,7 +200,8 @@ impl HostDevice {
     /// is the host GIC's distributor address (an interrupt parent must be
     /// that GIC).
     pub fn read(dtb: &[u8], path: &str, gic_distributor: u64) -> Result<Self, HostDeviceError> {
-        let fdt = Fdt::new(dtb).map_err(|e| refuse(alloc::format!("invalid device tree: {e:?}")))?;
+        let fdt =
+            Fdt::new(dtb).map_err(|e| refuse(alloc::format!("invalid device tree: {e:?}")))?;
         let found = fdt
             .find_node(path)
             .filter(|node| node.name == path.rsplit('/').next().unwrap_or(""))
@@ -214,7 +215,8 @@ impl HostDevice {
         if !enabled(found) {
             return Err(refuse("its status is not \"okay\""));
         }
-        let windows = device_regs(&nodes, located).map_err(|e: PlatformError| refuse(e.to_string()))?;
+        let windows =
+            device_regs(&nodes, located).map_err(|e: PlatformError| refuse(e.to_string()))?;
         let mut reader = SubtreeReader {
             fdt: &fdt,
             nodes: &nodes,
@@ -283,7 +285,9 @@ impl<'b, 'a> SubtreeReader<'_, 'b, 'a> {
             }
             current = l.parent.and_then(|i| self.nodes.get(i).copied());
         }
-        self.fdt.find_node("/").and_then(|root| root.interrupt_parent())
+        self.fdt
+            .find_node("/")
+            .and_then(|root| root.interrupt_parent())
     }
 
     /// `interrupts` of a node whose parent is the GIC, `size` cells per
@@ -318,7 +322,8 @@ impl<'b, 'a> SubtreeReader<'_, 'b, 'a> {
         let node = located.node;
         let bad = |why: &str| refuse(alloc::format!("{}/interrupt-map: {why}", node.name));
         let child_cells = (u32_property(node, "#address-cells").unwrap_or(2)
-            + u32_property(node, "#interrupt-cells").unwrap_or(1)) as usize;
+            + u32_property(node, "#interrupt-cells").unwrap_or(1))
+            as usize;
         let all = cells(value);
         let mut entries = Vec::new();
         let mut at = 0;
@@ -327,7 +332,9 @@ impl<'b, 'a> SubtreeReader<'_, 'b, 'a> {
                 .get(at..at + child_cells)
                 .ok_or_else(|| bad("truncated entry"))?
                 .to_vec();
-            let phandle = *all.get(at + child_cells).ok_or_else(|| bad("truncated entry"))?;
+            let phandle = *all
+                .get(at + child_cells)
+                .ok_or_else(|| bad("truncated entry"))?;
             let parent = self
                 .fdt
                 .find_phandle(phandle)

@@ -279,26 +279,38 @@ impl Hardware for FakeHardware {
     }
 
     fn passthrough_spi_setup(&self, intid: u32, edge: bool, cpu: usize) {
-        self.spi_ops
-            .lock()
-            .unwrap()
-            .push(format!("setup {intid} {} cpu{cpu}", if edge { "edge" } else { "level" }));
+        self.spi_ops.lock().unwrap().push(format!(
+            "setup {intid} {} cpu{cpu}",
+            if edge { "edge" } else { "level" }
+        ));
     }
 
     fn passthrough_spi_route(&self, intid: u32, cpu: usize) {
-        self.spi_ops.lock().unwrap().push(format!("route {intid} cpu{cpu}"));
+        self.spi_ops
+            .lock()
+            .unwrap()
+            .push(format!("route {intid} cpu{cpu}"));
     }
 
     fn passthrough_spi_deactivate(&self, intid: u32) {
-        self.spi_ops.lock().unwrap().push(format!("deactivate {intid}"));
+        self.spi_ops
+            .lock()
+            .unwrap()
+            .push(format!("deactivate {intid}"));
     }
 
     fn passthrough_spi_release(&self, intid: u32) {
-        self.spi_ops.lock().unwrap().push(format!("release {intid}"));
+        self.spi_ops
+            .lock()
+            .unwrap()
+            .push(format!("release {intid}"));
     }
 
     fn device_read(&self, pa: u64, size: u8) -> u64 {
-        self.spi_ops.lock().unwrap().push(format!("read {pa:#x} {size}"));
+        self.spi_ops
+            .lock()
+            .unwrap()
+            .push(format!("read {pa:#x} {size}"));
         0x7465_7374
     }
 

@@ -50,6 +50,7 @@ use crate::control::abi::registers::ParkedRegisters;
 use crate::devices::pl011::{Pl011, RxBacklog};
 use crate::devices::vgic::{self, Vgic, VgicConfig};
 use crate::exit::mmio::{DeviceId, MmioBus, MmioRegion};
+use crate::platform::host_device::Trigger as HostTrigger;
 use crate::platform::ranges::PhysRange;
 use crate::runtime::Hardware;
 use crate::runtime::boot_info::BootInfo;
@@ -68,9 +69,7 @@ use crate::vm::layout::{
 };
 use crate::vm::lifecycle::{Lifecycle, RestartError};
 use crate::vm::migration_plan::{CopyBoard, MigrationOptions};
-use crate::platform::host_device::Trigger as HostTrigger;
 use crate::vm::passthrough::{Claim, PassthroughError, PassthroughPlan};
-use boot_payload::vmconf::RamPlacement;
 use crate::vm::power::{BootRequest, PowerStates};
 use crate::vm::run_state::{Requested, RunState, RunStateError};
 use crate::vm::vcpu_state::VcpuState;
@@ -81,6 +80,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use boot_payload::image::{self, KernelFormat};
 use boot_payload::vmconf::DEFAULT_MEM_MIB;
+use boot_payload::vmconf::RamPlacement;
 use boot_payload::vmname::VmName;
 use boot_payload::{PayloadError, PayloadRef, VmRef};
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -1018,7 +1018,11 @@ pub fn create_vm<H: Hardware>(
     // devices' windows that fill whole pages, at their own addresses.
     let mut device_windows: Vec<(u64, u64, u64)> = Vec::new();
     if let Some(gicv) = gicv2 {
-        device_windows.push((GUEST_GICC_BASE, GUEST_GICC_SIZE.min(gicv.size()), gicv.start));
+        device_windows.push((
+            GUEST_GICC_BASE,
+            GUEST_GICC_SIZE.min(gicv.size()),
+            gicv.start,
+        ));
     }
     for window in passthrough.devices.iter().flat_map(|d| d.mapped.iter()) {
         device_windows.push((window.start, window.size(), window.start));

@@ -550,7 +550,8 @@ mod tests {
         w.property_u32("#size-cells", 2).unwrap();
         w.property_u32("interrupt-parent", 0x8001).unwrap();
         let gic = w.begin_node("intc@8000000").unwrap();
-        w.property_array_u64("reg", &[0x0800_0000, 0x1_0000]).unwrap();
+        w.property_array_u64("reg", &[0x0800_0000, 0x1_0000])
+            .unwrap();
         w.property_u32("#interrupt-cells", 3).unwrap();
         w.property_u32("#address-cells", 2).unwrap();
         w.property_phandle(0x8001).unwrap();
@@ -562,7 +563,8 @@ mod tests {
         w.property_null("dma-coherent").unwrap();
         w.end_node(virtio).unwrap();
         let pcie = w.begin_node("pcie@10000000").unwrap();
-        w.property_string("compatible", "pci-host-ecam-generic").unwrap();
+        w.property_string("compatible", "pci-host-ecam-generic")
+            .unwrap();
         w.property_u32("#address-cells", 3).unwrap();
         w.property_u32("#size-cells", 2).unwrap();
         w.property_u32("#interrupt-cells", 1).unwrap();
@@ -570,7 +572,9 @@ mod tests {
             .unwrap();
         w.property_array_u32(
             "interrupt-map",
-            &[0, 0, 0, 1, 0x8001, 0, 0, 0, 3, 4, 0x800, 0, 0, 1, 0x8001, 0, 0, 0, 4, 4],
+            &[
+                0, 0, 0, 1, 0x8001, 0, 0, 0, 3, 4, 0x800, 0, 0, 1, 0x8001, 0, 0, 0, 4, 4,
+            ],
         )
         .unwrap();
         let child = w.begin_node("bridge@1").unwrap();
@@ -602,10 +606,16 @@ mod tests {
         // The guest's copy reads back as the same device, through the
         // guest's GIC.
         let again = HostDevice::read(&blob, "/virtio_mmio@a003e00", 0x0800_0000).unwrap();
-        assert_eq!((again.windows, again.interrupts), (virtio.windows, virtio.interrupts));
+        assert_eq!(
+            (again.windows, again.interrupts),
+            (virtio.windows, virtio.interrupts)
+        );
         let again = HostDevice::read(&blob, "/pcie@10000000", 0x0800_0000).unwrap();
         assert_eq!(again.interrupts, pcie.interrupts);
-        assert_eq!(again.node, pcie.node, "interrupt-map, reg and the child kept");
+        assert_eq!(
+            again.node, pcie.node,
+            "interrupt-map, reg and the child kept"
+        );
         let fdt = Fdt::new(&blob).expect("parses");
         let map: Vec<u32> = fdt
             .find_node("/pcie@10000000")
@@ -617,12 +627,31 @@ mod tests {
             .collect();
         assert_eq!(
             map,
-            [0, 0, 0, 1, PHANDLE_GIC, 0, 3, 4, 0x800, 0, 0, 1, PHANDLE_GIC, 0, 4, 4],
+            [
+                0,
+                0,
+                0,
+                1,
+                PHANDLE_GIC,
+                0,
+                3,
+                4,
+                0x800,
+                0,
+                0,
+                1,
+                PHANDLE_GIC,
+                0,
+                4,
+                4
+            ],
             "the guest GIC's phandle and no parent unit address"
         );
         let virtio = fdt.find_node("/virtio_mmio@a003e00").expect("copied");
         assert_eq!(
-            virtio.property("interrupt-parent").and_then(|p| p.as_usize()),
+            virtio
+                .property("interrupt-parent")
+                .and_then(|p| p.as_usize()),
             Some(PHANDLE_GIC as usize)
         );
     }

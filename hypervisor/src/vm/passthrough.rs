@@ -128,7 +128,11 @@ fn conflict(path: &str, windows: &[PhysRange], intids: &[u32], claim: &Claim) ->
         return Some(format!("also given to {}", claim.owner));
     }
     if let Some(w) = first_overlap(windows, &claim.windows) {
-        return Some(format!("window {} overlaps {}", window_text(w), claim.owner));
+        return Some(format!(
+            "window {} overlaps {}",
+            window_text(w),
+            claim.owner
+        ));
     }
     intids
         .iter()
@@ -152,7 +156,9 @@ impl PassedDevice {
             return Err(fail("the hypervisor uses it (the timers)".into()));
         }
         if device.windows.is_empty() && device.interrupts.is_empty() {
-            return Err(fail("it has no register window and no interrupt to give".into()));
+            return Err(fail(
+                "it has no register window and no interrupt to give".into(),
+            ));
         }
         let intids: Vec<u32> = device.interrupts.iter().map(|i| i.intid).collect();
         for claim in &claims.hypervisor {
@@ -288,7 +294,9 @@ impl PassthroughPlan {
 
     /// Every passed SPI with the device it belongs to.
     pub fn interrupts(&self) -> impl Iterator<Item = HostInterrupt> + '_ {
-        self.devices.iter().flat_map(|d| d.interrupts.iter().copied())
+        self.devices
+            .iter()
+            .flat_map(|d| d.interrupts.iter().copied())
     }
 
     /// The forwarded window holding `[pa, pa + size)`, if any.
@@ -472,7 +480,10 @@ mod tests {
             passed.mapped,
             [PhysRange::from_start_size(0x10_0000_0000, 0x1000_0000)]
         );
-        assert_eq!(passed.forwarded, [PhysRange::from_start_size(0x0a00_3a00, 0x200)]);
+        assert_eq!(
+            passed.forwarded,
+            [PhysRange::from_start_size(0x0a00_3a00, 0x200)]
+        );
         let plan = PassthroughPlan {
             devices: vec![passed],
         };
@@ -480,19 +491,33 @@ mod tests {
             plan.forwarded_window(0x0a00_3bfc, 4),
             Some(PhysRange::from_start_size(0x0a00_3a00, 0x200))
         );
-        assert_eq!(plan.forwarded_window(0x0a00_3bfc, 8), None, "straddles the end");
-        assert_eq!(plan.forwarded_window(0x0a00_39fc, 4), None, "below the start");
+        assert_eq!(
+            plan.forwarded_window(0x0a00_3bfc, 8),
+            None,
+            "straddles the end"
+        );
+        assert_eq!(
+            plan.forwarded_window(0x0a00_39fc, 4),
+            None,
+            "below the start"
+        );
         assert_eq!(plan.forwarded_window(u64::MAX - 1, 4), None);
     }
 
     #[test]
     fn what_others_hold_is_refused_naming_the_holder() {
         assert_eq!(
-            why(device("/pl011@9000000", &[(0x0900_0000, 0x1000)], &[33]), &[]),
+            why(
+                device("/pl011@9000000", &[(0x0900_0000, 0x1000)], &[33]),
+                &[]
+            ),
             "device /pl011@9000000: the hypervisor uses it (its console UART: window 0x9000000+0x1000)"
         );
         assert_eq!(
-            why(device("/virtio_mmio@a003e00", &[(0x0a00_3e00, 0x200)], &[79]), &[]),
+            why(
+                device("/virtio_mmio@a003e00", &[(0x0a00_3e00, 0x200)], &[79]),
+                &[]
+            ),
             "device /virtio_mmio@a003e00: the hypervisor uses it (host disk 0: window 0xa003e00+0x200)"
         );
         assert_eq!(
@@ -500,7 +525,10 @@ mod tests {
             "device /x: the hypervisor uses its interrupt 33 (its console UART)"
         );
         assert_eq!(
-            why(device("/virtio_mmio@a003c00", &[(0x0a00_3c00, 0x200)], &[78]), &[]),
+            why(
+                device("/virtio_mmio@a003c00", &[(0x0a00_3c00, 0x200)], &[78]),
+                &[]
+            ),
             "device /virtio_mmio@a003c00: also given to vm0 (a)"
         );
         assert_eq!(
@@ -508,7 +536,10 @@ mod tests {
             "device /other: window 0xa003d00+0x100 overlaps vm0 (a)"
         );
         assert_eq!(
-            why(device("/virtio_mmio@a000000", &[(0x0a00_0000, 0x200)], &[48]), &[]),
+            why(
+                device("/virtio_mmio@a000000", &[(0x0a00_0000, 0x200)], &[48]),
+                &[]
+            ),
             "device /virtio_mmio@a000000: window 0xa000000+0x200 overlaps the VM's emulated virtio-mmio devices"
         );
         assert_eq!(
@@ -525,12 +556,21 @@ mod tests {
         );
         let mut timer = device("/timer", &[], &[]);
         timer.compatible = vec!["arm,armv8-timer".into()];
-        assert_eq!(why(timer, &[]), "device /timer: the hypervisor uses it (the timers)");
-        let first =
-            PassedDevice::check(device("/z@c000000", &[(0x0c00_0000, 0x2000)], &[40]), &claims(), &[])
-                .unwrap();
         assert_eq!(
-            why(device("/z@c000000", &[(0x0d00_0000, 0x1000)], &[]), &[first.clone()]),
+            why(timer, &[]),
+            "device /timer: the hypervisor uses it (the timers)"
+        );
+        let first = PassedDevice::check(
+            device("/z@c000000", &[(0x0c00_0000, 0x2000)], &[40]),
+            &claims(),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            why(
+                device("/z@c000000", &[(0x0d00_0000, 0x1000)], &[]),
+                &[first.clone()]
+            ),
             "device /z@c000000: named twice in vm.conf"
         );
         assert_eq!(

@@ -260,9 +260,9 @@ impl fmt::Display for MigrationBlocker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Gicv2 => f.write_str("a GICv2 host's virtual CPU interface is not migrated"),
-            Self::Passthrough => f.write_str(
-                "a VM that owns host devices (device= in its vm.conf) is not migrated",
-            ),
+            Self::Passthrough => {
+                f.write_str("a VM that owns host devices (device= in its vm.conf) is not migrated")
+            }
             Self::VectorLength {
                 vcpu,
                 streaming,

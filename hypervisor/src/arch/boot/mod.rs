@@ -31,8 +31,8 @@ use crate::devices::vgic::ListRegisters;
 use crate::platform::cpu_features::{CpuFeatures, SystemFeatures};
 use crate::platform::ranges::PhysRange;
 use crate::platform::{Platform, PsciConduit};
-use crate::vm::passthrough::{PassthroughError, PassthroughPlan};
 use crate::runtime::boot_info::{self, BootInfo};
+use crate::vm::passthrough::{PassthroughError, PassthroughPlan};
 use aarch64_cpu::registers::ICH_VTR_EL2;
 use core::sync::atomic::Ordering;
 use spin::Once;
@@ -267,7 +267,11 @@ fn passthrough_plans(
     let Ok(vms) = boot_payload::VmsRef::parse(bytes) else {
         return alloc::vec::Vec::new();
     };
-    if vms.as_slice().iter().all(|vm| vm.payload.conf.devices.is_empty()) {
+    if vms
+        .as_slice()
+        .iter()
+        .all(|vm| vm.payload.conf.devices.is_empty())
+    {
         return alloc::vec::Vec::new();
     }
     crate::vm::passthrough::plan_machine(

@@ -19,9 +19,9 @@
 //! off for good). After a drain (both SPIs enabled, the lines dropped, the
 //! guest taking everything) nothing is active anywhere.
 
+use super::VgicState;
 use super::list_regs::ModelListRegisters;
 use super::state::tests::two_vcpus;
-use super::VgicState;
 use alloc::vec::Vec;
 
 const LINKED: [(u32, u32); 2] = [(64, 79), (65, 78)];
@@ -50,7 +50,8 @@ impl Machine {
             let group = gic.distributor_read(0x80 + word, 4).unwrap();
             gic.distributor_write(0x80 + word, 4, group | bit).unwrap();
             gic.distributor_write(0x100 + word, 4, bit).unwrap();
-            gic.distributor_write(0x6000 + 8 * u64::from(intid), 8, 0).unwrap();
+            gic.distributor_write(0x6000 + 8 * u64::from(intid), 8, 0)
+                .unwrap();
         }
         Self {
             gic,
@@ -64,7 +65,10 @@ impl Machine {
 
     fn deactivate(&mut self, pintid: u32, by: &str) {
         let i = which(pintid);
-        assert!(self.physical_active[i], "{by} deactivated inactive INTID {pintid}");
+        assert!(
+            self.physical_active[i],
+            "{by} deactivated inactive INTID {pintid}"
+        );
         self.physical_active[i] = false;
     }
 
@@ -93,7 +97,10 @@ impl Machine {
                 .unwrap();
             let irq = self.gic.spis[(intid - 32) as usize];
             if irq.listed_on.is_none() {
-                assert_eq!(link.physical_active, self.physical_active[i], "INTID {intid}");
+                assert_eq!(
+                    link.physical_active, self.physical_active[i],
+                    "INTID {intid}"
+                );
                 assert!(
                     !self.physical_active[i] || irq.pending() || irq.active,
                     "INTID {intid}: physical active, but nothing left for the guest to complete"
@@ -172,7 +179,10 @@ fn run(seed: u64) {
     m.entry();
     assert_eq!(m.physical_active, [false; 2], "seed {seed}");
     assert!(m.gic.hardware_spis.iter().all(|h| !h.physical_active));
-    assert!(m.taken <= m.fired, "seed {seed}: taken more often than fired");
+    assert!(
+        m.taken <= m.fired,
+        "seed {seed}: taken more often than fired"
+    );
 }
 
 #[test]

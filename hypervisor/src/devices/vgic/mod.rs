@@ -89,11 +89,11 @@
 pub mod cpu_interface;
 mod distributor;
 mod distributor_v2;
+#[cfg(test)]
+mod hardware_spi_test;
 pub mod irq;
 mod list_register_sync;
 pub mod list_regs;
-#[cfg(test)]
-mod hardware_spi_test;
 #[cfg(test)]
 mod model_test;
 mod redistributor;

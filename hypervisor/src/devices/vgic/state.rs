@@ -319,9 +319,10 @@ impl VgicState {
             if !link.physical_active {
                 continue;
             }
-            let idle = self.spis.get((link.intid - FIRST_SPI) as usize).is_none_or(|irq| {
-                irq.listed_on.is_none() && !irq.pending() && !irq.active
-            });
+            let idle = self
+                .spis
+                .get((link.intid - FIRST_SPI) as usize)
+                .is_none_or(|irq| irq.listed_on.is_none() && !irq.pending() && !irq.active);
             if idle {
                 self.hardware_spis[index].physical_active = false;
                 out.push(link.pintid);

@@ -47,17 +47,15 @@ fn tree() -> Vec<u8> {
     w.end_node(off).unwrap();
 
     let pcie = w.begin_node("pcie@10000000").unwrap();
-    w.property_string("compatible", "pci-host-ecam-generic").unwrap();
+    w.property_string("compatible", "pci-host-ecam-generic")
+        .unwrap();
     w.property_u32("#address-cells", 3).unwrap();
     w.property_u32("#size-cells", 2).unwrap();
     w.property_u32("#interrupt-cells", 1).unwrap();
     w.property_array_u64("reg", &[0x40_1000_0000, 0x1000_0000])
         .unwrap();
-    w.property_array_u32(
-        "ranges",
-        &[0x0100_0000, 0, 0, 0, 0x3eff_0000, 0, 0x1_0000],
-    )
-    .unwrap();
+    w.property_array_u32("ranges", &[0x0100_0000, 0, 0, 0, 0x3eff_0000, 0, 0x1_0000])
+        .unwrap();
     let mut map = Vec::new();
     for (slot, pin, spi) in [(0u32, 1u32, 3u32), (0, 2, 4), (0x800, 1, 4)] {
         map.extend_from_slice(&[slot, 0, 0, pin, GIC_PHANDLE, 0, 0, 0, spi, 4]);
@@ -78,7 +76,8 @@ fn tree() -> Vec<u8> {
     w.end_node(pmu).unwrap();
 
     let eth = w.begin_node("ethernet@7d580000").unwrap();
-    w.property_array_u64("reg", &[0x7d58_0000, 0x1_0000]).unwrap();
+    w.property_array_u64("reg", &[0x7d58_0000, 0x1_0000])
+        .unwrap();
     w.property_array_u32("interrupts", &[0, 157, 4, 0, 158, 4])
         .unwrap();
     w.property_array_u32("clocks", &[0x10, 3]).unwrap();
@@ -105,7 +104,8 @@ fn tree() -> Vec<u8> {
     w.end_node(mmc).unwrap();
     let bus = w.begin_node("bus@7e500000").unwrap();
     w.property_array_u32("reg", &[0x7e50_0000, 0x100]).unwrap();
-    w.property_array_u32("ranges", &[0, 0x7e50_0000, 0x100]).unwrap();
+    w.property_array_u32("ranges", &[0, 0x7e50_0000, 0x100])
+        .unwrap();
     w.end_node(bus).unwrap();
     w.end_node(soc).unwrap();
 
@@ -127,7 +127,10 @@ fn why(path: &str) -> String {
 #[test]
 fn a_virtio_mmio_node_gives_its_window_its_spi_and_its_properties() {
     let device = read("/virtio_mmio@a003e00").unwrap();
-    assert_eq!(device.windows, [PhysRange::from_start_size(0x0a00_3e00, 0x200)]);
+    assert_eq!(
+        device.windows,
+        [PhysRange::from_start_size(0x0a00_3e00, 0x200)]
+    );
     assert_eq!(
         device.interrupts,
         [HostInterrupt {
@@ -142,7 +145,12 @@ fn a_virtio_mmio_node_gives_its_window_its_spi_and_its_properties() {
         NodeProperty::Windows(device.windows.clone()),
         "reg comes first, from the translated windows"
     );
-    assert!(device.node.properties.contains(&NodeProperty::Interrupts(vec![[0, 47, 1]])));
+    assert!(
+        device
+            .node
+            .properties
+            .contains(&NodeProperty::Interrupts(vec![[0, 47, 1]]))
+    );
     assert!(device.node.properties.contains(&NodeProperty::Verbatim {
         name: "dma-coherent".into(),
         value: Vec::new()
@@ -155,7 +163,12 @@ fn a_pcie_bridge_gives_the_spis_of_its_interrupt_map() {
     let device = read("/pcie@10000000").unwrap();
     let intids: Vec<u32> = device.interrupts.iter().map(|i| i.intid).collect();
     assert_eq!(intids, [35, 36], "each SPI once, in order");
-    assert!(device.interrupts.iter().all(|i| i.trigger == Trigger::Level));
+    assert!(
+        device
+            .interrupts
+            .iter()
+            .all(|i| i.trigger == Trigger::Level)
+    );
     let map = device
         .node
         .properties
@@ -171,9 +184,13 @@ fn a_pcie_bridge_gives_the_spis_of_its_interrupt_map() {
     assert_eq!(map.0, 4);
     assert_eq!(map.1[2], (vec![0x800, 0, 0, 1], [0, 4, 4]));
     assert_eq!(device.dropped, ["pcie@10000000/msi-parent"]);
-    assert!(device.node.properties.iter().any(
-        |p| matches!(p, NodeProperty::Verbatim { name, .. } if name == "ranges")
-    ));
+    assert!(
+        device
+            .node
+            .properties
+            .iter()
+            .any(|p| matches!(p, NodeProperty::Verbatim { name, .. } if name == "ranges"))
+    );
 }
 
 #[test]
@@ -188,18 +205,28 @@ fn references_outside_the_subtree_are_dropped_and_inside_ones_kept() {
     let mdio = &device.node.children[0];
     assert_eq!(mdio.name, "mdio@e14");
     assert_eq!(mdio.children[0].name, "ethernet-phy@1");
-    assert!(mdio.children[0].properties.iter().any(
-        |p| matches!(p, NodeProperty::Verbatim { name, .. } if name == "phandle")
-    ));
-    assert!(device.node.properties.iter().any(
-        |p| matches!(p, NodeProperty::Verbatim { name, .. } if name == "phy-handle")
-    ));
+    assert!(
+        mdio.children[0]
+            .properties
+            .iter()
+            .any(|p| matches!(p, NodeProperty::Verbatim { name, .. } if name == "phandle"))
+    );
+    assert!(
+        device
+            .node
+            .properties
+            .iter()
+            .any(|p| matches!(p, NodeProperty::Verbatim { name, .. } if name == "phy-handle"))
+    );
 }
 
 #[test]
 fn a_node_behind_a_translating_bus_gets_cpu_addresses() {
     let device = read("/soc/mmc@7e340000").unwrap();
-    assert_eq!(device.windows, [PhysRange::from_start_size(0xfe34_0000, 0x100)]);
+    assert_eq!(
+        device.windows,
+        [PhysRange::from_start_size(0xfe34_0000, 0x100)]
+    );
     assert_eq!(device.interrupts[0].intid, 158);
     assert_eq!(
         why("/soc/bus@7e500000"),
@@ -225,7 +252,11 @@ fn what_cannot_be_passed_is_refused_with_the_reason() {
 
 #[test]
 fn specifier_triggers() {
-    assert!(HostInterrupt::from_specifier([0, 1, 2]).unwrap_err().contains("trigger 2"));
+    assert!(
+        HostInterrupt::from_specifier([0, 1, 2])
+            .unwrap_err()
+            .contains("trigger 2")
+    );
     assert!(HostInterrupt::from_specifier([0, 1, 8]).is_err());
     assert!(HostInterrupt::from_specifier([0, 988, 4]).is_err());
     assert_eq!(
@@ -242,12 +273,14 @@ fn four_cell_gic_specifiers_keep_their_first_three_cells() {
     w.property_u32("#size-cells", 2).unwrap();
     w.property_u32("interrupt-parent", GIC_PHANDLE).unwrap();
     let gic = w.begin_node("interrupt-controller@fe600000").unwrap();
-    w.property_array_u64("reg", &[0xfe60_0000, 0x1_0000]).unwrap();
+    w.property_array_u64("reg", &[0xfe60_0000, 0x1_0000])
+        .unwrap();
     w.property_u32("#interrupt-cells", 4).unwrap();
     w.property_phandle(GIC_PHANDLE).unwrap();
     w.end_node(gic).unwrap();
     let eth = w.begin_node("ethernet@fe1c0000").unwrap();
-    w.property_array_u64("reg", &[0xfe1c_0000, 0x1_0000]).unwrap();
+    w.property_array_u64("reg", &[0xfe1c_0000, 0x1_0000])
+        .unwrap();
     w.property_array_u32("interrupts", &[0, 234, 4, 0, 0, 233, 4, 0])
         .unwrap();
     w.end_node(eth).unwrap();
