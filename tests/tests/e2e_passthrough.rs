@@ -357,3 +357,38 @@ fn refusals() {
     );
     std::fs::remove_dir_all(&dir).unwrap_or_else(|error| panic!("{error}"));
 }
+
+/// A test guest owns QEMU's last virtio-mmio transport (no device behind
+/// it: its registers still read the magic value): it reads the magic
+/// through the forwarded window, and reading the transport beside it in
+/// the same page aborts (the page is not mapped, only the window is
+/// forwarded). The other VM's read of the owned window aborts too. On a
+/// GICv3 and a GICv2 host.
+#[test]
+fn a_test_guest_reads_its_window_and_no_other() {
+    for gic in [GicVersion::V3, GicVersion::V2] {
+        let a = "memory,name=a,cpus=0-1,device=/virtio_mmio@a003e00,\
+                 args=passed-window=0xa003e00 probe-ipa=0xa003c00";
+        let b = "memory,name=b,cpus=2-3,args=probe-ipa=0xa003e00";
+        let report = e2e::run(&RunConfig {
+            gic,
+            ..e2e::vms(4, &[a, b], REFUSAL_TIMEOUT)
+        });
+        let explain = report.explain();
+        e2e::assert_passed(&report);
+        let console = report.console();
+        for line in [
+            "[hv] vm0: owns /virtio_mmio@a003e00: mapped [], forwarded [0xa003e00+0x200], SPIs (INTIDs) [79]",
+            "[a] test-guest: passthrough: read magic 0x74726976 at 0xa003e00",
+            "[a] test-guest: isolation: reading probe IPA 0xa003c00 aborted",
+            "[b] test-guest: isolation: reading probe IPA 0xa003e00 aborted",
+        ] {
+            assert!(console.contains(line), "{gic:?}: no `{line}`\n{explain}");
+        }
+        assert_eq!(
+            e2e::counter(&report, 0, "exit_mmio_passed_count"),
+            1,
+            "{gic:?}: one forwarded read\n{explain}"
+        );
+    }
+}

@@ -185,6 +185,12 @@ pub(super) struct Located<'b, 'a> {
 }
 
 impl Located<'_, '_> {
+    /// The `#address-cells` of the node's parent (how its `reg` and the
+    /// parent side of its `ranges` write addresses).
+    pub(super) fn address_cells(&self) -> usize {
+        self.address_cells
+    }
+
     /// Whether an address in this node's own address space (its `ranges`'
     /// parent side) differs from a CPU address written with two cells at
     /// the root: an ancestor translates (a non-empty `ranges`), or the

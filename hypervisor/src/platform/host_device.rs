@@ -8,8 +8,9 @@
 //!
 //! - its `reg` windows, translated up through its buses' `ranges` to CPU
 //!   physical addresses (as every device the hypervisor reads,
-//!   [`crate::platform::dt_translate`]): the VM gets them at the same
-//!   addresses;
+//!   [`crate::platform::dt_translate`]), and the parent side of its own
+//!   `ranges` (a PCIe host bridge's I/O and memory windows, where the BARs
+//!   of the devices behind it go): the VM gets them at the same addresses;
 //! - its interrupts: the `interrupts` specifiers of the node and of every
 //!   node below it, and the parent specifiers of an `interrupt-map` (a PCIe
 //!   host bridge's INTx lines). Each must be an SPI of the host GIC
@@ -215,7 +216,7 @@ impl HostDevice {
         if !enabled(found) {
             return Err(refuse("its status is not \"okay\""));
         }
-        let windows =
+        let mut windows =
             device_regs(&nodes, located).map_err(|e: PlatformError| refuse(e.to_string()))?;
         let mut reader = SubtreeReader {
             fdt: &fdt,
@@ -227,6 +228,11 @@ impl HostDevice {
             unroutable: None,
         };
         let node = reader.copy(located, true)?;
+        // A bridge's `ranges` (a PCIe host bridge's I/O and memory windows,
+        // where its devices' BARs go) are windows of the device too; the
+        // copy kept the property, and its parent side is a CPU address
+        // (a translating bus refused it above).
+        windows.extend(bridge_windows(found, located.address_cells())?);
         let mut interrupts = reader.interrupts;
         interrupts.sort_by_key(|i| i.intid);
         interrupts.dedup_by_key(|i| i.intid);
@@ -249,6 +255,37 @@ impl HostDevice {
     pub fn is_compatible(&self, name: &str) -> bool {
         self.compatible.iter().any(|c| c == name)
     }
+}
+
+/// The parent-side windows of a node's own `ranges`: entries of the
+/// node's `#address-cells` child address, `parent_cells` parent address
+/// and the node's `#size-cells` size.
+fn bridge_windows(
+    node: FdtNode<'_, '_>,
+    parent_cells: usize,
+) -> Result<Vec<PhysRange>, HostDeviceError> {
+    let Some(ranges) = node.property("ranges").filter(|r| !r.value.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let child = u32_property(node, "#address-cells").unwrap_or(2) as usize;
+    let size = u32_property(node, "#size-cells").unwrap_or(1) as usize;
+    let entry = child + parent_cells + size;
+    let all = cells(ranges.value);
+    let bad = || refuse(alloc::format!("{}/ranges: malformed", node.name));
+    if !(1..=2).contains(&parent_cells) || !(1..=2).contains(&size) || all.len() % entry != 0 {
+        return Err(bad());
+    }
+    let number = |c: &[u32]| c.iter().fold(0u64, |n, &cell| n << 32 | u64::from(cell));
+    let mut out = Vec::new();
+    for e in all.chunks_exact(entry) {
+        let start = number(&e[child..child + parent_cells]);
+        let length = number(&e[child + parent_cells..]);
+        if length == 0 || start.checked_add(length).is_none() {
+            return Err(bad());
+        }
+        out.push(PhysRange::from_start_size(start, length));
+    }
+    Ok(out)
 }
 
 /// Walks a passed subtree (see the module doc).

@@ -1206,6 +1206,21 @@ pub fn create_vm<H: Hardware>(
                 .map_or_else(String::new, |net| format!(", network {}", net.network)),
         );
     }
+    for device in &vm.passthrough.devices {
+        let windows = |list: &[PhysRange]| {
+            list.iter()
+                .map(|w| format!("{:#x}+{:#x}", w.start, w.size()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let intids: Vec<u32> = device.interrupts.iter().map(|i| i.intid).collect();
+        log::info!(
+            "vm{index}: owns {}: mapped [{}], forwarded [{}], SPIs (INTIDs) {intids:?}",
+            device.path,
+            windows(&device.mapped),
+            windows(&device.forwarded),
+        );
+    }
     log::info!(
         "vm{index}: {vcpus} vCPU(s), name {name}, CPUs {:?}, {} MiB RAM at IPA {ram_base:#x}{} backed by {backing:#x}, VMID {vmid}, \
          kernel {:#x} ({} bytes{}), device tree {:#x}{}{}",

@@ -6,7 +6,8 @@
 //! reads `seed=N` (first seed, default 1), `seeds=K` (consecutive seeds run in
 //! one boot, default 1), `ops=M` (operations per seed and vCPU, default 500)
 //! `migrate-seconds=N` (how long the migrate scenario writes, default 8),
-//! `probe-ipa=ADDR` (the memory scenario also reads that address and must
+//! `passed-window=ADDR` (the memory scenario reads the virtio-mmio magic
+//! value of a transport the VM owns there), `probe-ipa=ADDR` (the memory scenario also reads that address and must
 //! catch the abort: an isolation check),
 //! `fuzz-allow=a,b,...` and `fuzz-deny=a,b,...` (operation families added to
 //! or taken out of the default mix, in the order given, see
@@ -156,6 +157,10 @@ pub struct Options {
     /// the host address that backs another VM's RAM), and must catch the
     /// abort.
     pub probe_ipa: Option<u64>,
+    /// `passed-window=ADDR`: the memory scenario also reads the virtio-mmio
+    /// magic value at this address, a transport the VM was given
+    /// (passthrough), and must find it.
+    pub passed_window: Option<u64>,
     /// The dirty-log scenario's settings.
     pub dirty: DirtyOptions,
     /// `slots=N`: how many slots the memslot-perf scenario creates.
@@ -196,6 +201,7 @@ impl Options {
         let mut fuzz = FuzzOptions::DEFAULT;
         let mut bad_exit_reset = false;
         let mut probe_ipa = None;
+        let mut passed_window = None;
         let mut dirty = DirtyOptions::default();
         let mut slots = DEFAULT_SLOTS;
         let mut migrate_seconds = DEFAULT_MIGRATE_SECONDS;
@@ -218,6 +224,7 @@ impl Options {
                 "seeds" => fuzz.seeds = number(value).ok_or(word)?,
                 "ops" => fuzz.ops = number(value).ok_or(word)?,
                 "probe-ipa" => probe_ipa = Some(number(value).ok_or(word)?),
+                "passed-window" => passed_window = Some(number(value).ok_or(word)?),
                 "dirty-mode" => {
                     dirty.mode = match value {
                         "plain" => 0,
@@ -265,6 +272,7 @@ impl Options {
             fuzz,
             bad_exit_reset,
             probe_ipa,
+            passed_window,
             dirty,
             slots,
             migrate_seconds,
@@ -291,6 +299,7 @@ mod tests {
             fuzz: FuzzOptions::DEFAULT,
             bad_exit_reset: false,
             probe_ipa: None,
+            passed_window: None,
             dirty: DirtyOptions::default(),
             slots: DEFAULT_SLOTS,
             migrate_seconds: DEFAULT_MIGRATE_SECONDS,
@@ -305,6 +314,7 @@ mod tests {
                 fuzz: FuzzOptions::DEFAULT,
                 bad_exit_reset: false,
                 probe_ipa: None,
+                passed_window: None,
                 dirty: DirtyOptions::default(),
                 slots: DEFAULT_SLOTS,
                 migrate_seconds: DEFAULT_MIGRATE_SECONDS,
@@ -322,6 +332,10 @@ mod tests {
             Some(0x4c00_0000)
         );
         assert_eq!(Options::parse("probe-ipa=x"), Err("probe-ipa=x"));
+        assert_eq!(
+            Options::parse("passed-window=0xa003e00").unwrap().passed_window,
+            Some(0xa003e00)
+        );
         let dirty =
             Options::parse("test=dirty-log dirty-mode=all-set eager-split=0x200000").unwrap();
         assert_eq!(dirty.scenario, Scenario::DirtyLog);

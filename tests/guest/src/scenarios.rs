@@ -681,7 +681,7 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
         });
     }
     match scenario {
-        Scenario::Memory => memory(platform, options.probe_ipa),
+        Scenario::Memory => memory(platform, options.probe_ipa, options.passed_window),
         Scenario::BadGuest => bad_guest(platform, options.bad_exit_reset),
         Scenario::Aarch32El0 => aarch32_el0(platform),
         Scenario::Timers => {
@@ -799,7 +799,11 @@ fn page_words(page: u64) -> [(u64, u64); 2] {
     [(0, pattern(page)), (PAGE - 8, !pattern(page))]
 }
 
-fn memory(platform: &Platform, probe_ipa: Option<u64>) -> Result<(), Failure> {
+fn memory(
+    platform: &Platform,
+    probe_ipa: Option<u64>,
+    passed_window: Option<u64>,
+) -> Result<(), Failure> {
     check_firmware()?;
     let free = platform.largest_free_range().ok_or(Failure::NoFreeRam)?;
     let workers = platform.cpus().len();
@@ -870,11 +874,37 @@ fn memory(platform: &Platform, probe_ipa: Option<u64>) -> Result<(), Failure> {
         "test-guest: caught abort reading {outside:#x}: ESR {:#x} FAR {:#x}",
         abort.esr, abort.far
     );
+    if let Some(address) = passed_window {
+        read_passed_window(address)?;
+    }
     if let Some(address) = probe_ipa {
         probe_hole(platform, address)?;
     }
     smp::wait_secondaries_off(platform)?;
     println!("test-guest: all secondary vCPUs off");
+    Ok(())
+}
+
+/// The virtio-mmio magic value (`"virt"`), which every transport reads
+/// back, whether a device is plugged in or not.
+const VIRTIO_MMIO_MAGIC: u32 = 0x7472_6976;
+
+/// A passed device's window (`passed-window=`): a virtio-mmio transport of
+/// the host, which the hypervisor gave this VM; its magic value must read
+/// back.
+fn read_passed_window(address: u64) -> Result<(), Failure> {
+    let found = exceptions::load_u32(address).map_err(|abort| Failure::DeviceLoadAborted {
+        address,
+        esr: abort.esr,
+    })?;
+    if found != VIRTIO_MMIO_MAGIC {
+        return Err(Failure::DeviceValue {
+            address,
+            expected: VIRTIO_MMIO_MAGIC,
+            found,
+        });
+    }
+    println!("test-guest: passthrough: read magic {found:#x} at {address:#x}");
     Ok(())
 }
 

@@ -184,6 +184,14 @@ fn a_pcie_bridge_gives_the_spis_of_its_interrupt_map() {
     assert_eq!(map.0, 4);
     assert_eq!(map.1[2], (vec![0x800, 0, 0, 1], [0, 4, 4]));
     assert_eq!(device.dropped, ["pcie@10000000/msi-parent"]);
+    assert_eq!(
+        device.windows,
+        [
+            PhysRange::from_start_size(0x40_1000_0000, 0x1000_0000),
+            PhysRange::from_start_size(0x3eff_0000, 0x1_0000)
+        ],
+        "the ECAM reg, then the I/O window of its ranges"
+    );
     assert!(
         device
             .node
