@@ -99,9 +99,11 @@ pub const DISK_CHECK_PATH: &str = "/hv/check.txt";
 /// `rewrite_seconds`), on the same file system.
 pub const DISK_ROUNDS_PATH: &str = "/hv/rounds.txt";
 /// How the disk roles' line on where `/dev/vda` sits starts: then `PCI
-/// device 0000:00:01.0 [1af4:1001], INTx (Linux IRQ N)` (or `MSI`) for a
-/// virtio-blk on a PCI bus, `on a003e00.virtio_mmio` for one on a
-/// virtio-mmio transport.
+/// device 0000:00:01.0 [1af4:1001], INTx (Linux IRQ N, interrupts so
+/// far: M)` (M from `/proc/interrupts`; `MSI (V vectors)` when the function
+/// has MSI vectors: its `msi_irqs` directory, which Linux makes as soon as
+/// a driver tries MSI, lists some) for a virtio-blk on a PCI bus, `on
+/// a003e00.virtio_mmio` for one on a virtio-mmio transport.
 pub const DISK_BUS_PREFIX: &str = "LINUX-INIT: /dev/vda is ";
 /// How the net-serve role's lines start ([`Role::NetServe`]).
 pub const NET_SERVE_PREFIX: &str = "NET-SERVE: ";
@@ -432,15 +434,19 @@ disk_contents() {
 }
 disk_bus() {
     sys=${1:-/sys}
+    proc=${2:-/proc}
     device=$(readlink -f "$sys/block/vda/device")
     parent=${device%/*}
     if [ -f "$parent/vendor" ] && [ -f "$parent/device" ]; then
         vendor=$(cat "$parent/vendor")
         id=$(cat "$parent/device")
-        if [ -d "$parent/msi_irqs" ]; then
-            irq="MSI"
+        vectors=$(ls "$parent/msi_irqs" 2>/dev/null | wc -l)
+        if [ "$vectors" -gt 0 ]; then
+            irq="MSI ($vectors vectors)"
         else
-            irq="INTx (Linux IRQ $(cat "$parent/irq"))"
+            line=$(cat "$parent/irq")
+            taken=$(awk -v irq="$line:" '$1 == irq { n = 0; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i; print n }' "$proc/interrupts")
+            irq="INTx (Linux IRQ $line, interrupts so far: ${taken:-none})"
         fi
         echo "DISK_BUSPCI device ${parent##*/} [${vendor#0x}:${id#0x}], $irq"
     else
@@ -825,7 +831,7 @@ mod tests {
         let bus = |sys: &std::path::Path| {
             let output = std::process::Command::new("sh")
                 .arg("-c")
-                .arg(format!("{function}disk_bus \"$1\""))
+                .arg(format!("{function}disk_bus \"$1\" \"$1/proc\""))
                 .arg("sh")
                 .arg(sys)
                 .output()
@@ -853,14 +859,33 @@ mod tests {
         ] {
             std::fs::write(device.join(file), text).unwrap();
         }
-        assert_eq!(
-            bus(&sys),
-            format!("{DISK_BUS_PREFIX}PCI device 0000:00:01.0 [1af4:1001], INTx (Linux IRQ 44)\n")
-        );
+        std::fs::create_dir(sys.join("proc")).unwrap();
+        std::fs::write(
+            sys.join("proc/interrupts"),
+            "           CPU0       CPU1\n\
+             \x20 11:       2279       2209     GICv3  27 Level     arch_timer\n\
+             \x20 44:         30          6     GICv3  36 Level     virtio0\n\
+             \x20444:          1          1     GICv3  37 Level     other\n",
+        )
+        .unwrap();
+        // Linux makes `msi_irqs` when the driver tries MSI; it stays empty
+        // when there is no MSI controller.
         std::fs::create_dir(device.join("msi_irqs")).unwrap();
         assert_eq!(
             bus(&sys),
-            format!("{DISK_BUS_PREFIX}PCI device 0000:00:01.0 [1af4:1001], MSI\n")
+            format!(
+                "{DISK_BUS_PREFIX}PCI device 0000:00:01.0 [1af4:1001], INTx (Linux IRQ 44, \
+                 interrupts so far: 36)\n"
+            )
+        );
+        std::fs::write(sys.join("proc/interrupts"), "           CPU0\n").unwrap();
+        assert!(bus(&sys).ends_with("INTx (Linux IRQ 44, interrupts so far: none)\n"));
+        for vector in ["45", "46"] {
+            std::fs::write(device.join("msi_irqs").join(vector), "msix\n").unwrap();
+        }
+        assert_eq!(
+            bus(&sys),
+            format!("{DISK_BUS_PREFIX}PCI device 0000:00:01.0 [1af4:1001], MSI (2 vectors)\n")
         );
         let (sys, _) = sysfs("mmio", "devices/platform/a003e00.virtio_mmio");
         assert_eq!(
