@@ -5,7 +5,8 @@
 //! two such QEMUs on one Ethernet segment.
 //!
 //! - [`disk_image`]: a fresh raw image with ext4 on its first
-//!   [`DISK_FS_MIB`] MiB and [`DISK_BENCH_MIB`] MiB of raw space after it.
+//!   [`DISK_FS_MIB`] MiB and [`DISK_BENCH_MIB`] MiB of raw space after it
+//!   ([`disk_image_with_raw`]: as much raw space as asked).
 //! - [`role_cmdline`]: the test init's default command line with a role's
 //!   words ([`Role`]); [`role_args`] the same words for a `--vm` spec's
 //!   `args=`.
@@ -88,12 +89,17 @@ pub fn net_client_role() -> Role {
 /// its first [`DISK_FS_MIB`] MiB, [`DISK_BENCH_MIB`] MiB of raw space
 /// after. Panics when e2fsprogs is missing or fails.
 pub fn disk_image(name: &str) -> PathBuf {
+    disk_image_with_raw(name, DISK_BENCH_MIB)
+}
+
+/// [`disk_image`] with `raw_mib` MiB of raw space after the file system.
+pub fn disk_image_with_raw(name: &str, raw_mib: u32) -> PathBuf {
     let dir = qemu_runner::artifacts::workspace_root()
         .join("target")
         .join("tmp");
     std::fs::create_dir_all(&dir).unwrap_or_else(|error| panic!("{}: {error}", dir.display()));
     let path = dir.join(format!("{name}.img"));
-    qemu_runner::disk_image::make_ext4(&path, DISK_FS_MIB + DISK_BENCH_MIB, DISK_FS_MIB)
+    qemu_runner::disk_image::make_ext4(&path, DISK_FS_MIB + raw_mib, DISK_FS_MIB)
         .unwrap_or_else(|error| panic!("making {}: {error}", path.display()));
     path
 }

@@ -7,6 +7,7 @@ pub mod memslot_perf;
 pub mod memslots;
 pub mod migrate;
 pub mod page_table;
+pub mod passthrough;
 pub mod split;
 pub mod tlb;
 pub mod unmap;
@@ -78,5 +79,10 @@ pub const SUITES: &[Suite] = &[
         name: "virtio",
         about: "Linux on the hypervisor's virtio devices: net between two VMs, blk vs QEMU's own virtio-blk, virtio-console vs PL011",
         run: virtio::run,
+    },
+    Suite {
+        name: "passthrough",
+        about: "Linux reading a virtio-blk it owns (virtio-mmio; PCIe as context) vs the same Linux booted directly by QEMU",
+        run: passthrough::run,
     },
 ];

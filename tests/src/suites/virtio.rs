@@ -107,7 +107,7 @@ pub fn console_bench_lines(console: &str) -> usize {
 }
 
 /// A figure of `report`, or why there is none.
-fn figure_of(report: &RunReport, vm: Option<&str>, name: &str) -> Result<f64, String> {
+pub(crate) fn figure_of(report: &RunReport, vm: Option<&str>, name: &str) -> Result<f64, String> {
     vm_figure(report.console(), vm, name).ok_or_else(|| {
         let whose = vm.map_or_else(String::new, |vm| format!(" from VM {vm}"));
         format!("no `BENCH: {name}` line{whose}: {}", context(report))
@@ -115,7 +115,7 @@ fn figure_of(report: &RunReport, vm: Option<&str>, name: &str) -> Result<f64, St
 }
 
 /// A `STAT` counter of VM `vm`, or why there is none.
-fn counter_of(report: &RunReport, vm: u32, name: &str) -> Result<u64, String> {
+pub(crate) fn counter_of(report: &RunReport, vm: u32, name: &str) -> Result<u64, String> {
     report
         .counters()
         .get(vm, name)
@@ -123,7 +123,7 @@ fn counter_of(report: &RunReport, vm: u32, name: &str) -> Result<u64, String> {
 }
 
 /// The verdict, the command line and the last console lines of `report`.
-fn context(report: &RunReport) -> String {
+pub(crate) fn context(report: &RunReport) -> String {
     let console = report.console();
     let tail: Vec<&str> = console.lines().rev().take(20).collect();
     format!(
@@ -135,7 +135,7 @@ fn context(report: &RunReport) -> String {
 }
 
 /// `Ok(report)` when it passed, its context when not.
-fn passed(report: RunReport) -> Result<RunReport, String> {
+pub(crate) fn passed(report: RunReport) -> Result<RunReport, String> {
     if report.passed() {
         Ok(report)
     } else {
@@ -145,7 +145,12 @@ fn passed(report: RunReport) -> Result<RunReport, String> {
 
 /// A hypervisor run of Linux VMs from `specs` on `smp` CPUs with
 /// `mem_mib` of machine RAM.
-fn hypervisor_run(smp: u32, mem_mib: u32, specs: &[&str], timeout: Duration) -> RunConfig {
+pub(crate) fn hypervisor_run(
+    smp: u32,
+    mem_mib: u32,
+    specs: &[&str],
+    timeout: Duration,
+) -> RunConfig {
     RunConfig {
         cpu: CPU.to_string(),
         mem_mib,
@@ -154,7 +159,7 @@ fn hypervisor_run(smp: u32, mem_mib: u32, specs: &[&str], timeout: Duration) -> 
 }
 
 /// The `mem=` item of a Linux VM with the direct boots' RAM.
-fn vm_mem() -> String {
+pub(crate) fn vm_mem() -> String {
     format!("mem={LINUX_GUEST_MEM_MIB}")
 }
 
