@@ -569,7 +569,7 @@ mod tests {
         assert_eq!(
             why(
                 device("/z@c000000", &[(0x0d00_0000, 0x1000)], &[]),
-                &[first.clone()]
+                core::slice::from_ref(&first)
             ),
             "device /z@c000000: named twice in vm.conf"
         );

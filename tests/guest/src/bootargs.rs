@@ -333,7 +333,9 @@ mod tests {
         );
         assert_eq!(Options::parse("probe-ipa=x"), Err("probe-ipa=x"));
         assert_eq!(
-            Options::parse("passed-window=0xa003e00").unwrap().passed_window,
+            Options::parse("passed-window=0xa003e00")
+                .unwrap()
+                .passed_window,
             Some(0xa003e00)
         );
         let dirty =
