@@ -1220,6 +1220,13 @@ pub fn create_vm<H: Hardware>(
             windows(&device.mapped),
             windows(&device.forwarded),
         );
+        if !device.dropped.is_empty() {
+            log::info!(
+                "vm{index}: {}: left out of the guest's copy (host references): {}",
+                device.path,
+                device.dropped.join(" ")
+            );
+        }
     }
     log::info!(
         "vm{index}: {vcpus} vCPU(s), name {name}, CPUs {:?}, {} MiB RAM at IPA {ram_base:#x}{} backed by {backing:#x}, VMID {vmid}, \
