@@ -15,13 +15,17 @@
 //! `/bin/busybox`), the kernel is checked or decompressed into a raw `Image`
 //! ([`crate::linux::kernel_image`]), and the file is renamed into place last,
 //! so a half-written cache entry never exists. The guest's kernel modules
-//! ([`crate::kernel_modules::GUEST_MODULES`] and what they depend on) come
-//! from the same kernel package: on a miss every `./lib/modules/*` file is
-//! extracted into a scratch directory, each `.ko`'s `.modinfo` read, the
-//! load order worked out ([`crate::kernel_modules::load_order`]; the package
-//! has no `modules.dep`), and the needed `.ko` files plus a `load-order` file
-//! (one module name per line) land in `<kernel package>/modules/`, renamed
-//! into place as a whole. A process-wide mutex plus an
+//! ([`crate::kernel_modules::GUEST_MODULES`], the
+//! [`crate::kernel_modules::OPTIONAL_GUEST_MODULES`] the package has, and
+//! what they depend on) come from the same kernel package: on a miss every
+//! `./lib/modules/*` file is extracted into a scratch directory, each
+//! `.ko`'s `.modinfo` read, the load order worked out
+//! ([`crate::kernel_modules::load_order`]; the package has no
+//! `modules.dep`), and the needed `.ko` files plus a `load-order` file (one
+//! module name per line) and a `wanted` file (the lists asked for) land in
+//! `<kernel package>/modules/`, renamed into place as a whole. A cache
+//! entry whose `wanted` differs from the lists of this runner (one written
+//! before a module was added to them) is a miss, and is replaced. A process-wide mutex plus an
 //! `flock` on `target/linux/.lock` keep parallel runs from racing apt.
 
 use std::collections::BTreeMap;
@@ -32,7 +36,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-use crate::kernel_modules::{GUEST_MODULES, ModInfo, load_order, module_name};
+use crate::kernel_modules::{
+    GUEST_MODULES, ModInfo, OPTIONAL_GUEST_MODULES, load_order, module_name,
+};
 use crate::linux::{KernelImageError, kernel_image};
 use crate::scratch::ScratchDir;
 
@@ -522,6 +528,19 @@ fn fetch_current() -> Result<DebianFiles, DebianError> {
 
 /// File in the modules' cache directory that lists them in load order.
 const LOAD_ORDER_FILE: &str = "load-order";
+/// File in the modules' cache directory that holds [`wanted_modules`] as
+/// they were when it was made.
+const WANTED_FILE: &str = "wanted";
+
+/// The module lists the cache is made for: the required modules on one
+/// line, the optional ones on the next.
+fn wanted_modules() -> String {
+    format!(
+        "{}\n{}\n",
+        GUEST_MODULES.join(" "),
+        OPTIONAL_GUEST_MODULES.join(" ")
+    )
+}
 
 /// The guest's modules of the kernel `package`, in load order, from the
 /// cache or extracted into it (see the module doc).
@@ -537,7 +556,9 @@ fn cached_modules(package: &Package) -> Result<Vec<PathBuf>, DebianError> {
             .map(|name| dir.join(format!("{name}.ko")))
             .collect())
     };
-    if dir.join(LOAD_ORDER_FILE).is_file() {
+    let wanted = wanted_modules();
+    let current = std::fs::read_to_string(dir.join(WANTED_FILE)).is_ok_and(|text| text == wanted);
+    if current && dir.join(LOAD_ORDER_FILE).is_file() {
         return listed(&dir);
     }
     eprintln!(
@@ -600,16 +621,18 @@ fn cached_modules(package: &Package) -> Result<Vec<PathBuf>, DebianError> {
             infos.insert(info.name.clone(), info);
         }
     }
-    let order = load_order(GUEST_MODULES, &infos).map_err(|why| DebianError::MissingFile {
-        package: package.name.clone(),
-        path: if compressed > 0 {
-            format!(
-                "the guest's modules as plain .ko files ({why}); {compressed} modules are \
+    let order = load_order(GUEST_MODULES, OPTIONAL_GUEST_MODULES, &infos).map_err(|why| {
+        DebianError::MissingFile {
+            package: package.name.clone(),
+            path: if compressed > 0 {
+                format!(
+                    "the guest's modules as plain .ko files ({why}); {compressed} modules are \
                  compressed (.ko.xz/.ko.zst/.ko.gz), which the runner does not unpack yet"
-            )
-        } else {
-            format!("the guest's modules: {why}")
-        },
+                )
+            } else {
+                format!("the guest's modules: {why}")
+            },
+        }
     })?;
     let partial = dir.with_file_name("modules.partial");
     if partial.exists() {
@@ -624,6 +647,12 @@ fn cached_modules(package: &Package) -> Result<Vec<PathBuf>, DebianError> {
     let list = partial.join(LOAD_ORDER_FILE);
     std::fs::write(&list, order.join("\n") + "\n")
         .map_err(io(format!("writing {}", list.display())))?;
+    let wanted_file = partial.join(WANTED_FILE);
+    std::fs::write(&wanted_file, wanted)
+        .map_err(io(format!("writing {}", wanted_file.display())))?;
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(io(format!("removing {}", dir.display())))?;
+    }
     std::fs::rename(&partial, &dir).map_err(io(format!("renaming to {}", dir.display())))?;
     eprintln!(
         "qemu-runner: cached the guest's modules ({}) in {}",

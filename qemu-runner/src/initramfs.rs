@@ -3,13 +3,16 @@
 //! The archive is a newc cpio (written with `boot_payload::cpio`, the payload's writer):
 //! the usual directories, `/dev/console`, `/bin/busybox` (a static arm64
 //! busybox), `/bin/sh` linking to it, the kernel modules of
-//! [`crate::kernel_modules::GUEST_MODULES`] under `/lib/modules/` with a
+//! [`crate::kernel_modules::GUEST_MODULES`] (and of
+//! [`crate::kernel_modules::OPTIONAL_GUEST_MODULES`] the kernel package
+//! has) under `/lib/modules/` with a
 //! `load-order` list, and an `/init` script. The script's first
 //! act is `busybox --install -s`, which links every applet, so the archive
 //! need not know busybox's applet list. Then it loads the modules with
 //! `insmod`, in the listed order (a module that does not load is a
 //! `LINUX-INIT: module NAME did not load: WHY` line; Linux's `virtio_mmio`
-//! finds the devices in the device tree itself), and when the command line's
+//! finds the devices in the device tree itself, `virtio_pci` those the
+//! kernel found enumerating a PCI bus), and when the command line's
 //! last `console=` is a virtio console (`console=hvc0`) it waits for that
 //! device and moves its own input and output there. Two flavours of `/init`:
 //!
@@ -37,6 +40,9 @@
 //!     held open (with `/dev/null` it half-closes at once and the sender
 //!     stops after a few KiB).
 //!   - `disk-write` / `disk-check` ([`Role::DiskWrite`], [`Role::DiskCheck`]):
+//!     say where `/dev/vda` sits ([`DISK_BUS_PREFIX`]: the PCI function,
+//!     its `vendor:device` and whether it interrupts by MSI or INTx, or the
+//!     virtio-mmio transport, from `/sys/block/vda/device`'s parent),
 //!     mount `/dev/vda` as ext4 (made on the host, [`crate::disk_image`]),
 //!     write [`DISK_CHECK_PATH`] with [`disk_check_contents`], `sync`,
 //!     unmount; or mount it and check the file's md5. With
@@ -92,6 +98,13 @@ pub const DISK_CHECK_PATH: &str = "/hv/check.txt";
 /// The file the disk-write role rewrites in rounds ([`Role::DiskWrite`]'s
 /// `rewrite_seconds`), on the same file system.
 pub const DISK_ROUNDS_PATH: &str = "/hv/rounds.txt";
+/// How the disk roles' line on where `/dev/vda` sits starts: then `PCI
+/// device 0000:00:01.0 [1af4:1001], INTx (Linux IRQ N, interrupts so
+/// far: M)` (M from `/proc/interrupts`; `MSI (V vectors)` when the function
+/// has MSI vectors: its `msi_irqs` directory, which Linux makes as soon as
+/// a driver tries MSI, lists some) for a virtio-blk on a PCI bus, `on
+/// a003e00.virtio_mmio` for one on a virtio-mmio transport.
+pub const DISK_BUS_PREFIX: &str = "LINUX-INIT: /dev/vda is ";
 /// How the net-serve role's lines start ([`Role::NetServe`]).
 pub const NET_SERVE_PREFIX: &str = "NET-SERVE: ";
 /// How the role inits' figures start: `BENCH: <name> <value> <unit>`.
@@ -419,8 +432,30 @@ disk_contents() {
     echo "virtio-blk persistence check"
     seq 1 20000
 }
+disk_bus() {
+    sys=${1:-/sys}
+    proc=${2:-/proc}
+    device=$(readlink -f "$sys/block/vda/device")
+    parent=${device%/*}
+    if [ -f "$parent/vendor" ] && [ -f "$parent/device" ]; then
+        vendor=$(cat "$parent/vendor")
+        id=$(cat "$parent/device")
+        vectors=$(ls "$parent/msi_irqs" 2>/dev/null | wc -l)
+        if [ "$vectors" -gt 0 ]; then
+            irq="MSI ($vectors vectors)"
+        else
+            line=$(cat "$parent/irq")
+            taken=$(awk -v irq="$line:" '$1 == irq { n = 0; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i; print n }' "$proc/interrupts")
+            irq="INTx (Linux IRQ $line, interrupts so far: ${taken:-none})"
+        fi
+        echo "DISK_BUSPCI device ${parent##*/} [${vendor#0x}:${id#0x}], $irq"
+    else
+        echo "DISK_BUSon ${parent##*/}"
+    fi
+}
 disk_mount() {
     wait_for /dev/vda || fail "no /dev/vda (virtio_blk found no disk)"
+    disk_bus
     mkdir -p /mnt/disk
     mount -t ext4 "$@" /dev/vda /mnt/disk 2>/tmp/mount ||
         fail "cannot mount /dev/vda as ext4: $(cat /tmp/mount)"
@@ -662,6 +697,7 @@ poweroff -f
                     .replace("DISK_PATH", DISK_CHECK_PATH)
                     .replace("ROUNDS_PATH", DISK_ROUNDS_PATH)
                     .replace("ROUNDS_DONE", DISK_ROUNDS_DONE)
+                    .replace("DISK_BUS", DISK_BUS_PREFIX)
                     .replace(
                         "CONSOLE_LINES_PER_KIB",
                         &CONSOLE_BENCH_LINES_PER_KIB.to_string()
@@ -783,6 +819,80 @@ mod tests {
                 String::from_utf8_lossy(&check.stderr)
             );
         }
+    }
+
+    #[test]
+    fn the_disk_roles_say_which_bus_vda_is_on() {
+        let script = init_script(Init::Test { cpus: 1 });
+        let start = script.find("disk_bus() {").unwrap();
+        let function = &script[start..start + script[start..].find("\n}\n").unwrap() + 3];
+        assert!(!function.contains("DISK_BUS"), "{function}");
+        let root = std::env::temp_dir().join(format!("disk-bus-{}", std::process::id()));
+        let bus = |sys: &std::path::Path| {
+            let output = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("{function}disk_bus \"$1\" \"$1/proc\""))
+                .arg("sh")
+                .arg(sys)
+                .output()
+                .unwrap();
+            assert!(output.status.success(), "{output:?}");
+            String::from_utf8(output.stdout).unwrap()
+        };
+        let sysfs = |name: &str, function: &str| {
+            let sys = root.join(name);
+            let device = sys.join(function);
+            std::fs::create_dir_all(device.join("virtio1/block")).unwrap();
+            std::fs::create_dir_all(sys.join("block/vda")).unwrap();
+            std::os::unix::fs::symlink(
+                format!("../../{function}/virtio1"),
+                sys.join("block/vda/device"),
+            )
+            .unwrap();
+            (sys, device)
+        };
+        let (sys, device) = sysfs("pci", "devices/pci0000:00/0000:00:01.0");
+        for (file, text) in [
+            ("vendor", "0x1af4\n"),
+            ("device", "0x1001\n"),
+            ("irq", "44\n"),
+        ] {
+            std::fs::write(device.join(file), text).unwrap();
+        }
+        std::fs::create_dir(sys.join("proc")).unwrap();
+        std::fs::write(
+            sys.join("proc/interrupts"),
+            "           CPU0       CPU1\n\
+             \x20 11:       2279       2209     GICv3  27 Level     arch_timer\n\
+             \x20 44:         30          6     GICv3  36 Level     virtio0\n\
+             \x20444:          1          1     GICv3  37 Level     other\n",
+        )
+        .unwrap();
+        // Linux makes `msi_irqs` when the driver tries MSI; it stays empty
+        // when there is no MSI controller.
+        std::fs::create_dir(device.join("msi_irqs")).unwrap();
+        assert_eq!(
+            bus(&sys),
+            format!(
+                "{DISK_BUS_PREFIX}PCI device 0000:00:01.0 [1af4:1001], INTx (Linux IRQ 44, \
+                 interrupts so far: 36)\n"
+            )
+        );
+        std::fs::write(sys.join("proc/interrupts"), "           CPU0\n").unwrap();
+        assert!(bus(&sys).ends_with("INTx (Linux IRQ 44, interrupts so far: none)\n"));
+        for vector in ["45", "46"] {
+            std::fs::write(device.join("msi_irqs").join(vector), "msix\n").unwrap();
+        }
+        assert_eq!(
+            bus(&sys),
+            format!("{DISK_BUS_PREFIX}PCI device 0000:00:01.0 [1af4:1001], MSI (2 vectors)\n")
+        );
+        let (sys, _) = sysfs("mmio", "devices/platform/a003e00.virtio_mmio");
+        assert_eq!(
+            bus(&sys),
+            format!("{DISK_BUS_PREFIX}on a003e00.virtio_mmio\n")
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! which order `/init` loads them.
 //!
 //! Debian's arm64 kernel builds the virtio transports and devices and ext4 as
-//! modules ([`GUEST_MODULES`]). Its package ships the `.ko` files (not
+//! modules ([`GUEST_MODULES`]), and the virtio PCI transport too
+//! ([`OPTIONAL_GUEST_MODULES`]: `virtio_pci`, which needs
+//! `virtio_pci_modern_dev` and `virtio_pci_legacy_dev`), loaded when the
+//! package has it (a kernel that builds it in has no module to load). Its package ships the `.ko` files (not
 //! compressed in bookworm, so busybox's `insmod` loads them as they are) but
 //! no `modules.dep`: `depmod` writes that file when the package is
 //! installed. So the runner does what `depmod` does: it reads each module's
@@ -32,6 +35,13 @@ pub const GUEST_MODULES: &[&str] = &[
     "virtio_console",
     "ext4",
 ];
+
+/// The modules a Linux guest loads at init when the kernel package has
+/// them: the virtio PCI transport, for a virtio device on a PCI bus (a VM
+/// that owns QEMU's PCIe host bridge). Its dependencies
+/// (`virtio_pci_modern_dev`, `virtio_pci_legacy_dev` in bookworm) come
+/// with it and must be there when it is.
+pub const OPTIONAL_GUEST_MODULES: &[&str] = &["virtio_pci"];
 
 /// What a module's `.modinfo` section says about it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -104,16 +114,20 @@ pub fn module_name(file_stem: &str) -> String {
 }
 
 /// Every module of `modules` in an order `insmod` can load them, starting
-/// from `wanted` (see the module doc). `modules` maps each module's name to
-/// what it says about itself.
+/// from `wanted`, then `optional` where `modules` has them (see the module
+/// doc). `modules` maps each module's name to what it says about itself.
 pub fn load_order(
     wanted: &[&str],
+    optional: &[&str],
     modules: &BTreeMap<String, ModInfo>,
 ) -> Result<Vec<String>, String> {
     let mut order = Vec::new();
     let mut visiting = Vec::new();
     for name in wanted {
         visit(name, true, modules, &mut visiting, &mut order)?;
+    }
+    for name in optional {
+        visit(name, false, modules, &mut visiting, &mut order)?;
     }
     Ok(order)
 }
@@ -200,6 +214,14 @@ mod tests {
             module("mbcache", &[], &[], &[]),
             module("crc16", &[], &[], &[]),
             module("crc32c_generic", &[], &[], &["crypto-crc32c", "crc32c"]),
+            module(
+                "virtio_pci",
+                &["virtio_pci_modern_dev", "virtio_pci_legacy_dev"],
+                &[],
+                &[],
+            ),
+            module("virtio_pci_modern_dev", &[], &[], &[]),
+            module("virtio_pci_legacy_dev", &[], &[], &[]),
         ]
         .into_iter()
         .map(|info| (info.name.clone(), info))
@@ -233,7 +255,7 @@ mod tests {
 
     #[test]
     fn dependencies_load_first_and_once() {
-        let order = load_order(GUEST_MODULES, &debian()).unwrap();
+        let order = load_order(GUEST_MODULES, OPTIONAL_GUEST_MODULES, &debian()).unwrap();
         assert_eq!(
             order,
             [
@@ -248,6 +270,9 @@ mod tests {
                 "mbcache",
                 "crc16",
                 "ext4",
+                "virtio_pci_modern_dev",
+                "virtio_pci_legacy_dev",
+                "virtio_pci",
             ]
         );
         for (at, name) in order.iter().enumerate() {
@@ -260,18 +285,43 @@ mod tests {
     }
 
     #[test]
+    fn an_optional_module_loads_when_there_and_needs_its_dependencies() {
+        let mut modules = debian();
+        assert_eq!(
+            load_order(&["virtio_blk"], &["virtio_pci"], &modules).unwrap(),
+            [
+                "virtio_blk",
+                "virtio_pci_modern_dev",
+                "virtio_pci_legacy_dev",
+                "virtio_pci"
+            ]
+        );
+        modules.remove("virtio_pci_legacy_dev");
+        let error = load_order(&["virtio_blk"], &["virtio_pci"], &modules).unwrap_err();
+        assert!(
+            error.contains("virtio_pci_legacy_dev") && error.contains("virtio_pci depends"),
+            "{error}"
+        );
+        modules.remove("virtio_pci");
+        assert_eq!(
+            load_order(&["virtio_blk"], &["virtio_pci"], &modules).unwrap(),
+            ["virtio_blk"]
+        );
+    }
+
+    #[test]
     fn missing_hard_dependencies_and_circles_are_errors_missing_soft_ones_are_not() {
         let mut modules = debian();
         modules.remove("crc32c_generic");
-        let order = load_order(&["ext4"], &modules).unwrap();
+        let order = load_order(&["ext4"], &[], &modules).unwrap();
         assert_eq!(order, ["jbd2", "mbcache", "crc16", "ext4"]);
         modules.remove("mbcache");
-        let error = load_order(&["ext4"], &modules).unwrap_err();
+        let error = load_order(&["ext4"], &[], &modules).unwrap_err();
         assert!(
             error.contains("mbcache") && error.contains("ext4 depends"),
             "{error}"
         );
-        let error = load_order(&["nope"], &modules).unwrap_err();
+        let error = load_order(&["nope"], &[], &modules).unwrap_err();
         assert!(
             error.contains("nope is not in the kernel package"),
             "{error}"
@@ -281,7 +331,7 @@ mod tests {
                 .into_iter()
                 .map(|info| (info.name.clone(), info))
                 .collect();
-        let error = load_order(&["a"], &circle).unwrap_err();
+        let error = load_order(&["a"], &[], &circle).unwrap_err();
         assert!(error.contains("a -> b -> a"), "{error}");
     }
 }

@@ -504,18 +504,36 @@ impl RunConfig {
         self.validate_passed()
     }
 
-    /// Checks the `--vm`s' passed devices (`pass-disk=`, `pass-net=`):
-    /// enough virtio-mmio transports for them after the host disks, each
-    /// image file there and given once (QEMU locks an image it opens, and a
-    /// disk two VMs drove at once would be ruined), no image both a host
-    /// disk and passed, each forwarded port once.
+    /// Checks the `--vm`s' passed devices (`pass-disk=`, `pass-net=`,
+    /// `pass-pcie=`): enough virtio-mmio transports for them after the host
+    /// disks, each image file there and given once (QEMU locks an image it
+    /// opens, and a disk two VMs drove at once would be ruined), no image
+    /// both a host disk and passed, each forwarded port once, the PCIe host
+    /// bridge to one VM (its `pass-pcie=` devices; no other VM names the
+    /// bridge with `device=`).
     pub fn validate_passed(&self) -> Result<(), RunnerError> {
         let fail = |why: String| Err(RunnerError::Config(why));
         let placed = passed_devices(&self.vms)?;
         let host_disks = vm_disks(&self.vms);
+        let bridge_owner = placed
+            .iter()
+            .find(|placement| !placement.device.on_virtio_mmio());
         for (i, placement) in placed.iter().enumerate() {
             let vm = &self.vms[placement.vm].name;
             let item = placement.device.item();
+            if let Some(owner) = bridge_owner
+                && owner.vm != placement.vm
+                && !placement.device.on_virtio_mmio()
+            {
+                return fail(format!(
+                    "--vm: VM `{vm}`'s {item}: VM `{}` already has QEMU's PCIe host bridge \
+                     ({}); the bridge is one device-tree node ({}), so one VM has every \
+                     pass-pcie=",
+                    self.vms[owner.vm].name,
+                    owner.device.item(),
+                    qemu::PCIE_HOST_BRIDGE_NODE
+                ));
+            }
             let earlier = placed[..i]
                 .iter()
                 .find(|other| other.device.clashes_with(&placement.device));
@@ -527,7 +545,7 @@ impl RunConfig {
                     other.device.item()
                 ));
             }
-            let PassedDevice::Disk(disk) = &placement.device else {
+            let Some(disk) = placement.device.disk() else {
                 continue;
             };
             if host_disks.iter().any(|host| host.path == disk.path) {
@@ -538,6 +556,24 @@ impl RunConfig {
             }
             disk.check_exists()
                 .map_err(|why| RunnerError::Config(format!("--vm: VM `{vm}`'s {item}: {why}")))?;
+        }
+        if let Some(owner) = bridge_owner {
+            let named = self.vms.iter().enumerate().find(|(index, vm)| {
+                *index != owner.vm
+                    && vm
+                        .devices
+                        .iter()
+                        .any(|path| path.as_str() == qemu::PCIE_HOST_BRIDGE_NODE)
+            });
+            if let Some((_, vm)) = named {
+                return fail(format!(
+                    "--vm: VM `{}`'s device={}: VM `{}` has the PCIe host bridge ({})",
+                    vm.name,
+                    qemu::PCIE_HOST_BRIDGE_NODE,
+                    self.vms[owner.vm].name,
+                    owner.device.item()
+                ));
+            }
         }
         Ok(())
     }
@@ -1089,6 +1125,10 @@ pub fn vms_payload(vms: &[VmSpec], files: Vec<VmFiles>) -> Result<Vec<u8>, Runne
             let path = DevicePath::new(path).map_err(|why| {
                 RunnerError::Config(format!("VM `{}`: device {path}: {why}", vm.name))
             })?;
+            // Every `pass-pcie=` is the one bridge node.
+            if path.as_str() == qemu::PCIE_HOST_BRIDGE_NODE && devices.iter().any(|k| *k == path) {
+                continue;
+            }
             if !devices.push(path) {
                 return Err(RunnerError::Config(format!(
                     "VM `{}`: more than {} devices",
@@ -1146,30 +1186,43 @@ pub fn vm_disks(vms: &[VmSpec]) -> Vec<qemu::HostDisk> {
     disks
 }
 
-/// Where one `--vm`'s passed device (`pass-disk=`, `pass-net=`) lands.
+/// Where one `--vm`'s passed device (`pass-disk=`, `pass-net=`,
+/// `pass-pcie=`) lands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PassedPlacement {
     /// The VM that owns it (its place among the `--vm`s).
     pub vm: usize,
     /// The device.
     pub device: PassedDevice,
-    /// The device-tree node of the virtio-mmio transport QEMU plugs it
-    /// into (`device=` in the VM's `vm.conf`).
+    /// The device-tree node the VM owns for it (`device=` in its
+    /// `vm.conf`): the virtio-mmio transport QEMU plugs it into, or the
+    /// PCIe host bridge ([`qemu::PCIE_HOST_BRIDGE_NODE`]) for a PCI device.
     pub node: String,
 }
 
 /// The `--vm`s' passed devices in QEMU command-line order (the order of
-/// the `--vm`s, then of their items), each with the virtio-mmio node it
-/// lands on: QEMU fills the transports from the highest down, the host
-/// disks ([`vm_disks`]) first, so the `k`-th passed device is the
-/// `(disks + k)`-th virtio device ([`qemu::virtio_mmio_node`]). Fails when
-/// there are more virtio devices than transports.
+/// the `--vm`s, then of their items), each with the node it lands on: QEMU
+/// fills the virtio-mmio transports from the highest down, the host disks
+/// ([`vm_disks`]) first, so the `k`-th passed virtio-mmio device is the
+/// `(disks + k)`-th virtio device ([`qemu::virtio_mmio_node`]); a PCI
+/// device (`pass-pcie=`) takes no transport and lands on the PCIe host
+/// bridge. Fails when there are more virtio-mmio devices than transports.
 pub fn passed_devices(vms: &[VmSpec]) -> Result<Vec<PassedPlacement>, RunnerError> {
     let first = vm_disks(vms).len();
     let mut placed = Vec::new();
+    let mut on_mmio = 0;
     for (vm, spec) in vms.iter().enumerate() {
         for device in &spec.passed {
-            let position = first + placed.len();
+            if !device.on_virtio_mmio() {
+                placed.push(PassedPlacement {
+                    vm,
+                    device: device.clone(),
+                    node: qemu::PCIE_HOST_BRIDGE_NODE.to_string(),
+                });
+                continue;
+            }
+            let position = first + on_mmio;
+            on_mmio += 1;
             let node = qemu::virtio_mmio_node(position).ok_or_else(|| {
                 RunnerError::Config(format!(
                     "--vm: VM `{}`'s {} would be virtio device {} of QEMU's command line; \
@@ -1831,6 +1884,113 @@ mod tests {
                 .to_text()
                 .ends_with("device=/virtio_mmio@a003e00\nram=identity\n")
         );
+    }
+
+    #[test]
+    fn a_vm_owns_the_pcie_bridge_for_its_pci_disks() {
+        let vms = [
+            vm(
+                "linux,cpus=0,name=a,pass-pcie=/d/a.img,pass-disk=/d/b.img,pass-pcie=/d/c.img",
+                0,
+            ),
+            vm("memory,cpus=1,name=b,pass-net=8080", 1),
+        ];
+        // The PCI disks take no transport: b.img is the first virtio-mmio
+        // device, the network the second.
+        let placed: Vec<(usize, String)> = passed_devices(&vms)
+            .unwrap()
+            .into_iter()
+            .map(|placement| (placement.vm, placement.node))
+            .collect();
+        assert_eq!(
+            placed,
+            [
+                (0, "/pcie@10000000".to_string()),
+                (0, "/virtio_mmio@a003e00".to_string()),
+                (0, "/pcie@10000000".to_string()),
+                (1, "/virtio_mmio@a003c00".to_string()),
+            ]
+        );
+        let files = |cmdline: &str| VmFiles {
+            kernel: vec![1],
+            initrd: None,
+            cmdline: cmdline.into(),
+        };
+        let archive = vms_payload(&vms, vec![files("x"), files("y")]).unwrap();
+        let read = boot_payload::VmsRef::parse(&archive).unwrap();
+        let conf = read.as_slice()[0].payload.conf.to_text();
+        assert!(
+            conf.ends_with("device=/pcie@10000000\ndevice=/virtio_mmio@a003e00\nram=identity\n"),
+            "{conf}"
+        );
+        // The bridge named too: still one line.
+        let named = vms_payload(
+            &[vm(
+                "linux,cpus=0,name=a,device=/pcie@10000000,pass-pcie=/d/a.img",
+                0,
+            )],
+            vec![files("x")],
+        )
+        .unwrap();
+        let read = boot_payload::VmsRef::parse(&named).unwrap();
+        let conf = read.as_slice()[0].payload.conf.to_text();
+        assert_eq!(conf.matches("device=").count(), 1, "{conf}");
+        assert!(
+            conf.ends_with("device=/pcie@10000000\nram=identity\n"),
+            "{conf}"
+        );
+    }
+
+    #[test]
+    fn one_vm_has_the_pcie_bridge() {
+        let dir = std::env::temp_dir().join(format!("runner-pcie-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let image = |name: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, [0u8; 512]).unwrap();
+            path.display().to_string()
+        };
+        let (a, b, c) = (image("a.img"), image("b.img"), image("c.img"));
+        let check = |specs: &[String]| {
+            RunConfig {
+                vms: specs.iter().enumerate().map(|(i, s)| vm(s, i)).collect(),
+                smp: 4,
+                mem_mib: 2048,
+                ..RunConfig::default()
+            }
+            .validate()
+            .map_err(|error| error.to_string())
+        };
+        let owner = format!("memory,cpus=0,name=x,pass-pcie={a},pass-pcie={b}");
+        check(&[owner.clone(), format!("memory,cpus=1,name=y,pass-disk={c}")]).unwrap();
+        for (other, says) in [
+            (
+                format!("memory,cpus=1,name=y,pass-pcie={c}"),
+                "VM `y`'s pass-pcie=",
+            ),
+            (
+                "memory,cpus=1,name=y,device=/pcie@10000000".to_string(),
+                "VM `y`'s device=/pcie@10000000: VM `x` has the PCIe host bridge",
+            ),
+            (
+                format!("memory,cpus=1,name=y,pass-disk={a}"),
+                "is also VM `x`'s pass-pcie=",
+            ),
+            (format!("memory,cpus=1,name=y,disk={b}"), "also a host disk"),
+        ] {
+            let error = check(&[owner.clone(), other.clone()]).unwrap_err();
+            assert!(error.contains(says), "{other}: {error}");
+        }
+        let error =
+            check(&[owner.clone(), format!("memory,cpus=1,name=y,pass-pcie={c}")]).unwrap_err();
+        assert!(
+            error.contains("VM `x` already has QEMU's PCIe host bridge")
+                && error.contains("one device-tree node (/pcie@10000000)"),
+            "{error}"
+        );
+        let missing = check(&["memory,name=x,pass-pcie=/no/such.img".to_string()]).unwrap_err();
+        assert!(missing.contains("pass-pcie=/no/such.img"), "{missing}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -97,6 +97,9 @@ Several VMs (instead of the one-VM options --guest, --guest-args, --vcpus,
                      QEMU's that it owns), pass-net=PORT (a virtio-net of
                      QEMU's that it owns, on QEMU's restricted user network,
                      127.0.0.1:PORT forwarded to its port PORT),
+                     pass-pcie=PATH[:ro] (a raw image as a virtio-blk PCI
+                     device of QEMU's; the VM owns the PCIe host bridge
+                     /pcie@10000000; one VM only),
                      expect=pass|stopped|running, cmdline=TEXT (last: takes the
                      rest). The run passes when every VM does what it expects:
                      prints its own RESULT: PASS, is stopped by the hypervisor,

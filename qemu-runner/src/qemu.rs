@@ -185,12 +185,22 @@ pub fn virtio_mmio_node(position: usize) -> Option<String> {
     Some(format!("/virtio_mmio@{address:x}"))
 }
 
-/// A device QEMU serves on a virtio-mmio transport that the hypervisor
-/// gives whole to one VM (passthrough: the VM's own driver runs it, the
-/// hypervisor only maps its window and routes its interrupt).
+/// The device-tree path of `virt`'s PCIe host bridge (a generic ECAM host
+/// controller, `pci-host-ecam-generic`): the node is named after the base
+/// of its 32-bit MMIO window, its `reg` is the ECAM (at `0x4010000000` with
+/// the high memory map), its `ranges` the I/O and MMIO windows and its
+/// `interrupt-map` INTA..INTD of each slot to SPIs 3..6.
+pub const PCIE_HOST_BRIDGE_NODE: &str = "/pcie@10000000";
+
+/// A device QEMU serves that the hypervisor gives whole to one VM
+/// (passthrough: the VM's own driver runs it, the hypervisor only maps its
+/// windows and routes its interrupts): on a virtio-mmio transport
+/// (`pass-disk=`, `pass-net=`), or on `virt`'s PCIe host bridge
+/// (`pass-pcie=`), which the VM then owns whole.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PassedDevice {
-    /// A raw image file as a virtio-blk (`pass-disk=`).
+    /// A raw image file as a virtio-blk on a virtio-mmio transport
+    /// (`pass-disk=`).
     Disk(HostDisk),
     /// A virtio-net on QEMU's user-mode network, restricted (nothing leaves
     /// QEMU), with TCP `127.0.0.1:PORT` on the host forwarded to the
@@ -199,6 +209,10 @@ pub enum PassedDevice {
         /// The TCP port, the same on both sides.
         port: u16,
     },
+    /// A raw image file as a virtio-blk PCI function on `virt`'s PCIe root
+    /// bus (`pass-pcie=`): the VM owns the host bridge
+    /// ([`PCIE_HOST_BRIDGE_NODE`]) and finds the device by enumerating it.
+    PcieDisk(HostDisk),
 }
 
 impl PassedDevice {
@@ -211,30 +225,53 @@ impl PassedDevice {
     }
 
     /// Its QEMU arguments as the `index`-th passed device of its kind: a
-    /// `-drive` (`pdiskN`) and the `virtio-blk-device` on it, or a
-    /// restricted user-mode `-netdev` (`pnetN`) forwarding the port and the
-    /// `virtio-net-device` on it. Neither has an option ROM (only QEMU's
-    /// PCI virtio-net loads one).
+    /// `-drive` (`pdiskN`) and the `virtio-blk-device` on it, a restricted
+    /// user-mode `-netdev` (`pnetN`) forwarding the port and the
+    /// `virtio-net-device` on it, or a `-drive` (`ppciN`) and the
+    /// `virtio-blk-pci` on it. None has an option ROM (of QEMU's virtio
+    /// devices only the PCI virtio-net loads one; `virtio-blk-pci` has no
+    /// default `romfile`).
     pub fn qemu_args(&self, index: usize) -> [String; 4] {
+        let drive = |disk: &HostDisk, id: &str| {
+            let read_only = if disk.read_only { ",readonly=on" } else { "" };
+            format!(
+                "file={},if=none,format=raw,id={id}{index}{read_only}",
+                disk.path.display()
+            )
+        };
         match self {
-            PassedDevice::Disk(disk) => {
-                let read_only = if disk.read_only { ",readonly=on" } else { "" };
-                [
-                    "-drive".into(),
-                    format!(
-                        "file={},if=none,format=raw,id=pdisk{index}{read_only}",
-                        disk.path.display()
-                    ),
-                    "-device".into(),
-                    format!("virtio-blk-device,drive=pdisk{index}"),
-                ]
-            }
+            PassedDevice::Disk(disk) => [
+                "-drive".into(),
+                drive(disk, "pdisk"),
+                "-device".into(),
+                format!("virtio-blk-device,drive=pdisk{index}"),
+            ],
             PassedDevice::Net { port } => [
                 "-netdev".into(),
                 format!("user,id=pnet{index},restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{port}"),
                 "-device".into(),
                 format!("virtio-net-device,netdev=pnet{index}"),
             ],
+            PassedDevice::PcieDisk(disk) => [
+                "-drive".into(),
+                drive(disk, "ppci"),
+                "-device".into(),
+                format!("virtio-blk-pci,drive=ppci{index}"),
+            ],
+        }
+    }
+
+    /// Whether QEMU plugs it into a virtio-mmio transport (it then takes
+    /// one of the 32); a PCI device does not.
+    pub fn on_virtio_mmio(&self) -> bool {
+        !matches!(self, PassedDevice::PcieDisk(_))
+    }
+
+    /// Its image file, for a disk.
+    pub fn disk(&self) -> Option<&HostDisk> {
+        match self {
+            PassedDevice::Disk(disk) | PassedDevice::PcieDisk(disk) => Some(disk),
+            PassedDevice::Net { .. } => None,
         }
     }
 
@@ -242,35 +279,42 @@ impl PassedDevice {
     /// or the same forwarded port.
     pub fn clashes_with(&self, other: &PassedDevice) -> bool {
         match (self, other) {
-            (PassedDevice::Disk(a), PassedDevice::Disk(b)) => a.path == b.path,
             (PassedDevice::Net { port: a }, PassedDevice::Net { port: b }) => a == b,
-            _ => false,
+            _ => match (self.disk(), other.disk()) {
+                (Some(a), Some(b)) => a.path == b.path,
+                _ => false,
+            },
         }
     }
 
     /// The spec item that asks for it (`pass-disk=PATH[:ro]`,
-    /// `pass-net=PORT`), for messages.
+    /// `pass-net=PORT`, `pass-pcie=PATH[:ro]`), for messages.
     pub fn item(&self) -> String {
-        match self {
-            PassedDevice::Disk(disk) => format!(
-                "pass-disk={}{}",
+        let image = |disk: &HostDisk| {
+            format!(
+                "{}{}",
                 disk.path.display(),
                 if disk.read_only { ":ro" } else { "" }
-            ),
+            )
+        };
+        match self {
+            PassedDevice::Disk(disk) => format!("pass-disk={}", image(disk)),
             PassedDevice::Net { port } => format!("pass-net={port}"),
+            PassedDevice::PcieDisk(disk) => format!("pass-pcie={}", image(disk)),
         }
     }
 }
 
-/// The QEMU arguments of `passed`, in order: each disk numbered among the
-/// passed disks, each network among the passed networks.
+/// The QEMU arguments of `passed`, in order: each device numbered among the
+/// passed devices of its kind (virtio-mmio disks, networks, PCI disks).
 pub fn passed_qemu_args(passed: &[PassedDevice]) -> Vec<String> {
-    let (mut disks, mut nets) = (0, 0);
+    let (mut disks, mut nets, mut pci) = (0, 0, 0);
     let mut args = Vec::new();
     for device in passed {
         let counter = match device {
             PassedDevice::Disk(_) => &mut disks,
             PassedDevice::Net { .. } => &mut nets,
+            PassedDevice::PcieDisk(_) => &mut pci,
         };
         args.extend(device.qemu_args(*counter));
         *counter += 1;
@@ -441,7 +485,8 @@ impl QemuSetup {
             args.push("-append".into());
             args.push(append.clone());
         }
-        if !self.disks.is_empty() || !self.passed.is_empty() || self.net.is_some() {
+        let passed_mmio = self.passed.iter().any(PassedDevice::on_virtio_mmio);
+        if !self.disks.is_empty() || passed_mmio || self.net.is_some() {
             args.push("-global".into());
             args.push(VIRTIO_MMIO_MODERN.into());
         }
@@ -1050,6 +1095,48 @@ mod tests {
             PassedDevice::Disk(HostDisk::parse("/d/b.img:ro").unwrap()).item(),
             "pass-disk=/d/b.img:ro"
         );
+    }
+
+    #[test]
+    fn a_passed_pci_disk_is_a_virtio_blk_pci_without_a_rom() {
+        let args = QemuSetup {
+            passed: vec![
+                PassedDevice::PcieDisk(HostDisk::parse("/d/a.img").unwrap()),
+                PassedDevice::Disk(HostDisk::parse("/d/b.img").unwrap()),
+                PassedDevice::PcieDisk(HostDisk::parse("/d/c.img:ro").unwrap()),
+            ],
+            extra_args: Vec::new(),
+            ..setup()
+        }
+        .args()
+        .join(" ");
+        assert!(
+            args.ends_with(
+                "-global virtio-mmio.force-legacy=false \
+                 -drive file=/d/a.img,if=none,format=raw,id=ppci0 \
+                 -device virtio-blk-pci,drive=ppci0 \
+                 -drive file=/d/b.img,if=none,format=raw,id=pdisk0 \
+                 -device virtio-blk-device,drive=pdisk0 \
+                 -drive file=/d/c.img,if=none,format=raw,id=ppci1,readonly=on \
+                 -device virtio-blk-pci,drive=ppci1"
+            ),
+            "{args}"
+        );
+        assert!(!args.contains("romfile"), "{args}");
+        // Only PCI devices: no virtio-mmio transport in use.
+        let pci_only = QemuSetup {
+            passed: vec![PassedDevice::PcieDisk(HostDisk::parse("/d/a.img").unwrap())],
+            ..setup()
+        }
+        .args()
+        .join(" ");
+        assert!(!pci_only.contains("virtio-mmio"), "{pci_only}");
+        let pci = PassedDevice::PcieDisk(HostDisk::parse("/d/a.img").unwrap());
+        let mmio = PassedDevice::Disk(HostDisk::parse("/d/a.img:ro").unwrap());
+        assert!(pci.clashes_with(&mmio) && mmio.clashes_with(&pci));
+        assert!(!pci.clashes_with(&PassedDevice::Net { port: 1 }));
+        assert_eq!(pci.item(), "pass-pcie=/d/a.img");
+        assert_eq!(PCIE_HOST_BRIDGE_NODE, "/pcie@10000000");
     }
 
     #[test]

@@ -25,20 +25,25 @@
 //! | `ram=identity` | its RAM at the guest-physical addresses equal to the host-physical ones of its frames (`ram=identity` in its `vm.conf`), which a passed device that does DMA needs |
 //! | `pass-disk=PATH[:ro]` | a raw image file as a virtio-blk the VM owns: the runner gives QEMU the file as a virtio-mmio disk after the host disks (`-drive file=PATH,if=none,format=raw,id=pdiskN[,readonly=on] -device virtio-blk-device,drive=pdiskN`, `N` counting the `pass-disk=`s of every `--vm` from 0) and writes `device=` with the node of the transport it lands on and `ram=identity` to its `vm.conf`; the file must exist; repeatable |
 //! | `pass-net=PORT` | a virtio-net the VM owns, on QEMU's user-mode network (restricted: nothing leaves QEMU) with TCP `127.0.0.1:PORT` on the host forwarded to the guest's port PORT (`-netdev user,id=pnetN,restrict=on,hostfwd=tcp:127.0.0.1:PORT-:PORT -device virtio-net-device,netdev=pnetN`), DHCP giving the guest 10.0.2.15; `device=` and `ram=identity` in its `vm.conf` as for `pass-disk=`; repeatable |
+//! | `pass-pcie=PATH[:ro]` | a raw image file as a virtio-blk PCI function on QEMU's PCIe host bridge, the VM owning the whole bridge: the runner gives QEMU `-drive file=PATH,if=none,format=raw,id=ppciN[,readonly=on] -device virtio-blk-pci,drive=ppciN` (`N` counting the `pass-pcie=`s from 0; no option ROM) and writes `device=/pcie@10000000` (once) and `ram=identity` to its `vm.conf`; the VM's Linux enumerates the bus itself; only one VM may have `pass-pcie=` (the bridge is one node); it takes no virtio-mmio transport; the file must exist; repeatable |
 //! | `console=virtio\|pl011` | `virtio`: it also gets a virtio-console, and a `linux` guest without `cmdline=` boots with `console=hvc0` (its init moves there); a `control=1` VM gets a second one wired to the monitor (`/dev/hvc1`) |
 //! | `expect=pass\|stopped\|running` | what the run expects of it: its `RESULT: PASS` (default for guests that print one), to be stopped by the hypervisor (a bad guest), or to run without a verdict |
 //!
 //! A CPU list's own commas are read as part of `cpus=`: `cpus=2,3,mem=64`
-//! is CPUs 2 and 3. Each item may come once, but `device=`, `pass-disk=`
-//! and `pass-net=`, which together may name at most
-//! [`boot_payload::vmconf::MAX_DEVICES`] devices; exactly one guest item.
+//! is CPUs 2 and 3. Each item may come once, but `device=`, `pass-disk=`,
+//! `pass-net=` and `pass-pcie=`, which together may name at most
+//! [`boot_payload::vmconf::MAX_DEVICES`] device-tree nodes (every
+//! `pass-pcie=` is the one bridge node); exactly one guest item.
 //!
 //! The `pass-disk=` and `pass-net=` devices of every `--vm`, in the order
 //! of the `--vm`s and of the items, come on QEMU's command line after the
 //! host disks (`disk=`), and QEMU plugs each `-device virtio-*-device` into
 //! the highest free virtio-mmio transport: the `k`-th virtio device of the
 //! command line lands on `/virtio_mmio@<0xa000000 + (31 - k) * 0x200>`
-//! ([`crate::qemu::virtio_mmio_node`], [`crate::passed_devices`]).
+//! ([`crate::qemu::virtio_mmio_node`], [`crate::passed_devices`]). The
+//! `pass-pcie=` devices come among them in the same order but take no
+//! transport: QEMU plugs each into the next free slot of the PCIe root bus
+//! (`0000:00:01.0` the first; slot 0 is the host bridge itself).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -49,7 +54,7 @@ use boot_payload::vmname::VmName;
 
 use crate::Scenario;
 use crate::linux::{BusyboxInit, InitrdSource, KernelSource, LinuxBoot, default_cmdline};
-use crate::qemu::{HostDisk, PassedDevice};
+use crate::qemu::{HostDisk, PCIE_HOST_BRIDGE_NODE, PassedDevice};
 
 /// What a VM runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,7 +209,7 @@ impl VmSpec {
                 ("guest" | "kernel", Some(_)) => "guest",
                 (key, Some(_)) => key,
             };
-            let repeatable = matches!(slot, "device" | "pass-disk" | "pass-net");
+            let repeatable = matches!(slot, "device" | "pass-disk" | "pass-net" | "pass-pcie");
             if !repeatable && seen.contains(&slot) {
                 return Err(fail(match slot {
                     "guest" => {
@@ -300,6 +305,9 @@ impl VmSpec {
                 ("pass-disk", Some(text)) => passed.push(PassedDevice::Disk(
                     HostDisk::parse(text).map_err(|why| fail(format!("pass-disk={why}")))?,
                 )),
+                ("pass-pcie", Some(text)) => passed.push(PassedDevice::PcieDisk(
+                    HostDisk::parse(text).map_err(|why| fail(format!("pass-pcie={why}")))?,
+                )),
                 ("pass-net", Some(text)) => passed.push(PassedDevice::Net {
                     port: PassedDevice::parse_port(text)
                         .map_err(|why| fail(format!("pass-net={why}")))?,
@@ -325,7 +333,7 @@ impl VmSpec {
                     return Err(fail(format!(
                         "unknown key `{key}=` (guest, args, kernel, initrd, cmdline, cpus, mem, \
                          name, control, start, net, mac, disk, console, device, ram, pass-disk, \
-                         pass-net, expect)"
+                         pass-net, pass-pcie, expect)"
                     )));
                 }
             }
@@ -397,10 +405,20 @@ impl VmSpec {
                 ));
             }
         };
-        if devices.len() + passed.len() > MAX_DEVICES {
+        let owns_bridge = passed.iter().any(|device| !device.on_virtio_mmio())
+            && !devices
+                .iter()
+                .any(|path| path.as_str() == PCIE_HOST_BRIDGE_NODE);
+        let nodes = devices.len()
+            + passed
+                .iter()
+                .filter(|device| device.on_virtio_mmio())
+                .count()
+            + usize::from(owns_bridge);
+        if nodes > MAX_DEVICES {
             return Err(fail(format!(
-                "{} devices (device=, pass-disk=, pass-net=): a VM owns at most {MAX_DEVICES}",
-                devices.len() + passed.len()
+                "{nodes} device-tree nodes (device=, pass-disk=, pass-net=, pass-pcie=): a VM \
+                 owns at most {MAX_DEVICES}"
             )));
         }
         let reports_result = match &guest {
@@ -647,6 +665,50 @@ mod tests {
             .map(|i| format!(",device=/d@{i}"))
             .collect::<String>();
         assert_eq!(spec(&format!("memory{eight}")).devices.len(), MAX_DEVICES);
+    }
+
+    #[test]
+    fn a_pcie_disk_is_one_bridge_node_and_no_transport() {
+        let vm = spec("linux,name=a,pass-pcie=/d/p.img,pass-pcie=/d/q.img:ro,pass-disk=/d/r.img");
+        assert_eq!(
+            vm.passed,
+            [
+                PassedDevice::PcieDisk(HostDisk {
+                    path: "/d/p.img".into(),
+                    read_only: false
+                }),
+                PassedDevice::PcieDisk(HostDisk {
+                    path: "/d/q.img".into(),
+                    read_only: true
+                }),
+                PassedDevice::Disk(HostDisk {
+                    path: "/d/r.img".into(),
+                    read_only: false
+                }),
+            ]
+        );
+        assert!(!vm.passed[0].on_virtio_mmio() && vm.passed[2].on_virtio_mmio());
+        assert_eq!(vm.passed[1].item(), "pass-pcie=/d/q.img:ro");
+        assert_eq!(vm.ram_placement(), Some(RamPlacement::Identity));
+        // Seven other nodes and any number of PCI disks: eight nodes.
+        let seven = (0..MAX_DEVICES - 1)
+            .map(|i| format!(",device=/d@{i}"))
+            .collect::<String>();
+        let full = spec(&format!(
+            "memory{seven},pass-pcie=/d/a.img,pass-pcie=/d/b.img"
+        ));
+        assert_eq!(full.passed.len(), 2);
+        let bridge = spec(&format!(
+            "memory{seven},device=/pcie@10000000,pass-pcie=/d/a.img"
+        ));
+        assert_eq!(bridge.devices.len(), MAX_DEVICES);
+        let why = why(&format!("memory{seven},pass-pcie=/d/a.img,pass-net=80"));
+        assert!(
+            why.contains("9 device-tree nodes") && why.contains("at most 8"),
+            "{why}"
+        );
+        assert!(self::why("memory,pass-pcie=").contains("pass-pcie="));
+        assert!(self::why("memory,pass-pcie=:ro").contains("PATH or PATH:ro"));
     }
 
     #[test]

@@ -2,12 +2,14 @@
 //! runner's `pass-disk=` and `pass-net=` items give QEMU a virtio-blk or a
 //! virtio-net on a virtio-mmio transport after the host disks and write the
 //! transport's node (`device=/virtio_mmio@a003e00`) and `ram=identity` to
-//! the VM's `vm.conf`. The hypervisor maps the node's register window into
-//! the VM at the same address, routes its interrupt (same INTID), copies
-//! the node into the VM's device tree and places the VM's RAM at
-//! guest-physical == host-physical addresses, so the device's DMA reaches
-//! it; the VM's own Linux drives the device, and the hypervisor leaves it
-//! alone (it is not a host disk).
+//! the VM's `vm.conf`; `pass-pcie=` gives QEMU a `virtio-blk-pci` and
+//! writes the PCIe host bridge's node (`device=/pcie@10000000`). The
+//! hypervisor maps the node's register windows into the VM at the same
+//! addresses, routes its interrupts (same INTIDs), copies the node into the
+//! VM's device tree and places the VM's RAM at guest-physical ==
+//! host-physical addresses, so the device's DMA reaches it; the VM's own
+//! Linux drives the device, and the hypervisor leaves it alone (it is not a
+//! host disk).
 //!
 //! - Disk (`a_linux_vm_owns_a_virtio_mmio_disk`, and the same on a GICv2
 //!   host): VM `a`, Debian's Linux with an ext4 image the host made as its
@@ -16,7 +18,18 @@
 //!   pass; the host reads the file back from the image (`debugfs`) and finds
 //!   it whole; `a` counted the device's interrupts (`passthrough_irqs` > 0),
 //!   `b` none; `a` has no virtio-blk of the hypervisor's (no `virtio_blk_*`
-//!   counters) and the hypervisor drove no host disk.
+//!   counters) and the hypervisor drove no host disk; the hypervisor says
+//!   `a` owns the transport's node, and `a`'s init that `/dev/vda` is on
+//!   that transport (`/dev/vda is on a003e00.virtio_mmio`).
+//! - PCIe (`a_linux_vm_owns_the_pcie_host_bridge`, and the same on a GICv2
+//!   host): the same with the image as a `virtio-blk-pci` on QEMU's PCIe
+//!   root bus (`pass-pcie=`): `a` owns the host bridge `/pcie@10000000`
+//!   (its ECAM and MMIO windows mapped, the SPIs of INTA..INTD routed); its
+//!   Linux (Debian's `virtio_pci` modules loaded by the init) enumerates the
+//!   bus and assigns the BARs itself, finds QEMU's transitional virtio-blk
+//!   at `0000:00:01.0` (`[1af4:1001]`) and, with no `msi-parent` in its
+//!   tree, drives it by INTx: the init's line says `INTx` (no MSI vectors),
+//!   and `a`'s `passthrough_irqs` counts the SPIs.
 //! - Network (`a_linux_vm_owns_the_user_network`): VM `a` owns a virtio-net
 //!   on QEMU's restricted user-mode network with a free TCP port of the
 //!   host's `127.0.0.1` forwarded to it; its init takes a DHCP lease
@@ -49,7 +62,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use qemu_runner::console_script::ConsoleScript;
-use qemu_runner::initramfs::{Role, disk_check_contents, net_serve_reply};
+use qemu_runner::initramfs::{DISK_BUS_PREFIX, Role, disk_check_contents, net_serve_reply};
 use qemu_runner::qemu::GicVersion;
 use qemu_runner::{RunConfig, RunReport, Verdict};
 use tests::e2e;
@@ -73,11 +86,66 @@ fn assert_memory_vm_passed_alone(report: &RunReport) {
     );
 }
 
-/// VM `a` writes the check file on a fresh ext4 image it owns, beside the
-/// `memory` VM `b`, on a `gic` host; the host reads the file back.
-fn linux_owns_a_disk(gic: GicVersion, image_name: &str) {
+/// How VM `a` owns the disk it writes.
+#[derive(Clone, Copy, Debug)]
+enum PassedDisk {
+    /// On a virtio-mmio transport (`pass-disk=`).
+    VirtioMmio,
+    /// As a PCI function behind QEMU's PCIe host bridge, which `a` owns
+    /// (`pass-pcie=`).
+    Pcie,
+}
+
+impl PassedDisk {
+    /// The `--vm` item key.
+    fn item(self) -> &'static str {
+        match self {
+            PassedDisk::VirtioMmio => "pass-disk",
+            PassedDisk::Pcie => "pass-pcie",
+        }
+    }
+
+    /// The QEMU device the runner adds for it (the only virtio device of
+    /// the run), and the one it must not add.
+    fn qemu_devices(self) -> (&'static str, &'static str) {
+        match self {
+            PassedDisk::VirtioMmio => (
+                "-device virtio-blk-device,drive=pdisk0",
+                "-device virtio-blk-pci",
+            ),
+            PassedDisk::Pcie => (
+                "-device virtio-blk-pci,drive=ppci0",
+                "-device virtio-blk-device",
+            ),
+        }
+    }
+
+    /// The node the hypervisor says `a` owns.
+    fn node(self) -> &'static str {
+        match self {
+            PassedDisk::VirtioMmio => "/virtio_mmio@a003e00",
+            PassedDisk::Pcie => "/pcie@10000000",
+        }
+    }
+
+    /// How `a`'s line on where `/dev/vda` sits starts: the transport, or
+    /// QEMU's virtio-blk found on the bus at slot 1 and driven by INTx.
+    fn bus_line(self) -> String {
+        match self {
+            PassedDisk::VirtioMmio => format!("[a] {DISK_BUS_PREFIX}on a003e00.virtio_mmio"),
+            PassedDisk::Pcie => {
+                format!("[a] {DISK_BUS_PREFIX}PCI device 0000:00:01.0 [1af4:1001], INTx (")
+            }
+        }
+    }
+}
+
+/// VM `a` writes the check file on a fresh ext4 image it owns as `disk`,
+/// beside the `memory` VM `b`, on a `gic` host; the host reads the file
+/// back.
+fn linux_owns_a_disk(gic: GicVersion, image_name: &str, disk: PassedDisk) {
     let image = disk_image(image_name);
-    let pass_disk = format!("pass-disk={}", image.display());
+    let pass_disk = format!("{}={}", disk.item(), image.display());
     let a = linux_vm_spec(
         "a",
         "0-1",
@@ -90,12 +158,22 @@ fn linux_owns_a_disk(gic: GicVersion, image_name: &str) {
     });
     e2e::assert_powered_off(&report);
     let explain = report.explain();
+    let (device, not_device) = disk.qemu_devices();
     assert!(
-        report
-            .command_line
-            .contains("-device virtio-blk-device,drive=pdisk0")
+        report.command_line.contains(device)
+            && !report.command_line.contains(not_device)
             && !report.command_line.contains("drive=disk0"),
         "the image is a passed disk, and the only virtio device\n{explain}"
+    );
+    assert_eq!(
+        e2e::log_count(&report, &format!("vm0: owns {}:", disk.node())),
+        1,
+        "{explain}"
+    );
+    let bus = disk.bus_line();
+    assert!(
+        e2e::has_line_where(&report, |line| line.starts_with(&bus)),
+        "no line starting `{bus}`\n{explain}"
     );
     assert!(
         e2e::has_line(&report, "[a] LINUX-INIT: wrote /hv/check.txt on /dev/vda"),
@@ -127,12 +205,34 @@ fn linux_owns_a_disk(gic: GicVersion, image_name: &str) {
 
 #[test]
 fn a_linux_vm_owns_a_virtio_mmio_disk() {
-    linux_owns_a_disk(GicVersion::V3, "e2e-passthrough-disk");
+    linux_owns_a_disk(
+        GicVersion::V3,
+        "e2e-passthrough-disk",
+        PassedDisk::VirtioMmio,
+    );
 }
 
 #[test]
 fn a_linux_vm_owns_a_virtio_mmio_disk_on_a_gicv2_host() {
-    linux_owns_a_disk(GicVersion::V2, "e2e-passthrough-disk-gicv2");
+    linux_owns_a_disk(
+        GicVersion::V2,
+        "e2e-passthrough-disk-gicv2",
+        PassedDisk::VirtioMmio,
+    );
+}
+
+#[test]
+fn a_linux_vm_owns_the_pcie_host_bridge() {
+    linux_owns_a_disk(GicVersion::V3, "e2e-passthrough-pcie", PassedDisk::Pcie);
+}
+
+#[test]
+fn a_linux_vm_owns_the_pcie_host_bridge_on_a_gicv2_host() {
+    linux_owns_a_disk(
+        GicVersion::V2,
+        "e2e-passthrough-pcie-gicv2",
+        PassedDisk::Pcie,
+    );
 }
 
 /// Connects to `127.0.0.1:port` until a connection brings a reply, each
