@@ -272,7 +272,10 @@ fn bridge_windows(
     let entry = child + parent_cells + size;
     let all = cells(ranges.value);
     let bad = || refuse(alloc::format!("{}/ranges: malformed", node.name));
-    if !(1..=2).contains(&parent_cells) || !(1..=2).contains(&size) || all.len() % entry != 0 {
+    if !(1..=2).contains(&parent_cells)
+        || !(1..=2).contains(&size)
+        || !all.len().is_multiple_of(entry)
+    {
         return Err(bad());
     }
     let number = |c: &[u32]| c.iter().fold(0u64, |n, &cell| n << 32 | u64::from(cell));
@@ -336,7 +339,7 @@ impl<'b, 'a> SubtreeReader<'_, 'b, 'a> {
         values: &[u32],
         size: usize,
     ) -> Result<Vec<[u32; 3]>, HostDeviceError> {
-        if !(3..=4).contains(&size) || values.len() % size != 0 {
+        if !(3..=4).contains(&size) || !values.len().is_multiple_of(size) {
             return Err(refuse(alloc::format!(
                 "{node}/interrupts: not GIC specifiers of three or four cells"
             )));

@@ -59,6 +59,7 @@ use crate::vm::run_state::Requested;
 use crate::vm::vcpu_state::VectorLengths;
 use crate::vocabulary::uart_kind::UartKind;
 
+mod passthrough;
 mod virtio;
 
 const PAGE: u64 = 1 << PAGE_SHIFT;
@@ -460,6 +461,19 @@ fn conf(mem_mib: u64, cpus: &[u32], start: bool) -> VmConf {
 
 /// Creates the VMs of a payload with `vms` (name, settings) on `hw`.
 fn create(hw: &'static FakeHardware, vms: &[(&str, VmConf)]) -> Vec<&'static Vm<FakeHardware>> {
+    create_with(hw, vms, &boot_info(4))
+        .into_iter()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Creates the VMs of a payload with `vms` on `hw` as `info` describes the
+/// machine; each VM's creation result.
+fn create_with(
+    hw: &'static FakeHardware,
+    vms: &[(&str, VmConf)],
+    info: &BootInfo,
+) -> Vec<Result<&'static Vm<FakeHardware>, VmError>> {
     let named: Vec<NamedPayload> = vms
         .iter()
         .map(|(name, conf)| NamedPayload {
@@ -474,12 +488,11 @@ fn create(hw: &'static FakeHardware, vms: &[(&str, VmConf)]) -> Vec<&'static Vm<
         .collect();
     let archive: &'static [u8] = Vec::leak(boot_payload::write_several(&named).unwrap());
     let parsed = VmsRef::parse(archive).unwrap();
-    let info = boot_info(4);
     parsed
         .as_slice()
         .iter()
         .enumerate()
-        .map(|(index, vm)| create_vm(hw, &info, index, vm, hw.hub).unwrap().0)
+        .map(|(index, vm)| create_vm(hw, info, index, vm, hw.hub).map(|(vm, _)| vm))
         .collect()
 }
 

@@ -279,6 +279,14 @@ pub enum VmError {
     Virtio(VirtioError),
     /// A host device it names cannot be given to it.
     Passthrough(PassthroughError),
+    /// Its identity RAM (`ram=identity`) landed on one of its emulated
+    /// devices' windows.
+    IdentityRam {
+        /// Where the RAM landed.
+        ram: PhysRange,
+        /// The device.
+        owner: String,
+    },
 }
 
 impl core::fmt::Display for VmError {
@@ -308,6 +316,12 @@ impl core::fmt::Display for VmError {
             Self::Vgic(e) => write!(f, "virtual GIC: {e:?}"),
             Self::Virtio(e) => write!(f, "virtio devices: {e}"),
             Self::Passthrough(e) => write!(f, "{e}"),
+            Self::IdentityRam { ram, owner } => write!(
+                f,
+                "ram=identity: its RAM at {:#x}+{:#x} (where host RAM is free) overlaps {owner}",
+                ram.start,
+                ram.size()
+            ),
         }
     }
 }
@@ -929,9 +943,25 @@ pub fn create_vm<H: Hardware>(
     let control = conf.control.unwrap_or(false);
     let virtio = VirtioDevices::from_conf(&conf, name.as_str(), control, |disk| hw.host_disk(disk))
         .map_err(VmError::Virtio)?;
-    passthrough
-        .check_vm(&own_claims(ram, vcpus, gicv2.is_some(), &virtio))
-        .map_err(VmError::Passthrough)?;
+    let own = own_claims(ram, vcpus, gicv2.is_some(), &virtio);
+    // Identity RAM lands where host RAM is, which on some boards is below
+    // the guest's device windows.
+    if let Some(claim) = own.iter().skip(1).find(|c| {
+        identity
+            && c.windows
+                .iter()
+                .any(|w| w.start < ram.end && ram.start < w.end)
+    }) {
+        hw.free_frames(backing, mem_bytes, BACKING_ALIGN);
+        return Err(VmError::IdentityRam {
+            ram,
+            owner: claim.owner.clone(),
+        });
+    }
+    if let Err(e) = passthrough.check_vm(&own) {
+        hw.free_frames(backing, mem_bytes, BACKING_ALIGN);
+        return Err(VmError::Passthrough(e));
+    }
 
     // No data of an earlier owner may reach the guest.
     hw.zero_memory(backing as usize, mem_bytes as usize);
@@ -1220,6 +1250,13 @@ pub fn create_vm<H: Hardware>(
             windows(&device.mapped),
             windows(&device.forwarded),
         );
+        if !device.dropped.is_empty() {
+            log::info!(
+                "vm{index}: {}: left out of the guest's copy (host references): {}",
+                device.path,
+                device.dropped.join(" ")
+            );
+        }
     }
     log::info!(
         "vm{index}: {vcpus} vCPU(s), name {name}, CPUs {:?}, {} MiB RAM at IPA {ram_base:#x}{} backed by {backing:#x}, VMID {vmid}, \

@@ -55,6 +55,8 @@ pub struct PassedDevice {
     pub interrupts: Vec<HostInterrupt>,
     /// The subtree for the guest's device tree.
     pub node: DeviceNode,
+    /// Properties left out of the guest's copy (`node/property`).
+    pub dropped: Vec<String>,
 }
 
 /// Something that already holds addresses or interrupts, named for errors.
@@ -207,6 +209,7 @@ impl PassedDevice {
             forwarded,
             interrupts: device.interrupts,
             node: device.node,
+            dropped: device.dropped,
         })
     }
 
@@ -569,7 +572,7 @@ mod tests {
         assert_eq!(
             why(
                 device("/z@c000000", &[(0x0d00_0000, 0x1000)], &[]),
-                &[first.clone()]
+                core::slice::from_ref(&first)
             ),
             "device /z@c000000: named twice in vm.conf"
         );

@@ -74,11 +74,11 @@ impl Machine {
 
     /// The physical GIC signals each high, inactive line.
     fn fire(&mut self) {
-        for i in 0..2 {
+        for (i, &(_, pintid)) in LINKED.iter().enumerate() {
             if self.line[i] && !self.physical_active[i] {
                 self.physical_active[i] = true;
                 self.fired += 1;
-                self.gic.inject_hardware_spi(LINKED[i].1).unwrap();
+                self.gic.inject_hardware_spi(pintid).unwrap();
             }
         }
     }
