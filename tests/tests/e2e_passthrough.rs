@@ -458,17 +458,21 @@ fn refusals() {
     std::fs::remove_dir_all(&dir).unwrap_or_else(|error| panic!("{error}"));
 }
 
-/// A test guest owns QEMU's last virtio-mmio transport (no device behind
-/// it: its registers still read the magic value): it reads the magic
-/// through the forwarded window, and reading the transport beside it in
-/// the same page aborts (the page is not mapped, only the window is
-/// forwarded). The other VM's read of the owned window aborts too. On a
-/// GICv3 and a GICv2 host.
+/// A test guest owns a QEMU virtio-mmio transport with no device behind
+/// it (its registers still read the magic value) and reads the magic.
+/// Alone in its page but for empty transports, the page is mapped whole
+/// (no exit); beside a host disk (`b`'s, which the hypervisor drives) only
+/// the window is forwarded, and reading the disk's transport in the same
+/// page aborts. The other VM's read of the owned window aborts either way.
+/// On a GICv3 and a GICv2 host.
 #[test]
 fn a_test_guest_reads_its_window_and_no_other() {
+    let image = disk_image("e2e-passthrough-neighbour");
+    let host_disk = format!("disk={}", image.display());
     for gic in [GicVersion::V3, GicVersion::V2] {
+        // Alone in the page: mapped.
         let a = "memory,name=a,cpus=0-1,device=/virtio_mmio@a003e00,\
-                 args=passed-window=0xa003e00 probe-ipa=0xa003c00";
+                 args=passed-window=0xa003e00 passed-window=0xa003c00";
         let b = "memory,name=b,cpus=2-3,args=probe-ipa=0xa003e00";
         let report = e2e::run(&RunConfig {
             gic,
@@ -478,10 +482,35 @@ fn a_test_guest_reads_its_window_and_no_other() {
         e2e::assert_passed(&report);
         let console = report.console();
         for line in [
-            "[hv] vm0: owns /virtio_mmio@a003e00: mapped [], forwarded [0xa003e00+0x200], SPIs (INTIDs) [79]",
+            "[hv] vm0: owns /virtio_mmio@a003e00: mapped [0xa003000+0x1000], forwarded [], SPIs (INTIDs) [79]",
             "[a] test-guest: passthrough: read magic 0x74726976 at 0xa003e00",
-            "[a] test-guest: isolation: reading probe IPA 0xa003c00 aborted",
             "[b] test-guest: isolation: reading probe IPA 0xa003e00 aborted",
+        ] {
+            assert!(console.contains(line), "{gic:?}: no `{line}`\n{explain}");
+        }
+        assert_eq!(
+            e2e::counter(&report, 0, "exit_mmio_passed_count"),
+            0,
+            "{gic:?}: a mapped window costs no exit\n{explain}"
+        );
+
+        // Beside the host disk (QEMU's first virtio device, at a003e00):
+        // forwarded, and the disk's transport aborts.
+        let a = "memory,name=a,cpus=0-1,device=/virtio_mmio@a003c00,\
+                 args=passed-window=0xa003c00 probe-ipa=0xa003e00";
+        let b = format!("memory,name=b,cpus=2-3,{host_disk},args=probe-ipa=0xa003c00");
+        let report = e2e::run(&RunConfig {
+            gic,
+            ..e2e::vms(4, &[a, &b], REFUSAL_TIMEOUT)
+        });
+        let explain = report.explain();
+        e2e::assert_passed(&report);
+        let console = report.console();
+        for line in [
+            "[hv] vm0: owns /virtio_mmio@a003c00: mapped [], forwarded [0xa003c00+0x200], SPIs (INTIDs) [78]",
+            "[a] test-guest: passthrough: read magic 0x74726976 at 0xa003c00",
+            "[a] test-guest: isolation: reading probe IPA 0xa003e00 aborted",
+            "[b] test-guest: isolation: reading probe IPA 0xa003c00 aborted",
         ] {
             assert!(console.contains(line), "{gic:?}: no `{line}`\n{explain}");
         }
@@ -491,4 +520,5 @@ fn a_test_guest_reads_its_window_and_no_other() {
             "{gic:?}: one forwarded read\n{explain}"
         );
     }
+    std::fs::remove_file(&image).unwrap_or_else(|error| panic!("{error}"));
 }

@@ -257,6 +257,21 @@ impl HostDevice {
     }
 }
 
+/// The translated `reg` windows of every node of the host tree `dtb` that
+/// overlap `range` (the neighbours of a passed window in its page).
+pub fn windows_overlapping(dtb: &[u8], range: PhysRange) -> Vec<PhysRange> {
+    let Ok(fdt) = Fdt::new(dtb) else {
+        return Vec::new();
+    };
+    let nodes = all_located(&fdt);
+    nodes
+        .iter()
+        .filter_map(|l| device_regs(&nodes, *l).ok())
+        .flatten()
+        .filter(|w| w.start < range.end && range.start < w.end)
+        .collect()
+}
+
 /// The parent-side windows of a node's own `ranges`: entries of the
 /// node's `#address-cells` child address, `parent_cells` parent address
 /// and the node's `#size-cells` size.

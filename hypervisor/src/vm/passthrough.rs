@@ -276,6 +276,36 @@ impl PassthroughPlan {
         self.devices.iter().map(move |d| d.claim(owner.clone()))
     }
 
+    /// Maps whole pages instead of forwarding where nothing else lives in
+    /// them: a forwarded window's page(s) go to `mapped` when every window
+    /// `in_page` lists for them (the host tree's nodes there) lies inside
+    /// one of this plan's windows or is `unused` (an empty virtio-mmio
+    /// transport nobody owns). The guest then reaches the device with no
+    /// exit; what else it can reach there has nothing behind it.
+    pub fn map_whole_pages(
+        &mut self,
+        in_page: impl Fn(PhysRange) -> Vec<PhysRange>,
+        unused: impl Fn(PhysRange) -> bool,
+    ) {
+        let owned: Vec<PhysRange> = self.devices.iter().flat_map(|d| d.windows()).collect();
+        let ours = |w: &PhysRange| owned.iter().any(|o| o.start <= w.start && w.end <= o.end);
+        let mut pages: Vec<PhysRange> = Vec::new();
+        for device in &mut self.devices {
+            let mut kept = Vec::new();
+            for window in core::mem::take(&mut device.forwarded) {
+                let page = window.align_out(PAGE);
+                let free = in_page(page).iter().all(|w| ours(w) || unused(*w));
+                if !free {
+                    kept.push(window);
+                } else if !pages.contains(&page) {
+                    pages.push(page);
+                    device.mapped.push(page);
+                }
+            }
+            device.forwarded = kept;
+        }
+    }
+
     /// Whether the VM owns no device.
     pub fn is_empty(&self) -> bool {
         self.devices.is_empty()
@@ -580,6 +610,39 @@ mod tests {
             why(device("/w", &[(0x0c00_1000, 0x1000)], &[]), &[first]),
             "device /w: window 0xc001000+0x1000 overlaps /z@c000000's"
         );
+    }
+
+    #[test]
+    fn a_page_with_nothing_else_in_it_is_mapped_whole() {
+        let transport = |i: u64| PhysRange::from_start_size(0x0a00_3000 + i * 0x200, 0x200);
+        let mut plan = PassthroughPlan {
+            devices: vec![
+                PassedDevice::check(
+                    device("/virtio_mmio@a003e00", &[(0x0a00_3e00, 0x200)], &[79]),
+                    &Claims::default(),
+                    &[],
+                )
+                .unwrap(),
+                PassedDevice::check(
+                    device("/virtio_mmio@a003c00", &[(0x0a00_3c00, 0x200)], &[78]),
+                    &Claims::default(),
+                    &[],
+                )
+                .unwrap(),
+            ],
+        };
+        let in_page = |_| (0..8).map(transport).collect::<Vec<_>>();
+        // Transport 0 has a device behind it: the page stays forwarded.
+        let mut busy = plan.clone();
+        busy.map_whole_pages(in_page, |w| w != transport(0));
+        assert_eq!(busy, plan, "nothing changes");
+        // Every other transport is empty: one page, mapped once.
+        plan.map_whole_pages(in_page, |_| true);
+        let page = PhysRange::from_start_size(0x0a00_3000, 0x1000);
+        assert_eq!(plan.devices[0].mapped, [page]);
+        assert!(plan.devices[1].mapped.is_empty(), "mapped by the first");
+        assert!(plan.devices.iter().all(|d| d.forwarded.is_empty()));
+        assert_eq!(plan.forwarded_window(0x0a00_3e00, 4), None);
     }
 
     #[test]

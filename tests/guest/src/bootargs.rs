@@ -157,10 +157,10 @@ pub struct Options {
     /// the host address that backs another VM's RAM), and must catch the
     /// abort.
     pub probe_ipa: Option<u64>,
-    /// `passed-window=ADDR`: the memory scenario also reads the virtio-mmio
-    /// magic value at this address, a transport the VM was given
-    /// (passthrough), and must find it.
-    pub passed_window: Option<u64>,
+    /// `passed-window=ADDR` (up to four): the memory scenario also reads
+    /// the virtio-mmio magic value at each address, a transport the VM was
+    /// given (passthrough) or one in the same page, and must find it.
+    pub passed_windows: [Option<u64>; 4],
     /// The dirty-log scenario's settings.
     pub dirty: DirtyOptions,
     /// `slots=N`: how many slots the memslot-perf scenario creates.
@@ -201,7 +201,7 @@ impl Options {
         let mut fuzz = FuzzOptions::DEFAULT;
         let mut bad_exit_reset = false;
         let mut probe_ipa = None;
-        let mut passed_window = None;
+        let mut passed_windows = [None; 4];
         let mut dirty = DirtyOptions::default();
         let mut slots = DEFAULT_SLOTS;
         let mut migrate_seconds = DEFAULT_MIGRATE_SECONDS;
@@ -224,7 +224,13 @@ impl Options {
                 "seeds" => fuzz.seeds = number(value).ok_or(word)?,
                 "ops" => fuzz.ops = number(value).ok_or(word)?,
                 "probe-ipa" => probe_ipa = Some(number(value).ok_or(word)?),
-                "passed-window" => passed_window = Some(number(value).ok_or(word)?),
+                "passed-window" => {
+                    let slot = passed_windows
+                        .iter_mut()
+                        .find(|slot| slot.is_none())
+                        .ok_or(word)?;
+                    *slot = Some(number(value).ok_or(word)?);
+                }
                 "dirty-mode" => {
                     dirty.mode = match value {
                         "plain" => 0,
@@ -272,7 +278,7 @@ impl Options {
             fuzz,
             bad_exit_reset,
             probe_ipa,
-            passed_window,
+            passed_windows,
             dirty,
             slots,
             migrate_seconds,
@@ -299,7 +305,7 @@ mod tests {
             fuzz: FuzzOptions::DEFAULT,
             bad_exit_reset: false,
             probe_ipa: None,
-            passed_window: None,
+            passed_windows: [None; 4],
             dirty: DirtyOptions::default(),
             slots: DEFAULT_SLOTS,
             migrate_seconds: DEFAULT_MIGRATE_SECONDS,
@@ -314,7 +320,7 @@ mod tests {
                 fuzz: FuzzOptions::DEFAULT,
                 bad_exit_reset: false,
                 probe_ipa: None,
-                passed_window: None,
+                passed_windows: [None; 4],
                 dirty: DirtyOptions::default(),
                 slots: DEFAULT_SLOTS,
                 migrate_seconds: DEFAULT_MIGRATE_SECONDS,
@@ -333,11 +339,14 @@ mod tests {
         );
         assert_eq!(Options::parse("probe-ipa=x"), Err("probe-ipa=x"));
         assert_eq!(
-            Options::parse("passed-window=0xa003e00")
+            Options::parse("passed-window=0xa003e00 passed-window=0xa003c00")
                 .unwrap()
-                .passed_window,
-            Some(0xa003e00)
+                .passed_windows,
+            [Some(0xa003e00), Some(0xa003c00), None, None]
         );
+        let five =
+            "passed-window=1 passed-window=2 passed-window=3 passed-window=4 passed-window=5";
+        assert_eq!(Options::parse(five), Err("passed-window=5"));
         let dirty =
             Options::parse("test=dirty-log dirty-mode=all-set eager-split=0x200000").unwrap();
         assert_eq!(dirty.scenario, Scenario::DirtyLog);

@@ -681,7 +681,7 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
         });
     }
     match scenario {
-        Scenario::Memory => memory(platform, options.probe_ipa, options.passed_window),
+        Scenario::Memory => memory(platform, options.probe_ipa, options.passed_windows),
         Scenario::BadGuest => bad_guest(platform, options.bad_exit_reset),
         Scenario::Aarch32El0 => aarch32_el0(platform),
         Scenario::Timers => {
@@ -802,7 +802,7 @@ fn page_words(page: u64) -> [(u64, u64); 2] {
 fn memory(
     platform: &Platform,
     probe_ipa: Option<u64>,
-    passed_window: Option<u64>,
+    passed_windows: [Option<u64>; 4],
 ) -> Result<(), Failure> {
     check_firmware()?;
     let free = platform.largest_free_range().ok_or(Failure::NoFreeRam)?;
@@ -874,7 +874,7 @@ fn memory(
         "test-guest: caught abort reading {outside:#x}: ESR {:#x} FAR {:#x}",
         abort.esr, abort.far
     );
-    if let Some(address) = passed_window {
+    for address in passed_windows.into_iter().flatten() {
         read_passed_window(address)?;
     }
     if let Some(address) = probe_ipa {

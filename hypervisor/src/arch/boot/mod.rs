@@ -167,7 +167,7 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         ),
         Err(e) => log::warn!("firmware PSCI_VERSION failed: {e:?}"),
     }
-    let passthrough = passthrough_plans(dtb_bytes, &platform);
+    let mut passthrough = passthrough_plans(dtb_bytes, &platform);
     // A node a VM owns is the VM's, not a host disk.
     let host_windows: alloc::vec::Vec<_> = virtio_windows
         .iter()
@@ -181,6 +181,24 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
             })
         })
         .collect();
+    // A passed transport's page is mapped whole where everything else in it
+    // is an empty transport nobody owns (`vm::passthrough`).
+    let owned: alloc::vec::Vec<PhysRange> = passthrough
+        .iter()
+        .flatten()
+        .flat_map(|plan| plan.devices.iter().flat_map(|d| d.windows()))
+        .collect();
+    let unused = |w: PhysRange| {
+        !owned.iter().any(|o| o.start < w.end && w.start < o.end)
+            && virtio_windows.iter().any(|v| v.regs == w)
+            && empty_transport(w.start)
+    };
+    for plan in passthrough.iter_mut().flatten() {
+        plan.map_whole_pages(
+            |page| crate::platform::host_device::windows_overlapping(dtb_bytes, page),
+            unused,
+        );
+    }
     crate::arch::host_disk::probe(&host_windows);
 
     if let Some(host_gic) = platform.gic.as_ref().filter(|_| list_regs.is_some()) {
@@ -247,6 +265,21 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         passthrough,
     });
     run::run_boot_cpu(info)
+}
+
+/// Whether the virtio-mmio transport at `base` has nothing behind it: its
+/// magic value reads back and its DeviceID is 0.
+fn empty_transport(base: u64) -> bool {
+    // SAFETY: `base` is a virtio-mmio window of the device tree, which
+    // `memory::init` mapped as device memory at EL2; reading the magic and
+    // DeviceID registers has no side effect.
+    let (magic, device_id) = unsafe {
+        (
+            core::ptr::read_volatile(base as *const u32),
+            core::ptr::read_volatile((base + 8) as *const u32),
+        )
+    };
+    magic == 0x7472_6976 && device_id == 0
 }
 
 /// Each VM's passed-through devices, read from the host tree before the
