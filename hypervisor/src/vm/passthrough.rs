@@ -24,7 +24,10 @@
 //! page would hand the VM its neighbours too. Each access to it traps, and
 //! the hypervisor performs exactly that access on the device when it lies
 //! inside the window ([`PassedDevice::forwarded`]). Only register accesses
-//! exit; the device's DMA, its data path, never does.
+//! exit; the device's DMA, its data path, never does. Where everything
+//! else in the page has nothing behind it (empty virtio-mmio transports
+//! nobody owns), the page is mapped whole after all
+//! ([`PassthroughPlan::map_whole_pages`]): no exit at all.
 //!
 //! # Interrupts
 //!
