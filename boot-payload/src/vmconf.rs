@@ -15,6 +15,7 @@
 //! | `console` | `pl011`: the VM's console is the PL011 only; `virtio`: it also gets a virtio-console (Linux `hvc0`), and a `control=1` VM a second one wired to the monitor (`hvc1`) ([`ConsoleKind`]) | `pl011` |
 //! | `device` | a host device-tree node the VM owns (passthrough), by its full path, e.g. `/virtio_mmio@a003e00`; repeatable, at most [`MAX_DEVICES`] ([`DevicePath`]) | none |
 //! | `ram` | `identity`: the VM's RAM sits at the guest-physical address equal to its host-physical one, for devices that do DMA without an IOMMU ([`RamPlacement`]) | `fixed`: RAM at the guest address `0x4000_0000` |
+//! | `mte` | `on`: the guest may use memory tagging (FEAT_MTE2), which the host must have; `off`: the feature is hidden | `off` |
 //!
 //! Blank lines and lines starting with `#` are skipped; spaces around keys
 //! and values are ignored. An unknown key, a repeated key (but `device`) or a bad value is
@@ -64,6 +65,8 @@ pub enum VmConfError {
     TooManyDevices(usize),
     /// Line `.0` has a `ram` value other than `identity` or `fixed`.
     BadRam(usize),
+    /// Line `.0` has an `mte` value other than `on` or `off`.
+    BadMte(usize),
     /// `vcpus` is not the number of CPUs `cpus` names.
     VcpusDisagree {
         /// The `vcpus` value.
@@ -83,7 +86,7 @@ impl core::fmt::Display for VmConfError {
             Self::UnknownKey(l) => {
                 write!(
                     f,
-                    "vm.conf line {l}: unknown key (known: vcpus, mem_mib, cpus, control, start, net, mac, disk, console, device, ram)"
+                    "vm.conf line {l}: unknown key (known: vcpus, mem_mib, cpus, control, start, net, mac, disk, console, device, ram, mte)"
                 )
             }
             Self::RepeatedKey(l) => write!(f, "vm.conf line {l}: the key is set twice"),
@@ -108,6 +111,7 @@ impl core::fmt::Display for VmConfError {
                 "vm.conf line {l}: a VM owns at most {MAX_DEVICES} devices"
             ),
             Self::BadRam(l) => write!(f, "vm.conf line {l}: ram is identity or fixed"),
+            Self::BadMte(l) => write!(f, "vm.conf line {l}: mte is on or off"),
             Self::VcpusDisagree { vcpus, cpus } => write!(
                 f,
                 "vm.conf: vcpus={vcpus} but cpus names {cpus} CPUs (one vCPU runs on each)"
@@ -414,6 +418,8 @@ pub struct VmConf {
     pub devices: DeviceList,
     /// Where its RAM sits; `None`: [`RamPlacement::Fixed`].
     pub ram: Option<RamPlacement>,
+    /// Whether the guest may use memory tagging; `None`: it may not.
+    pub mte: Option<bool>,
 }
 
 impl VmConf {
@@ -448,6 +454,14 @@ impl VmConf {
                 "disk" if conf.disk.is_some() => return Err(repeated),
                 "console" if conf.console.is_some() => return Err(repeated),
                 "ram" if conf.ram.is_some() => return Err(repeated),
+                "mte" if conf.mte.is_some() => return Err(repeated),
+                "mte" => {
+                    conf.mte = Some(match value {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(VmConfError::BadMte(number)),
+                    })
+                }
                 "device" => {
                     let path = DevicePath::new(value)
                         .map_err(|why| VmConfError::BadDevice(number, why))?;
@@ -554,6 +568,9 @@ impl VmConf {
         }
         if let Some(ram) = self.ram {
             text.push_str(&format!("ram={}\n", ram.as_str()));
+        }
+        if let Some(mte) = self.mte {
+            text.push_str(if mte { "mte=on\n" } else { "mte=off\n" });
         }
         text
     }
@@ -721,6 +738,13 @@ mod tests {
             Err(VmConfError::TooManyDevices(MAX_DEVICES + 1))
         );
         assert_eq!(VmConf::parse(b"ram=1:1"), Err(VmConfError::BadRam(1)));
+        assert_eq!(VmConf::parse(b"mte=on").map(|c| c.mte), Ok(Some(true)));
+        assert_eq!(VmConf::parse(b"mte = off").map(|c| c.mte), Ok(Some(false)));
+        assert_eq!(VmConf::parse(b"mte=1"), Err(VmConfError::BadMte(1)));
+        assert_eq!(
+            VmConf::parse(b"mte=on\nmte=on"),
+            Err(VmConfError::RepeatedKey(2))
+        );
         assert_eq!(
             VmConf::parse(b"ram=identity\nram=fixed"),
             Err(VmConfError::RepeatedKey(2))
@@ -830,6 +854,7 @@ mod tests {
             virtio_console in proptest::option::of(proptest::bool::ANY),
             devices in proptest::collection::vec("(/[a-z0-9_,.@-]{1,20}){1,3}", 0..=MAX_DEVICES),
             identity in proptest::option::of(proptest::bool::ANY),
+            mte in proptest::option::of(proptest::bool::ANY),
         ) {
             let cpus = cpus.and_then(CpuSet::from_mask);
             let vcpus = if cpus.is_some() { vcpus.and(cpus.map(CpuSet::len)) } else { vcpus };
@@ -850,7 +875,7 @@ mod tests {
             let ram = identity
                 .map(|identity| if identity { RamPlacement::Identity } else { RamPlacement::Fixed });
             let conf = VmConf {
-                vcpus, mem_mib, cpus, control, start, net, mac, disk, console, devices: list, ram,
+                vcpus, mem_mib, cpus, control, start, net, mac, disk, console, devices: list, ram, mte,
             };
             proptest::prop_assert_eq!(VmConf::parse(conf.to_text().as_bytes()), Ok(conf));
         }
