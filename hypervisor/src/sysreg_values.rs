@@ -118,10 +118,13 @@ pub const HCR_EL2_GUEST: u64 = HCR_EL2::VM::Enable.value
     | HCR_EL2::API::DisableTrapPointerAuthInstToEl2.value;
 
 /// `HCR_EL2` of a VM: [`HCR_EL2_GUEST`], `FWB` when stage 2 forces the memory
-/// type (FEAT_S2FWB), and the set/way trap without it.
-pub fn hcr_el2_guest(fwb: bool) -> u64 {
+/// type (FEAT_S2FWB), the set/way trap without it, and `ATA` for a VM with
+/// memory tagging (`mte`): its EL1 and EL0 may access allocation tags and
+/// `GCR_EL1`, `RGSR_EL1`, `TFSR_EL1` and `TFSRE0_EL1` without a trap.
+pub fn hcr_el2_guest(fwb: bool, mte: bool) -> u64 {
     let fwb_bit = if fwb { HCR_EL2::FWB::SET.value } else { 0 };
-    HCR_EL2_GUEST | fwb_bit | crate::stage2::cache_maint::hcr_trap_bits(fwb)
+    let ata = if mte { HCR_EL2::ATA::SET.value } else { 0 };
+    HCR_EL2_GUEST | fwb_bit | ata | crate::stage2::cache_maint::hcr_trap_bits(fwb)
 }
 
 /// `CPTR_EL2` (non-VHE) trapping nothing the CPU has: the RES1 bits, `TZ` and
@@ -179,6 +182,21 @@ pub const MAIR_EL2_VALUE: u64 = {
         | MAIR_EL2::Attr1_Normal_Outer::WriteBack_NonTransient_ReadWriteAlloc.value
         | MAIR_EL2::Attr1_Normal_Inner::WriteBack_NonTransient_ReadWriteAlloc.value
 };
+
+/// The `Attr<n>` encoding of Tagged Normal memory (FEAT_MTE2): inner and
+/// outer write-back non-transient read/write-allocate, with allocation tags.
+/// A reserved encoding without FEAT_MTE2.
+const MAIR_ATTR_TAGGED_NORMAL: u64 = 0xf0;
+
+/// `MAIR_EL2` on a host with memory tagging: [`MAIR_EL2_VALUE`] with index 1
+/// (all of RAM) Tagged Normal, so that the hypervisor can clear and copy
+/// the allocation tags of guest pages (`arch::cpu::memory_tagging`).
+pub const MAIR_EL2_TAGGED: u64 = (MAIR_EL2_VALUE & !(0xff << 8)) | MAIR_ATTR_TAGGED_NORMAL << 8;
+
+/// `SCTLR_EL2.ATA` (FEAT_MTE2, non-VHE layout, bit 43): EL2 may access
+/// allocation tags. `SCTLR_EL2.TCF` stays 0: the hypervisor's own accesses
+/// are never tag checked.
+pub const SCTLR_EL2_ATA: u64 = 1 << 43;
 
 /// `TCR_EL2` of the hypervisor without `PS` (the boot code adds the CPU's
 /// physical address size): `T0SZ` = 16 (48-bit VA, start level 0), inner and
@@ -243,8 +261,9 @@ mod tests {
     #[test]
     fn hcr_el2_per_vm_adds_fwb_or_the_set_way_trap() {
         // FWB is bit 46; TSW (bit 22) only without it.
-        assert_eq!(hcr_el2_guest(true), HCR_EL2_GUEST | 1 << 46);
-        assert_eq!(hcr_el2_guest(false), HCR_EL2_GUEST | 1 << 22);
+        assert_eq!(hcr_el2_guest(true, false), HCR_EL2_GUEST | 1 << 46);
+        assert_eq!(hcr_el2_guest(false, false), HCR_EL2_GUEST | 1 << 22);
+        assert_eq!(hcr_el2_guest(true, true), HCR_EL2_GUEST | 1 << 46 | 1 << 56);
     }
 
     #[test]
@@ -275,6 +294,7 @@ mod tests {
     #[test]
     fn mair_el2_is_device_ngnre_and_normal_write_back() {
         assert_eq!(MAIR_EL2_VALUE, 0x04 | 0xff << 8);
+        assert_eq!(MAIR_EL2_TAGGED, 0x04 | 0xf0 << 8);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use crate::arch::boot::firmware;
 use crate::arch::boot::memory;
-use crate::arch::cpu::{percpu, sysreg};
+use crate::arch::cpu::{memory_tagging, percpu, sysreg};
 use crate::arch::drivers::{console, gic};
 use crate::arch::host_console;
 use crate::arch::stage2::FrameMemory;
@@ -92,6 +92,17 @@ impl Hardware for El2 {
 
     fn zero_memory(&self, addr: usize, len: usize) {
         sysreg::zero_memory(addr, len);
+    }
+
+    fn copy_tags(&self, from: usize, to: usize, len: usize) {
+        // A VM has memory tagging only where the host has it on.
+        if memory_tagging::enabled() {
+            memory_tagging::copy_tags(from, to, len);
+        }
+    }
+
+    fn tags_equal(&self, a: usize, b: usize, len: usize) -> bool {
+        !memory_tagging::enabled() || memory_tagging::tags_equal(a, b, len)
     }
 
     fn table_memory(&self) -> FrameMemory {

@@ -25,9 +25,10 @@
 //! * **The new PSTATE** is what the architecture gives an exception entry to
 //!   EL1h: `M` = EL1h, AArch64; D, A, I, F masked; N, Z, C, V and DIT kept
 //!   (DIT is bit 21 of an AArch32 CPSR, bit 24 of an AArch64 PSTATE); PAN kept,
-//!   or set when `SCTLR_EL1.SPAN` is 0; SSBS set to `SCTLR_EL1.DSSBS`; SS, IL,
-//!   UAO, BTYPE and TCO zero (guests get no MTE, so TCO stays clear as KVM
-//!   leaves it without MTE).
+//!   or set when `SCTLR_EL1.SPAN` is 0; SSBS set to `SCTLR_EL1.DSSBS`; TCO
+//!   set for a guest with memory tagging (`mte=on`: every exception entry
+//!   sets it, so a handler starts with tag checks off), clear otherwise as
+//!   KVM leaves it without MTE; SS, IL, UAO and BTYPE zero.
 //!
 //! Everything here is arithmetic on values: [`compute`] takes the guest state
 //! read at the exit and returns the register values that deliver the
@@ -76,6 +77,8 @@ register_bitfields! {u64,
         PAN OFFSET(22) NUMBITS(1) [],
         /// `DIT` in an AArch64 PSTATE.
         DIT OFFSET(24) NUMBITS(1) [],
+        /// `TCO` (FEAT_MTE): tag checks are off.
+        TCO OFFSET(25) NUMBITS(1) [],
     ],
     /// `SCTLR_EL1` fields the entry to EL1 depends on (not named by `aarch64-cpu`).
     SCTLR_EL1_ENTRY [
@@ -120,6 +123,8 @@ pub mod spsr {
     pub const AARCH32_DIT: u64 = PSTATE_EXTRA::AARCH32_DIT::SET.value;
     /// `DIT` in an AArch64 PSTATE.
     pub const DIT: u64 = PSTATE_EXTRA::DIT::SET.value;
+    /// `TCO` (AArch64).
+    pub const TCO: u64 = PSTATE_EXTRA::TCO::SET.value;
     /// `N`, `Z`, `C`, `V` (the same bits in AArch32 and AArch64).
     pub const NZCV: u64 = SPSR_EL2::N::SET.value
         | SPSR_EL2::Z::SET.value
@@ -189,6 +194,8 @@ pub struct GuestState {
     pub vbar: u64,
     /// The guest's `SCTLR_EL1`.
     pub sctlr: u64,
+    /// The guest may use memory tagging (its VM has `mte=on`).
+    pub mte: bool,
 }
 
 /// The register values that deliver the exception.
@@ -323,7 +330,8 @@ pub fn compute(
         elr: state.pc,
         spsr: state.pstate,
         pc: state.vbar + mode.vector_offset(),
-        pstate: entry_pstate(state.pstate, mode, state.sctlr),
+        pstate: entry_pstate(state.pstate, mode, state.sctlr)
+            | if state.mte { spsr::TCO } else { 0 },
     })
 }
 
@@ -350,6 +358,7 @@ mod tests {
         assert_eq!(spsr::AARCH32_DIT, 1 << 21);
         assert_eq!(spsr::PAN, 1 << 22);
         assert_eq!(spsr::DIT, 1 << 24);
+        assert_eq!(spsr::TCO, 1 << 25);
         assert_eq!(spsr::NZCV, 0xf000_0000);
         assert_eq!((sctlr::SPAN, sctlr::DSSBS), (1 << 23, 1 << 44));
     }
@@ -368,6 +377,7 @@ mod tests {
             trap_esr,
             vbar: VBAR,
             sctlr: SCTLR_SPAN,
+            mte: false,
         }
     }
 
@@ -520,9 +530,9 @@ mod tests {
     proptest! {
         /// Whatever the rest of PSTATE holds, every legal origin is injectable
         /// and the result obeys the entry rules: EL1h AArch64 with DAIF
-        /// masked, only NZCV/DIT/PAN/SSBS possibly set, the old PSTATE and PC
-        /// saved, the vector of the origin, IL from the exit, EC by kind and
-        /// level.
+        /// masked, only NZCV/DIT/PAN/SSBS possibly set, TCO set exactly
+        /// for a guest with memory tagging, the old PSTATE and PC saved,
+        /// the vector of the origin, IL from the exit, EC by kind and level.
         #[test]
         fn entry_rules_hold(
             mode in legal_mode(),
@@ -533,16 +543,19 @@ mod tests {
             trap_esr in any::<u64>(),
             vbar_page in 0u64..(1 << 36),
             sctlr in any::<u64>(),
+            mte in any::<bool>(),
         ) {
             let pstate = (rest & !spsr::MODE_MASK) | mode;
             let vbar = vbar_page << 11;
-            let st = GuestState { pstate, pc: u64::from(pc), far, trap_esr, vbar, sctlr };
+            let st = GuestState { pstate, pc: u64::from(pc), far, trap_esr, vbar, sctlr, mte };
             let e = compute(kind, st).expect("legal mode");
             let origin = GuestMode::from_pstate(pstate).expect("legal mode");
             prop_assert_eq!(e.pstate & spsr::MODE_MASK, spsr::MODE_EL1H);
             prop_assert_eq!(e.pstate & PSTATE_EL1H_MASKED, PSTATE_EL1H_MASKED);
-            let allowed = PSTATE_EL1H_MASKED | spsr::NZCV | spsr::DIT | spsr::PAN | spsr::SSBS;
+            let allowed =
+                PSTATE_EL1H_MASKED | spsr::NZCV | spsr::DIT | spsr::PAN | spsr::SSBS | spsr::TCO;
             prop_assert_eq!(e.pstate & !allowed, 0);
+            prop_assert_eq!(e.pstate & spsr::TCO != 0, mte);
             prop_assert_eq!(e.pstate & spsr::NZCV, pstate & spsr::NZCV);
             prop_assert_eq!(e.pstate & spsr::SSBS != 0, sctlr & sctlr::DSSBS != 0);
             prop_assert_eq!(

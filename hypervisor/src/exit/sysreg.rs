@@ -9,9 +9,9 @@
 //!
 //! The ID registers (`op0 = 3, op1 = 0, CRn = 0, CRm = 1..=7`, trapped with
 //! `HCR_EL2.TID3`) read as the CPU's own values with the features the
-//! hypervisor does not give guests removed ([`guest_id_value`]): MTE (the
-//! guest's allocation-tag accesses are disabled, `HCR_EL2.ATA` clear, and its
-//! memory is not mapped as tagged). Writes to them are ignored.
+//! hypervisor does not give guests removed ([`guest_id_value`]): MTE unless
+//! the VM has `mte=on` (without it the guest's allocation-tag accesses are
+//! disabled, `HCR_EL2.ATA` clear). Writes to them are ignored.
 //!
 //! Before any of that, [`classify`] sorts a trapped access by who answers
 //! it, in this order: a set/way cache maintenance instruction or a write to a
@@ -66,9 +66,11 @@ pub const ID_AA64PFR1_EL1: SysRegEncoding = enc(3, 0, 0, 4, 1);
 const PFR1_MTE_FIELDS: u64 = (0xf << 8) | (0xf << 40);
 
 /// The value a guest reads from ID register `reg` whose value on the CPU
-/// is `host`: the same, minus the features guests do not get.
-pub const fn guest_id_value(reg: SysRegEncoding, host: u64) -> u64 {
-    if reg.op0 == ID_AA64PFR1_EL1.op0
+/// is `host`: the same, minus the features guests do not get (memory
+/// tagging unless `mte`).
+pub const fn guest_id_value(reg: SysRegEncoding, host: u64, mte: bool) -> u64 {
+    if !mte
+        && reg.op0 == ID_AA64PFR1_EL1.op0
         && reg.op1 == ID_AA64PFR1_EL1.op1
         && reg.crn == ID_AA64PFR1_EL1.crn
         && reg.crm == ID_AA64PFR1_EL1.crm
@@ -207,12 +209,15 @@ mod tests {
         assert!(!is_id_register(enc(3, 1, 0, 1, 0)));
         // MTE2 and MTE_frac removed, SSBS/BT/SME kept.
         let pfr1 = 0x0000_0f00_0121_0211_u64 | (2 << 8);
-        let guest = guest_id_value(ID_AA64PFR1_EL1, pfr1);
+        let guest = guest_id_value(ID_AA64PFR1_EL1, pfr1, false);
         assert_eq!((guest >> 8) & 0xf, 0);
         assert_eq!((guest >> 40) & 0xf, 0);
         assert_eq!(guest & !PFR1_MTE_FIELDS, pfr1 & !PFR1_MTE_FIELDS);
+        // A VM with `mte=on` sees the host's fields.
+        assert_eq!(guest_id_value(ID_AA64PFR1_EL1, pfr1, true), pfr1);
         // Other registers pass through.
         let mmfr0 = enc(3, 0, 0, 7, 0);
-        assert_eq!(guest_id_value(mmfr0, 0x1234_5678), 0x1234_5678);
+        assert_eq!(guest_id_value(mmfr0, 0x1234_5678, false), 0x1234_5678);
+        assert_eq!(guest_id_value(mmfr0, 0x1234_5678, true), 0x1234_5678);
     }
 }

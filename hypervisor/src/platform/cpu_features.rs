@@ -19,8 +19,9 @@
 //! Late CPUs: a few capabilities are relied on before the secondary CPUs
 //! start, on the boot CPU's word: the EL2 stage-1 `TCR_EL2.PS` (the boot CPU's
 //! `PARange`, at most 48 bits, copied to every secondary), the 4 KiB
-//! translation granule, and the GICv3 system-register interface (the host GIC
-//! is set up through it, and every vCPU uses its list registers).
+//! translation granule, the GICv3 system-register interface (the host GIC
+//! is set up through it, and every vCPU uses its list registers), and
+//! FEAT_MTE2 (the EL2 map gives RAM the Tagged Normal type, `arch::boot`).
 //! [`SystemFeatures::new`] records those as the requirement;
 //! [`SystemFeatures::check`] tells whether a secondary covers it
 //! ([`CpuFeatures::covers`]), and lists what it lacks otherwise, so that CPU is
@@ -67,7 +68,10 @@ register_bitfields! {u64,
     /// `ID_AA64PFR1_EL1`.
     PFR1 [
         /// FEAT_SME.
-        SME OFFSET(24) NUMBITS(4) []
+        SME OFFSET(24) NUMBITS(4) [],
+        /// FEAT_MTE: 1 the instructions only, 2 (FEAT_MTE2) tag memory and
+        /// tag checks, 3 (FEAT_MTE3) asymmetric checks too.
+        MTE OFFSET(8) NUMBITS(4) []
     ]
 }
 
@@ -107,6 +111,10 @@ pub struct CpuFeatures {
     pub fgt: bool,
     /// FEAT_HCX: `HCRX_EL2` exists (`ID_AA64MMFR1_EL1.HCX`).
     pub hcx: bool,
+    /// FEAT_MTE2: allocation tags in memory and tag checks
+    /// (`ID_AA64PFR1_EL1.MTE` at least 2). Instructions-only FEAT_MTE (1)
+    /// counts as none: guests get memory tagging only with tag storage.
+    pub mte: bool,
 }
 
 /// Physical address bits for a `PARange` value (reserved values as 48).
@@ -188,6 +196,7 @@ impl CpuFeatures {
         sme: false,
         fgt: false,
         hcx: false,
+        mte: false,
     };
 
     /// Decodes the features from raw ID register values.
@@ -226,11 +235,12 @@ impl CpuFeatures {
             sme: pfr1.read(PFR1::SME) != 0,
             fgt: mmfr0.read(MMFR0::FGT) != 0,
             hcx: mmfr1.read(MMFR1::HCX) != 0,
+            mte: pfr1.read(PFR1::MTE) >= 2,
         }
     }
 
     /// The optional features by name, in banner order.
-    fn flags(&self) -> [(&'static str, bool); 10] {
+    fn flags(&self) -> [(&'static str, bool); 11] {
         [
             ("FEAT_TLBIRANGE", self.tlbi_range),
             ("VHE", self.vhe),
@@ -242,6 +252,7 @@ impl CpuFeatures {
             ("SME", self.sme),
             ("FEAT_FGT", self.fgt),
             ("FEAT_HCX", self.hcx),
+            ("FEAT_MTE2", self.mte),
         ]
     }
 
@@ -264,6 +275,7 @@ impl CpuFeatures {
             sme: self.sme && other.sme,
             fgt: self.fgt && other.fgt,
             hcx: self.hcx && other.hcx,
+            mte: self.mte && other.mte,
         }
     }
 
@@ -318,7 +330,9 @@ impl SystemFeatures {
     /// The system as the boot CPU starts it: its features, and the
     /// requirement it fixes before secondaries start (the EL2 stage-1 PA
     /// size, at most 48 bits; the 4 KiB granule; the GICv3 system-register
-    /// interface if the boot CPU uses it).
+    /// interface if the boot CPU uses it; FEAT_MTE2 if the boot CPU has it,
+    /// since the EL2 stage-1 map then gives RAM the Tagged Normal memory
+    /// type, which a CPU without it does not know).
     pub fn new(boot: CpuFeatures) -> Self {
         let pa_range = boot.pa_range.min(PA_RANGE_48);
         let required = CpuFeatures {
@@ -326,6 +340,7 @@ impl SystemFeatures {
             pa_range,
             granule_4k: boot.granule_4k,
             gic_sysregs: boot.gic_sysregs,
+            mte: boot.mte,
             ..CpuFeatures::NOTHING
         };
         Self {
@@ -374,7 +389,7 @@ mod tests {
         let mmfr1 = (2 << 4) | (1 << 8) | (1 << 40);
         let mmfr2 = (1 << 48) | (1 << 40);
         let pfr0 = (1 << 24) | (1 << 32);
-        let pfr1 = 1 << 24;
+        let pfr1 = (1 << 24) | (2 << 8);
         CpuFeatures::from_id_registers(isar0, mmfr0, mmfr1, mmfr2, pfr0, pfr1)
     }
 
@@ -400,6 +415,7 @@ mod tests {
                 sme: true,
                 fgt: true,
                 hcx: true,
+                mte: true,
             }
         );
     }
@@ -410,8 +426,11 @@ mod tests {
         assert_eq!(f.pa_bits, 40);
         assert_eq!(f.vmid_bits, 8);
         assert!(!f.tlbi_range && !f.vhe && !f.ttl && !f.fwb && !f.sve && !f.sme);
-        assert!(!f.fgt && !f.hcx);
+        assert!(!f.fgt && !f.hcx && !f.mte);
         assert!(f.gic_sysregs && f.granule_4k);
+        // Instructions-only FEAT_MTE is no memory tagging.
+        assert!(!CpuFeatures::from_id_registers(0, 2, 0, 0, 0, 1 << 8).mte);
+        assert!(CpuFeatures::from_id_registers(0, 2, 0, 0, 0, 3 << 8).mte);
         assert_eq!(pa_bits(6), 52);
     }
 
@@ -473,7 +492,10 @@ mod tests {
         // Cortex-A57-like: 40-bit PA below the 48 bits TCR_EL2 uses.
         assert_eq!(
             system.admit(cortex_a57()),
-            Err(Rejection(vec![Shortfall::PaBits { has: 40, needs: 48 }]))
+            Err(Rejection(vec![
+                Shortfall::PaBits { has: 40, needs: 48 },
+                Shortfall::Missing("FEAT_MTE2")
+            ]))
         );
         let no_gic = CpuFeatures {
             gic_sysregs: false,

@@ -156,6 +156,11 @@ pub fn request<H: Hardware>(
     if src.ram != dst.ram {
         return Err(MigrateError::Shape("RAM size"));
     }
+    if src.mte != dst.mte {
+        return Err(MigrateError::Shape(
+            "memory tagging (both VMs need the same mte= setting)",
+        ));
+    }
     if src.hw.gic_is_v2() {
         return Err(MigrateError::Blocked(MigrationBlocker::Gicv2));
     }
@@ -302,24 +307,53 @@ struct SlotPair {
     logging: bool,
 }
 
+/// How the source's pages are copied.
+#[derive(Clone, Copy, Debug)]
+struct PageCopy {
+    /// Stage 2 forces write-back (FEAT_S2FWB): no cache maintenance.
+    /// Without it the guest may run with caches off, so both sides are
+    /// cleaned to the point of coherency around the copy.
+    fwb: bool,
+    /// The VM has memory tagging: the pages' allocation tags are copied
+    /// with their data.
+    tags: bool,
+}
+
+impl PageCopy {
+    /// How pages of `vm` are copied.
+    fn of<H: Hardware>(vm: &Vm<H>) -> Self {
+        Self {
+            fwb: vm.fwb,
+            tags: vm.mte,
+        }
+    }
+
+    /// Copies `len` bytes (whole pages) at host address `from` to `to`.
+    fn copy<H: Hardware>(self, hw: &H, from: usize, to: usize, len: usize) {
+        if !self.fwb {
+            hw.clean_inval_dcache_to_poc(from, len);
+        }
+        // SAFETY: both ranges are pages of slots' backings (host RAM,
+        // identity mapped), distinct VMs' memory, so they do not overlap;
+        // the destination's vCPUs do not run yet.
+        unsafe { core::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, len) };
+        if self.tags {
+            hw.copy_tags(from, to, len);
+        }
+        if !self.fwb {
+            hw.clean_inval_dcache_to_poc(to, len);
+        }
+    }
+}
+
 /// Copies `pages` pages from page `first` of `pair`'s source backing to the
-/// destination's, with cache maintenance without FEAT_S2FWB (the guest may
-/// run with caches off).
-fn copy_pages<H: Hardware>(hw: &H, pair: &SlotPair, first: u64, pages: u64, fwb: bool) {
+/// destination's.
+fn copy_pages<H: Hardware>(hw: &H, pair: &SlotPair, first: u64, pages: u64, how: PageCopy) {
     let offset = first << PAGE_SHIFT;
     let len = (pages << PAGE_SHIFT) as usize;
     let from = (pair.spec.backing.0 + offset) as usize;
     let to = (pair.dst_backing + offset) as usize;
-    if !fwb {
-        hw.clean_inval_dcache_to_poc(from, len);
-    }
-    // SAFETY: both ranges are inside their slots' backings (host RAM,
-    // identity mapped), distinct VMs' memory, so they do not overlap; the
-    // destination's vCPUs do not run yet.
-    unsafe { core::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, len) };
-    if !fwb {
-        hw.clean_inval_dcache_to_poc(to, len);
-    }
+    how.copy(hw, from, to, len);
 }
 
 /// Harvests `pair`'s dirty log into `pending` (ORed in, one bit a page);
@@ -375,10 +409,8 @@ fn take_chunks(pairs: &[SlotPair], pending: &mut [Vec<u64>]) -> Vec<CopyChunk> {
     chunks
 }
 
-/// Copies the pages of `chunk`, a run of consecutive pages at a time, with
-/// cache maintenance without FEAT_S2FWB (the guest may run with caches
-/// off).
-fn copy_chunk<H: Hardware>(hw: &H, chunk: &CopyChunk, fwb: bool) {
+/// Copies the pages of `chunk`, a run of consecutive pages at a time.
+fn copy_chunk<H: Hardware>(hw: &H, chunk: &CopyChunk, how: PageCopy) {
     let mut word = chunk.pages;
     while word != 0 {
         let first = word.trailing_zeros();
@@ -386,17 +418,7 @@ fn copy_chunk<H: Hardware>(hw: &H, chunk: &CopyChunk, fwb: bool) {
         word &= !(u64::MAX >> (64 - run) << first);
         let offset = (first as usize) << PAGE_SHIFT;
         let len = (run as usize) << PAGE_SHIFT;
-        let (from, to) = (chunk.from + offset, chunk.to + offset);
-        if !fwb {
-            hw.clean_inval_dcache_to_poc(from, len);
-        }
-        // SAFETY: both ranges are pages of a slot's backing (host RAM,
-        // identity mapped) named by its dirty bitmap, distinct VMs' memory,
-        // so they do not overlap; the destination's vCPUs do not run yet.
-        unsafe { core::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, len) };
-        if !fwb {
-            hw.clean_inval_dcache_to_poc(to, len);
-        }
+        how.copy(hw, chunk.from + offset, chunk.to + offset, len);
     }
 }
 
@@ -404,12 +426,13 @@ fn copy_chunk<H: Hardware>(hw: &H, chunk: &CopyChunk, fwb: bool) {
 /// migration out of `vm`, if one is posted; returns the pages it copied.
 pub fn help_stop_copy<H: Hardware>(vm: &Vm<H>) -> u64 {
     vm.stop_copy
-        .help(&mut |chunk| copy_chunk(vm.hw, chunk, vm.fwb))
+        .help(&mut |chunk| copy_chunk(vm.hw, chunk, PageCopy::of(vm)))
 }
 
-/// Pages of `pair` whose copy differs from the source. Compared a
-/// 64-bit word at a time (the no_std `memcmp` goes byte by byte).
-fn differences(pair: &SlotPair) -> u64 {
+/// Pages of `pair` whose copy differs from the source, in data or (`tags`)
+/// in allocation tags. Compared a 64-bit word at a time (the no_std
+/// `memcmp` goes byte by byte).
+fn differences<H: Hardware>(hw: &H, pair: &SlotPair, tags: bool) -> u64 {
     let words = (1usize << PAGE_SHIFT) / 8;
     (0..pair.spec.npages)
         .filter(|&p| {
@@ -430,6 +453,8 @@ fn differences(pair: &SlotPair) -> u64 {
                 )
             };
             a.iter().zip(b).any(|(x, y)| x != y)
+                || (tags
+                    && !hw.tags_equal(a.as_ptr() as usize, b.as_ptr() as usize, 1 << PAGE_SHIFT))
         })
         .count() as u64
 }
@@ -507,7 +532,7 @@ pub(crate) fn migrate<H: Hardware>(
 ) -> Result<MigrationReport, MigrateError> {
     let hw = src.hw;
     let start = hw.counter_ticks();
-    let fwb = src.fwb;
+    let how = PageCopy::of(src);
     let pairs = pair_slots(src, dst)?;
     for pair in pairs.iter().filter(|p| p.logging) {
         if let Err(e) = dirty_log::enable(src, pair.spec.id) {
@@ -523,7 +548,7 @@ pub(crate) fn migrate<H: Hardware>(
     // Round 0: everything, while the source runs.
     let mut last_harvest = hw.counter_ticks();
     for pair in &pairs {
-        copy_pages(hw, pair, 0, pair.spec.npages, fwb);
+        copy_pages(hw, pair, 0, pair.spec.npages, how);
     }
     let everything = pairs.iter().map(|p| p.spec.npages).sum();
     let mut figures = RoundFigures {
@@ -571,7 +596,7 @@ pub(crate) fn migrate<H: Hardware>(
         let copy_start = hw.counter_ticks();
         let chunks = take_chunks(&pairs, &mut pending);
         for chunk in &chunks {
-            copy_chunk(hw, chunk, fwb);
+            copy_chunk(hw, chunk, how);
         }
         figures.copied_pages = dirty;
         figures.copy_us = micros_since(hw, copy_start);
@@ -630,14 +655,17 @@ pub(crate) fn migrate<H: Hardware>(
                 src.kick(vcpu);
             }
         },
-        &mut |chunk| copy_chunk(hw, chunk, fwb),
+        &mut |chunk| copy_chunk(hw, chunk, how),
     );
     report.pages_per_iteration.push(job.pages());
     report.stop_copy_us = micros_since(hw, copy_start);
     stop_logging(src, &pairs);
     if options.verify {
         let verify_start = hw.counter_ticks();
-        report.differences = pairs.iter().map(differences).sum();
+        report.differences = pairs
+            .iter()
+            .map(|pair| differences(hw, pair, how.tags))
+            .sum();
         report.verify_us = micros_since(hw, verify_start);
         if report.differences != 0 {
             resume_source(src);

@@ -96,8 +96,16 @@ pub trait Hardware: Sync + 'static {
     /// Gives back frames from [`Hardware::alloc_frames`] with the same size
     /// and alignment.
     fn free_frames(&self, pa: u64, size: u64, align: u64);
-    /// Zeroes `len` bytes of host memory at `addr`.
+    /// Zeroes `len` bytes of host memory at `addr`, and on a host with
+    /// memory tagging their allocation tags: a page reaches a guest with
+    /// neither the data nor the tags of an earlier owner.
     fn zero_memory(&self, addr: usize, len: usize);
+    /// Copies the allocation tags of `len` bytes (whole pages) at `from` to
+    /// `to`; only asked for VMs with memory tagging.
+    fn copy_tags(&self, from: usize, to: usize, len: usize);
+    /// Whether `len` bytes (whole pages) at `a` and `b` carry the same
+    /// allocation tags; only asked for VMs with memory tagging.
+    fn tags_equal(&self, a: usize, b: usize, len: usize) -> bool;
     /// Table pages only, without guest cache maintenance (to fill page
     /// caches).
     fn table_memory(&self) -> Self::TableMemory;

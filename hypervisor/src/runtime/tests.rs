@@ -2,7 +2,9 @@
 //! hands out host allocations as frames (filled with garbage, so a missing
 //! zeroing shows), runs a real `pgtable` stage 2 over `pgtable::HostMemory`,
 //! records every TLB sequence, cache clean, kick and console line, and has
-//! a system counter that advances one tick per read.
+//! a system counter that advances one tick per read. With memory tagging on
+//! ([`FakeHardware::with_tags`]) it keeps an allocation tag per 16-byte
+//! granule ([`TagMemory`]): fresh frames carry garbage tags until zeroed.
 //!
 //! VMs are created from real boot payloads (`boot_payload`) by
 //! `create_vm`, exactly as at boot; the tests then drive migration, dirty-log
@@ -59,6 +61,7 @@ use crate::vm::run_state::Requested;
 use crate::vm::vcpu_state::VectorLengths;
 use crate::vocabulary::uart_kind::UartKind;
 
+mod memory_tagging;
 mod passthrough;
 mod virtio;
 
@@ -134,6 +137,49 @@ struct FakeHardware {
     spi_ops: Mutex<Vec<String>>,
     /// The switch and the VMs its ports reach.
     hub: &'static DeviceHub<FakeHardware>,
+    /// Allocation tags, on a host with memory tagging.
+    tags: Option<Mutex<TagMemory>>,
+}
+
+/// The bytes one allocation tag covers.
+const GRANULE: usize = 16;
+/// The tag fresh frames carry on the fake.
+const GARBAGE_TAG: u8 = 0xa;
+
+/// The fake's allocation tags: the granules whose tag was set, and the
+/// ranges of frames handed out and not zeroed since (their tags
+/// [`GARBAGE_TAG`]).
+#[derive(Default)]
+struct TagMemory {
+    set: BTreeMap<usize, u8>,
+    garbage: Vec<(usize, usize)>,
+}
+
+impl TagMemory {
+    fn tag(&self, granule: usize) -> u8 {
+        match self.set.get(&granule) {
+            Some(&tag) => tag,
+            None if self.garbage.iter().any(|&(a, b)| a <= granule && granule < b) => {
+                GARBAGE_TAG
+            }
+            None => 0,
+        }
+    }
+
+    /// Zeroes the tags of `[from, to)`.
+    fn zero(&mut self, from: usize, to: usize) {
+        self.set.retain(|&g, _| g < from || g >= to);
+        let mut left = Vec::new();
+        for &(a, b) in &self.garbage {
+            if a < from {
+                left.push((a, b.min(from)));
+            }
+            if b > to {
+                left.push((a.max(to), b));
+            }
+        }
+        self.garbage = left;
+    }
 }
 
 impl FakeHardware {
@@ -143,6 +189,15 @@ impl FakeHardware {
     }
 
     fn with_gicv2(gicv2: bool) -> &'static Self {
+        Self::build(gicv2, false)
+    }
+
+    /// A machine with a GICv3 and memory tagging.
+    fn with_tags() -> &'static Self {
+        Self::build(false, true)
+    }
+
+    fn build(gicv2: bool, tags: bool) -> &'static Self {
         Box::leak(Box::new(Self {
             tables: Box::leak(Box::new(HostMemory::new())),
             tlb: Box::leak(Box::new(FakeTlb::default())),
@@ -160,7 +215,20 @@ impl FakeHardware {
             disks: Mutex::new(Vec::new()),
             spi_ops: Mutex::new(Vec::new()),
             hub: Box::leak(Box::new(DeviceHub::new())),
+            tags: tags.then(|| Mutex::new(TagMemory::default())),
         }))
+    }
+
+    /// The allocation tag of the granule at host address `addr`.
+    fn tag(&self, addr: usize) -> u8 {
+        let tags = self.tags.as_ref().expect("a machine with memory tagging");
+        tags.lock().unwrap().tag(addr & !(GRANULE - 1))
+    }
+
+    /// A guest's `STG`: sets the tag of the granule at `addr`.
+    fn set_tag(&self, addr: usize, tag: u8) {
+        let tags = self.tags.as_ref().expect("a machine with memory tagging");
+        tags.lock().unwrap().set.insert(addr & !(GRANULE - 1), tag);
     }
 }
 
@@ -178,6 +246,12 @@ impl Hardware for FakeHardware {
         }
         // SAFETY: `ptr` is `size` bytes just allocated.
         unsafe { core::ptr::write_bytes(ptr, GARBAGE, size as usize) };
+        if let Some(tags) = &self.tags {
+            let mut tags = tags.lock().unwrap();
+            let range = (ptr as usize, ptr as usize + size as usize);
+            tags.zero(range.0, range.1);
+            tags.garbage.push(range);
+        }
         self.frames
             .lock()
             .unwrap()
@@ -195,6 +269,26 @@ impl Hardware for FakeHardware {
     fn zero_memory(&self, addr: usize, len: usize) {
         // SAFETY: the runtime zeroes only frames it was given.
         unsafe { core::ptr::write_bytes(addr as *mut u8, 0, len) };
+        if let Some(tags) = &self.tags {
+            tags.lock().unwrap().zero(addr, addr + len);
+        }
+    }
+
+    fn copy_tags(&self, from: usize, to: usize, len: usize) {
+        let tags = self.tags.as_ref().expect("tags copied on a host without them");
+        let mut tags = tags.lock().unwrap();
+        for offset in (0..len).step_by(GRANULE) {
+            let tag = tags.tag(from + offset);
+            tags.set.insert(to + offset, tag);
+        }
+    }
+
+    fn tags_equal(&self, a: usize, b: usize, len: usize) -> bool {
+        let tags = self.tags.as_ref().expect("tags compared on a host without them");
+        let tags = tags.lock().unwrap();
+        (0..len)
+            .step_by(GRANULE)
+            .all(|offset| tags.tag(a + offset) == tags.tag(b + offset))
     }
 
     fn table_memory(&self) -> &'static HostMemory {

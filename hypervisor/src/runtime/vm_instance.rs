@@ -149,6 +149,10 @@ pub struct Vm<H: Hardware> {
     pub vttbr: u64,
     /// Stage 2 uses FEAT_S2FWB: no guest cache maintenance, no set/way traps.
     pub fwb: bool,
+    /// The guest may use memory tagging (`mte=on`): `HCR_EL2.ATA`, the MTE
+    /// fields of `ID_AA64PFR1_EL1` shown, its tag registers kept per vCPU,
+    /// its pages' allocation tags carried by a live migration.
+    pub mte: bool,
     /// TLB backend, counting what it issues for the power-off report.
     pub tlb: CountingTlb<H::Tlb>,
     /// Epoch collector for the memslot sets.
@@ -279,6 +283,8 @@ pub enum VmError {
     Virtio(VirtioError),
     /// A host device it names cannot be given to it.
     Passthrough(PassthroughError),
+    /// `mte=on` on a host without memory tagging (FEAT_MTE2 on every CPU).
+    NoMemoryTagging,
     /// Its identity RAM (`ram=identity`) landed on one of its emulated
     /// devices' windows.
     IdentityRam {
@@ -316,6 +322,10 @@ impl core::fmt::Display for VmError {
             Self::Vgic(e) => write!(f, "virtual GIC: {e:?}"),
             Self::Virtio(e) => write!(f, "virtio devices: {e}"),
             Self::Passthrough(e) => write!(f, "{e}"),
+            Self::NoMemoryTagging => write!(
+                f,
+                "mte=on, but the host has no memory tagging (FEAT_MTE2 with tag storage on every CPU; QEMU: -machine virt,mte=on -cpu max)"
+            ),
             Self::IdentityRam { ram, owner } => write!(
                 f,
                 "ram=identity: its RAM at {:#x}+{:#x} (where host RAM is free) overlaps {owner}",
@@ -909,6 +919,10 @@ pub fn create_vm<H: Hardware>(
         }));
     }
     let vcpus = cpus.len();
+    let mte = conf.mte == Some(true);
+    if mte && !info.features.mte {
+        return Err(VmError::NoMemoryTagging);
+    }
     let mem_bytes = conf.mem_mib.unwrap_or(DEFAULT_MEM_MIB) << 20;
     let passthrough = match info.passthrough.get(index) {
         Some(Ok(plan)) => plan.clone(),
@@ -1177,6 +1191,7 @@ pub fn create_vm<H: Hardware>(
         vtcr,
         vttbr,
         fwb: features.fwb,
+        mte,
         tlb: CountingTlb::new(hw.tlb(info.tlb_caps)),
         collector,
         memslots,
@@ -1299,5 +1314,10 @@ pub fn create_vm<H: Hardware>(
             ""
         },
     );
+    if mte {
+        log::info!(
+            "vm{index}: memory tagging on: allocation tags accessible (HCR_EL2.ATA), every page's tags zeroed before it is mapped, tags carried by live migration"
+        );
+    }
     Ok((vm, boot_request))
 }

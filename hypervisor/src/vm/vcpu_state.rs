@@ -28,6 +28,13 @@
 //! (the hypervisor leaves `SMCR_EL2.FA64` clear, so a guest never has it).
 //! `ZT0` (SME2) needs `SMCR_EL2.EZT0`, also left clear: a guest has none.
 //!
+//! # Memory tagging
+//!
+//! A VM with `mte=on` carries [`TagState`]: `GCR_EL1`, `RGSR_EL1`,
+//! `TFSR_EL1` and `TFSRE0_EL1` (PSTATE.TCO travels in PSTATE and
+//! `SCTLR_EL1`'s tag fields with the other system registers). The pages'
+//! allocation tags travel with the pages (`runtime::live_migration`).
+//!
 //! What is not carried is refused rather than lost: vector state at a length
 //! the destination CPU lacks, or a host whose virtual CPU interface is a
 //! GICv2 frame, makes the migration fail before the source stops
@@ -181,6 +188,19 @@ pub struct VectorLengths {
     pub sme: Option<usize>,
 }
 
+/// A VM with memory tagging: the tag registers of one vCPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TagState {
+    /// `GCR_EL1`: the tags `IRG` may generate.
+    pub gcr_el1: u64,
+    /// `RGSR_EL1`: the random tag seed.
+    pub rgsr_el1: u64,
+    /// `TFSR_EL1`: asynchronous tag check faults at EL1.
+    pub tfsr_el1: u64,
+    /// `TFSRE0_EL1`: asynchronous tag check faults at EL0.
+    pub tfsre0_el1: u64,
+}
+
 /// `SVCR.SM`: streaming SVE mode.
 pub const SVCR_SM: u64 = 1 << 0;
 /// `SVCR.ZA`: the ZA array is live.
@@ -212,6 +232,8 @@ pub struct VcpuState {
     pub sve: Option<SveState>,
     /// The SME state, on a CPU with SME.
     pub sme: Option<SmeState>,
+    /// The tag registers, for a VM with memory tagging.
+    pub tags: Option<TagState>,
 }
 
 impl Default for VcpuState {
@@ -228,6 +250,7 @@ impl Default for VcpuState {
             cpu_interface: CpuInterfaceState::default(),
             sve: None,
             sme: None,
+            tags: None,
         }
     }
 }

@@ -119,6 +119,11 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
     percpu::slot(0).online.store(true, Ordering::Release);
 
     let boot_features = local_features();
+    if boot_features.mte {
+        // Before any guest page is zeroed and before the secondaries copy
+        // MAIR_EL2 and SCTLR_EL2.
+        crate::arch::cpu::memory_tagging::enable();
+    }
     *percpu::slot(0).features.lock() = Some(boot_features);
     *percpu::slot(0).vector_lengths.lock() = crate::arch::vcpu::measure_lengths(&boot_features);
     let mut system = SystemFeatures::new(boot_features);
@@ -233,13 +238,14 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
     );
     let features = system.features();
     log::info!(
-        "CPU: PA bits {}, VMID bits {}, FEAT_TLBIRANGE {}, VHE {}, FEAT_TTL {}, FEAT_S2FWB {}, list registers {} (system-wide over {cpus_online} CPU(s))",
+        "CPU: PA bits {}, VMID bits {}, FEAT_TLBIRANGE {}, VHE {}, FEAT_TTL {}, FEAT_S2FWB {}, FEAT_MTE2 {}, list registers {} (system-wide over {cpus_online} CPU(s))",
         features.pa_bits,
         features.vmid_bits,
         yes_no(features.tlbi_range),
         yes_no(features.vhe),
         yes_no(features.ttl),
         yes_no(features.fwb),
+        yes_no(features.mte),
         match (list_regs, gic::list_registers(false)) {
             (Some(n), _) => alloc::format!("{n}"),
             (None, Some(v2)) => alloc::format!("{} (GICv2 GICH)", v2.count()),

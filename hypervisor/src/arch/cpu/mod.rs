@@ -2,5 +2,6 @@
 //! per-CPU data.
 
 pub mod features;
+pub mod memory_tagging;
 pub mod percpu;
 pub mod sysreg;

@@ -147,10 +147,20 @@ pub fn invalidate_icache_all() {
 /// Zeroes `[addr, addr + len)` (normal cacheable memory), with `DC ZVA`
 /// where the CPU permits it (`DCZID_EL0.DZP` clear) for the whole blocks,
 /// and plain stores for the unaligned ends.
+///
+/// With allocation tags on (`memory_tagging::enabled`) the range's tags are
+/// zeroed too (`DC GZVA`, see `memory_tagging`): a guest page never carries
+/// the tags of an earlier owner.
 pub fn zero_memory(addr: usize, len: usize) {
     let dczid = read_sysreg!(dczid_el0, DCZID_EL0);
     let block = 4usize << dczid.read(DCZID_EL0::BS);
     let permitted = !dczid.is_set(DCZID_EL0::DZP);
+    if super::memory_tagging::enabled() {
+        // DZP prohibits DC GZVA as well: granule by granule then.
+        super::memory_tagging::zero_with_tags(addr, len, permitted.then_some(block));
+        dsb_ish();
+        return;
+    }
     let end = addr + len;
     let first = addr.next_multiple_of(block).min(end);
     let last = if permitted { end & !(block - 1) } else { first };

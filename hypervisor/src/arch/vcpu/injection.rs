@@ -22,6 +22,7 @@ impl Vcpu {
             trap_esr: self.regs.esr,
             vbar: read_sysreg!(vbar_el1),
             sctlr: read_sysreg!(sctlr_el1),
+            mte: self.vm.mte,
         };
         let exception = match inject::compute(kind, state) {
             Ok(e) => e,

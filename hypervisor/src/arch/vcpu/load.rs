@@ -5,6 +5,7 @@
 use super::Vcpu;
 use crate::arch::boot::exceptions::GuestRegs;
 use crate::arch::cpu::features::local_features;
+use crate::arch::cpu::memory_tagging;
 use crate::arch::drivers::gic;
 use crate::devices::timer::TimerForward;
 use crate::devices::vgic::{ListRegisters, cpu_interface};
@@ -14,6 +15,7 @@ use crate::stage2::cache_maint::{self, SetWayTracker};
 use crate::sysreg_values;
 use crate::vm::layout::vcpu_mpidr;
 use crate::vm::power::BootRequest;
+use crate::vm::vcpu_state::TagState;
 use crate::vocabulary::timers::TimerId;
 use crate::{read_sysreg, write_sysreg};
 use aarch64_cpu::registers::{ICH_VTR_EL2, ID_AA64DFR0_EL1};
@@ -22,7 +24,7 @@ impl Vcpu {
     /// Loads the VM's EL2 configuration and resets the guest's EL1 state.
     pub(super) fn load(&mut self, boot: BootRequest) -> Result<(), StopReason> {
         let vm = self.vm;
-        let hcr = sysreg_values::hcr_el2_guest(vm.fwb);
+        let hcr = sysreg_values::hcr_el2_guest(vm.fwb, vm.mte);
         self.hcr = hcr;
         self.set_way = SetWayTracker::new();
         let dfr0 = read_sysreg!(id_aa64dfr0_el1, ID_AA64DFR0_EL1);
@@ -100,6 +102,11 @@ impl Vcpu {
             write_sysreg!(cntkctl_el1, 0);
             write_sysreg!(cntv_ctl_el0, 0);
             write_sysreg!(cntp_ctl_el0, 0);
+            if vm.mte {
+                // Only a VM with memory tagging reaches them (the VM was
+                // refused on a host without FEAT_MTE2).
+                memory_tagging::write_tag_registers(&TagState::default());
+            }
             if self.lrs.is_some() {
                 // The virtual CPU interface as after a reset: nothing listed,
                 // no active priorities, the guest's view of its own control

@@ -8,6 +8,7 @@
 use super::Vcpu;
 use super::vector_regs::{self, vector_lengths};
 use crate::arch::cpu::features::local_features;
+use crate::arch::cpu::memory_tagging;
 use crate::arch::drivers::gic::HostListRegisters;
 use crate::exit::flow::{ListRegisterOp, StopReason};
 use crate::vm::vcpu_state::{CpuInterfaceState, EL1_SYSREGS, SmeState, TimerState, VcpuState};
@@ -170,6 +171,9 @@ impl Vcpu {
             state.cpu_interface = read_cpu_interface();
             state.cpu_interface.guest_cbpr = self.guest_cbpr;
         }
+        if self.vm.mte {
+            state.tags = Some(memory_tagging::read_tag_registers());
+        }
         let lengths = vector_lengths();
         if let Some(svl) = lengths.sme {
             state.sme = Some(vector_regs::read_sme(svl));
@@ -236,6 +240,13 @@ impl Vcpu {
             if matches!(self.lrs, Some(HostListRegisters::V3(_))) {
                 write_cpu_interface(&state.cpu_interface);
                 self.guest_cbpr = state.cpu_interface.guest_cbpr;
+            }
+            // Both VMs have memory tagging (`live_migration::request`), so
+            // this CPU has the registers.
+            if let Some(tags) = &state.tags
+                && self.vm.mte
+            {
+                memory_tagging::write_tag_registers(tags);
             }
             core::arch::asm!("isb", options(nostack, preserves_flags));
         }

@@ -56,7 +56,7 @@ impl Vcpu {
                     let Some(host) = sysreg::read_id_register(r.crm, r.op2) else {
                         return Err(StopReason::IdRegister(r));
                     };
-                    self.set_reg(access.rt, sysreg_trap::guest_id_value(r, host));
+                    self.set_reg(access.rt, sysreg_trap::guest_id_value(r, host, self.vm.mte));
                 }
             }
             SysRegTrap::Other(policy) => {
