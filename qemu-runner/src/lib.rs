@@ -1163,6 +1163,7 @@ pub fn vms_payload(vms: &[VmSpec], files: Vec<VmFiles>) -> Result<Vec<u8>, Runne
                     console: vm.console,
                     devices,
                     ram: vm.ram_placement(),
+                    mte: vm.mte.then_some(true),
                 },
             },
         });

@@ -26,6 +26,7 @@
 //! | `pass-disk=PATH[:ro]` | a raw image file as a virtio-blk the VM owns: the runner gives QEMU the file as a virtio-mmio disk after the host disks (`-drive file=PATH,if=none,format=raw,id=pdiskN[,readonly=on] -device virtio-blk-device,drive=pdiskN`, `N` counting the `pass-disk=`s of every `--vm` from 0) and writes `device=` with the node of the transport it lands on and `ram=identity` to its `vm.conf`; the file must exist; repeatable |
 //! | `pass-net=PORT` | a virtio-net the VM owns, on QEMU's user-mode network (restricted: nothing leaves QEMU) with TCP `127.0.0.1:PORT` on the host forwarded to the guest's port PORT (`-netdev user,id=pnetN,restrict=on,hostfwd=tcp:127.0.0.1:PORT-:PORT -device virtio-net-device,netdev=pnetN`), DHCP giving the guest 10.0.2.15; `device=` and `ram=identity` in its `vm.conf` as for `pass-disk=`; repeatable |
 //! | `pass-pcie=PATH[:ro]` | a raw image file as a virtio-blk PCI function on QEMU's PCIe host bridge, the VM owning the whole bridge: the runner gives QEMU `-drive file=PATH,if=none,format=raw,id=ppciN[,readonly=on] -device virtio-blk-pci,drive=ppciN` (`N` counting the `pass-pcie=`s from 0; no option ROM) and writes `device=/pcie@10000000` (once) and `ram=identity` to its `vm.conf`; the VM's Linux enumerates the bus itself; only one VM may have `pass-pcie=` (the bridge is one node); it takes no virtio-mmio transport; the file must exist; repeatable |
+//! | `mte=on` | the guest may use memory tagging (`mte=on` in its `vm.conf`); the host must have it: run with `--mte` (QEMU's `-machine virt,mte=on`, `-cpu max`), or the hypervisor refuses the VM |
 //! | `console=virtio\|pl011` | `virtio`: it also gets a virtio-console, and a `linux` guest without `cmdline=` boots with `console=hvc0` (its init moves there); a `control=1` VM gets a second one wired to the monitor (`/dev/hvc1`) |
 //! | `expect=pass\|stopped\|running` | what the run expects of it: its `RESULT: PASS` (default for guests that print one), to be stopped by the hypervisor (a bad guest), or to run without a verdict |
 //!
@@ -125,6 +126,8 @@ pub struct VmSpec {
     /// The devices QEMU serves for it to own (`pass-disk=`, `pass-net=`),
     /// in order.
     pub passed: Vec<PassedDevice>,
+    /// The guest may use memory tagging (`mte=on`).
+    pub mte: bool,
 }
 
 /// Why a `--vm` spec was refused.
@@ -202,6 +205,7 @@ impl VmSpec {
         let mut start = true;
         let (mut net, mut mac, mut disk, mut console) = (None, None, None, None);
         let (mut devices, mut ram, mut passed) = (Vec::new(), None, Vec::new());
+        let mut mte = false;
         for (key, value) in &items {
             let key = key.as_str();
             let slot = match (key, value) {
@@ -302,6 +306,18 @@ impl VmSpec {
                         }
                     })
                 }
+                ("mte", Some(value)) => {
+                    mte = match value {
+                        "on" => true,
+                        "off" => false,
+                        _ => {
+                            return Err(fail(format!(
+                                "mte={value}: on (the guest may use memory tagging; run with \
+                                 --mte) or off"
+                            )));
+                        }
+                    }
+                }
                 ("pass-disk", Some(text)) => passed.push(PassedDevice::Disk(
                     HostDisk::parse(text).map_err(|why| fail(format!("pass-disk={why}")))?,
                 )),
@@ -332,8 +348,8 @@ impl VmSpec {
                 (key, Some(_)) => {
                     return Err(fail(format!(
                         "unknown key `{key}=` (guest, args, kernel, initrd, cmdline, cpus, mem, \
-                         name, control, start, net, mac, disk, console, device, ram, pass-disk, \
-                         pass-net, pass-pcie, expect)"
+                         name, control, start, net, mac, disk, console, device, ram, mte, \
+                         pass-disk, pass-net, pass-pcie, expect)"
                     )));
                 }
             }
@@ -450,6 +466,7 @@ impl VmSpec {
             devices,
             ram,
             passed,
+            mte,
         })
     }
 
@@ -735,6 +752,16 @@ mod tests {
             assert!(why.contains(says), "{text}: {why}");
             assert!(why.starts_with(&format!("--vm {text}:")), "{why}");
         }
+    }
+
+    #[test]
+    fn mte_item_reads_on_and_off_and_nothing_else() {
+        assert!(spec("memory,mte=on").mte);
+        assert!(!spec("memory,mte=off").mte);
+        assert!(!spec("memory").mte);
+        let why = why("memory,mte=yes");
+        assert!(why.contains("mte=yes") && why.contains("--mte"), "{why}");
+        assert!(self::why("memory,mte=on,mte=on").contains("given twice"));
     }
 
     #[test]
