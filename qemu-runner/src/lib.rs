@@ -149,6 +149,10 @@ pub struct RunConfig {
     pub cpu: String,
     /// The machine's GIC (`gic-version=`).
     pub gic: qemu::GicVersion,
+    /// The machine has memory tagging (`--mte`: QEMU's `mte=on`, a `-cpu
+    /// max`); without `--vm` the one VM gets it too (`mte=on` in its
+    /// `vm.conf`), with `--vm` each VM that asks (`mte=on`).
+    pub mte: bool,
     /// Overall time limit of an unattended run; ignored (no limit) with
     /// `gdb`.
     pub timeout: Duration,
@@ -204,6 +208,7 @@ impl Default for RunConfig {
             vcpus: None,
             cpu: DEFAULT_CPU.to_string(),
             gic: qemu::GicVersion::V3,
+            mte: false,
             timeout: Duration::from_secs(120),
             progress: None,
             session_timeout: None,
@@ -371,6 +376,19 @@ impl RunConfig {
                 "--guest-mem {guest_mem}: at least 1 and less than --mem ({} MiB; the \
                  hypervisor keeps the rest)",
                 self.mem_mib
+            ));
+        }
+        if self.mte
+            && !self
+                .cpu
+                .split(',')
+                .next()
+                .is_some_and(|model| model == "max")
+        {
+            return fail(format!(
+                "--mte: QEMU's memory tagging needs --cpu max (its other models lack \
+                 FEAT_MTE2), not `{}`",
+                self.cpu
             ));
         }
         if self.timeout.is_zero() || self.session_timeout.is_some_and(|t| t.is_zero()) {
@@ -1356,6 +1374,7 @@ fn payload(config: &RunConfig, guest: Guest) -> Result<Vec<u8>, RunnerError> {
                 read_only: disk.read_only,
                 ..DiskConf::default()
             }),
+            mte: config.mte.then_some(true),
             ..VmConf::default()
         },
     }
@@ -1469,6 +1488,7 @@ pub fn run(config: &RunConfig) -> Result<RunReport, RunnerError> {
         program: qemu_program,
         machine,
         gic: config.gic,
+        mte: config.mte,
         cpu: config.cpu.clone(),
         smp: config.smp,
         mem_mib: config.mem_mib,
@@ -1791,6 +1811,7 @@ mod tests {
             program: "qemu-system-aarch64".into(),
             machine: Machine::WithEl2,
             gic: qemu::GicVersion::V3,
+            mte: false,
             cpu: DEFAULT_CPU.into(),
             smp: 3,
             mem_mib: 2048,
@@ -2105,6 +2126,38 @@ mod tests {
             .map(|vm| vm.payload.conf.disk.map(|d| (d.host, d.read_only)))
             .collect();
         assert_eq!(hosts, [Some((0, false)), Some((1, true)), Some((0, true))]);
+    }
+
+    #[test]
+    fn memory_tagging_needs_the_max_cpu_and_reaches_the_one_vm() {
+        let tagged = RunConfig {
+            mte: true,
+            ..RunConfig::default()
+        };
+        assert!(tagged.validate().is_ok());
+        let a72 = RunConfig {
+            cpu: "cortex-a72".into(),
+            ..tagged.clone()
+        };
+        let error = a72.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("--mte") && error.contains("cortex-a72"),
+            "{error}"
+        );
+        let guest = Guest {
+            kernel: vec![1],
+            initrd: None,
+            cmdline: "test=mte".into(),
+            symbols: Vec::new(),
+            hypervisor_image: None,
+            vm_files: Vec::new(),
+        };
+        let cpio = payload(&tagged, guest).unwrap();
+        let text = String::from_utf8_lossy(&cpio);
+        assert!(
+            text.contains("mte=on"),
+            "the one VM's vm.conf asks for tagging"
+        );
     }
 
     #[test]

@@ -38,6 +38,9 @@ options:
   --vcpus N          vCPUs of the VM (vm.conf vcpus; default every CPU)
   --cpu MODEL        QEMU -cpu (default max,pauth=off; cortex-a57 lacks range TLBI)
   --gic 2|3          the machine's GIC version (default 3; GICv2 allows --smp <= 8)
+  --mte              the machine has memory tagging (QEMU's mte=on; needs --cpu
+                     max) and the one VM may use it (with --vm: each VM that
+                     says mte=on)
   --timeout SECONDS  give up and kill QEMU after this long (default 120; an
                      interactive session has no limit unless this is given)
   --stay             when standard input is a terminal, keep the run open until
@@ -97,7 +100,8 @@ Several VMs (instead of the one-VM options --guest, --guest-args, --vcpus,
                      QEMU's that it owns), pass-net=PORT (a virtio-net of
                      QEMU's that it owns, on QEMU's restricted user network,
                      127.0.0.1:PORT forwarded to its port PORT),
-                     pass-pcie=PATH[:ro] (a raw image as a virtio-blk PCI
+                     mte=on (the guest may use memory tagging; run with
+                     --mte), pass-pcie=PATH[:ro] (a raw image as a virtio-blk PCI
                      device of QEMU's; the VM owns the PCIe host bridge
                      /pcie@10000000; one VM only),
                      expect=pass|stopped|running, cmdline=TEXT (last: takes the
@@ -213,6 +217,7 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             "-h" | "--help" => return Ok(Parsed::Help),
             "--gdb" => config.gdb = true,
             "--stay" => config.stay = true,
+            "--mte" => config.mte = true,
             "--direct" => config.boot = Boot::Direct,
             "--emit" => emit = Some(std::path::PathBuf::from(value(name, inline, &mut rest)?)),
             "--firmware" => {
@@ -549,6 +554,8 @@ mod tests {
         assert!(!config.gdb);
         assert!(!config.stay);
         assert!(parse_words("--stay --vm memory,cpus=0").unwrap().stay);
+        assert!(!config.mte);
+        assert!(parse_words("--mte --guest memory").unwrap().mte);
         let uboot = parse_words("--firmware u-boot --linux-test").unwrap();
         assert_eq!(uboot.firmware, Firmware::UBoot);
         assert_eq!(uboot.smp, 2, "Linux defaults still apply");

@@ -413,6 +413,9 @@ pub struct QemuSetup {
     pub machine: Machine,
     /// The interrupt controller (`gic-version=`).
     pub gic: GicVersion,
+    /// Memory tagging with tag storage (`mte=on`; needs a `-cpu` with
+    /// FEAT_MTE2, `max`).
+    pub mte: bool,
     /// `-cpu` model and properties.
     pub cpu: String,
     /// `-smp`.
@@ -451,7 +454,8 @@ impl QemuSetup {
             Machine::WithEl2 => "virtualization=on,",
             Machine::El1Only => "",
         };
-        let machine = format!("virt,{el2}gic-version={}", self.gic.number());
+        let mte = if self.mte { "mte=on," } else { "" };
+        let machine = format!("virt,{el2}{mte}gic-version={}", self.gic.number());
         let mut args: Vec<String> = [
             "-machine",
             &machine,
@@ -982,6 +986,7 @@ mod tests {
             program: "/usr/bin/qemu-system-aarch64".into(),
             machine: Machine::WithEl2,
             gic: GicVersion::V3,
+            mte: false,
             cpu: "max,pauth=off".into(),
             smp: 4,
             mem_mib: 1024,
@@ -1193,6 +1198,23 @@ mod tests {
         assert_eq!(GicVersion::parse("2"), Some(GicVersion::V2));
         assert_eq!(GicVersion::parse("3"), Some(GicVersion::V3));
         assert_eq!(GicVersion::parse("4"), None);
+    }
+
+    #[test]
+    fn memory_tagging_is_asked_for_in_the_machine_string() {
+        let args = QemuSetup {
+            mte: true,
+            ..setup()
+        }
+        .args();
+        assert_eq!(args[1], "virt,virtualization=on,mte=on,gic-version=3");
+        let direct = QemuSetup {
+            mte: true,
+            machine: Machine::El1Only,
+            ..setup()
+        }
+        .args();
+        assert_eq!(direct[1], "virt,mte=on,gic-version=3");
     }
 
     #[test]
