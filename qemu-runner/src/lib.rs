@@ -416,7 +416,8 @@ impl RunConfig {
             || !self.guest_args.is_empty()
         {
             return fail(
-                "--vm describes every VM; --guest, --guest-args, --vcpus, --guest-mem and the                  Linux options describe the one VM of a run without --vm"
+                "--vm describes every VM; --guest, --guest-args, --vcpus, --guest-mem and the \
+                 Linux options describe the one VM of a run without --vm"
                     .into(),
             );
         }
@@ -434,7 +435,8 @@ impl RunConfig {
             let Some(cpus) = vm.cpus else {
                 if several {
                     return fail(format!(
-                        "--vm: VM `{}` needs cpus= beside other VMs (each VM runs on its own                          CPUs)",
+                        "--vm: VM `{}` needs cpus= beside other VMs (each VM runs on its own \
+                         CPUs)",
                         vm.name
                     ));
                 }
@@ -465,7 +467,8 @@ impl RunConfig {
             .sum();
         if total >= u64::from(self.mem_mib) {
             return fail(format!(
-                "--vm: the VMs' RAM adds up to {total} MiB, not less than --mem ({} MiB; the                  hypervisor keeps the rest)",
+                "--vm: the VMs' RAM adds up to {total} MiB, not less than --mem ({} MiB; the \
+                 hypervisor keeps the rest)",
                 self.mem_mib
             ));
         }

@@ -659,6 +659,7 @@ mod tests {
         ] {
             let why = parse_words(words).expect_err(words);
             assert!(why.contains(says), "{words}: {why}");
+            assert!(!why.contains("  "), "{words}: a gap in `{why}`");
         }
     }
 
