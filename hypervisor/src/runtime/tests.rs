@@ -159,7 +159,11 @@ impl TagMemory {
     fn tag(&self, granule: usize) -> u8 {
         match self.set.get(&granule) {
             Some(&tag) => tag,
-            None if self.garbage.iter().any(|&(a, b)| a <= granule && granule < b) => {
+            None if self
+                .garbage
+                .iter()
+                .any(|&(a, b)| a <= granule && granule < b) =>
+            {
                 GARBAGE_TAG
             }
             None => 0,
@@ -275,7 +279,10 @@ impl Hardware for FakeHardware {
     }
 
     fn copy_tags(&self, from: usize, to: usize, len: usize) {
-        let tags = self.tags.as_ref().expect("tags copied on a host without them");
+        let tags = self
+            .tags
+            .as_ref()
+            .expect("tags copied on a host without them");
         let mut tags = tags.lock().unwrap();
         for offset in (0..len).step_by(GRANULE) {
             let tag = tags.tag(from + offset);
@@ -284,7 +291,10 @@ impl Hardware for FakeHardware {
     }
 
     fn tags_equal(&self, a: usize, b: usize, len: usize) -> bool {
-        let tags = self.tags.as_ref().expect("tags compared on a host without them");
+        let tags = self
+            .tags
+            .as_ref()
+            .expect("tags compared on a host without them");
         let tags = tags.lock().unwrap();
         (0..len)
             .step_by(GRANULE)

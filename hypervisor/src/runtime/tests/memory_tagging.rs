@@ -103,7 +103,10 @@ fn tagged_pair() -> (
     let hw = FakeHardware::with_tags();
     let vms: Vec<_> = create_with(
         hw,
-        &[("src", tagged(8, &[0], true)), ("dst", tagged(8, &[1], false))],
+        &[
+            ("src", tagged(8, &[0], true)),
+            ("dst", tagged(8, &[1], false)),
+        ],
         &tagging_host(),
     )
     .into_iter()
@@ -169,7 +172,10 @@ fn a_migration_between_a_tagged_and_an_untagged_vm_is_refused() {
     let hw = FakeHardware::with_tags();
     let vms: Vec<_> = create_with(
         hw,
-        &[("src", tagged(8, &[0], true)), ("dst", conf(8, &[1], false))],
+        &[
+            ("src", tagged(8, &[0], true)),
+            ("dst", conf(8, &[1], false)),
+        ],
         &tagging_host(),
     )
     .into_iter()
