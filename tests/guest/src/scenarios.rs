@@ -742,7 +742,7 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
         }
         Scenario::Migrate => {
             SECONDARY_PART.store(SECONDARY_MIGRATE, Ordering::Release);
-            crate::migrate::run(platform, options.migrate_seconds)
+            crate::migrate::run(platform, options.migrate_seconds, options.migrate_tags)
         }
         Scenario::PageTable | Scenario::MemslotPerf | Scenario::Toucher
             if !psci::hypervisor_services() =>
