@@ -6,6 +6,8 @@
 //! reads `seed=N` (first seed, default 1), `seeds=K` (consecutive seeds run in
 //! one boot, default 1), `ops=M` (operations per seed and vCPU, default 500)
 //! `migrate-seconds=N` (how long the migrate scenario writes, default 8),
+//! `migrate-tags` (a bare word: the migrate scenario also gives every page
+//! it writes an allocation tag and checks the tags after; needs MTE),
 //! `passed-window=ADDR` (the memory scenario reads the virtio-mmio magic
 //! value of a transport the VM owns there), `probe-ipa=ADDR` (the memory scenario also reads that address and must
 //! catch the abort: an isolation check),
@@ -168,6 +170,9 @@ pub struct Options {
     /// `migrate-seconds=N`: how long the migrate scenario writes before it
     /// checks (long enough for a person to type `migrate` at the monitor).
     pub migrate_seconds: u64,
+    /// `migrate-tags`: the migrate scenario also sets an allocation tag on
+    /// every page it writes and checks it at the end (MTE).
+    pub migrate_tags: bool,
 }
 
 /// The memslot-perf scenario's slot count when `slots=` is absent.
@@ -205,7 +210,12 @@ impl Options {
         let mut dirty = DirtyOptions::default();
         let mut slots = DEFAULT_SLOTS;
         let mut migrate_seconds = DEFAULT_MIGRATE_SECONDS;
+        let mut migrate_tags = false;
         for word in bootargs.split_ascii_whitespace() {
+            if word == "migrate-tags" {
+                migrate_tags = true;
+                continue;
+            }
             let Some((key, value)) = word.split_once('=') else {
                 continue;
             };
@@ -282,6 +292,7 @@ impl Options {
             dirty,
             slots,
             migrate_seconds,
+            migrate_tags,
         })
     }
 
@@ -309,6 +320,7 @@ mod tests {
             dirty: DirtyOptions::default(),
             slots: DEFAULT_SLOTS,
             migrate_seconds: DEFAULT_MIGRATE_SECONDS,
+            migrate_tags: false,
         };
         assert_eq!(Options::parse(""), Ok(default));
         assert_eq!(Options::parse("console=ttyAMA0 test=memory"), Ok(default));
@@ -324,6 +336,7 @@ mod tests {
                 dirty: DirtyOptions::default(),
                 slots: DEFAULT_SLOTS,
                 migrate_seconds: DEFAULT_MIGRATE_SECONDS,
+                migrate_tags: false,
             })
         );
         assert!(
@@ -363,6 +376,10 @@ mod tests {
         assert_eq!(Options::parse("dirty-pattern=x"), Err("dirty-pattern=x"));
         let migrate = Options::parse("test=migrate migrate-seconds=60").unwrap();
         assert_eq!(migrate.migrate_seconds, 60);
+        assert!(!migrate.migrate_tags);
+        let tags = Options::parse("test=migrate migrate-tags migrate-seconds=20").unwrap();
+        assert!(tags.migrate_tags && tags.migrate_seconds == 20);
+        assert!(!Options::parse("migrate-tagsx").unwrap().migrate_tags);
         assert_eq!(
             Options::parse("migrate-seconds=0"),
             Err("migrate-seconds=0")

@@ -10,6 +10,10 @@
 //! (EC 0x25) taken while armed is recorded (ESR, FAR) and the faulting
 //! instruction is skipped by advancing `ELR_EL1` by 4, as the hypervisor's
 //! injected abort enters exactly like a real one at `VBAR_EL1 + 0x200`.
+//! Once a scenario asked for it ([`record_tco`], only on a CPU with
+//! FEAT_MTE), the handler also records `PSTATE.TCO` as the exception entry
+//! left it (every entry sets it when MTE is implemented, an injected one
+//! too).
 //! Synchronous exceptions from EL0 (lower EL, AArch64 or AArch32) while an
 //! EL0 program runs go to `el0`, which records them. An IRQ at EL1 goes to
 //! the scenario that said it takes interrupts ([`take_irqs_for`]: `timers`,
@@ -153,6 +157,16 @@ static ARMED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CP
 static TAKEN: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 static ESR: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 static FAR: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+/// `PSTATE.TCO` in the handler of the abort taken (when [`RECORD_TCO`]).
+static TCO: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+/// Whether the handler reads `PSTATE.TCO` (a register only FEAT_MTE has).
+static RECORD_TCO: AtomicBool = AtomicBool::new(false);
+
+/// From now on, a caught abort also records `PSTATE.TCO` at the handler's
+/// entry ([`Abort::tco`]). Only on a CPU with FEAT_MTE.
+pub fn record_tco() {
+    RECORD_TCO.store(true, Ordering::Release);
+}
 
 /// Points `VBAR_EL1` at the vectors.
 pub fn install() {
@@ -169,6 +183,8 @@ pub struct Abort {
     pub esr: u64,
     /// `FAR_EL1` at the abort.
     pub far: u64,
+    /// `PSTATE.TCO` in the handler (`None` unless [`record_tco`] was called).
+    pub tco: Option<bool>,
 }
 
 impl Abort {
@@ -211,6 +227,9 @@ fn disarm(cpu: usize) -> Option<Abort> {
     TAKEN[cpu].load(Ordering::Relaxed).then(|| Abort {
         esr: ESR[cpu].load(Ordering::Relaxed),
         far: FAR[cpu].load(Ordering::Relaxed),
+        tco: RECORD_TCO
+            .load(Ordering::Acquire)
+            .then(|| TCO[cpu].load(Ordering::Relaxed)),
     })
 }
 
@@ -358,6 +377,14 @@ extern "C" fn handle_exception(vector: u64, frame: &mut ExceptionFrame) {
     {
         ESR[cpu].store(esr, Ordering::Relaxed);
         FAR[cpu].store(far, Ordering::Relaxed);
+        if RECORD_TCO.load(Ordering::Acquire) {
+            let tco: u64;
+            // SAFETY: reads PSTATE.TCO (`S3_3_C4_C2_7`, FEAT_MTE, which
+            // `record_tco`'s caller checked); nothing since the exception
+            // entry wrote it.
+            unsafe { asm!("mrs {}, s3_3_c4_c2_7", out(reg) tco, options(nomem, nostack)) };
+            TCO[cpu].store(tco & (1 << 25) != 0, Ordering::Relaxed);
+        }
         TAKEN[cpu].store(true, Ordering::Relaxed);
         frame.elr += 4;
         return;

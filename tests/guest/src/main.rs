@@ -56,6 +56,11 @@
 //!   chains, rings in device memory, notify storms, register abuse; the
 //!   device must use each chain or need a reset, and work after a reset
 //!   (see `virtio_bad`, the driver in `virtio`).
+//! * `mte` (boot vCPU only, a VM with `mte=on`): memory tagging as a guest
+//!   sees it: FEAT_MTE2 shown, tags zero on first touch, synchronous tag
+//!   check faults, tag registers kept across exits, `PSTATE.TCO` set on an
+//!   injected abort; it leaves tags behind for a restart to clear (see
+//!   `mte`).
 //!
 //! Every other scenario ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the
@@ -102,6 +107,8 @@ mod memslot_perf;
 mod migrate;
 #[cfg(target_os = "none")]
 mod mmu;
+#[cfg(target_os = "none")]
+mod mte;
 #[cfg(target_os = "none")]
 mod page_table;
 #[cfg(target_os = "none")]

@@ -20,6 +20,14 @@
 //! streaming mode with the ZA array live, both holding a pattern it checks
 //! at the end.
 //!
+//! With `migrate-tags` (a CPU with FEAT_MTE2, an `mte=on` VM) the region is
+//! also mapped Tagged (`mmu::map_tagged_alias`), and every write of a page
+//! gives its first [`TAGGED_GRANULES`] granules the allocation tag
+//! [`page_tag`] of the page and sequence (`STG` through the alias; tag
+//! checks stay off, `SCTLR_EL1.TCF` 0, so the untagged pointers of the
+//! identity map are never checked); the final check compares those tags
+//! (`LDG`) too. Without MTE it fails at the start.
+//!
 //! Then every vCPU checks every page it wrote against the record; the test
 //! migrates the guest in the middle (`tests/tests/e2e_migrate.rs`), so the
 //! checks run on the destination.
@@ -32,6 +40,8 @@ use crate::bootargs::Scenario;
 use crate::exceptions;
 use crate::gic;
 use crate::memory_map::PAGE;
+use crate::mmu;
+use crate::mte;
 use crate::platform::Platform;
 use crate::println;
 use crate::scenarios::Failure;
@@ -51,6 +61,13 @@ const PROGRESS_EVERY: u64 = 1 << 17;
 const TICK_MS: u64 = 10;
 /// The oldest a vCPU's last timer tick may be at the end.
 const TICK_GAP_SECONDS: u64 = 2;
+
+/// Granules at the start of each page that get the page's tag with
+/// `migrate-tags`.
+const TAGGED_GRANULES: u64 = 4;
+
+/// The tagged alias of [`REGION`] (0: `migrate-tags` is off).
+static TAGGED_REGION: AtomicU64 = AtomicU64::new(0);
 
 /// The sequence number each page last got (0: never written).
 static mut RECORD: [u64; PAGES] = [0; PAGES];
@@ -75,13 +92,16 @@ static FAILED_PAGE: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CP
 static DONE: Barrier = Barrier::new();
 
 /// What a vCPU checks, for a secondary's report.
-const STEPS: [&str; 5] = [
+const STEPS: [&str; 6] = [
     "the virtual counter never goes back",
     "every page holds its last write",
     "timer interrupts keep coming after the switch",
     "the vCPU sets up its timer interrupt",
     "the streaming registers and ZA keep their pattern",
+    "every page holds its last allocation tag",
 ];
+/// The step a tag mismatch reports.
+const TAG_STEP: usize = 5;
 /// The step a streaming vCPU's pattern check reports.
 const STREAMING_STEP: usize = 4;
 /// The vCPU that runs in SME streaming mode with ZA live, on a CPU with SME.
@@ -92,6 +112,12 @@ static STREAMING_CHECKED: AtomicU64 = AtomicU64::new(0);
 fn word(page: u64, sequence: u64, index: u64) -> u64 {
     (page << 40 ^ sequence ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15))
         .wrapping_mul(0xff51_afd7_ed55_8ccd)
+}
+
+/// The allocation tag a page gets with sequence number `sequence`: never
+/// 0, so a lost tag always shows.
+fn page_tag(page: u64, sequence: u64) -> u8 {
+    1 + ((page ^ sequence) % 15) as u8
 }
 
 fn fail(step: usize, page: u64) -> Failure {
@@ -126,6 +152,11 @@ pub fn interrupt(intid: u32) {
 fn work(cpu: usize) -> Result<(), Failure> {
     let vcpus = VCPUS.load(Ordering::Acquire);
     let vtimer = VTIMER.load(Ordering::Acquire);
+    let tagged = TAGGED_REGION.load(Ordering::Acquire);
+    if tagged != 0 {
+        mmu::enable_tagged_attribute(false);
+        mte::enable_tag_access(false);
+    }
     if vtimer != 0 {
         gic::init_cpu(&[vtimer]).map_err(|_| fail(3, 0))?;
         arm_tick();
@@ -152,6 +183,12 @@ fn work(cpu: usize) -> Result<(), Failure> {
             // SAFETY: inside this vCPU's share of the region, RAM of this VM
             // that nothing else uses.
             unsafe { core::ptr::write_volatile((base + index * 8) as *mut u64, value) };
+        }
+        if tagged != 0 {
+            let alias = tagged + page * PAGE;
+            for granule in 0..TAGGED_GRANULES {
+                mte::set_tag(alias + granule * mte::GRANULE, page_tag(page, sequence));
+            }
         }
         // SAFETY: each vCPU writes only the record entries of its pages.
         unsafe {
@@ -217,6 +254,19 @@ fn work(cpu: usize) -> Result<(), Failure> {
                 return Err(fail(1, base));
             }
         }
+        if tagged != 0 {
+            let want = page_tag(page, expected);
+            let alias = tagged + page * PAGE;
+            for granule in 0..TAGGED_GRANULES {
+                let got = mte::tag(alias + granule * mte::GRANULE);
+                if got != want {
+                    println!(
+                        "migrate: page {base:#x} granule {granule}: tag {got:#x}, expected {want:#x} (sequence {expected})"
+                    );
+                    return Err(fail(TAG_STEP, base));
+                }
+            }
+        }
     }
     WRITTEN.fetch_add(written, Ordering::AcqRel);
     Ok(())
@@ -252,8 +302,13 @@ pub fn secondary(cpu: usize) {
     DONE.arrive();
 }
 
-/// The scenario, on the boot vCPU: every vCPU writes for `run_seconds`.
-pub fn run(platform: &Platform, run_seconds: u64) -> Result<(), Failure> {
+/// The scenario, on the boot vCPU: every vCPU writes for `run_seconds`,
+/// with allocation tags when `tags` (`migrate-tags`).
+pub fn run(platform: &Platform, run_seconds: u64, tags: bool) -> Result<(), Failure> {
+    if tags {
+        mte::require()?;
+        TAGGED_REGION.store(mmu::map_tagged_alias(REGION), Ordering::Release);
+    }
     let vcpus = platform.cpus().len();
     VCPUS.store(vcpus as u64, Ordering::Release);
     let (start, frequency) = virtual_counter();
@@ -268,9 +323,14 @@ pub fn run(platform: &Platform, run_seconds: u64) -> Result<(), Failure> {
         exceptions::take_irqs_for(Scenario::Migrate);
     }
     println!(
-        "migrate: {vcpus} vCPUs writing {PAGES} pages at {REGION:#x} for {run_seconds} s{}",
+        "migrate: {vcpus} vCPUs writing {PAGES} pages at {REGION:#x} for {run_seconds} s{}{}",
         if VTIMER.load(Ordering::Relaxed) != 0 {
             ", virtual timer every 10 ms"
+        } else {
+            ""
+        },
+        if tags {
+            ", each write with an allocation tag"
         } else {
             ""
         }
@@ -336,6 +396,12 @@ pub fn run(platform: &Platform, run_seconds: u64) -> Result<(), Failure> {
         "migrate: all {} written pages hold their last write",
         WRITTEN.load(Ordering::Acquire)
     );
+    if tags {
+        println!(
+            "migrate: all {} written pages hold their last allocation tag",
+            WRITTEN.load(Ordering::Acquire)
+        );
+    }
     smp::wait_secondaries_off(platform)?;
     Ok(())
 }

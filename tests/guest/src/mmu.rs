@@ -20,6 +20,16 @@
 //! Device memory faults an unaligned access in the guest itself; through the
 //! alias an 8-byte load at a device window's last 4 bytes reaches the
 //! hypervisor, which must refuse it.
+//!
+//! Memory tagging (`mte`, `migrate` with `migrate-tags`) uses a second alias
+//! ([`map_tagged_alias`]): the next-to-last entry maps a RAM gigabyte again
+//! as Tagged Normal write-back memory (MAIR attribute 3, `0xf0`), so that
+//! allocation tags of that memory can be read and written and, with tag
+//! checks on, accesses through it are checked, while the identity map
+//! stays untagged (never checked). [`enable_tagged_attribute`] puts the
+//! attribute into this vCPU's `MAIR_EL1` (per CPU; only on a CPU with
+//! FEAT_MTE2, where `0xf0` is defined) and may set `TCR_EL1.TBI0`, so that a
+//! logical tag in bits 59:56 of a pointer is ignored by translation.
 
 use core::arch::asm;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +46,7 @@ const DESC_VALID_BLOCK: u64 = 0b01;
 const DESC_ATTR_DEVICE: u64 = 0; // MAIR attribute 0 in AttrIndx [4:2]
 const DESC_ATTR_NORMAL: u64 = 1 << 2; // MAIR attribute 1
 const DESC_ATTR_NORMAL_NON_CACHEABLE: u64 = 2 << 2; // MAIR attribute 2
+const DESC_ATTR_NORMAL_TAGGED: u64 = 3 << 2; // MAIR attribute 3
 const DESC_INNER_SHAREABLE: u64 = 0b11 << 8;
 const DESC_ACCESS_FLAG: u64 = 1 << 10;
 /// AP\[1\]: EL0 may access the block.
@@ -54,6 +65,16 @@ const DEVICE_ALIAS_INDEX: usize = ENTRIES - 1;
 /// Virtual address of the alias: `DEVICE_ALIAS_BASE + pa` reaches physical
 /// address `pa` (below 1 GiB) as normal non-cacheable memory.
 pub const DEVICE_ALIAS_BASE: u64 = (DEVICE_ALIAS_INDEX as u64) << BLOCK_SHIFT;
+/// MAIR_EL1 attribute 3 (bits 31:24): Tagged Normal write-back (FEAT_MTE2),
+/// set only by [`enable_tagged_attribute`].
+const MAIR_ATTR3_TAGGED: u64 = 0xf0 << 24;
+/// `TCR_EL1.TBI0`: the top byte of a TTBR0 address is ignored.
+const TCR_TBI0: u64 = 1 << 37;
+/// Level-1 entry of the tagged alias ([`map_tagged_alias`]).
+const TAGGED_ALIAS_INDEX: usize = ENTRIES - 2;
+/// Virtual address of the tagged alias: `TAGGED_ALIAS_BASE + offset` reaches
+/// `offset` into the gigabyte [`map_tagged_alias`] mapped.
+pub const TAGGED_ALIAS_BASE: u64 = (TAGGED_ALIAS_INDEX as u64) << BLOCK_SHIFT;
 /// SCTLR_EL1: RES1 bits of Armv8.0 plus M, C, SA and I.
 const SCTLR: u64 = 0x30d0_0800 | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 12);
 
@@ -293,4 +314,64 @@ pub fn map_el0_block(va_index: usize, pa_index: usize, access: El0Access) {
 /// The gigabyte index of `address` in the level-1 table.
 pub const fn block_index(address: u64) -> usize {
     (address >> BLOCK_SHIFT) as usize
+}
+
+/// Adds Tagged Normal write-back (`0xf0`) as attribute 3 of this vCPU's
+/// `MAIR_EL1` and, with `tbi`, sets `TCR_EL1.TBI0`; then flushes this vCPU's
+/// TLB, which may hold both. Only on a CPU with FEAT_MTE2.
+pub fn enable_tagged_attribute(tbi: bool) {
+    // SAFETY: attribute 3 is used by no mapping before this call (only the
+    // tagged alias, mapped by `map_tagged_alias`); TBI0 changes nothing for
+    // the guest's pointers, whose top byte is zero; the TLB flush drops
+    // translations cached with the old values.
+    unsafe {
+        asm!(
+            "mrs {t}, mair_el1",
+            "orr {t}, {t}, {attr}",
+            "msr mair_el1, {t}",
+            "mrs {t}, tcr_el1",
+            "orr {t}, {t}, {tbi}",
+            "msr tcr_el1, {t}",
+            "isb",
+            "tlbi vmalle1",
+            "dsb nsh",
+            "isb",
+            t = out(reg) _,
+            attr = in(reg) MAIR_ATTR3_TAGGED,
+            tbi = in(reg) if tbi { TCR_TBI0 } else { 0 },
+            options(nostack),
+        );
+    }
+}
+
+/// Maps the gigabyte holding physical address `address` at
+/// [`TAGGED_ALIAS_BASE`] as Tagged Normal write-back memory, read-write at
+/// EL1, never executable, and returns the alias of `address`. Replaces the
+/// entry break-before-make (the alias may have mapped another gigabyte
+/// before); every vCPU that uses it calls [`enable_tagged_attribute`].
+pub fn map_tagged_alias(address: u64) -> u64 {
+    let index = block_index(address);
+    let entry = ((index as u64) << BLOCK_SHIFT)
+        | DESC_VALID_BLOCK
+        | DESC_ATTR_NORMAL_TAGGED
+        | DESC_INNER_SHAREABLE
+        | DESC_ACCESS_FLAG
+        | DESC_PXN
+        | DESC_UXN;
+    LEVEL1.0[TAGGED_ALIAS_INDEX].store(0, Ordering::Relaxed);
+    // SAFETY: barriers and TLB invalidation change no memory; the old entry
+    // is gone from the table before its translations are flushed.
+    unsafe {
+        asm!(
+            "dsb ishst",
+            "tlbi vmalle1is",
+            "dsb ish",
+            "isb",
+            options(nostack)
+        )
+    };
+    LEVEL1.0[TAGGED_ALIAS_INDEX].store(entry, Ordering::Relaxed);
+    // SAFETY: barriers only order the table store before later accesses.
+    unsafe { asm!("dsb ishst", "isb", options(nostack)) };
+    TAGGED_ALIAS_BASE + (address & ((1 << BLOCK_SHIFT) - 1))
 }

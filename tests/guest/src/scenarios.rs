@@ -392,6 +392,21 @@ pub enum Failure {
         /// What went wrong.
         error: RequestError,
     },
+    /// The CPU shows no FEAT_MTE2 (`ID_AA64PFR1_EL1.MTE` below 2), which
+    /// the `mte` scenario and `migrate-tags` need.
+    NoMte {
+        /// `ID_AA64PFR1_EL1`.
+        pfr1: u64,
+    },
+    /// A memory tagging check of the `mte` scenario failed.
+    Mte {
+        /// What it checked.
+        check: &'static str,
+        /// The address involved (0: none).
+        address: u64,
+        /// The value that shows it (a tag, a register, an ESR).
+        value: u64,
+    },
 }
 
 impl Failure {
@@ -441,6 +456,8 @@ impl Failure {
                 Failure::Virtio { .. } => 40,
                 Failure::VirtioSetup { .. } => 41,
                 Failure::VirtioRequest { .. } => 42,
+                Failure::NoMte { .. } => 43,
+                Failure::Mte { .. } => 44,
             }
     }
 }
@@ -646,6 +663,17 @@ impl fmt::Display for Failure {
                 write!(f, "virtio: good request after `{case}` failed: ")?;
                 crate::virtio_bad::describe(&error, f)
             }
+            Failure::NoMte { pfr1 } => write!(
+                f,
+                "the CPU has no FEAT_MTE2 (ID_AA64PFR1_EL1 {pfr1:#x}, MTE field {}): run the VM \
+                 with mte=on and QEMU with -machine mte=on",
+                (pfr1 >> 8) & 0xf
+            ),
+            Failure::Mte {
+                check,
+                address,
+                value,
+            } => write!(f, "mte: {check}: address {address:#x}, value {value:#x}"),
             // A name ending in a space comes with the value read, else with
             // the register's number.
             Failure::VectorRegs { what, index } if what.ends_with(' ') => {
@@ -714,7 +742,7 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
         }
         Scenario::Migrate => {
             SECONDARY_PART.store(SECONDARY_MIGRATE, Ordering::Release);
-            crate::migrate::run(platform, options.migrate_seconds)
+            crate::migrate::run(platform, options.migrate_seconds, options.migrate_tags)
         }
         Scenario::PageTable | Scenario::MemslotPerf | Scenario::Toucher
             if !psci::hypervisor_services() =>
@@ -726,6 +754,7 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
         Scenario::Toucher => crate::toucher::run(),
         Scenario::VectorRegs => crate::vector_regs::run(),
         Scenario::VirtioBad => crate::virtio_bad::run(platform),
+        Scenario::Mte => crate::mte::run(platform),
     }
 }
 
@@ -925,7 +954,7 @@ fn probe_hole(platform: &Platform, address: u64) -> Result<(), Failure> {
 
 /// An address outside RAM: 0x1_0000_0000, or the first gigabyte boundary
 /// above RAM when RAM reaches that far.
-fn outside_ram(platform: &Platform) -> u64 {
+pub fn outside_ram(platform: &Platform) -> u64 {
     if !platform.is_ram(OUTSIDE_RAM_ADDRESS) {
         return OUTSIDE_RAM_ADDRESS;
     }

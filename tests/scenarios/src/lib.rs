@@ -80,6 +80,11 @@ pub enum Scenario {
     /// device must use each chain or enter `DEVICE_NEEDS_RESET`, and work
     /// again after a reset.
     VirtioBad,
+    /// Memory tagging (FEAT_MTE2) in an `mte=on` VM: the CPU shows it, a
+    /// region's allocation tags start at zero, tag checks fault, the tag
+    /// registers survive exits, an injected abort enters with `PSTATE.TCO`
+    /// set; it leaves tags behind so that a restart shows they were cleared.
+    Mte,
 }
 
 impl Scenario {
@@ -104,6 +109,7 @@ impl Scenario {
         Scenario::Toucher,
         Scenario::VectorRegs,
         Scenario::VirtioBad,
+        Scenario::Mte,
     ];
 
     /// The scenario's name on the command line and in `test=`.
@@ -128,6 +134,7 @@ impl Scenario {
             Scenario::Toucher => "toucher",
             Scenario::VectorRegs => "vector-regs",
             Scenario::VirtioBad => "virtio-bad",
+            Scenario::Mte => "mte",
         }
     }
 
