@@ -378,13 +378,7 @@ impl RunConfig {
                 self.mem_mib
             ));
         }
-        if self.mte
-            && !self
-                .cpu
-                .split(',')
-                .next()
-                .is_some_and(|model| model == "max")
-        {
+        if self.mte && self.cpu.split(',').next() != Some("max") {
             return fail(format!(
                 "--mte: QEMU's memory tagging needs --cpu max (its other models lack \
                  FEAT_MTE2), not `{}`",

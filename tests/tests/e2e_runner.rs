@@ -258,6 +258,7 @@ fn emitted_boot_files_boot_by_hand_as_the_readme_says() {
         mem_mib: 1024,
         firmware: None,
         gic: qemu_runner::qemu::GicVersion::V3,
+        mte: false,
         kernel: image,
         initrd: Some(payload),
         append: None,

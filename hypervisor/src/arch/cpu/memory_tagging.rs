@@ -152,7 +152,9 @@ fn zero_granules(from: usize, to: usize) {
 /// must be [`enabled`].
 pub fn copy_tags(from: usize, to: usize, len: usize) {
     let block = tag_block();
-    debug_assert!(from % block == 0 && to % block == 0 && len % block == 0);
+    debug_assert!(
+        from.is_multiple_of(block) && to.is_multiple_of(block) && len.is_multiple_of(block)
+    );
     let mut offset = 0;
     while offset < len {
         // SAFETY: LDGM reads the tags of one block of the source and STGM
