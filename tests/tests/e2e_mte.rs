@@ -40,6 +40,14 @@ const MTE_CHECKS: [&str; 6] = [
     "test-guest: mte: left non-zero tags on all 512 pages of ",
 ];
 
+/// Runs `specs` on a tagged machine of `smp` CPUs, typing `script`.
+fn run_scripted(smp: u32, specs: &[&str], script: ConsoleScript) -> RunReport {
+    e2e::run(&e2e::with_script(
+        tagged(smp, specs, Duration::from_secs(300)),
+        script,
+    ))
+}
+
 /// How many console lines contain `text`.
 fn times(report: &RunReport, text: &str) -> usize {
     report
@@ -123,17 +131,14 @@ fn a_restarted_vm_finds_its_tags_zero() {
         .then("ok: a restarting", "exit\r")
         .then("[a] RESULT: PASS", "\x1dstop b\r")
         .then("ok: b stopped", "exit\r");
-    let report = e2e::run(&e2e::with_script(
-        tagged(
-            2,
-            &[
-                "mte,mte=on,cpus=0,name=a",
-                "echo,cpus=1,name=b,expect=stopped",
-            ],
-            Duration::from_secs(180),
-        ),
+    let report = run_scripted(
+        2,
+        &[
+            "mte,mte=on,cpus=0,name=a",
+            "echo,cpus=1,name=b,expect=stopped",
+        ],
         script,
-    ));
+    );
     e2e::assert_passed(&report);
     assert_every_check(&report, 2);
     assert_eq!(
@@ -161,17 +166,14 @@ fn tags_travel_with_a_live_migration() {
             "\x1dmigrate src dst verify\r",
         )
         .then("ok: migrating src to dst", "exit\r");
-    let report = e2e::run(&e2e::with_script(
-        tagged(
-            4,
-            &[
-                "guest=migrate,mte=on,cpus=0-1,name=src,expect=stopped,args=migrate-tags",
-                "guest=migrate,mte=on,cpus=2-3,name=dst,start=0",
-            ],
-            Duration::from_secs(300),
-        ),
+    let report = run_scripted(
+        4,
+        &[
+            "guest=migrate,mte=on,cpus=0-1,name=src,expect=stopped,args=migrate-tags",
+            "guest=migrate,mte=on,cpus=2-3,name=dst,start=0",
+        ],
         script,
-    ));
+    );
     e2e::assert_passed(&report);
     let explain = report.explain();
     let migrated =

@@ -294,7 +294,14 @@ pub fn map_el0_block(va_index: usize, pa_index: usize, access: El0Access) {
             El0Access::ReadExecute => DESC_AP_READ_ONLY,
             El0Access::ReadWriteExecute => 0,
         };
-    LEVEL1.0[va_index].store(0, Ordering::Relaxed);
+    replace_block(va_index, entry);
+}
+
+/// Replaces level-1 entry `index` with `entry`, break-before-make: the old
+/// entry is cleared and its translations flushed on every vCPU before the
+/// new one is stored.
+fn replace_block(index: usize, entry: u64) {
+    LEVEL1.0[index].store(0, Ordering::Relaxed);
     // SAFETY: barriers and TLB invalidation change no memory; the old entry
     // is gone from the table before its translations are flushed.
     unsafe {
@@ -306,7 +313,7 @@ pub fn map_el0_block(va_index: usize, pa_index: usize, access: El0Access) {
             options(nostack)
         )
     };
-    LEVEL1.0[va_index].store(entry, Ordering::Relaxed);
+    LEVEL1.0[index].store(entry, Ordering::Relaxed);
     // SAFETY: barriers only order the table store before later accesses.
     unsafe { asm!("dsb ishst", "isb", options(nostack)) };
 }
@@ -358,20 +365,6 @@ pub fn map_tagged_alias(address: u64) -> u64 {
         | DESC_ACCESS_FLAG
         | DESC_PXN
         | DESC_UXN;
-    LEVEL1.0[TAGGED_ALIAS_INDEX].store(0, Ordering::Relaxed);
-    // SAFETY: barriers and TLB invalidation change no memory; the old entry
-    // is gone from the table before its translations are flushed.
-    unsafe {
-        asm!(
-            "dsb ishst",
-            "tlbi vmalle1is",
-            "dsb ish",
-            "isb",
-            options(nostack)
-        )
-    };
-    LEVEL1.0[TAGGED_ALIAS_INDEX].store(entry, Ordering::Relaxed);
-    // SAFETY: barriers only order the table store before later accesses.
-    unsafe { asm!("dsb ishst", "isb", options(nostack)) };
+    replace_block(TAGGED_ALIAS_INDEX, entry);
     TAGGED_ALIAS_BASE + (address & ((1 << BLOCK_SHIFT) - 1))
 }
