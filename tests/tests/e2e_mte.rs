@@ -4,7 +4,8 @@
 //!
 //! * The test guest's `mte` scenario in a tagged VM: the feature shows in
 //!   `ID_AA64PFR1_EL1`, every page of a 2 MiB region first reads tag 0,
-//!   tag checks pass and fault as the tags say, `GCR_EL1`, `RGSR_EL1`,
+//!   tag checks pass and fault as the tags say (synchronous faults, and
+//!   asynchronous ones recorded in `TFSR_EL1`), `GCR_EL1`, `RGSR_EL1`,
 //!   `TFSR_EL1` and `TFSRE0_EL1` keep their values across 20000 exits, and
 //!   the abort the hypervisor injects for an access outside RAM enters the
 //!   handler with `PSTATE.TCO` set. The same scenario passes on QEMU alone
@@ -31,10 +32,11 @@ use qemu_runner::{Boot, RunConfig, RunReport, Scenario, Verdict};
 use tests::e2e;
 
 /// The `mte` scenario's line for each of its checks, up to the figures.
-const MTE_CHECKS: [&str; 6] = [
+const MTE_CHECKS: [&str; 7] = [
     "test-guest: mte: ID_AA64PFR1_EL1.MTE is ",
     "test-guest: mte: tags start at zero on all 512 pages of ",
     "test-guest: mte: tag check: tag 3 accesses pass, tag 5 load and store fault",
+    "test-guest: mte: asynchronous tag check: a tag 5 store completed and TFSR_EL1 recorded it (0x1), kept across 1000 exits",
     "test-guest: mte: GCR_EL1 0xa5c3, RGSR_EL1 0xbeef07, TFSR_EL1 0x3, TFSRE0_EL1 0x1 kept across",
     "test-guest: mte: injected abort at 0x100000000 (ESR 0x96000010) entered with PSTATE.TCO set",
     "test-guest: mte: left non-zero tags on all 512 pages of ",

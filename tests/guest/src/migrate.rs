@@ -155,7 +155,7 @@ fn work(cpu: usize) -> Result<(), Failure> {
     let tagged = TAGGED_REGION.load(Ordering::Acquire);
     if tagged != 0 {
         mmu::enable_tagged_attribute(false);
-        mte::enable_tag_access(false);
+        mte::enable_tag_access(mte::TagCheck::Off);
     }
     if vtimer != 0 {
         gic::init_cpu(&[vtimer]).map_err(|_| fail(3, 0))?;

@@ -27,6 +27,10 @@
 //!    at EL1 (EC 0x25) with DFSC 0x11 (synchronous Tag Check Fault) and the
 //!    address in `FAR_EL1`, entering the handler with `PSTATE.TCO` set; the
 //!    faulting store changes nothing.
+//!
+//!    With asynchronous checks (`TCF` 0b10) a store with logical tag 5
+//!    completes without an exception, `TFSR_EL1.TF0` records the fault, and
+//!    the record stays through [`ASYNC_EXITS`] hypercalls.
 //! 4. `GCR_EL1`, `RGSR_EL1`, `TFSR_EL1` and `TFSRE0_EL1` keep distinctive
 //!    values across [`EXITS`] hypercalls (each an exit to the hypervisor).
 //! 5. A load from an IPA outside RAM, where the hypervisor injects a
@@ -54,6 +58,8 @@ pub const GRANULE: u64 = 16;
 pub const REGION_SIZE: u64 = 2 << 20;
 /// Hypercalls made between writing and reading back the tag registers.
 const EXITS: u32 = 20_000;
+/// Hypercalls made while `TFSR_EL1` holds an asynchronous fault.
+const ASYNC_EXITS: u32 = 1_000;
 /// Data fault status code of a synchronous Tag Check Fault.
 const DFSC_TAG_CHECK: u64 = 0x11;
 /// `PSTATE.TCO` in the `TCO` register (`S3_3_C4_C2_7`) and in `SPSR_EL1`.
@@ -62,8 +68,32 @@ const TCO_BIT: u64 = 1 << 25;
 const SCTLR_ATA: u64 = 1 << 43;
 /// `SCTLR_EL1.TCF` (bits 41:40): tag check faults at EL1.
 const SCTLR_TCF_MASK: u64 = 0b11 << 40;
-/// `SCTLR_EL1.TCF` = 0b01: synchronous tag check faults.
-const SCTLR_TCF_SYNC: u64 = 0b01 << 40;
+/// What a tag check that fails does at EL1 (`SCTLR_EL1.TCF`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum TagCheck {
+    /// Nothing: tags are not checked (`TCF` 0b00).
+    Off,
+    /// A synchronous Tag Check Fault (`TCF` 0b01).
+    Synchronous,
+    /// The access completes and `TFSR_EL1` records the fault (`TCF` 0b10).
+    Asynchronous,
+}
+
+impl TagCheck {
+    /// The `SCTLR_EL1.TCF` bits.
+    fn sctlr_bits(self) -> u64 {
+        let tcf: u64 = match self {
+            TagCheck::Off => 0b00,
+            TagCheck::Synchronous => 0b01,
+            TagCheck::Asynchronous => 0b10,
+        };
+        tcf << 40
+    }
+}
+
+/// `TFSR_EL1.TF0`: an asynchronous tag check fault on a `TTBR0_EL1`
+/// address was recorded.
+const TFSR_TF0: u64 = 1 << 0;
 /// Mask of the address bits below the top byte.
 const ADDRESS_BITS: u64 = (1 << 56) - 1;
 
@@ -88,12 +118,11 @@ pub fn require() -> Result<u64, Failure> {
 }
 
 /// Lets EL1 access allocation tags (`SCTLR_EL1.ATA`) on this vCPU, with
-/// synchronous tag check faults at EL1 (`check`) or none (`TCF` 0). Only on
-/// a CPU with FEAT_MTE2.
-pub fn enable_tag_access(check: bool) {
-    let tcf = if check { SCTLR_TCF_SYNC } else { 0 };
+/// tag checks at EL1 as `check` says. Only on a CPU with FEAT_MTE2.
+pub fn enable_tag_access(check: TagCheck) {
+    let tcf = check.sctlr_bits();
     // SAFETY: only the guest's untagged identity map and the tagged alias
-    // are in use; with TCF 0 nothing is checked, with TCF sync only accesses
+    // are in use; with TCF 0 nothing is checked, otherwise only accesses
     // through the alias are (the caller's pointers carry their tags).
     unsafe {
         asm!(
@@ -183,8 +212,8 @@ fn tag_register(index: usize, value: Option<u64>) -> u64 {
         ($register:literal) => {{
             if let Some(value) = value {
                 // SAFETY: the guest's own tag control and status registers
-                // (FEAT_MTE2); nothing of the guest depends on them (no IRG,
-                // no asynchronous checks).
+                // (FEAT_MTE2); nothing of the guest depends on them (no IRG;
+                // the asynchronous check reads TFSR_EL1 itself).
                 unsafe {
                     asm!(concat!("msr ", $register, ", {}"), "isb", in(reg) value,
                          options(nostack))
@@ -266,7 +295,7 @@ fn tag_checks(granule: u64) -> Result<(), Failure> {
     let (good, bad) = (with_tag(granule, TAG), with_tag(granule, WRONG));
     tag_register(2, Some(0));
     set_tco(false);
-    enable_tag_access(true);
+    enable_tag_access(TagCheck::Synchronous);
     let outcome = (|| {
         const VALUE: u64 = 0x7a66_ed00_c0ff_ee03;
         if let Some(abort) = exceptions::store_sized(good, 3, VALUE) {
@@ -288,13 +317,79 @@ fn tag_checks(granule: u64) -> Result<(), Failure> {
         }
         Ok((load, store))
     })();
-    enable_tag_access(false);
+    enable_tag_access(TagCheck::Off);
     let (load, store) = outcome?;
     println!(
         "test-guest: mte: tag check: tag 3 accesses pass, tag 5 load and store fault \
          (ESR {:#x} FAR {:#x}, ESR {:#x} FAR {:#x}) with PSTATE.TCO set in the handler",
         load.esr, load.far, store.esr, store.far
     );
+    Ok(())
+}
+
+/// Check 3 with asynchronous tag checks, on the granule at `granule` (in
+/// the alias), tagged 3 by [`tag_checks`]: a store with tag 5 completes
+/// without an exception and `TFSR_EL1.TF0` records the fault; the record
+/// stays through [`ASYNC_EXITS`] exits to the hypervisor.
+fn asynchronous_tag_check(granule: u64) -> Result<(), Failure> {
+    const VALUE: u64 = 0x0a5f_c0de_0000_0005;
+    let bad = with_tag(granule, 5);
+    tag_register(2, Some(0));
+    set_tco(false);
+    enable_tag_access(TagCheck::Asynchronous);
+    let store = exceptions::store_sized(bad, 3, VALUE);
+    // SAFETY: barriers only: a pending asynchronous fault is recorded in
+    // TFSR_EL1 once the store completes.
+    unsafe { asm!("dsb nsh", "isb", options(nostack)) };
+    enable_tag_access(TagCheck::Off);
+    if let Some(abort) = store {
+        return Err(fail(
+            "an asynchronous tag check takes no exception",
+            bad,
+            abort.esr,
+        ));
+    }
+    let recorded = tag_register(2, None);
+    if recorded & TFSR_TF0 == 0 {
+        return Err(fail(
+            "TFSR_EL1.TF0 records the asynchronous tag check fault",
+            bad,
+            recorded,
+        ));
+    }
+    exits(ASYNC_EXITS)?;
+    let kept = tag_register(2, None);
+    if kept != recorded {
+        return Err(fail(
+            "TFSR_EL1 keeps the asynchronous fault across exits",
+            bad,
+            kept,
+        ));
+    }
+    match exceptions::load_sized(granule, 3) {
+        Ok(VALUE) => {}
+        Ok(value) => return Err(fail("the unchecked store reached memory", granule, value)),
+        Err(abort) => return Err(fail("load of the stored value", granule, abort.esr)),
+    }
+    tag_register(2, Some(0));
+    println!(
+        "test-guest: mte: asynchronous tag check: a tag 5 store completed and TFSR_EL1 \
+         recorded it ({recorded:#x}), kept across {ASYNC_EXITS} exits"
+    );
+    Ok(())
+}
+
+/// `count` hypercalls, each an exit to the hypervisor.
+fn exits(count: u32) -> Result<(), Failure> {
+    for _ in 0..count {
+        let version = psci::call(function::PSCI_VERSION, 0, 0, 0);
+        if version < 0x1_0000 {
+            return Err(Failure::Hypercall {
+                function: function::PSCI_VERSION,
+                returned: version,
+            });
+        }
+    }
     Ok(())
 }
 
@@ -315,15 +410,7 @@ fn tag_registers() -> Result<(), Failure> {
             ));
         }
     }
-    for _ in 0..EXITS {
-        let version = psci::call(function::PSCI_VERSION, 0, 0, 0);
-        if version < 0x1_0000 {
-            return Err(Failure::Hypercall {
-                function: function::PSCI_VERSION,
-                returned: version,
-            });
-        }
-    }
+    exits(EXITS)?;
     for (index, (name, value)) in TAG_REGISTERS.iter().enumerate() {
         let read = tag_register(index, None);
         if read != *value {
@@ -390,7 +477,7 @@ pub fn run(platform: &Platform) -> Result<(), Failure> {
     println!("test-guest: mte: ID_AA64PFR1_EL1.MTE is {field}: FEAT_MTE2 present");
     exceptions::record_tco();
     mmu::enable_tagged_attribute(true);
-    enable_tag_access(false);
+    enable_tag_access(TagCheck::Off);
     let region = region(platform)?;
     let alias = mmu::map_tagged_alias(region.start);
     let pages = REGION_SIZE / PAGE;
@@ -408,6 +495,7 @@ pub fn run(platform: &Platform) -> Result<(), Failure> {
     println!("test-guest: mte: tags start at zero on all {pages} pages of {region}");
 
     tag_checks(alias)?;
+    asynchronous_tag_check(alias)?;
     tag_registers()?;
     injected_abort(platform)?;
 
