@@ -103,6 +103,16 @@ fn start(args: &[&str]) -> (Terminal, Mode) {
 }
 
 /// The rows of the `vms` table in `text`, as words.
+/// Types `vms` in the open monitor and returns what came up to the prompt
+/// after its table. The table's header is waited for first: a VM's console
+/// line that comes while the monitor is open is followed by the prompt
+/// again, which must not pass for the end of the answer.
+fn vms_table(terminal: &mut Terminal) -> String {
+    terminal.type_keys(b"vms\r");
+    let header = terminal.expect("FOCUS", REPLY);
+    header + &terminal.expect("hv> ", REPLY)
+}
+
 fn vms_rows(text: &str) -> Vec<Vec<String>> {
     text.lines()
         .map(|line| line.trim_matches(['\r', ' ']))
@@ -153,8 +163,7 @@ fn two_echo_vms_are_driven_from_the_monitor_typed_at_a_terminal() {
     terminal.type_keys(&[ESCAPE]);
     terminal.expect("-- monitor:", REPLY);
     terminal.expect("hv> ", REPLY);
-    terminal.type_keys(b"vms\r");
-    let table = terminal.expect("hv> ", REPLY);
+    let table = vms_table(&mut terminal);
     let rows = vms_rows(&table);
     assert_eq!(rows.len(), 2, "two VMs in:\n{table}");
     for (row, (id, name, focus)) in rows.iter().zip([("0", "a", "*"), ("1", "b", "-")]) {
@@ -200,8 +209,7 @@ fn a_lone_echo_guest_reads_typed_lines_and_the_monitor_opens() {
     terminal.expect("echo: got hello echo", REPLY);
     terminal.type_keys(&[ESCAPE]);
     terminal.expect("hv> ", REPLY);
-    terminal.type_keys(b"vms\r");
-    let table = terminal.expect("hv> ", REPLY);
+    let table = vms_table(&mut terminal);
     assert_eq!(vms_rows(&table).len(), 1, "{table}");
     terminal.type_keys(b"poweroff\r");
     let status = terminal.wait(END);
@@ -333,8 +341,7 @@ fn a_run_with_verdicts_ends_on_them_unless_told_to_stay() {
     assert!(terminal.is_running());
     terminal.type_keys(&[ESCAPE]);
     terminal.expect("hv> ", REPLY);
-    terminal.type_keys(b"vms\r");
-    let table = terminal.expect("hv> ", REPLY);
+    let table = vms_table(&mut terminal);
     let rows = vms_rows(&table);
     assert_eq!(rows.len(), 2, "{table}");
     assert_eq!(rows[1][2], "running", "e runs on: {table}");
