@@ -55,7 +55,8 @@
 //!   registers must be UNDEFINED, reserved ID registers must read as zero,
 //!   `ID_AA64PFR1_EL1` must show no MTE. Reads that acknowledge interrupts and
 //!   the EL1 physical timer are left out unless allowed.
-//! * SGIs with random targets and ranges through `ICC_SGI1R/ASGI1R/SGI0R_EL1`.
+//! * SGIs with random targets and ranges through `ICC_SGI1R/ASGI1R/SGI0R_EL1`
+//!   (GICv3; on a GICv2 `GICD_SGIR`, see below).
 //! * Random instruction words at EL1 (no branches, system instructions, SVE
 //!   or memory copy/set) with registers pointing at the scratch area, devices
 //!   and holes, and at EL0 (no branches).
@@ -96,6 +97,44 @@
 //!   rings in device memory, register abuse, notify storms and resets in
 //!   the middle of a request, checked against what the device must do
 //!   (see `fuzz_virtqueue`); its `VQ` lines are checked by the campaign.
+//!
+//! On a GICv2 host the VM has a GICv2: the distributor emulated by the
+//! hypervisor, whose registers of INTIDs 0..31 are banked per vCPU, and the
+//! `GICC` window, the hardware's virtual CPU interface (`GICV`) mapped at
+//! stage 2, which no access traps. The families adapt (the rest run as
+//! above):
+//! * Devices: the PL011, the distributor and `GICC` (no redistributors).
+//!   The distributor's checks follow the GICv2 specification without
+//!   security extensions: `ICPIDR2.ArchRev` 2, `GICD_TYPER` (`CPUNumber`
+//!   the vCPUs less one, no `SecurityExtn`), `ITARGETSR0..7` reading as the
+//!   vCPU's own bit, `ICFGR0` all edge, the reserved bit of every other
+//!   `ICFGR` field and the timer PPIs' edge bits zero, `NSACR`, reserved
+//!   offsets, the window past the 4 KiB distributor and the registers of
+//!   unimplemented SPIs RAZ/WI. `GICC`: reads of every register without a
+//!   side effect (never `GICC_IAR`/`AIAR`) must not abort; writes only to
+//!   `PMR`, `BPR`, `ABPR` and `CTLR` (group enables and `CBPR`; `AckCtl`
+//!   kept, `FIQEn` and `EOImode` clear, so the handler still acknowledges
+//!   every interrupt through `GICC_IAR` and `GICC_EOIR` deactivates);
+//!   `GICC_IIDR` must give architecture version 2. Straddles: the PL011 and
+//!   the end of the distributor (whose next bytes are `GICC`'s).
+//! * `icc` / `icc-wide` work on `GICC` (see [`Ctx::gicc_family`]).
+//! * SGIs go through `GICD_SGIR` (any target filter, the reserved one
+//!   included); the `ICC_*` system registers do not exist
+//!   (`ID_AA64PFR0_EL1.GIC` is 0), so every `MRS`/`MSR` of their encodings,
+//!   `ICC_SRE_EL1` and the SGI registers included, must be UNDEFINED.
+//! * Interrupt delivery and `timers` set up the banked distributor words and
+//!   `GICC` instead of a redistributor and the `ICC` registers;
+//!   `gic-active`, `keep-active` and `group0-off` keep their meaning
+//!   (group 0 is `GICC_CTLR.EnableGrp0`).
+//!
+//! Left out on a GICv2, having no GICv2 meaning: redistributors
+//! (`GICR_TYPER`, `WAKER`, their RAZ/WI registers), affinity routing
+//! (`IROUTER` offsets are only checked as RAZ/WI), `IGRPMODR`, group-0 and
+//! alias SGIs through system registers, `GICC_DIR` writes (`EOImode`
+//! stays 0). Also left out: instruction fetches and table walks through
+//! `GICC` (a fetch from a Device mapping is CONSTRAINED UNPREDICTABLE; a
+//! walk would read `GICC_IAR`) and straddles at its end (what lies past
+//! QEMU's `GICV` registers is QEMU's, not the hypervisor's).
 //!
 //! At the end the boot vCPU restores the PL011, prints
 //! `FUZZ: seeds=K ops=N violations=V` and passes only without violations.
@@ -1158,7 +1197,10 @@ impl Ctx {
     /// GICv2 (no security extensions): writes random values to a register
     /// the GICv2 specification makes read-only or RAZ/WI, reads it back.
     /// `ITARGETSR0..7` read as the reading CPU's own bit in every byte,
-    /// `ICFGR0` (SGIs, always edge-triggered) as `0xaaaaaaaa`; `NSACR`, the
+    /// `ICFGR0` (SGIs, always edge-triggered) as `0xaaaaaaaa`; in the other
+    /// `ICFGR` words the reserved bit of every field (`Int_config[0]`)
+    /// reads as zero, and in `ICFGR1` so do the fields of the timer PPIs
+    /// (level-sensitive, like the lines behind them); `NSACR`, the
     /// reserved offsets of the 4 KiB distributor, the rest of the 64 KiB
     /// window (where a GICv3 has `IROUTER`) and the registers of SPIs beyond
     /// `ITLinesNumber` read as zero.
@@ -1167,7 +1209,21 @@ impl Ctx {
         let typer = SETTINGS.gicd_typer.load(Ordering::Relaxed);
         let spis_end = 32 * ((typer & 0x1f) + 1);
         let own = 0x0101_0101u64 << self.cpu;
-        let (address, what, expect) = match self.rng.below(7) {
+        let mut mask = u64::from(u32::MAX);
+        let (address, what, expect) = match self.rng.below(8) {
+            7 => {
+                // ICFGR1 (PPIs, banked) or an implemented SPI's word.
+                let word = 1 + self.rng.below(spis_end / 16 - 1);
+                mask = 0x5555_5555;
+                if word == 1 {
+                    mask |= 1 << (2 * (TIMER_INTID - 16) + 1) | 1 << (2 * (PTIMER_INTID - 16) + 1);
+                }
+                (
+                    l.gicd + 0xc00 + 4 * word,
+                    "GICD_ICFGR: a reserved bit or a timer PPI's edge bit is set",
+                    0,
+                )
+            }
             0 => (
                 l.gicd + 0x800 + 4 * self.rng.below(8),
                 "GICD_ITARGETSR0..7 does not name the reading CPU",
@@ -1226,7 +1282,7 @@ impl Ctx {
         );
         if outcome.taken != 0 {
             self.violation("RAZ/WI GIC register access aborted", address, outcome.esr);
-        } else if outcome.out[1] != expect {
+        } else if outcome.out[1] & mask != expect {
             self.violation(what, address, outcome.out[1]);
         }
     }
