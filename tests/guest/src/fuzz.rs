@@ -127,6 +127,11 @@
 //!   `gic-active`, `keep-active` and `group0-off` keep their meaning
 //!   (group 0 is `GICC_CTLR.EnableGrp0`).
 //!
+//! Not in the default mix, `gicv2-sgi-pend` checks that a write of an
+//! SGI's bit in `GICD_ISPENDR0` leaves it not pending (WI on a GICv2, see
+//! [`Ctx::gicv2_sgi_pend`]); the hypervisor pends it, so the default mix
+//! leaves those bits unchecked.
+//!
 //! Left out on a GICv2, having no GICv2 meaning: redistributors
 //! (`GICR_TYPER`, `WAKER`, their RAZ/WI registers), affinity routing
 //! (`IROUTER` offsets are only checked as RAZ/WI), `IGRPMODR`, group-0 and
@@ -152,6 +157,7 @@ use crate::fuzz_model::{
 };
 use crate::fuzz_virtqueue::{self, VirtqueueFuzz};
 use crate::gic::{self, Bank, GicError};
+use crate::gic_regs;
 use crate::gic_regs::{
     GICC_BPR, GICC_CTLR, GICC_CTLR_ACK_CTL, GICC_CTLR_ENABLE_GRP0, GICC_CTLR_ENABLE_GRP1,
     GICC_EOIR, GICC_IAR, GICC_PMR, GICD_CTLR, GICD_CTLR_ARE, GICD_CTLR_ENABLE_GRP0,
@@ -1205,6 +1211,9 @@ impl Ctx {
     /// window (where a GICv3 has `IROUTER`) and the registers of SPIs beyond
     /// `ITLinesNumber` read as zero.
     fn gicv2_razwi(&mut self) {
+        if self.allows(FuzzOptions::ALLOW_GICV2_SGI_PEND) && self.rng.one_in(4) {
+            return self.gicv2_sgi_pend();
+        }
         let l = self.layout;
         let typer = SETTINGS.gicd_typer.load(Ordering::Relaxed);
         let spis_end = 32 * ((typer & 0x1f) + 1);
@@ -1284,6 +1293,37 @@ impl Ctx {
             self.violation("RAZ/WI GIC register access aborted", address, outcome.esr);
         } else if outcome.out[1] & mask != expect {
             self.violation(what, address, outcome.out[1]);
+        }
+    }
+
+    /// `gicv2-sgi-pend`: an SGI's bit in `GICD_ISPENDR0` is WI on a GICv2.
+    /// The SGI is disabled in the vCPU's bank and its sources cleared
+    /// (`GICD_CPENDSGIR`), then its `ISPENDR0` bit written: it must not read
+    /// as pending (with one vCPU nobody else sends it meanwhile).
+    fn gicv2_sgi_pend(&mut self) {
+        let gicd = self.layout.gicd;
+        let sgi = self.rng.below(16) as u32;
+        let bit = 1u32 << sgi;
+        let own = Bank::Redistributor(self.cpu);
+        gic::write_bits(own, ICENABLER, sgi, bit);
+        // SAFETY: a byte store to GICD_CPENDSGIR<sgi>, in the distributor
+        // frame mapped as device memory: clears the SGI's sources on this
+        // vCPU.
+        unsafe { core::ptr::write_volatile((gicd + 0xf10 + u64::from(sgi)) as *mut u8, 0xff) };
+        gic::write_bits(own, ICPENDR, sgi, bit);
+        let before = gic::read_bits(own, gic_regs::ISPENDR, sgi) & bit;
+        gic::write_bits(own, gic_regs::ISPENDR, sgi, bit);
+        let after = gic::read_bits(own, gic_regs::ISPENDR, sgi) & bit;
+        let sources = (mmio_read32(gicd + 0xf20 + u64::from(sgi & !3)) >> (8 * (sgi % 4))) & 0xff;
+        // SAFETY: as above; leaves no source behind.
+        unsafe { core::ptr::write_volatile((gicd + 0xf10 + u64::from(sgi)) as *mut u8, 0xff) };
+        gic::write_bits(own, ICPENDR, sgi, bit);
+        if before == 0 && after != 0 {
+            self.violation(
+                "GICD_ISPENDR0 write made an SGI pending (WI on a GICv2)",
+                sgi.into(),
+                sources.into(),
+            );
         }
     }
 
