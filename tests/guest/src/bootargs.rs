@@ -96,9 +96,11 @@ impl FuzzOptions {
     /// GICv2 hosts: `GICD_ISPENDR0` and `GICD_ICPENDR0` writes to an SGI's
     /// bit, which the GICv2 specification makes WI (an SGI's pending state
     /// is per source, set and cleared through `GICD_SPENDSGIR` and
-    /// `GICD_CPENDSGIR`): the SGI must not become pending. Not in the
-    /// default mix: the hypervisor pends it (an SGI pending with no source);
-    /// meaningful with one vCPU (others may send the SGI meanwhile).
+    /// `GICD_CPENDSGIR`): an `ISPENDR0` write must not make the SGI pending,
+    /// an `ICPENDR0` write must not clear it. Not in the default mix: the
+    /// hypervisor does both (an `ISPENDR0` write leaves the SGI pending with
+    /// no source); meaningful with one vCPU (others may send the SGI
+    /// meanwhile).
     pub const ALLOW_GICV2_SGI_PEND: u32 = 1 << 11;
 
     /// `fuzz-allow=` names and their bits.

@@ -127,10 +127,10 @@
 //!   `gic-active`, `keep-active` and `group0-off` keep their meaning
 //!   (group 0 is `GICC_CTLR.EnableGrp0`).
 //!
-//! Not in the default mix, `gicv2-sgi-pend` checks that a write of an
-//! SGI's bit in `GICD_ISPENDR0` leaves it not pending (WI on a GICv2, see
-//! [`Ctx::gicv2_sgi_pend`]); the hypervisor pends it, so the default mix
-//! leaves those bits unchecked.
+//! Not in the default mix, `gicv2-sgi-pend` checks that writes of an SGI's
+//! bit in `GICD_ISPENDR0`/`ICPENDR0` change nothing (WI on a GICv2, see
+//! [`Ctx::gicv2_sgi_pend`]); the hypervisor pends and clears the SGI, so
+//! the default mix leaves those bits unchecked.
 //!
 //! Left out on a GICv2, having no GICv2 meaning: redistributors
 //! (`GICR_TYPER`, `WAKER`, their RAZ/WI registers), affinity routing
@@ -1296,10 +1296,13 @@ impl Ctx {
         }
     }
 
-    /// `gicv2-sgi-pend`: an SGI's bit in `GICD_ISPENDR0` is WI on a GICv2.
-    /// The SGI is disabled in the vCPU's bank and its sources cleared
-    /// (`GICD_CPENDSGIR`), then its `ISPENDR0` bit written: it must not read
-    /// as pending (with one vCPU nobody else sends it meanwhile).
+    /// `gicv2-sgi-pend`: an SGI's bits in `GICD_ISPENDR0` and
+    /// `GICD_ICPENDR0` are WI on a GICv2. The SGI is disabled in the vCPU's
+    /// bank and its sources cleared (`GICD_CPENDSGIR`), then its `ISPENDR0`
+    /// bit written: it must not read as pending; then it is sent to the
+    /// vCPU itself (`GICD_SGIR`) and its `ICPENDR0` bit written: it must
+    /// still be pending from that source (with one vCPU nobody else sends
+    /// or clears it meanwhile).
     fn gicv2_sgi_pend(&mut self) {
         let gicd = self.layout.gicd;
         let sgi = self.rng.below(16) as u32;
@@ -1315,6 +1318,19 @@ impl Ctx {
         gic::write_bits(own, gic_regs::ISPENDR, sgi, bit);
         let after = gic::read_bits(own, gic_regs::ISPENDR, sgi) & bit;
         let sources = (mmio_read32(gicd + 0xf20 + u64::from(sgi & !3)) >> (8 * (sgi % 4))) & 0xff;
+        // SAFETY: as above.
+        unsafe { core::ptr::write_volatile((gicd + 0xf10 + u64::from(sgi)) as *mut u8, 0xff) };
+        gic::send_sgi_to_self(sgi);
+        let sent = gic::read_bits(own, gic_regs::ISPENDR, sgi) & bit;
+        gic::write_bits(own, ICPENDR, sgi, bit);
+        let kept = gic::read_bits(own, gic_regs::ISPENDR, sgi) & bit;
+        if sent != 0 && kept == 0 {
+            self.violation(
+                "GICD_ICPENDR0 write cleared a pending SGI (WI on a GICv2)",
+                sgi.into(),
+                0,
+            );
+        }
         // SAFETY: as above; leaves no source behind.
         unsafe { core::ptr::write_volatile((gicd + 0xf10 + u64::from(sgi)) as *mut u8, 0xff) };
         gic::write_bits(own, ICPENDR, sgi, bit);
@@ -1817,11 +1833,11 @@ impl Ctx {
         }
     }
 
-    /// GICv3: turns the CPU interface on for the interrupt checks (`PMR`
-    /// open, binary point 0, `CBPR` and `EOImode` 0, group 1 on; group 0
-    /// too when `group0` is set). GICv2: the same through `GICC` (`AckCtl`
-    /// kept, group 0 left as it is unless `group0`), and the distributor on.
-    fn cpu_interface_on(&mut self, group0: bool) {
+    /// GICv3: turns the distributor and the CPU interface on for the
+    /// interrupt checks (`PMR` open, binary point 0, `CBPR` and `EOImode` 0,
+    /// group 1 on, group 0 left as it is). GICv2: the same through `GICC`
+    /// (`AckCtl` set).
+    fn cpu_interface_on(&mut self) {
         if self.layout.is_gicv2() {
             let gicc = self.layout.gicc;
             mmio_write32(
@@ -1830,10 +1846,7 @@ impl Ctx {
             );
             gic::set_priority_mask(0xff);
             mmio_write32(gicc + GICC_BPR, 0);
-            let mut ctlr = mmio_read32(gicc + GICC_CTLR) & GICC_CTLR_ENABLE_GRP0;
-            if group0 {
-                ctlr |= GICC_CTLR_ENABLE_GRP0;
-            }
+            let ctlr = mmio_read32(gicc + GICC_CTLR) & GICC_CTLR_ENABLE_GRP0;
             mmio_write32(
                 gicc + GICC_CTLR,
                 ctlr | GICC_CTLR_ENABLE_GRP1 | GICC_CTLR_ACK_CTL,
@@ -1848,7 +1861,16 @@ impl Ctx {
         write_sysreg!("icc_bpr1_el1", 0);
         write_sysreg!("icc_ctlr_el1", 0);
         write_sysreg!("icc_igrpen1_el1", 1);
-        if group0 {
+    }
+
+    /// Enables group 0 in the CPU interface (`ICC_IGRPEN0_EL1`, or
+    /// `GICC_CTLR.EnableGrp0` on a GICv2).
+    fn group0_on(&mut self) {
+        if self.layout.is_gicv2() {
+            let gicc = self.layout.gicc;
+            let ctlr = mmio_read32(gicc + GICC_CTLR);
+            mmio_write32(gicc + GICC_CTLR, ctlr | GICC_CTLR_ENABLE_GRP0);
+        } else {
             write_sysreg!("icc_igrpen0_el1", 1);
         }
     }
@@ -2008,7 +2030,7 @@ impl Ctx {
             gic::write_bits(own, ICPENDR, intid, 1 << intid);
             gic::write_bits(own, ISENABLER, intid, 1 << intid);
         }
-        self.cpu_interface_on(false);
+        self.cpu_interface_on();
         // SAFETY: masking IRQ and FIQ only defers interrupts.
         unsafe { asm!("msr daifset, #3", options(nostack)) };
         let frequency = read_sysreg!("cntfrq_el0");
@@ -2322,8 +2344,7 @@ impl Ctx {
             gic::write_bits(own, ICPENDR, intid, bit); // no stale edge state
         }
         gic::write_bits(own, ISENABLER, intid, bit);
-        // Group 0 is turned on below when the mix does not leave it off.
-        self.cpu_interface_on(false);
+        self.cpu_interface_on();
         if !self.allows(FuzzOptions::ALLOW_KEEP_ACTIVE) {
             // SPIs pile up in the active state over a long run (see
             // ALLOW_KEEP_ACTIVE): deactivate them all, as a guest may.
@@ -2336,7 +2357,7 @@ impl Ctx {
             // Random distributor writes leave group-0 SPIs pending here; the
             // hypervisor lists them by priority even while group 0 is off,
             // which could starve group 1 (see ALLOW_GROUP0_OFF).
-            self.cpu_interface_on(true);
+            self.group0_on();
         }
         let before = IRQS[self.cpu][intid as usize].load(Ordering::Relaxed);
         if intid == TIMER_INTID {
