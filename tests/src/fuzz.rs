@@ -37,7 +37,7 @@
 
 use std::time::Duration;
 
-use qemu_runner::qemu::Progress;
+use qemu_runner::qemu::{GicVersion, Progress};
 use qemu_runner::vmspec::VmSpec;
 use qemu_runner::{RunConfig, Scenario};
 
@@ -91,16 +91,26 @@ impl Campaign {
     /// on `cpu` (state left by earlier seeds of the boot can matter; the
     /// seed alone is `--guest-args 'seed=S seeds=1 ...'`).
     pub fn rerun_command(&self, cpu: &str, first: u64, seed: u64) -> String {
+        self.rerun_command_on(cpu, GicVersion::V3, first, seed)
+    }
+
+    /// [`Campaign::rerun_command`] on a host with `gic` (`--gic 2` for a
+    /// GICv2).
+    pub fn rerun_command_on(&self, cpu: &str, gic: GicVersion, first: u64, seed: u64) -> String {
         let count = seed.saturating_sub(first) + 1;
+        let gic = match gic {
+            GicVersion::V3 => String::new(),
+            other => format!("--gic {} ", other.number()),
+        };
         if self.needs_virtio_console() {
             return format!(
-                "cargo run --release -p qemu-runner -- --smp {} --cpu {cpu} --vm '{}'",
+                "cargo run --release -p qemu-runner -- {gic}--smp {} --cpu {cpu} --vm '{}'",
                 self.smp,
                 self.vm_spec(first, count)
             );
         }
         format!(
-            "cargo run --release -p qemu-runner -- --guest fuzz --smp {} --cpu {cpu} \
+            "cargo run --release -p qemu-runner -- {gic}--guest fuzz --smp {} --cpu {cpu} \
              --guest-args '{}'",
             self.smp,
             self.guest_args(first, count)
@@ -316,6 +326,8 @@ pub fn summarize(console: &str) -> BootSummary {
 pub struct Boot {
     /// `-cpu` model.
     pub cpu: String,
+    /// The host's GIC.
+    pub gic: GicVersion,
     /// First seed and count.
     pub seeds: (u64, u64),
     /// Its console, read.
@@ -327,10 +339,17 @@ pub struct Boot {
 }
 
 /// Boots `count` seeds from `first` on `cpu` (in a VM with a
-/// virtio-console when the campaign allows the `virtqueue` family).
+/// virtio-console when the campaign allows the `virtqueue` family), on a
+/// GICv3 host.
 pub fn boot(campaign: &Campaign, cpu: &str, first: u64, count: u64) -> Boot {
+    boot_on(campaign, cpu, GicVersion::V3, first, count)
+}
+
+/// [`boot`] on a host with `gic` (a GICv2 host gives the VM a GICv2).
+pub fn boot_on(campaign: &Campaign, cpu: &str, gic: GicVersion, first: u64, count: u64) -> Boot {
     let mut config = RunConfig {
         scenario: Scenario::Fuzz,
+        gic,
         guest_args: campaign.guest_args(first, count),
         cpu: cpu.to_string(),
         smp: campaign.smp,
@@ -356,6 +375,7 @@ pub fn boot(campaign: &Campaign, cpu: &str, first: u64, count: u64) -> Boot {
             Err(error) => {
                 return Boot {
                     cpu: cpu.to_string(),
+                    gic,
                     seeds: (first, count),
                     summary: BootSummary::default(),
                     report: None,
@@ -374,6 +394,7 @@ pub fn boot(campaign: &Campaign, cpu: &str, first: u64, count: u64) -> Boot {
         .unwrap_or_default();
     Boot {
         cpu: cpu.to_string(),
+        gic,
         seeds: (first, count),
         summary,
         report,
@@ -390,7 +411,7 @@ pub fn tally_boot(campaign: &Campaign, tally: &mut Tally, boot: &Boot) {
             seed,
             cpu: boot.cpu.clone(),
             what,
-            rerun: campaign.rerun_command(&boot.cpu, first, seed),
+            rerun: campaign.rerun_command_on(&boot.cpu, boot.gic, first, seed),
         })
     };
     let current = s.last_seed.unwrap_or(first);
@@ -484,8 +505,25 @@ pub fn virtqueue_violations(s: &BootSummary) -> Vec<String> {
     found
 }
 
-/// Runs the campaign, calling `progress` after every boot.
-pub fn run(campaign: &Campaign, mut progress: impl FnMut(&Boot, &Tally)) -> Tally {
+/// Runs the campaign on GICv3 hosts, calling `progress` after every boot.
+pub fn run(campaign: &Campaign, progress: impl FnMut(&Boot, &Tally)) -> Tally {
+    run_on(campaign, &[GicVersion::V3], progress)
+}
+
+/// Runs the campaign, calling `progress` after every boot. Boots take the
+/// `-cpu` models in turn, and the hosts' GICs `gics` in turn after each
+/// round of models (models `a`, `b` and GICs 3, 2: `a`/v3, `b`/v3, `a`/v2,
+/// `b`/v2, ...).
+pub fn run_on(
+    campaign: &Campaign,
+    gics: &[GicVersion],
+    mut progress: impl FnMut(&Boot, &Tally),
+) -> Tally {
+    let gics = if gics.is_empty() {
+        &[GicVersion::V3][..]
+    } else {
+        gics
+    };
     let mut tally = Tally::default();
     let per_boot = campaign.per_boot.max(1);
     let mut first = campaign.first_seed;
@@ -494,7 +532,8 @@ pub fn run(campaign: &Campaign, mut progress: impl FnMut(&Boot, &Tally)) -> Tall
     while first < end {
         let count = per_boot.min(end - first);
         let cpu = &campaign.cpus[index % campaign.cpus.len()];
-        let boot = boot(campaign, cpu, first, count);
+        let gic = gics[(index / campaign.cpus.len()) % gics.len()];
+        let boot = boot_on(campaign, cpu, gic, first, count);
         tally_boot(campaign, &mut tally, &boot);
         progress(&boot, &tally);
         first += count;
@@ -573,6 +612,7 @@ mod tests {
         );
         let boot = Boot {
             cpu: "max".into(),
+            gic: GicVersion::V3,
             seeds: (5, 2),
             summary: summarize(&console),
             report: None,
@@ -628,6 +668,7 @@ mod tests {
         };
         let boot = Boot {
             cpu: "max".into(),
+            gic: GicVersion::V3,
             seeds: (7, 3),
             summary: summarize("FUZZ: seed 7\nFUZZ: seed 8\n"),
             report: None,
@@ -662,6 +703,7 @@ mod tests {
         };
         let boot = Boot {
             cpu: "cortex-a57".into(),
+            gic: GicVersion::V2,
             seeds: (10, 4),
             summary: summarize("FUZZ: seed 10\nFUZZ: seed 11\n[hv] PANIC: oops\n"),
             report: None,
@@ -675,7 +717,7 @@ mod tests {
         assert_eq!(tally.failures[0].seed, 11);
         assert_eq!(
             tally.failures[0].rerun,
-            "cargo run --release -p qemu-runner -- --guest fuzz --smp 4 --cpu cortex-a57 \
+            "cargo run --release -p qemu-runner -- --gic 2 --guest fuzz --smp 4 --cpu cortex-a57 \
              --guest-args 'seed=10 seeds=2 ops=100 fuzz-allow=ptimer'"
         );
         assert!(tally.figures().contains("fuzz/hv_panics 1 panics\n"));

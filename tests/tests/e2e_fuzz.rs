@@ -18,8 +18,14 @@
 //! timer interrupt taken while its timer no longer asserts it is a
 //! violation).
 //!
+//! A short campaign runs on a GICv2 host too (`gic-version=2`): the VM gets
+//! a virtual GICv2, and the guest's model checks the GICv2 distributor, the
+//! memory-mapped CPU interface (`icc` over `GICC`) and the missing GICv3
+//! system registers (their accesses must be UNDEFINED).
+//!
 //! A failure prints each failing seed with the command that replays it.
 
+use qemu_runner::qemu::GicVersion;
 use tests::fuzz::{self, Campaign};
 
 const SEEDS: u64 = 60;
@@ -109,6 +115,49 @@ fn fuzz_campaign_on_max() {
 #[test]
 fn fuzz_campaign_on_cortex_a57() {
     campaign("cortex-a57", 1001);
+}
+
+/// Seeds of the GICv2 campaign, on each of two CPU models.
+const GICV2_SEEDS: u64 = 10;
+/// Operations per seed and vCPU of the GICv2 campaign.
+const GICV2_OPS: u64 = 1000;
+
+/// A short campaign on a GICv2 host: `max,pauth=off` and `cortex-a57`, one
+/// boot each, 4 vCPUs. Clean, every operation run, interrupts delivered.
+#[test]
+fn fuzz_campaign_on_gicv2() {
+    let campaign = Campaign {
+        first_seed: 2001,
+        seeds: 2 * GICV2_SEEDS,
+        ops: GICV2_OPS,
+        per_boot: GICV2_SEEDS,
+        cpus: vec![qemu_runner::DEFAULT_CPU.to_string(), "cortex-a57".into()],
+        allow: String::new(),
+        deny: String::new(),
+        smp: 4,
+    };
+    let mut consoles = Vec::new();
+    let tally = fuzz::run_on(&campaign, &[GicVersion::V2], |boot, _| {
+        // The whole console of each boot that did not end clean.
+        match &boot.report {
+            Some(report) if report.passed() && boot.summary.violation_lines.is_empty() => {}
+            Some(report) => consoles.push(report.explain()),
+            None => consoles.push(format!("{:?}", boot.error)),
+        }
+    });
+    let failures: String = tally
+        .failures
+        .iter()
+        .map(|f| format!("seed {}: {}\n  rerun: {}\n", f.seed, f.what, f.rerun))
+        .collect();
+    let explain = format!("{failures}{}{}", tally.figures(), consoles.join("\n"));
+    assert_eq!(tally.hv_panics, 0, "{explain}");
+    assert_eq!(tally.vm_stops, 0, "{explain}");
+    assert_eq!(tally.violations, 0, "{explain}");
+    assert!(tally.clean(), "{explain}");
+    assert_eq!(tally.seeds, 2 * GICV2_SEEDS, "{explain}");
+    assert_eq!(tally.ops, 2 * GICV2_SEEDS * GICV2_OPS * 4, "{explain}");
+    assert!(tally.interrupts > 0, "no interrupt delivered\n{explain}");
 }
 
 /// `icc-wide`: a binary point written with bits above its 3-bit field.

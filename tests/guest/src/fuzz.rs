@@ -55,7 +55,8 @@
 //!   registers must be UNDEFINED, reserved ID registers must read as zero,
 //!   `ID_AA64PFR1_EL1` must show no MTE. Reads that acknowledge interrupts and
 //!   the EL1 physical timer are left out unless allowed.
-//! * SGIs with random targets and ranges through `ICC_SGI1R/ASGI1R/SGI0R_EL1`.
+//! * SGIs with random targets and ranges through `ICC_SGI1R/ASGI1R/SGI0R_EL1`
+//!   (GICv3; on a GICv2 `GICD_SGIR`, see below).
 //! * Random instruction words at EL1 (no branches, system instructions, SVE
 //!   or memory copy/set) with registers pointing at the scratch area, devices
 //!   and holes, and at EL0 (no branches).
@@ -97,6 +98,49 @@
 //!   the middle of a request, checked against what the device must do
 //!   (see `fuzz_virtqueue`); its `VQ` lines are checked by the campaign.
 //!
+//! On a GICv2 host the VM has a GICv2: the distributor emulated by the
+//! hypervisor, whose registers of INTIDs 0..31 are banked per vCPU, and the
+//! `GICC` window, the hardware's virtual CPU interface (`GICV`) mapped at
+//! stage 2, which no access traps. The families adapt (the rest run as
+//! above):
+//! * Devices: the PL011, the distributor and `GICC` (no redistributors).
+//!   The distributor's checks follow the GICv2 specification without
+//!   security extensions: `ICPIDR2.ArchRev` 2, `GICD_TYPER` (`CPUNumber`
+//!   the vCPUs less one, no `SecurityExtn`), `ITARGETSR0..7` reading as the
+//!   vCPU's own bit, `ICFGR0` all edge, the reserved bit of every other
+//!   `ICFGR` field and the timer PPIs' edge bits zero, `NSACR`, reserved
+//!   offsets, the window past the 4 KiB distributor and the registers of
+//!   unimplemented SPIs RAZ/WI. `GICC`: reads of every register without a
+//!   side effect (never `GICC_IAR`/`AIAR`) must not abort; writes only to
+//!   `PMR`, `BPR`, `ABPR` and `CTLR` (group enables and `CBPR`; `AckCtl`
+//!   kept, `FIQEn` and `EOImode` clear, so the handler still acknowledges
+//!   every interrupt through `GICC_IAR` and `GICC_EOIR` deactivates);
+//!   `GICC_IIDR` must give architecture version 2. Straddles: the PL011 and
+//!   the end of the distributor (whose next bytes are `GICC`'s).
+//! * `icc` / `icc-wide` work on `GICC` (see [`Ctx::gicc_family`]).
+//! * SGIs go through `GICD_SGIR` (any target filter, the reserved one
+//!   included); the `ICC_*` system registers do not exist
+//!   (`ID_AA64PFR0_EL1.GIC` is 0), so every `MRS`/`MSR` of their encodings,
+//!   `ICC_SRE_EL1` and the SGI registers included, must be UNDEFINED.
+//! * Interrupt delivery and `timers` set up the banked distributor words and
+//!   `GICC` instead of a redistributor and the `ICC` registers;
+//!   `gic-active`, `keep-active` and `group0-off` keep their meaning
+//!   (group 0 is `GICC_CTLR.EnableGrp0`).
+//!
+//! Not in the default mix, `gicv2-sgi-pend` checks that writes of an SGI's
+//! bit in `GICD_ISPENDR0`/`ICPENDR0` change nothing (WI on a GICv2, see
+//! [`Ctx::gicv2_sgi_pend`]); the hypervisor pends and clears the SGI, so
+//! the default mix leaves those bits unchecked.
+//!
+//! Left out on a GICv2, having no GICv2 meaning: redistributors
+//! (`GICR_TYPER`, `WAKER`, their RAZ/WI registers), affinity routing
+//! (`IROUTER` offsets are only checked as RAZ/WI), `IGRPMODR`, group-0 and
+//! alias SGIs through system registers, `GICC_DIR` writes (`EOImode`
+//! stays 0). Also left out: instruction fetches and table walks through
+//! `GICC` (a fetch from a Device mapping is CONSTRAINED UNPREDICTABLE; a
+//! walk would read `GICC_IAR`) and straddles at its end (what lies past
+//! QEMU's `GICV` registers is QEMU's, not the hypervisor's).
+//!
 //! At the end the boot vCPU restores the PL011, prints
 //! `FUZZ: seeds=K ops=N violations=V` and passes only without violations.
 
@@ -113,9 +157,12 @@ use crate::fuzz_model::{
 };
 use crate::fuzz_virtqueue::{self, VirtqueueFuzz};
 use crate::gic::{self, Bank, GicError};
+use crate::gic_regs;
 use crate::gic_regs::{
-    GICD_CTLR, GICD_CTLR_ARE, GICD_CTLR_ENABLE_GRP0, GICD_CTLR_ENABLE_GRP1, GICR_WAKER, ICACTIVER,
-    ICENABLER, ICPENDR, ISENABLER, PRIORITY,
+    GICC_BPR, GICC_CTLR, GICC_CTLR_ACK_CTL, GICC_CTLR_ENABLE_GRP0, GICC_CTLR_ENABLE_GRP1,
+    GICC_EOIR, GICC_IAR, GICC_PMR, GICD_CTLR, GICD_CTLR_ARE, GICD_CTLR_ENABLE_GRP0,
+    GICD_CTLR_ENABLE_GRP1, GICD_SGIR, GICR_WAKER, ICACTIVER, ICENABLER, ICPENDR, ISENABLER,
+    PRIORITY,
 };
 use crate::platform::Platform;
 use crate::println;
@@ -151,6 +198,21 @@ const WINDOW_INDEX: usize = 4;
 const _: () = assert!(fuzz_model::DEVICE_ALIAS == crate::mmu::DEVICE_ALIAS_BASE);
 /// IPA bits of every VM (the hypervisor's `IPA_BITS`): above them is a hole.
 const VM_IPA_BITS: u64 = 40;
+
+/// GICv2 CPU interface registers (offsets in `GICC`) besides the driver's.
+const GICC_RPR: u64 = 0x14;
+const GICC_HPPIR: u64 = 0x18;
+const GICC_ABPR: u64 = 0x1c;
+const GICC_APR0: u64 = 0xd0;
+const GICC_IIDR: u64 = 0xfc;
+/// `GICC_CTLR.CBPR`: `GICC_BPR` serves both groups.
+const GICC_CTLR_CBPR: u32 = 1 << 4;
+/// `GICC` offsets a read of which has no side effect: every register of the
+/// first page but `GICC_IAR` and `GICC_AIAR` (which acknowledge), and the
+/// active-priority and ID registers.
+const GICC_READABLE: [u64; 16] = [
+    0x00, 0x04, 0x08, 0x14, 0x18, 0x1c, 0x28, 0xd0, 0xd4, 0xd8, 0xdc, 0xe0, 0xe4, 0xe8, 0xec, 0xfc,
+];
 
 /// Exception vectors the hook handles.
 const VECTOR_SYNC_EL1: u64 = 4;
@@ -321,6 +383,8 @@ static SETTINGS: Settings = Settings {
     uart: AtomicU64::new(0),
     gicd: AtomicU64::new(0),
     gicr: AtomicU64::new(0),
+    gicc: AtomicU64::new(0),
+    gic_sysregs: AtomicBool::new(false),
     vcpus: AtomicU64::new(0),
     lse: AtomicBool::new(false),
     el0_aarch32: AtomicBool::new(false),
@@ -344,6 +408,10 @@ struct Settings {
     uart: AtomicU64,
     gicd: AtomicU64,
     gicr: AtomicU64,
+    /// A GICv2's CPU interface (0: GICv3).
+    gicc: AtomicU64,
+    /// `ID_AA64PFR0_EL1.GIC` is not 0: the GICv3 system registers exist.
+    gic_sysregs: AtomicBool,
     vcpus: AtomicU64,
     lse: AtomicBool,
     el0_aarch32: AtomicBool,
@@ -384,6 +452,8 @@ struct Ctx {
     verbose: bool,
     lse: bool,
     el0_aarch32: bool,
+    /// The GICv3 CPU interface's system registers exist.
+    gic_sysregs: bool,
     seed: u64,
     op: u64,
     rng: Rng,
@@ -515,6 +585,17 @@ fn count_and_silence(cpu: usize, intid: u32) {
 /// Acknowledges, counts, silences the source of and completes one group-0
 /// interrupt (FIQ; the shared GIC driver only takes group 1).
 fn take_fiq(cpu: usize) {
+    if gic::gicv2_cpu_interface().is_some() {
+        // GICv2: group 0 is signalled as IRQ (`GICC_CTLR.FIQEn` stays 0);
+        // take one anyway through `GICC_IAR`.
+        let acknowledged = gic::acknowledge();
+        let intid = gic::interrupt_id(acknowledged);
+        if gic::is_interrupt(intid) {
+            count_and_silence(cpu, intid);
+            gic::end_of_interrupt(acknowledged);
+        }
+        return;
+    }
     let intid = (read_sysreg!("icc_iar0_el1") & 0xff_ffff) as u32;
     if !gic::is_interrupt(intid) {
         return;
@@ -836,6 +917,12 @@ impl Ctx {
                 let offset = self.rng.below(fuzz_model::GICD_SIZE - 16) & align;
                 (l.gicd + offset, Region::Gicd(offset))
             }
+            _ if l.is_gicv2() => {
+                // Registers whose reads have no side effect, far enough
+                // from the acknowledge registers for any width.
+                let offset = (0x28 + self.rng.below(0xb8)) & align;
+                (l.gicc + offset, Region::Gicc(offset))
+            }
             _ => {
                 let vcpu = if self.rng.one_in(2) {
                     self.cpu as u64
@@ -860,6 +947,9 @@ impl Ctx {
                     && (self.allows(FuzzOptions::ALLOW_GIC_ACTIVE)
                         || !(0x1_02f0..0x1_0380).contains(&offset))
             }
+            // Writes go through `gicc_op`, which keeps the guest's own
+            // interrupt handling working.
+            Region::Gicc(_) => false,
             _ => true,
         };
         (address, region, writable)
@@ -876,6 +966,9 @@ impl Ctx {
         }
         let size = self.rng.pick(&fuzz_model::SIZES);
         let (address, region, writable) = self.device_target(size);
+        if let Region::Gicc(_) = region {
+            return self.gicc_op();
+        }
         let mut block = self.block();
         block.x[2] = address;
         let mut value = self.rng.next();
@@ -884,7 +977,9 @@ impl Ctx {
             value = b'a' as u64 + value % 26;
         }
         if let Region::Gicd(0..4) = region {
-            value |= 0x13; // CTLR: keep ARE and both groups enabled.
+            // CTLR: keep ARE (GICv3; a GICv2 has no such bit) and both
+            // groups enabled.
+            value |= if self.layout.is_gicv2() { 0x3 } else { 0x13 };
         }
         block.x[0] = value;
         block.x[1] = value.rotate_left(32);
@@ -915,6 +1010,42 @@ impl Ctx {
         self.run(&[word], &block);
     }
 
+    /// GICv2: one access to the `GICC` window (the hardware's virtual CPU
+    /// interface, not trapped): a 32-bit read of a register without side
+    /// effects (never `GICC_IAR`/`AIAR`), which must not abort, or a write
+    /// of `PMR`, `BPR`, `ABPR` (any value) or `CTLR` (group enables and
+    /// `CBPR` at random, `AckCtl` kept, `FIQEn` and `EOImode` clear: the
+    /// guest's handler keeps acknowledging every group through `GICC_IAR`).
+    fn gicc_op(&mut self) {
+        let gicc = self.layout.gicc;
+        let mut block = self.block();
+        let (offset, value, load) = if self.rng.one_in(2) {
+            (self.rng.pick(&GICC_READABLE), 0, true)
+        } else {
+            match self.rng.below(4) {
+                0 => (GICC_PMR, self.rng.next() & 0xff, false),
+                1 => (GICC_BPR, self.rng.below(8), false),
+                2 => (GICC_ABPR, self.rng.below(8), false),
+                _ => {
+                    let bits = u64::from(GICC_CTLR_ENABLE_GRP0 | GICC_CTLR_ENABLE_GRP1)
+                        | u64::from(GICC_CTLR_CBPR);
+                    (
+                        GICC_CTLR,
+                        (self.rng.next() & bits) | u64::from(GICC_CTLR_ACK_CTL),
+                        false,
+                    )
+                }
+            }
+        };
+        self.note = "device: GICC";
+        block.x[2] = gicc + offset;
+        block.x[0] = value;
+        let outcome = self.run(&[fuzz_model::ldst(load, 2, 0, 2)], &block);
+        if outcome.taken != 0 {
+            self.violation("GICC register access aborted", offset, outcome.esr);
+        }
+    }
+
     /// A 4-, 8- or 16-byte access at the last 2 bytes of a device window (the
     /// PL011, the distributor, or a redistributor's `RD_base` or `SGI_base`
     /// frame, each a window of its own), made through the device alias:
@@ -929,6 +1060,9 @@ impl Ctx {
         let l = self.layout;
         let end = match self.rng.below(3) {
             0 => l.uart + fuzz_model::UART_SIZE,
+            // GICv2: the bytes past the distributor are the GICC window's
+            // (mapped, not trapped); the distributor half must still abort.
+            _ if l.is_gicv2() => l.gicd + fuzz_model::GICD_SIZE,
             1 => l.gicd + fuzz_model::GICD_SIZE,
             _ => l.gicr + (1 + self.rng.below(2 * l.vcpus)) * (fuzz_model::GICR_STRIDE / 2),
         };
@@ -984,6 +1118,9 @@ impl Ctx {
     /// Writes random values to a register the GIC specification makes RAZ/WI
     /// (affinity routing on, one security state) and reads it back.
     fn gic_razwi(&mut self) {
+        if self.layout.is_gicv2() {
+            return self.gicv2_razwi();
+        }
         let l = self.layout;
         let typer = SETTINGS.gicd_typer.load(Ordering::Relaxed);
         let spis_end = 32 * ((typer & 0x1f) + 1);
@@ -1063,12 +1200,182 @@ impl Ctx {
         }
     }
 
+    /// GICv2 (no security extensions): writes random values to a register
+    /// the GICv2 specification makes read-only or RAZ/WI, reads it back.
+    /// `ITARGETSR0..7` read as the reading CPU's own bit in every byte,
+    /// `ICFGR0` (SGIs, always edge-triggered) as `0xaaaaaaaa`; in the other
+    /// `ICFGR` words the reserved bit of every field (`Int_config[0]`)
+    /// reads as zero, and in `ICFGR1` so do the fields of the timer PPIs
+    /// (level-sensitive, like the lines behind them); `NSACR`, the
+    /// reserved offsets of the 4 KiB distributor, the rest of the 64 KiB
+    /// window (where a GICv3 has `IROUTER`) and the registers of SPIs beyond
+    /// `ITLinesNumber` read as zero.
+    fn gicv2_razwi(&mut self) {
+        if self.allows(FuzzOptions::ALLOW_GICV2_SGI_PEND) && self.rng.one_in(4) {
+            return self.gicv2_sgi_pend();
+        }
+        let l = self.layout;
+        let typer = SETTINGS.gicd_typer.load(Ordering::Relaxed);
+        let spis_end = 32 * ((typer & 0x1f) + 1);
+        let own = 0x0101_0101u64 << self.cpu;
+        let mut mask = u64::from(u32::MAX);
+        let (address, what, expect) = match self.rng.below(8) {
+            7 => {
+                // ICFGR1 (PPIs, banked) or an implemented SPI's word.
+                let word = 1 + self.rng.below(spis_end / 16 - 1);
+                mask = 0x5555_5555;
+                if word == 1 {
+                    mask |= 1 << (2 * (TIMER_INTID - 16) + 1) | 1 << (2 * (PTIMER_INTID - 16) + 1);
+                }
+                (
+                    l.gicd + 0xc00 + 4 * word,
+                    "GICD_ICFGR: a reserved bit or a timer PPI's edge bit is set",
+                    0,
+                )
+            }
+            0 => (
+                l.gicd + 0x800 + 4 * self.rng.below(8),
+                "GICD_ITARGETSR0..7 does not name the reading CPU",
+                own,
+            ),
+            1 => (l.gicd + 0xc00, "GICD_ICFGR0 is not all edge", 0xaaaa_aaaa),
+            2 => (
+                l.gicd + 0xe00 + 4 * self.rng.below(64),
+                "GICD_NSACR is not RAZ/WI",
+                0,
+            ),
+            3 => (
+                l.gicd
+                    + self.rng.pick(&[
+                        0x0c, 0x10, 0x1c, 0x40, 0x5c, 0x7c, 0xf04, 0xf0c, 0xf30, 0xfcc, 0x1000,
+                        0x6000, 0x6100, 0x8000, 0xfffc,
+                    ]),
+                "GICD reserved offset is not RAZ/WI",
+                0,
+            ),
+            4 => {
+                // Bit registers of SPIs beyond ITLinesNumber.
+                let word = spis_end / 32 + self.rng.below(32 - spis_end / 32);
+                (
+                    l.gicd + 0x80 * (1 + self.rng.below(6)) + 4 * word,
+                    "GICD register of an unimplemented SPI",
+                    0,
+                )
+            }
+            5 => {
+                let intid = spis_end + self.rng.below(1020 - spis_end);
+                (
+                    l.gicd + 0x400 + (intid & !3),
+                    "GICD_IPRIORITYR of an unimplemented SPI",
+                    0,
+                )
+            }
+            _ => {
+                let intid = spis_end + self.rng.below(1020 - spis_end);
+                (
+                    l.gicd + 0x800 + (intid & !3),
+                    "GICD_ITARGETSR of an unimplemented SPI",
+                    0,
+                )
+            }
+        };
+        let mut block = self.block();
+        block.x[2] = address;
+        block.x[0] = self.rng.next() & 0xffff_ffff;
+        let outcome = self.run(
+            &[
+                fuzz_model::ldst(false, 2, 0, 2),
+                fuzz_model::ldst(true, 2, 1, 2),
+            ],
+            &block,
+        );
+        if outcome.taken != 0 {
+            self.violation("RAZ/WI GIC register access aborted", address, outcome.esr);
+        } else if outcome.out[1] & mask != expect {
+            self.violation(what, address, outcome.out[1]);
+        }
+    }
+
+    /// `gicv2-sgi-pend`: an SGI's bits in `GICD_ISPENDR0` and
+    /// `GICD_ICPENDR0` are WI on a GICv2. The SGI is disabled in the vCPU's
+    /// bank and its sources cleared (`GICD_CPENDSGIR`), then its `ISPENDR0`
+    /// bit written: it must not read as pending; then it is sent to the
+    /// vCPU itself (`GICD_SGIR`) and its `ICPENDR0` bit written: it must
+    /// still be pending from that source (with one vCPU nobody else sends
+    /// or clears it meanwhile).
+    fn gicv2_sgi_pend(&mut self) {
+        let gicd = self.layout.gicd;
+        let sgi = self.rng.below(16) as u32;
+        let bit = 1u32 << sgi;
+        let own = Bank::Redistributor(self.cpu);
+        gic::write_bits(own, ICENABLER, sgi, bit);
+        // SAFETY: a byte store to GICD_CPENDSGIR<sgi>, in the distributor
+        // frame mapped as device memory: clears the SGI's sources on this
+        // vCPU.
+        unsafe { core::ptr::write_volatile((gicd + 0xf10 + u64::from(sgi)) as *mut u8, 0xff) };
+        gic::write_bits(own, ICPENDR, sgi, bit);
+        let before = gic::read_bits(own, gic_regs::ISPENDR, sgi) & bit;
+        gic::write_bits(own, gic_regs::ISPENDR, sgi, bit);
+        let after = gic::read_bits(own, gic_regs::ISPENDR, sgi) & bit;
+        let sources = (mmio_read32(gicd + 0xf20 + u64::from(sgi & !3)) >> (8 * (sgi % 4))) & 0xff;
+        // SAFETY: as above.
+        unsafe { core::ptr::write_volatile((gicd + 0xf10 + u64::from(sgi)) as *mut u8, 0xff) };
+        gic::send_sgi_to_self(sgi);
+        let sent = gic::read_bits(own, gic_regs::ISPENDR, sgi) & bit;
+        gic::write_bits(own, ICPENDR, sgi, bit);
+        let kept = gic::read_bits(own, gic_regs::ISPENDR, sgi) & bit;
+        if sent != 0 && kept == 0 {
+            self.violation(
+                "GICD_ICPENDR0 write cleared a pending SGI (WI on a GICv2)",
+                sgi.into(),
+                0,
+            );
+        }
+        // SAFETY: as above; leaves no source behind.
+        unsafe { core::ptr::write_volatile((gicd + 0xf10 + u64::from(sgi)) as *mut u8, 0xff) };
+        gic::write_bits(own, ICPENDR, sgi, bit);
+        if before == 0 && after != 0 {
+            self.violation(
+                "GICD_ISPENDR0 write made an SGI pending (WI on a GICv2)",
+                sgi.into(),
+                sources.into(),
+            );
+        }
+    }
+
+    /// GICv2: the distributor's `ICPIDR2.ArchRev` (2), `GICD_TYPER`
+    /// (stable, `CPUNumber` the vCPUs less one, no security extensions) and
+    /// `GICC_IIDR`'s architecture version (2).
+    fn gicv2_id_registers(&mut self, which: u64) {
+        let l = self.layout;
+        let mut block = self.block();
+        let (address, what) = match which {
+            1 => (l.gicd + 0xfe8, "GICD_ICPIDR2 does not say GICv2"),
+            2 => (l.gicd + 4, "GICD_TYPER"),
+            _ => (l.gicc + GICC_IIDR, "GICC_IIDR does not say GICv2"),
+        };
+        block.x[2] = address;
+        let o = self.run(&[fuzz_model::ldst(true, 2, 0, 2)], &block);
+        let value = o.out[0];
+        let typer = SETTINGS.gicd_typer.load(Ordering::Relaxed);
+        let ok = o.taken == 0
+            && match which {
+                1 => (value >> 4) & 0xf == 2,
+                2 => value == typer && (value >> 5) & 7 == l.vcpus - 1 && value & (1 << 10) == 0,
+                _ => (value >> 16) & 0xf == 2,
+            };
+        if !ok {
+            self.violation(what, address, value);
+        }
+    }
+
     /// ID and type registers: PL011 PrimeCell IDs, GIC architecture revision,
     /// `GICD_TYPER` stability, `GICR_TYPER` of a random redistributor.
     fn id_registers(&mut self) {
         let l = self.layout;
         let mut block = self.block();
         match self.rng.below(4) {
+            which @ 1..4 if l.is_gicv2() => self.gicv2_id_registers(which),
             0 => {
                 const PL011_ID: [u64; 8] = [0x11, 0x10, 0x34, 0x00, 0x0d, 0xf0, 0x05, 0xb1];
                 let i = self.rng.below(8);
@@ -1401,8 +1708,14 @@ impl Ctx {
             ),
             _ => SysReg::random(&mut self.rng),
         };
-        if reg.is_sgi()
-            || (reg.read_acknowledges() && !self.allows(FuzzOptions::ALLOW_GIC_ACTIVE))
+        // Without the GICv3 system-register interface (a GICv2 host), the
+        // ICC encodings are unallocated: every access is UNDEFINED, so none
+        // acknowledges or sends anything.
+        let icc_undefined = !self.gic_sysregs && reg.is_gicv3_cpu_interface();
+        if (reg.is_sgi() && !icc_undefined)
+            || (reg.read_acknowledges()
+                && !icc_undefined
+                && !self.allows(FuzzOptions::ALLOW_GIC_ACTIVE))
             || (reg.is_physical_timer() && !self.allows(FuzzOptions::ALLOW_PTIMER))
         {
             return;
@@ -1410,6 +1723,19 @@ impl Ctx {
         let block = self.block();
         let read = self.run(&[reg.mrs(0)], &block);
         let value = read.out[0];
+        if icc_undefined {
+            let mut block = self.block();
+            block.x[0] = self.rng.next();
+            let write = self.run(&[reg.msr(0)], &block);
+            if !read.is_undef() || !write.is_undef() {
+                self.violation(
+                    "ICC register did not UNDEF without the GICv3 system registers",
+                    encoding(reg),
+                    if read.is_undef() { write.esr } else { value },
+                );
+            }
+            return;
+        }
         if reg.is_undefined_at_el1() && !read.is_undef() {
             self.violation(
                 "EL2/EL3 register did not UNDEF at EL1",
@@ -1446,6 +1772,9 @@ impl Ctx {
     }
 
     fn sgi_op(&mut self) {
+        if self.layout.is_gicv2() {
+            return self.sgir_op();
+        }
         let mut value = self.rng.next();
         // Mostly plausible: few clusters, no range selector.
         if !self.rng.one_in(4) {
@@ -1461,6 +1790,88 @@ impl Ctx {
         let outcome = self.run(&[reg.msr(0)], &block);
         if outcome.taken != 0 {
             self.violation("SGI register write took an exception", value, outcome.esr);
+        }
+    }
+
+    /// GICv2: SGIs through `GICD_SGIR` (mostly a target list, all but
+    /// self, or self; sometimes any value, the reserved filter included),
+    /// which must not abort; and now and then an `ICC_SGI*R_EL1` write,
+    /// which without the GICv3 system registers must be UNDEFINED.
+    fn sgir_op(&mut self) {
+        if !self.gic_sysregs && self.rng.one_in(6) {
+            let reg = match self.rng.below(3) {
+                0 => SysReg::new(3, 0, 12, 11, 6), // ASGI1R
+                1 => SysReg::new(3, 0, 12, 11, 7), // SGI0R
+                _ => ICC_SGI1R_EL1,
+            };
+            let mut block = self.block();
+            block.x[0] = self.rng.next();
+            let outcome = self.run(&[reg.msr(0)], &block);
+            if !outcome.is_undef() {
+                self.violation(
+                    "ICC SGI register did not UNDEF without the GICv3 system registers",
+                    encoding(reg),
+                    outcome.esr,
+                );
+            }
+            return;
+        }
+        let mut value = self.rng.next() & 0xffff_ffff;
+        if !self.rng.one_in(4) {
+            // TargetListFilter 0..=2, CPUTargetList, NSATT, INTID.
+            value &= 0x03ff_800f;
+            if value >> 24 == 3 {
+                value &= !(1 << 24);
+            }
+        }
+        let mut block = self.block();
+        block.x[0] = value;
+        block.x[2] = self.layout.gicd + GICD_SGIR;
+        let outcome = self.run(&[fuzz_model::ldst(false, 2, 0, 2)], &block);
+        if outcome.taken != 0 {
+            self.violation("GICD_SGIR write took an exception", value, outcome.esr);
+        }
+    }
+
+    /// GICv3: turns the distributor and the CPU interface on for the
+    /// interrupt checks (`PMR` open, binary point 0, `CBPR` and `EOImode` 0,
+    /// group 1 on, group 0 left as it is). GICv2: the same through `GICC`
+    /// (`AckCtl` set).
+    fn cpu_interface_on(&mut self) {
+        if self.layout.is_gicv2() {
+            let gicc = self.layout.gicc;
+            mmio_write32(
+                self.layout.gicd + GICD_CTLR,
+                GICD_CTLR_ENABLE_GRP1 | GICD_CTLR_ENABLE_GRP0,
+            );
+            gic::set_priority_mask(0xff);
+            mmio_write32(gicc + GICC_BPR, 0);
+            let ctlr = mmio_read32(gicc + GICC_CTLR) & GICC_CTLR_ENABLE_GRP0;
+            mmio_write32(
+                gicc + GICC_CTLR,
+                ctlr | GICC_CTLR_ENABLE_GRP1 | GICC_CTLR_ACK_CTL,
+            );
+            return;
+        }
+        mmio_write32(
+            self.layout.gicd + GICD_CTLR,
+            GICD_CTLR_ARE | GICD_CTLR_ENABLE_GRP1 | GICD_CTLR_ENABLE_GRP0,
+        );
+        gic::set_priority_mask(0xff);
+        write_sysreg!("icc_bpr1_el1", 0);
+        write_sysreg!("icc_ctlr_el1", 0);
+        write_sysreg!("icc_igrpen1_el1", 1);
+    }
+
+    /// Enables group 0 in the CPU interface (`ICC_IGRPEN0_EL1`, or
+    /// `GICC_CTLR.EnableGrp0` on a GICv2).
+    fn group0_on(&mut self) {
+        if self.layout.is_gicv2() {
+            let gicc = self.layout.gicc;
+            let ctlr = mmio_read32(gicc + GICC_CTLR);
+            mmio_write32(gicc + GICC_CTLR, ctlr | GICC_CTLR_ENABLE_GRP0);
+        } else {
+            write_sysreg!("icc_igrpen0_el1", 1);
         }
     }
 
@@ -1482,6 +1893,9 @@ impl Ctx {
             block.x[i] = match self.rng.below(4) {
                 0 => l.uart + self.rng.below(fuzz_model::UART_SIZE),
                 1 => l.gicd + 0x800 + self.rng.below(0x400),
+                // GICv2: the vCPU's banked priorities (random words must
+                // not write the GICC, whose registers drive the handler).
+                2 if l.is_gicv2() => l.gicd + 0x400 + self.rng.below(0x20),
                 2 => own_gicr + self.rng.below(0x300),
                 _ => l.hole(&mut self.rng, 8),
             };
@@ -1598,10 +2012,12 @@ impl Ctx {
         }
         let physical = self.allows(FuzzOptions::ALLOW_PTIMER);
         let own = Bank::Redistributor(self.cpu);
-        mmio_write32(
-            self.layout.gicr + self.cpu as u64 * fuzz_model::GICR_STRIDE + GICR_WAKER,
-            0,
-        );
+        if !self.layout.is_gicv2() {
+            mmio_write32(
+                self.layout.gicr + self.cpu as u64 * fuzz_model::GICR_STRIDE + GICR_WAKER,
+                0,
+            );
+        }
         for intid in [TIMER_INTID, PTIMER_INTID] {
             if intid == PTIMER_INTID && !physical {
                 continue;
@@ -1614,14 +2030,7 @@ impl Ctx {
             gic::write_bits(own, ICPENDR, intid, 1 << intid);
             gic::write_bits(own, ISENABLER, intid, 1 << intid);
         }
-        mmio_write32(
-            self.layout.gicd + GICD_CTLR,
-            GICD_CTLR_ARE | GICD_CTLR_ENABLE_GRP1 | GICD_CTLR_ENABLE_GRP0,
-        );
-        gic::set_priority_mask(0xff);
-        write_sysreg!("icc_bpr1_el1", 0);
-        write_sysreg!("icc_ctlr_el1", 0);
-        write_sysreg!("icc_igrpen1_el1", 1);
+        self.cpu_interface_on();
         // SAFETY: masking IRQ and FIQ only defers interrupts.
         unsafe { asm!("msr daifset, #3", options(nostack)) };
         let frequency = read_sysreg!("cntfrq_el0");
@@ -1716,6 +2125,9 @@ impl Ctx {
         if !self.allows(FuzzOptions::ALLOW_ICC) {
             return self.interrupt_op();
         }
+        if self.layout.is_gicv2() {
+            return self.gicc_family();
+        }
         let wide = self.allows(FuzzOptions::ALLOW_ICC_WIDE);
         for _ in 0..2 + self.rng.below(4) {
             let binary_point = if wide && self.rng.one_in(2) {
@@ -1762,6 +2174,76 @@ impl Ctx {
         gic::set_priority_mask(0xff);
     }
 
+    /// The `icc` family on a GICv2: two to five random accesses to the
+    /// memory-mapped `GICC`: `BPR` and `ABPR` (3-bit values; with
+    /// `icc-wide` also values with the reserved bits above the field set),
+    /// `CTLR.CBPR`, `PMR` (must read back as written, less the
+    /// unimplemented priority bits), the `CTLR` group enables, a `GICC_IAR`
+    /// read completed by `GICC_EOIR`, and reads of `RPR`, `HPPIR`, `BPR`,
+    /// `ABPR` and `CTLR`. `AckCtl` stays set, `FIQEn` and `EOImode` clear.
+    fn gicc_family(&mut self) {
+        let gicc = self.layout.gicc;
+        let wide = self.allows(FuzzOptions::ALLOW_ICC_WIDE);
+        let keep = GICC_CTLR_ENABLE_GRP0 | GICC_CTLR_ENABLE_GRP1 | GICC_CTLR_CBPR;
+        for _ in 0..2 + self.rng.below(4) {
+            let binary_point = if wide && self.rng.one_in(2) {
+                (self.rng.next() as u32) | 8
+            } else {
+                self.rng.below(8) as u32
+            };
+            let ctlr = mmio_read32(gicc + GICC_CTLR) & keep;
+            match self.rng.below(7) {
+                0 => mmio_write32(gicc + GICC_BPR, binary_point),
+                1 => mmio_write32(gicc + GICC_ABPR, binary_point),
+                2 => {
+                    let cbpr = if self.rng.one_in(2) {
+                        GICC_CTLR_CBPR
+                    } else {
+                        0
+                    };
+                    mmio_write32(
+                        gicc + GICC_CTLR,
+                        (ctlr & !GICC_CTLR_CBPR) | cbpr | GICC_CTLR_ACK_CTL,
+                    );
+                }
+                3 => {
+                    mmio_write32(gicc + GICC_PMR, 0xff);
+                    let implemented = mmio_read32(gicc + GICC_PMR);
+                    let value = self.rng.below(256) as u32;
+                    mmio_write32(gicc + GICC_PMR, value);
+                    let read = mmio_read32(gicc + GICC_PMR);
+                    if read != value & implemented {
+                        self.violation(
+                            "GICC_PMR did not read back as written",
+                            value.into(),
+                            read.into(),
+                        );
+                    }
+                }
+                4 => {
+                    let groups = (self.rng.below(4) as u32)
+                        & (GICC_CTLR_ENABLE_GRP0 | GICC_CTLR_ENABLE_GRP1);
+                    mmio_write32(
+                        gicc + GICC_CTLR,
+                        (ctlr & GICC_CTLR_CBPR) | groups | GICC_CTLR_ACK_CTL,
+                    );
+                }
+                5 => {
+                    let ack = mmio_read32(gicc + GICC_IAR);
+                    if gic::is_interrupt(ack & 0x3ff) {
+                        mmio_write32(gicc + GICC_EOIR, ack);
+                    }
+                }
+                _ => {
+                    for offset in [GICC_RPR, GICC_HPPIR, GICC_BPR, GICC_ABPR, GICC_CTLR] {
+                        let _ = mmio_read32(gicc + offset);
+                    }
+                }
+            }
+        }
+        gic::set_priority_mask(0xff);
+    }
+
     /// Sets up the GIC for an SGI or the timer on this vCPU, raises it and
     /// waits for it; one retry before a violation.
     fn interrupt_op(&mut self) {
@@ -1786,6 +2268,31 @@ impl Ctx {
     fn dump_interrupt_state(&mut self, intid: u32) {
         static DUMPS: [AtomicU32; FUZZ_CPUS] = [const { AtomicU32::new(0) }; FUZZ_CPUS];
         if DUMPS[self.cpu].fetch_add(1, Ordering::Relaxed) >= 2 {
+            return;
+        }
+        if self.layout.is_gicv2() {
+            let (gicc, gicd) = (self.layout.gicc, self.layout.gicd);
+            println!(
+                "FUZZ: vcpu{} INTID {intid}: GICC RPR {:#x} HPPIR {:#x} APR0 {:#x} PMR {:#x} \
+                 CTLR {:#x} BPR {:#x} | GICD bank ISENABLER0 {:#x} ISPENDR0 {:#x} ISACTIVER0 \
+                 {:#x} IGROUPR0 {:#x} | GICD_CTLR {:#x} SPI ISACTIVER {:#x} ISPENDR {:#x} \
+                 ISENABLER {:#x}",
+                self.cpu,
+                mmio_read32(gicc + GICC_RPR),
+                mmio_read32(gicc + GICC_HPPIR),
+                mmio_read32(gicc + GICC_APR0),
+                mmio_read32(gicc + GICC_PMR),
+                mmio_read32(gicc + GICC_CTLR),
+                mmio_read32(gicc + GICC_BPR),
+                mmio_read32(gicd + 0x100),
+                mmio_read32(gicd + 0x200),
+                mmio_read32(gicd + 0x300),
+                mmio_read32(gicd + 0x080),
+                mmio_read32(gicd),
+                mmio_read32(gicd + 0x304),
+                mmio_read32(gicd + 0x204),
+                mmio_read32(gicd + 0x104),
+            );
             return;
         }
         let sgi_base = self.layout.gicr + self.cpu as u64 * fuzz_model::GICR_STRIDE + 0x1_0000;
@@ -1824,7 +2331,9 @@ impl Ctx {
         let rd = l.gicr + self.cpu as u64 * fuzz_model::GICR_STRIDE;
         let own = Bank::Redistributor(self.cpu);
         let bit = 1u32 << intid;
-        mmio_write32(rd + GICR_WAKER, 0); // awake
+        if !l.is_gicv2() {
+            mmio_write32(rd + GICR_WAKER, 0); // awake
+        }
         gic::set_group1(own, intid);
         // ICACTIVER0: the INTID, or (see ALLOW_KEEP_ACTIVE) every private
         // interrupt, which pile up in the active state like SPIs.
@@ -1835,14 +2344,7 @@ impl Ctx {
             gic::write_bits(own, ICPENDR, intid, bit); // no stale edge state
         }
         gic::write_bits(own, ISENABLER, intid, bit);
-        mmio_write32(
-            l.gicd + GICD_CTLR,
-            GICD_CTLR_ARE | GICD_CTLR_ENABLE_GRP1 | GICD_CTLR_ENABLE_GRP0,
-        );
-        gic::set_priority_mask(0xff);
-        write_sysreg!("icc_bpr1_el1", 0);
-        write_sysreg!("icc_ctlr_el1", 0);
-        write_sysreg!("icc_igrpen1_el1", 1);
+        self.cpu_interface_on();
         if !self.allows(FuzzOptions::ALLOW_KEEP_ACTIVE) {
             // SPIs pile up in the active state over a long run (see
             // ALLOW_KEEP_ACTIVE): deactivate them all, as a guest may.
@@ -1855,7 +2357,7 @@ impl Ctx {
             // Random distributor writes leave group-0 SPIs pending here; the
             // hypervisor lists them by priority even while group 0 is off,
             // which could starve group 1 (see ALLOW_GROUP0_OFF).
-            write_sysreg!("icc_igrpen0_el1", 1);
+            self.group0_on();
         }
         let before = IRQS[self.cpu][intid as usize].load(Ordering::Relaxed);
         if intid == TIMER_INTID {
@@ -2028,7 +2530,14 @@ impl Ctx {
                 };
                 self.set_window(target | NORMAL_BLOCK);
                 let offset = if target == 0 && self.rng.one_in(2) {
-                    self.device_target(2).0
+                    // Not the GICC window: mapped at stage 2 as Device
+                    // memory, a fetch from it is CONSTRAINED UNPREDICTABLE.
+                    loop {
+                        let (address, region, _) = self.device_target(2);
+                        if !matches!(region, Region::Gicc(_)) {
+                            break address;
+                        }
+                    }
                 } else {
                     self.rng.below(1 << 30) & !3
                 };
@@ -2054,6 +2563,9 @@ impl Ctx {
                 let table = match self.rng.below(4) {
                     0 => l.uart,
                     1 => l.gicd + (self.rng.below(16) << 12),
+                    // GICv2: no redistributor; never the GICC (a walk
+                    // would read GICC_IAR).
+                    2 if l.is_gicv2() => l.gicd + (self.rng.below(16) << 12),
                     2 => {
                         l.gicr
                             + ((self.cpu as u64 * fuzz_model::GICR_STRIDE)
@@ -2157,11 +2669,13 @@ fn setup_cpu() -> Result<(), GicError> {
 
 /// Runs the scenario on the boot vCPU.
 pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
-    // GICv3 only: the fuzzer drives redistributors and the ICC registers.
-    let Some(frames) = platform.gic.filter(|frames| frames.cpu_interface.is_none()) else {
+    // A GICv3 (distributor and redistributors) or a GICv2 (distributor and
+    // CPU interface).
+    let Some(frames) = platform.gic else {
         return Err(Failure::NoGic);
     };
     let (gicd, gicr) = (frames.distributor, frames.redistributors);
+    let gicc = frames.cpu_interface.unwrap_or(0);
     gic::init_distributor(frames).map_err(|error| Failure::Gic { cpu: 0, error })?;
     let workers = platform.cpus().len().min(FUZZ_CPUS);
     let s = &SETTINGS;
@@ -2175,17 +2689,26 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
     s.ram_end.store(ram.end, Ordering::Relaxed);
     s.uart.store(platform.uart_base, Ordering::Relaxed);
     s.gicd.store(gicd, Ordering::Relaxed);
-    s.gicr.store(gicr.start, Ordering::Relaxed);
-    s.vcpus.store(
-        (gicr.len() / fuzz_model::GICR_STRIDE).min(platform.cpus().len() as u64),
-        Ordering::Relaxed,
-    );
+    s.gicc.store(gicc, Ordering::Relaxed);
+    if gicc != 0 {
+        s.gicr.store(0, Ordering::Relaxed);
+        s.vcpus
+            .store(platform.cpus().len() as u64, Ordering::Relaxed);
+    } else {
+        s.gicr.store(gicr.start, Ordering::Relaxed);
+        s.vcpus.store(
+            (gicr.len() / fuzz_model::GICR_STRIDE).min(platform.cpus().len() as u64),
+            Ordering::Relaxed,
+        );
+    }
     for (slot, &mpidr) in MPIDRS.iter().zip(platform.cpus()) {
         slot.store(mpidr, Ordering::Relaxed);
     }
     let isar0 = read_sysreg!("id_aa64isar0_el1");
     s.lse.store((isar0 >> 20) & 0xf >= 2, Ordering::Relaxed);
     let pfr0 = read_sysreg!("id_aa64pfr0_el1");
+    s.gic_sysregs
+        .store((pfr0 >> 24) & 0xf != 0, Ordering::Relaxed);
     let aarch32 = options.allows(FuzzOptions::ALLOW_EL0_AARCH32) && pfr0 & 0xf == 2;
     s.el0_aarch32.store(aarch32, Ordering::Relaxed);
     s.dczid.store(read_sysreg!("dczid_el0"), Ordering::Relaxed);
@@ -2207,11 +2730,17 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
     WORKERS.store(workers, Ordering::Relaxed);
     map_el0_window(crate::mmu::level1(), workers);
     println!(
-        "test-guest: fuzz: seeds {}..{} ({} ops per seed and vCPU), {workers} vCPUs, LSE {}, \
-         AArch32 EL0 {}, allow {:#x}",
+        "test-guest: fuzz: seeds {}..{} ({} ops per seed and vCPU), {workers} vCPUs, GICv{} \
+         (ICC system registers {}), LSE {}, AArch32 EL0 {}, allow {:#x}",
         options.seed,
         options.seed + options.seeds,
         options.ops,
+        if gicc != 0 { 2 } else { 3 },
+        if s.gic_sysregs.load(Ordering::Relaxed) {
+            "yes"
+        } else {
+            "no"
+        },
         if s.lse.load(Ordering::Relaxed) {
             "yes"
         } else {
@@ -2288,6 +2817,7 @@ fn worker(cpu: usize, boot: bool) -> bool {
         uart: s.uart.load(Ordering::Relaxed),
         gicd: s.gicd.load(Ordering::Relaxed),
         gicr: s.gicr.load(Ordering::Relaxed),
+        gicc: s.gicc.load(Ordering::Relaxed),
         vcpus: s.vcpus.load(Ordering::Relaxed),
         virtio: (
             s.virtio_start.load(Ordering::Relaxed),
@@ -2314,6 +2844,7 @@ fn worker(cpu: usize, boot: bool) -> bool {
         verbose: s.verbose.load(Ordering::Relaxed),
         lse: s.lse.load(Ordering::Relaxed),
         el0_aarch32: s.el0_aarch32.load(Ordering::Relaxed),
+        gic_sysregs: s.gic_sysregs.load(Ordering::Relaxed),
         seed: first,
         op: 0,
         rng: Rng::new(first, cpu as u64),

@@ -58,9 +58,12 @@ pub struct Layout {
     pub uart: u64,
     /// GIC distributor base (a 64 KiB window).
     pub gicd: u64,
-    /// First redistributor (128 KiB per vCPU).
+    /// First redistributor (128 KiB per vCPU; none on a GICv2).
     pub gicr: u64,
-    /// vCPUs, so redistributors.
+    /// A GICv2's CPU interface window (`GICC`, 64 KiB: the hardware's
+    /// `GICV` frame mapped at stage 2), or 0 on a GICv3.
+    pub gicc: u64,
+    /// vCPUs (so redistributors on a GICv3).
     pub vcpus: u64,
     /// The virtio-mmio windows `[start, end)` (empty when the VM has no
     /// virtio device): never called holes.
@@ -77,6 +80,8 @@ pub const UART_SIZE: u64 = 0x1000;
 pub const GICD_SIZE: u64 = 0x1_0000;
 /// Size of one redistributor (`RD_base` + `SGI_base`).
 pub const GICR_STRIDE: u64 = 0x2_0000;
+/// Size of a GICv2's CPU interface window.
+pub const GICC_SIZE: u64 = 0x1_0000;
 /// Top (exclusive) of the 39-bit virtual address space the guest's level-1
 /// table translates.
 pub const VA_LIMIT: u64 = 1 << 39;
@@ -98,6 +103,8 @@ pub enum Region {
     Gicd(u64),
     /// Redistributor `vcpu`, at this offset in its 128 KiB.
     Gicr(u64, u64),
+    /// A GICv2's CPU interface window, at this offset.
+    Gicc(u64),
     /// A virtio-mmio window, at this offset from the first.
     Virtio(u64),
     /// Nothing: an access must abort.
@@ -105,6 +112,20 @@ pub enum Region {
 }
 
 impl Layout {
+    /// Whether the GIC is a GICv2 (a `GICC` window, no redistributors).
+    pub fn is_gicv2(&self) -> bool {
+        self.gicc != 0
+    }
+
+    /// End of the redistributor region (its start on a GICv2: empty).
+    pub fn gicr_end(&self) -> u64 {
+        if self.is_gicv2() {
+            self.gicr
+        } else {
+            self.gicr + self.vcpus * GICR_STRIDE
+        }
+    }
+
     /// The region holding `address`.
     pub fn region(&self, address: u64) -> Region {
         if (self.ram.0..self.ram.1).contains(&address) {
@@ -113,7 +134,9 @@ impl Layout {
             Region::Uart(address - self.uart)
         } else if (self.gicd..self.gicd + GICD_SIZE).contains(&address) {
             Region::Gicd(address - self.gicd)
-        } else if (self.gicr..self.gicr + self.vcpus * GICR_STRIDE).contains(&address) {
+        } else if self.gicc != 0 && (self.gicc..self.gicc + GICC_SIZE).contains(&address) {
+            Region::Gicc(address - self.gicc)
+        } else if (self.gicr..self.gicr_end()).contains(&address) {
             let offset = address - self.gicr;
             Region::Gicr(offset / GICR_STRIDE, offset % GICR_STRIDE)
         } else if (self.virtio.0..self.virtio.1).contains(&address) {
@@ -134,7 +157,8 @@ impl Layout {
             && !(address..address + size).contains(&self.ram.0)
             && !(address..address + size).contains(&self.uart)
             && !(address..address + size).contains(&self.gicd)
-            && !(address..address + size).contains(&self.gicr)
+            && (self.is_gicv2() || !(address..address + size).contains(&self.gicr))
+            && (!self.is_gicv2() || !(address..address + size).contains(&self.gicc))
             && (self.virtio.0 == self.virtio.1
                 || !(address..address + size).contains(&self.virtio.0))
             && (address + size <= self.reserved.0 || address >= self.reserved.1)
@@ -148,7 +172,8 @@ impl Layout {
                 0 => self.ram.1 + rng.below(0x10_0000),
                 1 => self.uart + UART_SIZE + rng.below(0x1_0000),
                 2 => self.gicd + GICD_SIZE + rng.below(0x1_0000),
-                3 => self.gicr + self.vcpus * GICR_STRIDE + rng.below(0x10_0000),
+                3 if self.is_gicv2() => self.gicc + GICC_SIZE + rng.below(0x10_0000),
+                3 => self.gicr_end() + rng.below(0x10_0000),
                 4 => rng.below(1 << 32),
                 _ => rng.below(IDENTITY_LIMIT),
             };
@@ -315,6 +340,23 @@ impl SysReg {
     /// The EL1 physical timer (`CNTP_TVAL/CTL/CVAL_EL0`), and the secure one.
     pub fn is_physical_timer(self) -> bool {
         self.op0 == 3 && self.crn == 14 && self.crm == 2 && (self.op1 == 3 || self.op1 == 7)
+    }
+
+    /// An EL1 register of the GICv3 CPU interface (`ICC_*_EL1`: `PMR`, the
+    /// acknowledge, EOI, binary point, active priority, SGI, control,
+    /// `SRE` and group enable registers). Without that interface
+    /// (`ID_AA64PFR0_EL1.GIC` 0, as on a GICv2 host) their encodings are
+    /// unallocated, so UNDEFINED.
+    pub fn is_gicv3_cpu_interface(self) -> bool {
+        self.op0 == 3
+            && self.op1 == 0
+            && match (self.crn, self.crm) {
+                (4, 6) => self.op2 == 0,
+                (12, 8) | (12, 12) => true,
+                (12, 9) => matches!(self.op2, 0..=3 | 5),
+                (12, 11) => matches!(self.op2, 1 | 3 | 5..=7),
+                _ => false,
+            }
     }
 
     /// `ICC_SGI1R_EL1`, `ICC_ASGI1R_EL1`, `ICC_SGI0R_EL1`.
@@ -496,6 +538,7 @@ mod tests {
             uart: 0x0900_0000,
             gicd: 0x0800_0000,
             gicr: 0x080a_0000,
+            gicc: 0,
             vcpus: 4,
             virtio: (0, 0),
             reserved: (0xc000_0000, 0x3_0000_0000),
@@ -543,6 +586,25 @@ mod tests {
                 let a = l.hole(&mut rng, size);
                 assert!(l.is_hole(a, size) && a.is_multiple_of(size), "{a:#x}");
             }
+        }
+        // A GICv2: the CPU interface window, no redistributors.
+        let v2 = Layout {
+            gicr: 0,
+            gicc: 0x0801_0000,
+            ..l
+        };
+        assert_eq!(v2.region(0x0801_0004), Region::Gicc(4));
+        assert_eq!(v2.region(0x080c_0080), Region::Hole);
+        assert_eq!(v2.region(0), Region::Hole);
+        assert!(!v2.is_hole(0x0801_fffc, 4));
+        assert!(
+            !v2.is_hole(0x0800_fffc, 8),
+            "straddles into the GICC window"
+        );
+        assert!(v2.is_hole(0x0802_0000, 8));
+        for _ in 0..2000 {
+            let a = v2.hole(&mut rng, 8);
+            assert!(!(0x0800_0000..0x0802_0000).contains(&a), "{a:#x}");
         }
         // With virtio windows, 0x0a00_0000 is a device, not a hole.
         let v = Layout {
@@ -697,6 +759,18 @@ mod tests {
             "CNTP_CTL_EL0"
         );
         assert!(ICC_SGI1R_EL1.is_sgi());
+        assert!(ICC_SGI1R_EL1.is_gicv3_cpu_interface());
+        assert!(SysReg::new(3, 0, 4, 6, 0).is_gicv3_cpu_interface(), "PMR");
+        assert!(SysReg::new(3, 0, 12, 12, 5).is_gicv3_cpu_interface(), "SRE");
+        assert!(!SysReg::new(3, 0, 12, 9, 4).is_gicv3_cpu_interface());
+        assert!(
+            !SysReg::new(3, 0, 12, 0, 0).is_gicv3_cpu_interface(),
+            "VBAR"
+        );
+        assert!(
+            !SysReg::new(3, 4, 12, 12, 5).is_gicv3_cpu_interface(),
+            "EL2"
+        );
         assert!(id_is_dangerous(0x8400_0008));
         assert!(!id_is_dangerous(0x1_8400_0008));
         assert!(UNKNOWN_POOL.iter().all(|&id| !id_is_dangerous(id)));

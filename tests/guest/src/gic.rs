@@ -134,7 +134,7 @@ fn wait_clear(address: u64, mask: u32, register: &'static str) -> Result<(), Gic
 }
 
 /// The GICv2 CPU interface, if the GIC is a GICv2.
-fn gicv2_cpu_interface() -> Option<u64> {
+pub fn gicv2_cpu_interface() -> Option<u64> {
     let base = CPU_INTERFACE.load(Ordering::Acquire);
     (base != 0).then_some(base)
 }

@@ -2,7 +2,8 @@
 //!
 //! Boots the test guest's `fuzz` scenario under the hypervisor for seeds
 //! `first..first + N`, `--per-boot` seeds per boot, alternating the `-cpu`
-//! models given, and prints the campaign's figures as `fuzz/NAME VALUE UNIT`
+//! models given (and the hosts' GICs given with `--gic`: after each round of
+//! models, the next GIC), and prints the campaign's figures as `fuzz/NAME VALUE UNIT`
 //! lines (seeds, ops, hv_panics, vm_stops, violations). `--allow virtqueue`
 //! adds the virtio-console family (the VM gets `console=virtio`). Every failure is
 //! printed with its seed and the command that replays it; the exit status is
@@ -11,10 +12,12 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use qemu_runner::qemu::GicVersion;
 use tests::fuzz::{self, Campaign};
 
 const USAGE: &str = "\
-usage: fuzz --seeds N [--first-seed S] [--ops M] [--per-boot K] [--cpu MODEL]... [--allow LIST] [--smp N]
+usage: fuzz --seeds N [--first-seed S] [--ops M] [--per-boot K] [--cpu MODEL]... [--gic 2|3]...
+            [--allow LIST] [--smp N]
 
   --seeds N        seeds to run (required)
   --first-seed S   first seed (default 1)
@@ -22,14 +25,19 @@ usage: fuzz --seeds N [--first-seed S] [--ops M] [--per-boot K] [--cpu MODEL]...
   --per-boot K     seeds per boot (default 50)
   --cpu MODEL      QEMU -cpu; repeat to alternate boots between models
                    (default: max,pauth=off and cortex-a57)
+  --gic 2|3        the host's GIC (QEMU gic-version; a GICv2 host gives the
+                   VM a GICv2, at most 8 CPUs); repeat to alternate: each
+                   round of --cpu models on one GIC, then the next
+                   (default: 3)
   --allow LIST     fuzz-allow list (the default mix has every family but
-                   virtqueue; the guest also takes
+                   virtqueue and gicv2-sgi-pend; the guest also takes
                    fuzz-deny=LIST to leave some out) (default: none);
                    `virtqueue` boots the VM with console=virtio and checks
                    the lines its chains bring out
   --smp N          emulated CPUs and vCPUs (default 4)";
 
-fn parse(args: &[String]) -> Result<Campaign, String> {
+fn parse(args: &[String]) -> Result<(Campaign, Vec<GicVersion>), String> {
+    let mut gics = Vec::new();
     let mut campaign = Campaign {
         first_seed: 1,
         seeds: 0,
@@ -65,6 +73,13 @@ fn parse(args: &[String]) -> Result<Campaign, String> {
             "--smp" => campaign.smp = number(name)?.clamp(1, 8) as u32,
             "--cpu" => campaign.cpus.push(value()?),
             "--allow" => campaign.allow = value()?,
+            "--gic" => {
+                let text = value()?;
+                gics.push(
+                    GicVersion::parse(&text)
+                        .ok_or_else(|| format!("--gic: `{text}` is not 2 or 3"))?,
+                );
+            }
             _ => return Err(format!("unknown option `{arg}`")),
         }
     }
@@ -74,7 +89,10 @@ fn parse(args: &[String]) -> Result<Campaign, String> {
     if campaign.cpus.is_empty() {
         campaign.cpus = vec![qemu_runner::DEFAULT_CPU.to_string(), "cortex-a57".into()];
     }
-    Ok(campaign)
+    if gics.is_empty() {
+        gics.push(GicVersion::V3);
+    }
+    Ok((campaign, gics))
 }
 
 fn main() -> ExitCode {
@@ -83,20 +101,22 @@ fn main() -> ExitCode {
         println!("{USAGE}");
         return ExitCode::SUCCESS;
     }
-    let campaign = match parse(&args) {
-        Ok(campaign) => campaign,
+    let (campaign, gics) = match parse(&args) {
+        Ok(parsed) => parsed,
         Err(error) => {
             eprintln!("fuzz: {error}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
     let started = Instant::now();
-    let tally = fuzz::run(&campaign, |boot, tally| {
+    let tally = fuzz::run_on(&campaign, &gics, |boot, tally| {
         let (first, count) = boot.seeds;
         eprintln!(
-            "fuzz: seeds {first}..{} on {}: {} ({} seeds, {} ops, {} violations so far, {:.0} s)",
+            "fuzz: seeds {first}..{} on {} GICv{}: {} ({} seeds, {} ops, {} violations so far, \
+             {:.0} s)",
             first + count,
             boot.cpu,
+            boot.gic.number(),
             match &boot.report {
                 Some(report) => report.verdict.to_string(),
                 None => boot.error.clone().unwrap_or_default(),
