@@ -160,6 +160,36 @@ fn fuzz_campaign_on_gicv2() {
     assert!(tally.interrupts > 0, "no interrupt delivered\n{explain}");
 }
 
+/// `gicv2-sgi-pend` on one vCPU of a GICv2 host (another vCPU could send
+/// SGIs meanwhile): writes of the SGIs' bits in `GICD_ISPENDR0` and
+/// `GICD_ICPENDR0` must be ignored. Seed 1 found the distributor setting and
+/// clearing SGIs through them.
+#[test]
+fn gicv2_sgi_pending_bits_ignore_writes() {
+    let campaign = Campaign {
+        first_seed: 1,
+        seeds: 3,
+        ops: GICV2_OPS,
+        per_boot: 3,
+        cpus: vec![qemu_runner::DEFAULT_CPU.to_string()],
+        allow: "gicv2-sgi-pend".into(),
+        deny: String::new(),
+        smp: 1,
+    };
+    let mut consoles = Vec::new();
+    let tally = fuzz::run_on(&campaign, &[GicVersion::V2], |boot, _| {
+        if let Some(report) = &boot.report
+            && !(report.passed() && boot.summary.violation_lines.is_empty())
+        {
+            consoles.push(report.explain());
+        }
+    });
+    let explain = format!("{}{}", tally.figures(), consoles.join("\n"));
+    assert_eq!(tally.violations, 0, "{explain}");
+    assert!(tally.clean(), "{explain}");
+    assert_eq!(tally.seeds, 3, "{explain}");
+}
+
 /// `icc-wide`: a binary point written with bits above its 3-bit field.
 /// QEMU 7.2's virtual CPU interface clamps the value to the minimum before
 /// it drops the high bits (`icv_bpr_write` -> `write_vbpr`), so

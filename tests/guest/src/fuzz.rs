@@ -129,8 +129,9 @@
 //!
 //! Not in the default mix, `gicv2-sgi-pend` checks that writes of an SGI's
 //! bit in `GICD_ISPENDR0`/`ICPENDR0` change nothing (WI on a GICv2, see
-//! [`Ctx::gicv2_sgi_pend`]); the hypervisor pends and clears the SGI, so
-//! the default mix leaves those bits unchecked.
+//! [`Ctx::gicv2_sgi_pend`]). Its check is exact only with one vCPU (another
+//! could send the SGI meanwhile), so the default mix leaves those bits
+//! unchecked.
 //!
 //! Left out on a GICv2, having no GICv2 meaning: redistributors
 //! (`GICR_TYPER`, `WAKER`, their RAZ/WI registers), affinity routing

@@ -15,6 +15,10 @@
 //!   vCPUs that do not exist are dropped) and routes it to the lowest vCPU
 //!   it names (none while it is zero).
 //! - `GICD_ICFGR0` (SGIs) reads as edge and ignores writes.
+//! - The SGIs' bits of `GICD_ISPENDR0` and `GICD_ICPENDR0` read their
+//!   pending state and ignore writes: a GICv2 SGI is pending per source, set
+//!   and cleared only through `GICD_SPENDSGIR`/`GICD_CPENDSGIR` (a GICv3's
+//!   `GICR_ISPENDR0` does set them).
 //! - `GICD_SGIR` sends SGIs ([`SgirRequest`]), pending on each target from
 //!   the sender; `GICD_CPENDSGIR`/`GICD_SPENDSGIR` (one byte per SGI, one bit
 //!   per source) read and clear or set the accessing vCPU's sources.
@@ -30,6 +34,8 @@ const CTLR_ENABLE_GRP0: u64 = 1 << 0;
 const CTLR_ENABLE_GRP1: u64 = 1 << 1;
 /// `GICD_TYPER.CPUNumber` shift.
 const TYPER_CPU_NUMBER_SHIFT: u32 = 5;
+/// The SGIs' bits in word 0 of a bit register.
+const SGI_BITS: u64 = (1 << SGI_COUNT) - 1;
 /// `GICD_ICFGR0`: every SGI edge-triggered.
 const ICFGR_SGIS: u64 = 0xaaaa_aaaa;
 
@@ -171,7 +177,18 @@ impl VgicState {
                 }
             }
             R::Typer | R::Iidr | R::Id(_) | R::Config(0) => {}
-            R::Bits(register, first) => kicks = self.write_bits(vcpu, register, first, value),
+            R::Bits(register, first) => {
+                let value = if first == 0
+                    && matches!(
+                        register,
+                        BitRegister::SetPending | BitRegister::ClearPending
+                    ) {
+                    value & !SGI_BITS
+                } else {
+                    value
+                };
+                kicks = self.write_bits(vcpu, register, first, value)
+            }
             R::Priority(first) => kicks = self.write_priorities(vcpu, first, size, value),
             R::Config(first) => kicks = self.write_config(vcpu, first, value),
             R::Targets(first) => {
@@ -241,6 +258,8 @@ mod tests {
     const CTLR: u64 = 0x000;
     const TYPER: u64 = 0x004;
     const ISENABLER: u64 = 0x100;
+    const ISPENDR: u64 = 0x200;
+    const ICPENDR: u64 = 0x280;
     const IPRIORITYR: u64 = 0x400;
     const ITARGETSR: u64 = 0x800;
     const ICFGR: u64 = 0xc00;
@@ -370,6 +389,36 @@ mod tests {
         );
         // Unimplemented SPIs read as zero.
         assert_eq!(g.distributor_v2_read(0, ITARGETSR + 200, 1), Ok(0));
+    }
+
+    /// An SGI's bits in `ISPENDR0`/`ICPENDR0` show whether it is pending but
+    /// ignore writes; a PPI's bits in the same words are writable.
+    #[test]
+    fn sgi_pending_bits_of_the_bit_registers_ignore_writes() {
+        let mut g = gic(2);
+        g.distributor_v2_write(1, ISPENDR, 4, 1 << 3 | 1 << 27)
+            .unwrap();
+        assert!(
+            !g.irq(1, 3).unwrap().pending(),
+            "SGI 3 set through ISPENDR0"
+        );
+        assert!(
+            g.irq(1, 27).unwrap().pending(),
+            "PPI 27 set through ISPENDR0"
+        );
+        g.distributor_v2_write(0, SGIR, 4, 0b10 << 16 | 3).unwrap();
+        assert_eq!(
+            g.distributor_v2_read(1, ISPENDR, 4),
+            Ok(1 << 3 | 1 << 27),
+            "reads show the SGI pending"
+        );
+        g.distributor_v2_write(1, ICPENDR, 4, 0xffff_ffff).unwrap();
+        assert!(
+            g.irq(1, 3).unwrap().pending(),
+            "SGI 3 cleared through ICPENDR0"
+        );
+        assert_eq!(g.irq(1, 3).unwrap().sgi_sources, 0b1);
+        assert!(!g.irq(1, 27).unwrap().pending(), "PPI 27 stays pending");
     }
 
     #[test]
