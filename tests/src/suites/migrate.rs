@@ -6,7 +6,9 @@
 //! guest's `migrate` scenario (128 MiB, writing an 8 MiB region
 //! continuously, `-cpu max`, a 30 ms downtime limit), and Debian's Linux
 //! (2 vCPUs, 512 MiB, in its tmpfs md5 check, `-cpu max,pauth=off`: SVE and
-//! SME state travel too; a 10 ms limit). The figures come from the
+//! SME state travel too; a 10 ms limit); and the test guest with memory
+//! tagging (`--mte`, both VMs `mte=on`, `migrate-tags`: every page written
+//! also gets tags, and every page copied carries them). The figures come from the
 //! hypervisor's report: total time, downtime, pre-copy iterations, pages
 //! copied and the throttle reached, three runs per guest without the
 //! byte-for-byte check, medians, and how many runs exceeded the limit;
@@ -36,9 +38,11 @@ struct Case {
     dst: &'static str,
     /// The downtime limit, milliseconds.
     limit_ms: u32,
+    /// Memory tagging on the machine and in both VMs (`--mte`, `mte=on`).
+    mte: bool,
 }
 
-const CASES: [Case; 2] = [
+const CASES: [Case; 3] = [
     Case {
         name: "test_guest",
         smp: 2,
@@ -48,6 +52,18 @@ const CASES: [Case; 2] = [
         src: "guest=migrate,cpus=0,name=src,expect=stopped",
         dst: "guest=migrate,cpus=1,name=dst,start=0",
         limit_ms: 30,
+        mte: false,
+    },
+    Case {
+        name: "test_guest_tagged",
+        smp: 2,
+        cpu: qemu_runner::DEFAULT_CPU,
+        mem_mib: 1024,
+        marker: "[src] migrate: 1 vCPUs writing",
+        src: "guest=migrate,mte=on,cpus=0,name=src,expect=stopped,args=migrate-tags",
+        dst: "guest=migrate,mte=on,cpus=1,name=dst,start=0",
+        limit_ms: 30,
+        mte: true,
     },
     Case {
         name: "linux_512m",
@@ -58,6 +74,7 @@ const CASES: [Case; 2] = [
         src: "linux,cpus=0-1,mem=512,name=src,expect=stopped",
         dst: "linux,cpus=2-3,mem=512,name=dst,start=0",
         limit_ms: 10,
+        mte: false,
     },
 ];
 
@@ -90,6 +107,7 @@ fn migrate_once(case: &Case, verify: bool) -> Result<Figures, String> {
         smp: case.smp,
         cpu: case.cpu.to_string(),
         mem_mib: case.mem_mib,
+        mte: case.mte,
         timeout: Duration::from_secs(300),
         echo: false,
         input: ConsoleInput::Script(script),
@@ -169,6 +187,7 @@ pub fn run() {
                 ("range_tlbi", &range_tlbi),
                 ("smp", &case.smp),
                 ("machine_mem_mib", &case.mem_mib),
+                ("mte", &if case.mte { "on" } else { "off" }),
                 ("src", &case.src),
                 ("dst", &case.dst),
                 ("downtime_limit_ms", &limit_ms),
