@@ -122,6 +122,25 @@ const GICV2_SEEDS: u64 = 10;
 /// Operations per seed and vCPU of the GICv2 campaign.
 const GICV2_OPS: u64 = 1000;
 
+/// Runs `campaign` on a GICv2 host; returns its tally and what explains a
+/// failure: the failing seeds with their reruns, the figures, and the whole
+/// console of every boot that did not end clean.
+fn run_on_gicv2(campaign: &Campaign) -> (fuzz::Tally, String) {
+    let mut consoles = Vec::new();
+    let tally = fuzz::run_on(campaign, &[GicVersion::V2], |boot, _| match &boot.report {
+        Some(report) if report.passed() && boot.summary.violation_lines.is_empty() => {}
+        Some(report) => consoles.push(report.explain()),
+        None => consoles.push(format!("{:?}", boot.error)),
+    });
+    let failures: String = tally
+        .failures
+        .iter()
+        .map(|f| format!("seed {}: {}\n  rerun: {}\n", f.seed, f.what, f.rerun))
+        .collect();
+    let explain = format!("{failures}{}{}", tally.figures(), consoles.join("\n"));
+    (tally, explain)
+}
+
 /// A short campaign on a GICv2 host: `max,pauth=off` and `cortex-a57`, one
 /// boot each, 4 vCPUs. Clean, every operation run, interrupts delivered.
 #[test]
@@ -136,21 +155,7 @@ fn fuzz_campaign_on_gicv2() {
         deny: String::new(),
         smp: 4,
     };
-    let mut consoles = Vec::new();
-    let tally = fuzz::run_on(&campaign, &[GicVersion::V2], |boot, _| {
-        // The whole console of each boot that did not end clean.
-        match &boot.report {
-            Some(report) if report.passed() && boot.summary.violation_lines.is_empty() => {}
-            Some(report) => consoles.push(report.explain()),
-            None => consoles.push(format!("{:?}", boot.error)),
-        }
-    });
-    let failures: String = tally
-        .failures
-        .iter()
-        .map(|f| format!("seed {}: {}\n  rerun: {}\n", f.seed, f.what, f.rerun))
-        .collect();
-    let explain = format!("{failures}{}{}", tally.figures(), consoles.join("\n"));
+    let (tally, explain) = run_on_gicv2(&campaign);
     assert_eq!(tally.hv_panics, 0, "{explain}");
     assert_eq!(tally.vm_stops, 0, "{explain}");
     assert_eq!(tally.violations, 0, "{explain}");
@@ -176,15 +181,7 @@ fn gicv2_sgi_pending_bits_ignore_writes() {
         deny: String::new(),
         smp: 1,
     };
-    let mut consoles = Vec::new();
-    let tally = fuzz::run_on(&campaign, &[GicVersion::V2], |boot, _| {
-        if let Some(report) = &boot.report
-            && !(report.passed() && boot.summary.violation_lines.is_empty())
-        {
-            consoles.push(report.explain());
-        }
-    });
-    let explain = format!("{}{}", tally.figures(), consoles.join("\n"));
+    let (tally, explain) = run_on_gicv2(&campaign);
     assert_eq!(tally.violations, 0, "{explain}");
     assert!(tally.clean(), "{explain}");
     assert_eq!(tally.seeds, 3, "{explain}");

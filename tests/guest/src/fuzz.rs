@@ -1117,6 +1117,31 @@ impl Ctx {
     }
 
     /// Writes random values to a register the GIC specification makes RAZ/WI
+    /// A random register of an SPI beyond `ITLinesNumber` (`spis_end`, the
+    /// first INTID past the implemented ones) in the distributor at `gicd`:
+    /// a bit register's word, or with `priority` an `IPRIORITYR` word. Both
+    /// GIC versions lay these out alike.
+    fn unimplemented_spi_register(
+        &mut self,
+        gicd: u64,
+        spis_end: u64,
+        priority: bool,
+    ) -> (u64, &'static str) {
+        if priority {
+            let intid = spis_end + self.rng.below(1020 - spis_end);
+            (
+                gicd + 0x400 + (intid & !3),
+                "GICD_IPRIORITYR of an unimplemented SPI",
+            )
+        } else {
+            let word = spis_end / 32 + self.rng.below(32 - spis_end / 32);
+            (
+                gicd + 0x80 * (1 + self.rng.below(6)) + 4 * word,
+                "GICD register of an unimplemented SPI",
+            )
+        }
+    }
+
     /// (affinity routing on, one security state) and reads it back.
     fn gic_razwi(&mut self) {
         if self.layout.is_gicv2() {
@@ -1153,21 +1178,8 @@ impl Ctx {
                     ]),
                 "GICD reserved offset",
             ),
-            5 => {
-                // Bit registers of SPIs beyond ITLinesNumber.
-                let word = spis_end / 32 + self.rng.below(32 - spis_end / 32);
-                (
-                    l.gicd + 0x80 * (1 + self.rng.below(6)) + 4 * word,
-                    "GICD register of an unimplemented SPI",
-                )
-            }
-            6 => {
-                let intid = spis_end + self.rng.below(1020 - spis_end);
-                (
-                    l.gicd + 0x400 + (intid & !3),
-                    "GICD_IPRIORITYR of an unimplemented SPI",
-                )
-            }
+            5 => self.unimplemented_spi_register(l.gicd, spis_end, false),
+            6 => self.unimplemented_spi_register(l.gicd, spis_end, true),
             7 => (
                 l.gicr
                     + self.cpu as u64 * fuzz_model::GICR_STRIDE
@@ -1220,7 +1232,8 @@ impl Ctx {
         let spis_end = 32 * ((typer & 0x1f) + 1);
         let own = 0x0101_0101u64 << self.cpu;
         let mut mask = u64::from(u32::MAX);
-        let (address, what, expect) = match self.rng.below(8) {
+        let choice = self.rng.below(8);
+        let (address, what, expect) = match choice {
             7 => {
                 // ICFGR1 (PPIs, banked) or an implemented SPI's word.
                 let word = 1 + self.rng.below(spis_end / 16 - 1);
@@ -1254,22 +1267,10 @@ impl Ctx {
                 "GICD reserved offset is not RAZ/WI",
                 0,
             ),
-            4 => {
-                // Bit registers of SPIs beyond ITLinesNumber.
-                let word = spis_end / 32 + self.rng.below(32 - spis_end / 32);
-                (
-                    l.gicd + 0x80 * (1 + self.rng.below(6)) + 4 * word,
-                    "GICD register of an unimplemented SPI",
-                    0,
-                )
-            }
-            5 => {
-                let intid = spis_end + self.rng.below(1020 - spis_end);
-                (
-                    l.gicd + 0x400 + (intid & !3),
-                    "GICD_IPRIORITYR of an unimplemented SPI",
-                    0,
-                )
+            4 | 5 => {
+                let priority = choice == 5;
+                let (address, what) = self.unimplemented_spi_register(l.gicd, spis_end, priority);
+                (address, what, 0)
             }
             _ => {
                 let intid = spis_end + self.rng.below(1020 - spis_end);
