@@ -53,13 +53,13 @@
 //! mapped non-cacheable; a window without `dma-coherent` is logged.
 
 use crate::arch::boot::memory::{FRAME_SIZE, alloc_frames, free_frames};
+use crate::devices::guest_memory::HostSpan;
 use crate::devices::virtio::blk::{
     F_FLUSH, F_RO, F_SEG_MAX, REQUEST_HEADER_LEN, S_OK, S_UNSUPP, T_FLUSH, T_GET_ID, T_IN, T_OUT,
 };
 use crate::devices::virtio::block_backend::{
     BlockBackend, BlockError, SECTOR_SIZE, check_transfer,
 };
-use crate::devices::virtio::guest_memory::HostSpan;
 use crate::devices::virtio::mmio_transport::{F_RING_EVENT_IDX, F_VERSION_1};
 use crate::drivers::host_disk::{self, Limits, MAX_REQUEST_BYTES, SegmentIo};
 use crate::platform::virtio_mmio::VirtioMmioWindow;

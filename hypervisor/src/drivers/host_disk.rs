@@ -42,10 +42,10 @@
 //! sector-sized pieces) never bounces, and a Linux request of up to
 //! `seg_max` pages is one host request.
 
+use crate::devices::guest_memory::HostSpan;
 #[cfg(doc)]
 use crate::devices::virtio::block_backend::check_transfer;
 use crate::devices::virtio::block_backend::{BlockError, SECTOR_SIZE};
-use crate::devices::virtio::guest_memory::HostSpan;
 use alloc::vec::Vec;
 
 /// The most data bytes of one request: a longer transfer is split. It

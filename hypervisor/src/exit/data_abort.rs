@@ -73,6 +73,7 @@ pub const fn device_name(device: DeviceId) -> &'static str {
     match device {
         DeviceId::Uart => "UART",
         DeviceId::Gic => "GIC",
+        DeviceId::Its => "ITS",
         DeviceId::Virtio(_) => "virtio-mmio",
         DeviceId::Passed => "passed-through device",
     }
@@ -99,6 +100,13 @@ pub enum DataAbortRoute {
     Gic {
         /// The access.
         access: DataAccess,
+    },
+    /// Emulate the access in the virtual ITS, at `offset` in its frames.
+    Its {
+        /// The access.
+        access: DataAccess,
+        /// Offset from the ITS's base.
+        offset: u64,
     },
     /// Emulate the access in the VM's virtio-mmio device `device`, at
     /// `offset` in its window.
@@ -153,6 +161,7 @@ pub fn route(
         Some(access) => match mmio.find(ipa, u64::from(access.size)) {
             Ok((DeviceId::Uart, offset)) => DataAbortRoute::Uart { access, offset },
             Ok((DeviceId::Gic, _)) => DataAbortRoute::Gic { access },
+            Ok((DeviceId::Its, offset)) => DataAbortRoute::Its { access, offset },
             Ok((DeviceId::Virtio(device), offset)) => DataAbortRoute::Virtio {
                 device,
                 access,

@@ -25,6 +25,8 @@ pub enum DeviceId {
     Uart,
     /// The virtual GICv3's distributor and redistributors.
     Gic,
+    /// The virtual GICv3's ITS (its control and translation frames).
+    Its,
     /// The VM's virtio-mmio device with this index (its place in the VM's
     /// device list, `runtime::virtio_devices`).
     Virtio(u8),

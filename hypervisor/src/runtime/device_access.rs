@@ -159,6 +159,70 @@ pub fn virtio_access<H: Hardware>(
     Ok(Flow::Resume)
 }
 
+/// A guest access to the virtual ITS at `offset` in its frames: a store may
+/// run the command queue or translate a request, reading and writing the
+/// ITS's tables in the VM's RAM (pinned by the vCPU's epoch handle), under
+/// the GIC's lock. Dropped commands and a stalled queue are logged.
+pub fn its_access<H: Hardware>(
+    vcpu: &mut impl AccessingVcpu<H>,
+    write: bool,
+    access: DataAccess,
+    offset: u64,
+) -> Result<Flow, StopReason> {
+    let vm = vcpu.vm();
+    if write {
+        // Commands may change LPIs this vCPU's list registers hold.
+        vcpu.fold_for_refill()?;
+        let value = mmio::store_value(access, vcpu.reg(access.register));
+        let result = virtio_io::with_memory(vm, vcpu.epoch(), |memory| {
+            vm.vgic.lock().its_write(offset, access.size, value, memory)
+        });
+        match result {
+            Some(Ok(outcome)) => {
+                vcpu.absorb(outcome.kicks);
+                if let Some((command, error)) = outcome.first_drop {
+                    warn(
+                        vcpu,
+                        format_args!(
+                            "ITS dropped {} of {} commands; the first, {}: {error}",
+                            outcome.dropped,
+                            outcome.commands,
+                            command.name()
+                        ),
+                    );
+                }
+                if let Some(stall) = outcome.stall {
+                    warn(vcpu, format_args!("ITS command queue stalled: {stall}"));
+                }
+            }
+            Some(Err(e)) => warn(
+                vcpu,
+                format_args!("ITS write of {value:#x} at offset {offset:#x} ignored: {e}"),
+            ),
+            None => warn(
+                vcpu,
+                format_args!(
+                    "ITS write at offset {offset:#x} ignored: the memslots are unreadable"
+                ),
+            ),
+        }
+    } else {
+        let result = vm.vgic.lock().its_read(offset, access.size);
+        let raw = result.unwrap_or_else(|e| {
+            warn(
+                vcpu,
+                format_args!("ITS read at offset {offset:#x} as zero: {e}"),
+            );
+            0
+        });
+        if let Some(value) = mmio::load_result(access, raw) {
+            vcpu.set_reg(access.register, value);
+        }
+    }
+    vcpu.skip_trapped_instruction();
+    Ok(Flow::Resume)
+}
+
 /// A guest access to the virtual GIC's distributor or redistributors.
 pub fn gic_access<H: Hardware>(
     vcpu: &mut impl AccessingVcpu<H>,

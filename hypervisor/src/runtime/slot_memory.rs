@@ -39,7 +39,7 @@
 //! no cache maintenance (unlike the monitor's copies into a guest whose MMU
 //! may be off, see `vm_ops`).
 
-use crate::devices::virtio::guest_memory::{GuestMemory, GuestMemoryError, HostSpan};
+use crate::devices::guest_memory::{GuestMemory, GuestMemoryError, HostSpan};
 use alloc::vec::Vec;
 use memslot::{Gfn, Memslot, MemslotSet, PAGE_SHIFT};
 

@@ -25,11 +25,11 @@
 //! taken under one.
 
 use crate::control::port_input::PortInput;
+use crate::devices::guest_memory::GuestMemory;
 use crate::devices::virtio::blk::{Blk, BlkCounters, BlkState};
 use crate::devices::virtio::block_backend::BlockBackend;
 use crate::devices::virtio::console::{Console, ConsoleCounters, ConsoleState};
 use crate::devices::virtio::disk_window::{DiskWindow, WindowOutside};
-use crate::devices::virtio::guest_memory::GuestMemory;
 use crate::devices::virtio::mmio_transport::{
     AccessError, Effects, F_RING_EVENT_IDX, F_RING_INDIRECT_DESC, F_VERSION_1, MmioTransport,
     SnapshotError, TransportState,

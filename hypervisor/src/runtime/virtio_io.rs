@@ -34,8 +34,8 @@
 //! that does not run are dropped and counted; typed bytes for a paused VM
 //! wait in the console's backlog (no memory write).
 
+use crate::devices::guest_memory::GuestMemory;
 use crate::devices::vgic::VcpuSet;
-use crate::devices::virtio::guest_memory::GuestMemory;
 use crate::devices::virtio::mmio_transport::Effects;
 use crate::devices::virtio::net::DeliverOutcome;
 use crate::runtime::Hardware;

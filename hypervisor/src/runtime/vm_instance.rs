@@ -63,7 +63,7 @@ use crate::vm::device_tree::{self, GuestDtbConfig, GuestGic, GuestGicFrames, Gue
 use crate::vm::event_log::{Event, EventKind, EventLog, LogDecision, RatePolicy};
 use crate::vm::exit_profile::{self, ExitProfile};
 use crate::vm::layout::{
-    self, GUEST_GICC_BASE, GUEST_GICC_SIZE, GUEST_GICD_BASE, GUEST_GICR_BASE,
+    self, GUEST_GICC_BASE, GUEST_GICC_SIZE, GUEST_GICD_BASE, GUEST_GICR_BASE, GUEST_ITS_BASE,
     GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE, GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE,
     GUEST_UART_SIZE, GUEST_UART_SPI, vcpu_mpidr,
 };
@@ -839,11 +839,22 @@ fn own_claims(ram: PhysRange, vcpus: usize, gicv2: bool, virtio: &VirtioDevices)
         intids,
         path: None,
     };
-    let gic_frames = if gicv2 {
-        PhysRange::from_start_size(GUEST_GICC_BASE, GUEST_GICC_SIZE)
+    let mut gic_frames = alloc::vec![PhysRange::from_start_size(
+        GUEST_GICD_BASE,
+        vgic::DISTRIBUTOR_SIZE
+    )];
+    if gicv2 {
+        gic_frames.push(PhysRange::from_start_size(GUEST_GICC_BASE, GUEST_GICC_SIZE));
     } else {
-        PhysRange::from_start_size(GUEST_GICR_BASE, vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE)
-    };
+        gic_frames.push(PhysRange::from_start_size(
+            GUEST_GICR_BASE,
+            vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE,
+        ));
+        gic_frames.push(PhysRange::from_start_size(
+            GUEST_ITS_BASE,
+            vgic::its::ITS_SIZE,
+        ));
+    }
     let nodes = virtio.guest_nodes();
     alloc::vec![
         claim("the VM's RAM", alloc::vec![ram], Vec::new()),
@@ -852,14 +863,7 @@ fn own_claims(ram: PhysRange, vcpus: usize, gicv2: bool, virtio: &VirtioDevices)
             alloc::vec![PhysRange::from_start_size(GUEST_UART_BASE, GUEST_UART_SIZE)],
             alloc::vec![32 + GUEST_UART_SPI],
         ),
-        claim(
-            "the VM's virtual GIC",
-            alloc::vec![
-                PhysRange::from_start_size(GUEST_GICD_BASE, vgic::DISTRIBUTOR_SIZE),
-                gic_frames
-            ],
-            Vec::new(),
-        ),
+        claim("the VM's virtual GIC", gic_frames, Vec::new(),),
         claim(
             "the VM's emulated virtio-mmio devices",
             nodes.iter().map(|n| n.window).collect(),
@@ -1005,6 +1009,10 @@ pub fn create_vm<H: Hardware>(
                         GUEST_GICR_BASE,
                         vcpus as u64 * vgic::REDISTRIBUTOR_STRIDE,
                     ),
+                    its: Some(PhysRange::from_start_size(
+                        GUEST_ITS_BASE,
+                        vgic::its::ITS_SIZE,
+                    )),
                 }
             },
             maintenance_intid: GUEST_MAINTENANCE_INTID,
@@ -1134,6 +1142,14 @@ pub fn create_vm<H: Hardware>(
         })
         .map_err(VmError::Devices)?;
     }
+    if gicv2.is_none() {
+        mmio.add(MmioRegion {
+            base: GUEST_ITS_BASE,
+            size: vgic::its::ITS_SIZE,
+            device: DeviceId::Its,
+        })
+        .map_err(VmError::Devices)?;
+    }
     virtio.add_regions(&mut mmio).map_err(VmError::Virtio)?;
     // Passed windows that share their pages with other devices: each access
     // traps and is performed on the device (`vm::passthrough`).
@@ -1157,6 +1173,9 @@ pub fn create_vm<H: Hardware>(
         Vgic::new(vgic_config)
     }
     .map_err(VmError::Vgic)?;
+    if gicv2.is_none() {
+        vgic.enable_its(GUEST_ITS_BASE).map_err(VmError::Vgic)?;
+    }
     // The timers' interrupts are hardware-linked: the guest's deactivation
     // of INTID 27 or 30 deactivates the host PPI the vCPU's CPU left active
     // (`crate::devices::timer`).

@@ -10,7 +10,10 @@
 //! (`virtio,mmio` nodes, one edge-triggered SPI each, `dma-coherent`: the
 //! hypervisor reads and writes their rings and buffers through cacheable
 //! mappings, so the guest must too). A GICv3 is an `arm,gic-v3` node
-//! (distributor, redistributor region, maintenance PPI); a GICv2 an
+//! (distributor, redistributor region, maintenance PPI) with, when the VM
+//! has one, its ITS as an `arm,gic-v3-its` child (`msi-controller`,
+//! `#msi-cells` 1; the GIC node then has 2 address and size cells and an
+//! empty `ranges`); a GICv2 an
 //! `arm,cortex-a15-gic` node (distributor, CPU interface), and its PPI
 //! specifiers carry the CPU mask of every vCPU in flags bits \[15:8\], as
 //! the GICv2 binding asks.
@@ -19,8 +22,11 @@
 //! written at the root as the host tree has them
 //! (`crate::platform::host_device::DeviceNode`): their windows as `reg`,
 //! their `interrupts` with the guest GIC as `interrupt-parent` (a passed SPI
-//! keeps its INTID), an `interrupt-map` with the guest GIC's phandle and no
-//! parent unit address (the guest GIC has `#address-cells` 0). The guest's
+//! keeps its INTID), an `interrupt-map` with the guest GIC's phandle and a
+//! parent unit address of the GIC's `#address-cells` (zeros; none without
+//! an ITS). No passed node gets an `msi-parent`: a device's MSI is a write
+//! to a physical address, which the virtual ITS never sees, so Linux keeps
+//! such a device on its wired interrupt. The guest's
 //! own phandles sit far above the small numbers device-tree compilers give,
 //! so phandles inside a copied subtree cannot collide with them.
 
@@ -37,6 +43,8 @@ use vm_fdt::FdtWriter;
 const PHANDLE_CLOCK: u32 = 0x7fff_0001;
 /// Phandle of the interrupt controller.
 const PHANDLE_GIC: u32 = 0x7fff_0002;
+/// Phandle of the GIC's ITS.
+const PHANDLE_ITS: u32 = 0x7fff_0003;
 /// GIC interrupt specifier type of an SPI.
 const GIC_SPI: u32 = 0;
 /// GIC interrupt specifier type of a PPI.
@@ -53,6 +61,8 @@ pub enum GuestGicFrames {
     V3 {
         /// Redistributor region.
         redistributors: PhysRange,
+        /// The ITS's frames, when the GIC has one.
+        its: Option<PhysRange>,
     },
     /// GICv2: the CPU interface window.
     V2 {
@@ -192,13 +202,24 @@ pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
     if let Some(gic) = config.gic {
         let node = fdt.begin_node(&format!("intc@{:x}", gic.distributor.start))?;
         let (compatible, second) = match gic.frames {
-            GuestGicFrames::V3 { redistributors } => ("arm,gic-v3", redistributors),
+            GuestGicFrames::V3 { redistributors, .. } => ("arm,gic-v3", redistributors),
             GuestGicFrames::V2 { cpu_interface } => ("arm,cortex-a15-gic", cpu_interface),
         };
         fdt.property_string("compatible", compatible)?;
         fdt.property_u32("#interrupt-cells", 3)?;
-        // No child nodes (no ITS); dtc wants the cell count on interrupt providers.
-        fdt.property_u32("#address-cells", 0)?;
+        // An ITS is a child node, addressed like the root's; without one,
+        // dtc still wants the cell count on interrupt providers.
+        let its = match gic.frames {
+            GuestGicFrames::V3 { its, .. } => its,
+            GuestGicFrames::V2 { .. } => None,
+        };
+        if its.is_some() {
+            fdt.property_u32("#address-cells", 2)?;
+            fdt.property_u32("#size-cells", 2)?;
+            fdt.property_null("ranges")?;
+        } else {
+            fdt.property_u32("#address-cells", 0)?;
+        }
         fdt.property_null("interrupt-controller")?;
         if let GuestGicFrames::V3 { .. } = gic.frames {
             fdt.property_u32("#redistributor-regions", 1)?;
@@ -221,6 +242,15 @@ pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
             )?;
         }
         fdt.property_phandle(PHANDLE_GIC)?;
+        if let Some(its) = its {
+            let child = fdt.begin_node(&format!("its@{:x}", its.start))?;
+            fdt.property_string("compatible", "arm,gic-v3-its")?;
+            fdt.property_null("msi-controller")?;
+            fdt.property_u32("#msi-cells", 1)?;
+            fdt.property_array_u64("reg", &[its.start, its.size()])?;
+            fdt.property_phandle(PHANDLE_ITS)?;
+            fdt.end_node(child)?;
+        }
         fdt.end_node(node)?;
     }
 
@@ -271,8 +301,14 @@ pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
         }
     }
 
+    // An `interrupt-map`'s parent unit address has the GIC's
+    // `#address-cells`: 2 with an ITS child, else 0.
+    let gic_address_cells = match config.gic.map(|gic| gic.frames) {
+        Some(GuestGicFrames::V3 { its: Some(_), .. }) => 2,
+        _ => 0,
+    };
     for node in config.passed {
-        write_passed(&mut fdt, node)?;
+        write_passed(&mut fdt, node, gic_address_cells)?;
     }
 
     fdt.end_node(root)?;
@@ -280,7 +316,11 @@ pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
 }
 
 /// Writes a passed node and its subtree (see the module doc).
-fn write_passed(fdt: &mut FdtWriter, node: &DeviceNode) -> Result<(), GuestDtbError> {
+fn write_passed(
+    fdt: &mut FdtWriter,
+    node: &DeviceNode,
+    gic_address_cells: usize,
+) -> Result<(), GuestDtbError> {
     let handle = fdt.begin_node(&node.name)?;
     for property in &node.properties {
         match property {
@@ -299,6 +339,7 @@ fn write_passed(fdt: &mut FdtWriter, node: &DeviceNode) -> Result<(), GuestDtbEr
                 for (child, spec) in entries {
                     cells.extend_from_slice(child);
                     cells.push(PHANDLE_GIC);
+                    cells.extend(core::iter::repeat_n(0, gic_address_cells));
                     cells.extend_from_slice(spec);
                 }
                 fdt.property_array_u32("interrupt-map", &cells)?;
@@ -306,7 +347,7 @@ fn write_passed(fdt: &mut FdtWriter, node: &DeviceNode) -> Result<(), GuestDtbEr
         }
     }
     for child in &node.children {
-        write_passed(fdt, child)?;
+        write_passed(fdt, child, gic_address_cells)?;
     }
     fdt.end_node(handle)?;
     Ok(())
@@ -402,6 +443,7 @@ mod tests {
             distributor: PhysRange::from_start_size(0x0800_0000, 0x1_0000),
             frames: GuestGicFrames::V3 {
                 redistributors: PhysRange::from_start_size(0x080a_0000, 0x2_0000),
+                its: None,
             },
             maintenance_intid: 25,
             uart_spi: 1,
@@ -441,6 +483,7 @@ mod tests {
             distributor: PhysRange::from_start_size(0x0800_0000, 0x1_0000),
             frames: GuestGicFrames::V3 {
                 redistributors: PhysRange::from_start_size(0x080a_0000, 2 * 0x2_0000),
+                its: None,
             },
             maintenance_intid: 25,
             uart_spi: 1,
@@ -596,6 +639,7 @@ mod tests {
             distributor: PhysRange::from_start_size(0x0800_0000, 0x1_0000),
             frames: GuestGicFrames::V3 {
                 redistributors: PhysRange::from_start_size(0x080a_0000, 0x4_0000),
+                its: None,
             },
             maintenance_intid: 25,
             uart_spi: 1,

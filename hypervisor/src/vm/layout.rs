@@ -3,7 +3,8 @@
 //! The guest sees RAM at [`GUEST_RAM_BASE`], an emulated PL011 at
 //! [`GUEST_UART_BASE`] (its interrupt is SPI [`GUEST_UART_SPI`]) and a
 //! virtual GICv3 (distributor at [`GUEST_GICD_BASE`], one 128 KiB
-//! redistributor per vCPU from [`GUEST_GICR_BASE`]), or on a GICv2 host a
+//! redistributor per vCPU from [`GUEST_GICR_BASE`], the ITS at
+//! [`GUEST_ITS_BASE`]), or on a GICv2 host a
 //! virtual GICv2 (distributor at [`GUEST_GICD_BASE`], the CPU interface at
 //! [`GUEST_GICC_BASE`]), and its virtio-mmio devices from
 //! [`GUEST_VIRTIO_BASE`] (SPIs from [`GUEST_VIRTIO_FIRST_SPI`]), where QEMU's
@@ -25,6 +26,9 @@ pub const GUEST_UART_SIZE: u64 = crate::devices::pl011::WINDOW_SIZE;
 pub const GUEST_GICD_BASE: u64 = 0x0800_0000;
 /// IPA of vCPU 0's redistributor; vCPU n's follows at n * 128 KiB.
 pub const GUEST_GICR_BASE: u64 = 0x080a_0000;
+/// IPA of the virtual GICv3's ITS (its two 64 KiB frames), where QEMU's
+/// `virt` board has its own.
+pub const GUEST_ITS_BASE: u64 = 0x0808_0000;
 /// IPA of a GICv2 guest's CPU interface (the hardware's `GICV` frame).
 pub const GUEST_GICC_BASE: u64 = 0x0801_0000;
 /// Size of the GICv2 CPU interface window, as QEMU's `virt` describes it.

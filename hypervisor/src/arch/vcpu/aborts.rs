@@ -43,6 +43,10 @@ impl Vcpu {
                 self.exit_class = ExitClass::MmioGic;
                 self.gic_access(abort.write, access, ipa)
             }
+            DataAbortRoute::Its { access, offset } => {
+                self.exit_class = ExitClass::MmioGic;
+                self.its_access(abort.write, access, offset)
+            }
             DataAbortRoute::Virtio {
                 device,
                 access,

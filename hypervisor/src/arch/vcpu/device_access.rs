@@ -51,6 +51,16 @@ impl Vcpu {
     ) -> Result<Flow, StopReason> {
         device_access::gic_access(self, write, access, ipa)
     }
+
+    /// A guest access to the virtual GIC's ITS, at `offset` in its frames.
+    pub(super) fn its_access(
+        &mut self,
+        write: bool,
+        access: DataAccess,
+        offset: u64,
+    ) -> Result<Flow, StopReason> {
+        device_access::its_access(self, write, access, offset)
+    }
 }
 
 impl AccessingVcpu<El2> for Vcpu {

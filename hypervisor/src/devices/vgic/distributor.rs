@@ -22,6 +22,10 @@ const CTLR_DS: u64 = 1 << 6;
 const TYPER_IDBITS: u64 = 9 << 19;
 /// `GICD_TYPER.A3V`: Aff3 is supported in `IROUTER`.
 const TYPER_A3V: u64 = 1 << 24;
+/// `GICD_TYPER.LPIS`: LPIs are supported.
+const TYPER_LPIS: u64 = 1 << 17;
+/// `GICD_TYPER.IDbits` with LPIs.
+const TYPER_IDBITS_LPIS: u64 = ((super::lpi::LPI_ID_BITS - 1) as u64) << 19;
 
 /// A distributor register, with the INTIDs a banked one covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,11 +84,16 @@ impl VgicState {
         Ok(register)
     }
 
-    /// `GICD_TYPER`: ITLinesNumber for the configured SPIs, 10 INTID bits,
-    /// A3V; no LPIs, no MBIS, no RSS, one security state.
+    /// `GICD_TYPER`: ITLinesNumber for the configured SPIs, A3V, and 10
+    /// INTID bits without an ITS, LPIs and 16 INTID bits with one; no MBIS,
+    /// no RSS, one security state.
     pub(crate) fn distributor_typer(&self) -> u64 {
         let it_lines = u64::from((FIRST_SPI + self.spi_count).div_ceil(32) - 1);
-        it_lines | TYPER_IDBITS | TYPER_A3V
+        if self.has_its() {
+            it_lines | TYPER_IDBITS_LPIS | TYPER_LPIS | TYPER_A3V
+        } else {
+            it_lines | TYPER_IDBITS | TYPER_A3V
+        }
     }
 
     /// A guest load of `size` bytes at `offset` in the distributor frame.

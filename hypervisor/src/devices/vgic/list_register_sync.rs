@@ -18,7 +18,8 @@
 //! the most urgent priority among the vCPU's in-service interrupts (what its
 //! active-priority registers hold); an interrupt made active through
 //! `ISACTIVER` does not raise it. Candidates are the vCPU's private
-//! interrupts and the SPIs routed to it that are active or deliverable and
+//! interrupts, the SPIs routed to it and the LPIs targeting it that are
+//! active or deliverable and
 //! not held by another vCPU's list registers, ranked:
 //!
 //! 1. in-service interrupts, and pending ones that can preempt (more urgent
@@ -67,6 +68,7 @@ use super::list_regs::{
     ICH_HCR_EN, ICH_HCR_EOICOUNT_MASK, ICH_HCR_EOICOUNT_SHIFT, ICH_HCR_LRENPIE, ICH_HCR_UIE,
     ListRegister, ListRegisters, MAX_LIST_REGISTERS,
 };
+use super::lpi::FIRST_LPI;
 use super::{VgicError, VgicState};
 
 /// What a fill put in the list registers.
@@ -157,6 +159,9 @@ impl VgicState {
                     self.hardware_spi_completed(intid);
                 }
             }
+            if intid >= FIRST_LPI {
+                self.forget_lpi_if_dead(intid);
+            }
         }
         Ok(hcr)
     }
@@ -220,6 +225,13 @@ impl VgicState {
         for intid in FIRST_SPI..FIRST_SPI + self.spi_count {
             if let Some(key) = select(self, intid)
                 && self.spi_target(intid) == Some(vcpu)
+            {
+                take(key);
+            }
+        }
+        for (&intid, lpi) in &self.lpis {
+            if lpi.vcpu == vcpu
+                && let Some(key) = select(self, intid)
             {
                 take(key);
             }

@@ -11,7 +11,9 @@
 //! describes the GICv3 front end; fold, fill and maintenance are the same.
 //!
 //! The guest sees a GICv3 with one security state (`GICD_CTLR.DS` = 1),
-//! affinity routing always on (`ARE` reads as one), no LPIs and no ITS. Its
+//! affinity routing always on (`ARE` reads as one) and, when the VM has one
+//! ([`VgicState::enable_its`]), an ITS and LPIs (modules [`its`] and
+//! [`lpi`]). Its
 //! CPU interface is the hardware's virtual CPU interface (`ICV_*` registers);
 //! only the distributor and redistributor frames are emulated, on stage-2
 //! data aborts, and only the SGI generation registers are trapped.
@@ -92,8 +94,10 @@ mod distributor_v2;
 #[cfg(test)]
 mod hardware_spi_test;
 pub mod irq;
+pub mod its;
 mod list_register_sync;
 pub mod list_regs;
+pub mod lpi;
 #[cfg(test)]
 mod model_test;
 mod redistributor;
@@ -133,6 +137,8 @@ pub enum Frame {
         /// Index of the vCPU it belongs to.
         vcpu: usize,
     },
+    /// The ITS's control and translation frames (module [`its`]).
+    Its,
 }
 
 /// What the virtual GIC refuses or reports.
@@ -276,6 +282,14 @@ pub struct Vgic {
 }
 
 impl Vgic {
+    /// Gives the GIC an ITS at `base` ([`VgicState::enable_its`]); a
+    /// [`reset`](Self::reset) keeps it, in its reset state.
+    pub fn enable_its(&self, base: u64) -> Result<(), VgicError> {
+        self.state.lock().enable_its(base)
+    }
+}
+
+impl Vgic {
     /// A virtual GIC in its reset state.
     pub fn new(config: VgicConfig) -> Result<Self, VgicError> {
         Ok(Self {
@@ -302,6 +316,7 @@ impl Vgic {
     pub fn reset(&self) -> Result<(), VgicError> {
         let mut state = self.state.lock();
         let links = state.hardware_ppis;
+        let its = state.its_base();
         let mut spi_links = core::mem::take(&mut state.hardware_spis);
         for link in &mut spi_links {
             link.physical_active = false;
@@ -312,6 +327,9 @@ impl Vgic {
         };
         state.hardware_ppis = links;
         state.hardware_spis = spi_links;
+        if let Some(base) = its {
+            state.enable_its(base)?;
+        }
         Ok(())
     }
 

@@ -6,24 +6,35 @@
 //! on the highest-numbered one, so a guest walking the redistributor region
 //! finds its own and knows where the region ends. `GICR_WAKER` implements the
 //! wake handshake: `ChildrenAsleep` follows `ProcessorSleep` immediately.
-//! Without LPIs, `GICR_CTLR`, `STATUSR`, `SETLPIR`/`CLRLPIR`,
-//! `PROPBASER`/`PENDBASER` and the invalidation registers are RAZ/WI.
+//! With an ITS (module `lpi`), `GICR_TYPER.PLPIS` is set and `GICR_CTLR`
+//! holds `EnableLPIs` (which cannot be cleared once set), and
+//! `GICR_PROPBASER`/`GICR_PENDBASER` keep what the guest writes while LPIs
+//! are disabled (writes are ignored afterwards); without one they are
+//! RAZ/WI. `STATUSR`, `SETLPIR`/`CLRLPIR`, the invalidation registers and
+//! `SYNCR` are RAZ/WI either way (`DirectLPI` is 0: LPIs come only through
+//! the ITS).
 //! `SGI_base` holds the banked SGI/PPI registers of INTIDs 0..=31; `ICFGR0`
 //! (SGIs) reads as all edge-triggered and ignores writes.
 
 use super::irq::PRIVATE_COUNT;
+use super::lpi::{GICR_CTLR_ENABLE_LPIS, PENDBASER_MASK, PROPBASER_MASK};
 use super::regs::{self, BitRegister, IIDR, Width};
 use super::{Frame, VcpuSet, VgicError, VgicState};
 
 const WAKER_PROCESSOR_SLEEP: u64 = 1 << 1;
 const WAKER_CHILDREN_ASLEEP: u64 = 1 << 2;
 const TYPER_LAST: u64 = 1 << 4;
+/// `GICR_TYPER.PLPIS`: physical LPIs are supported.
+const TYPER_PLPIS: u64 = 1 << 0;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RdRegister {
+    Ctlr,
     Iidr,
     Typer,
     Waker,
+    Propbaser,
+    Pendbaser,
     RazWi(Width),
     Id(u32),
 }
@@ -31,13 +42,14 @@ enum RdRegister {
 fn decode_rd(offset: u64) -> Option<RdRegister> {
     use RdRegister as R;
     Some(match offset {
-        0x0000 => R::RazWi(Width::Word), // CTLR
+        0x0000 => R::Ctlr,
         0x0004 => R::Iidr,
         0x0008 | 0x000c => R::Typer,
         0x0010 => R::RazWi(Width::Word), // STATUSR
         0x0014 => R::Waker,
         0x0040 | 0x0048 => R::RazWi(Width::Double), // SETLPIR, CLRLPIR
-        0x0070 | 0x0078 => R::RazWi(Width::Double), // PROPBASER, PENDBASER
+        0x0070 | 0x0074 => R::Propbaser,
+        0x0078 | 0x007c => R::Pendbaser,
         0x00a0 | 0x00b0 => R::RazWi(Width::Double), // INVLPIR, INVALLR
         0x00c0 => R::RazWi(Width::Word),            // SYNCR
         _ => R::Id(regs::id_register(offset)?),
@@ -81,7 +93,7 @@ impl VgicState {
         let frame = Frame::RdBase { vcpu };
         let register = decode_rd(offset).ok_or(VgicError::UnknownRegister { frame, offset })?;
         let width = match register {
-            RdRegister::Typer => Width::Double,
+            RdRegister::Typer | RdRegister::Propbaser | RdRegister::Pendbaser => Width::Double,
             RdRegister::RazWi(width) => width,
             _ => Width::Word,
         };
@@ -118,7 +130,8 @@ impl VgicState {
         } else {
             0
         };
-        packed << 32 | (vcpu as u64) << 8 | last
+        let plpis = if self.has_its() { TYPER_PLPIS } else { 0 };
+        packed << 32 | (vcpu as u64) << 8 | last | plpis
     }
 
     /// A guest load of `size` bytes at `offset` in `vcpu`'s `RD_base` frame.
@@ -133,6 +146,9 @@ impl VgicState {
                     0
                 }
             }
+            RdRegister::Ctlr => u64::from(self.vcpus[vcpu].lpis.enabled) * GICR_CTLR_ENABLE_LPIS,
+            RdRegister::Propbaser => regs::read_part(self.vcpus[vcpu].lpis.propbaser, offset, size),
+            RdRegister::Pendbaser => regs::read_part(self.vcpus[vcpu].lpis.pendbaser, offset, size),
             RdRegister::RazWi(_) => 0,
             RdRegister::Id(value) => u64::from(value),
         })
@@ -147,8 +163,23 @@ impl VgicState {
         size: u8,
         value: u64,
     ) -> Result<VcpuSet, VgicError> {
-        if let RdRegister::Waker = self.decode_rd_base(vcpu, offset, size)? {
-            self.vcpus[vcpu].processor_sleep = value & WAKER_PROCESSOR_SLEEP != 0;
+        let register = self.decode_rd_base(vcpu, offset, size)?;
+        let its = self.has_its();
+        let lpis = &mut self.vcpus[vcpu].lpis;
+        match register {
+            RdRegister::Waker => {
+                self.vcpus[vcpu].processor_sleep = value & WAKER_PROCESSOR_SLEEP != 0;
+            }
+            RdRegister::Ctlr if its => lpis.enabled |= value & GICR_CTLR_ENABLE_LPIS != 0,
+            RdRegister::Propbaser if its && !lpis.enabled => {
+                lpis.propbaser =
+                    regs::merge_part(lpis.propbaser, offset, size, value) & PROPBASER_MASK;
+            }
+            RdRegister::Pendbaser if its && !lpis.enabled => {
+                lpis.pendbaser =
+                    regs::merge_part(lpis.pendbaser, offset, size, value) & PENDBASER_MASK;
+            }
+            _ => {}
         }
         Ok(VcpuSet::EMPTY)
     }

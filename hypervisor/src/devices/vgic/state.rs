@@ -11,12 +11,15 @@
 //! deliverable, and the vCPU whose list registers hold it.
 
 use super::irq::{FIRST_SPI, IntIdClass, IrqState, PRIVATE_COUNT, SGI_COUNT, Trigger};
+use super::its::ItsState;
 use super::list_regs::MAX_LIST_REGISTERS;
+use super::lpi::{FIRST_LPI, Lpi, RedistributorLpis};
 use super::sgi::{SgiGroup, SgiRequest};
 use super::{
     DISTRIBUTOR_SIZE, Frame, MAX_SPIS, MAX_VCPUS, REDISTRIBUTOR_STRIDE, SGI_BASE_OFFSET, VcpuSet,
     VgicError, affinity_of,
 };
+use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
 /// `IROUTER.Interrupt_Routing_Mode`: any participating PE.
@@ -76,6 +79,8 @@ pub(crate) struct VcpuState {
     /// [`take_hardware_completions`](VgicState::take_hardware_completions),
     /// which deactivated its physical interrupt as well.
     pub hardware_completed: u32,
+    /// The redistributor's LPI registers.
+    pub lpis: RedistributorLpis,
 }
 
 impl VcpuState {
@@ -91,6 +96,7 @@ impl VcpuState {
             listed: [None; MAX_LIST_REGISTERS],
             written: 0,
             hardware_completed: 0,
+            lpis: RedistributorLpis::default(),
         }
     }
 }
@@ -120,6 +126,10 @@ pub struct VgicState {
     /// SPIs linked to physical SPIs (passthrough), see
     /// [`link_hardware_spi`](VgicState::link_hardware_spi).
     pub(crate) hardware_spis: Vec<HardwareSpi>,
+    /// The ITS, when the VM has one.
+    pub(crate) its: Option<ItsState>,
+    /// The mapped LPIs, by INTID (module `lpi`).
+    pub(crate) lpis: BTreeMap<u32, Lpi>,
 }
 
 /// A virtual SPI linked to a physical one (a passed-through device's).
@@ -193,6 +203,8 @@ impl VgicState {
             vcpus,
             hardware_ppis: [0; 16],
             hardware_spis: Vec::new(),
+            its: None,
+            lpis: BTreeMap::new(),
         })
     }
 
@@ -414,6 +426,8 @@ impl VgicState {
             (Frame::Distributor, offset) => self.distributor_read(offset, size),
             (Frame::RdBase { vcpu }, offset) => self.rd_base_read(vcpu, offset, size),
             (Frame::SgiBase { vcpu }, offset) => self.sgi_base_read(vcpu, offset, size),
+            // The ITS is a device of its own (`its_read`, `its_write`).
+            (Frame::Its, _) => Err(VgicError::NotInGic { ipa }),
         }
     }
 
@@ -427,6 +441,7 @@ impl VgicState {
             (Frame::Distributor, offset) => self.distributor_write(offset, size, value),
             (Frame::RdBase { vcpu }, offset) => self.rd_base_write(vcpu, offset, size, value),
             (Frame::SgiBase { vcpu }, offset) => self.sgi_base_write(vcpu, offset, size, value),
+            (Frame::Its, _) => Err(VgicError::NotInGic { ipa }),
         }
     }
 
@@ -465,7 +480,9 @@ impl VgicState {
     /// The state of `intid`, taking private INTIDs from `vcpu`'s bank.
     /// `None` for unimplemented INTIDs (and for a bad `vcpu` with a private one).
     pub(crate) fn irq(&self, vcpu: usize, intid: u32) -> Option<&IrqState> {
-        if intid < PRIVATE_COUNT {
+        if intid >= FIRST_LPI {
+            self.lpis.get(&intid).map(|lpi| &lpi.irq)
+        } else if intid < PRIVATE_COUNT {
             self.vcpus.get(vcpu)?.private.get(intid as usize)
         } else {
             self.spis.get(intid.checked_sub(FIRST_SPI)? as usize)
@@ -474,7 +491,9 @@ impl VgicState {
 
     /// Mutable form of [`irq`](Self::irq).
     pub(crate) fn irq_mut(&mut self, vcpu: usize, intid: u32) -> Option<&mut IrqState> {
-        if intid < PRIVATE_COUNT {
+        if intid >= FIRST_LPI {
+            self.lpis.get_mut(&intid).map(|lpi| &mut lpi.irq)
+        } else if intid < PRIVATE_COUNT {
             self.vcpus.get_mut(vcpu)?.private.get_mut(intid as usize)
         } else {
             self.spis.get_mut(intid.checked_sub(FIRST_SPI)? as usize)
@@ -520,7 +539,9 @@ impl VgicState {
 
     /// The vCPU that receives `intid` (private ones belong to `vcpu`).
     pub(crate) fn target_of(&self, vcpu: usize, intid: u32) -> Option<usize> {
-        if intid < PRIVATE_COUNT {
+        if intid >= FIRST_LPI {
+            self.lpis.get(&intid).map(|lpi| lpi.vcpu)
+        } else if intid < PRIVATE_COUNT {
             Some(vcpu)
         } else {
             self.spi_target(intid)
@@ -656,6 +677,10 @@ impl VgicState {
             || self.spis.iter().enumerate().any(|(index, irq)| {
                 self.deliverable(irq) && self.spi_target(FIRST_SPI + index as u32) == Some(vcpu)
             })
+            || self
+                .lpis
+                .values()
+                .any(|lpi| lpi.vcpu == vcpu && self.deliverable(&lpi.irq))
     }
 }
 

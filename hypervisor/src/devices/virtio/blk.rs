@@ -36,9 +36,9 @@
 //! data of a successful `IN` or `GET_ID`, plus the status byte.
 
 use super::block_backend::{BlockBackend, SECTOR_SIZE};
-use super::guest_memory::{GuestMemory, HostSpan};
 use super::mmio_transport::{QueueContext, SnapshotError, VirtioDevice, read_config_bytes};
 use super::virtqueue::{ChainReader, DescriptorChain, RingError};
+use crate::devices::guest_memory::{GuestMemory, HostSpan};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use virtio_spec::blk::{F as BlkF, S as BlkS, T as BlkT};

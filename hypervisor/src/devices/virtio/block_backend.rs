@@ -13,7 +13,7 @@
 //! disk (else `OutOfRange`, also when the numbers overflow), and a write
 //! needs a disk that takes writes (else `ReadOnly`), in that order.
 
-use super::guest_memory::HostSpan;
+use crate::devices::guest_memory::HostSpan;
 use core::fmt;
 
 /// Bytes per sector, the unit of every virtio-blk offset.

@@ -32,11 +32,11 @@
 //! not offered (`SIZE`, `MULTIPORT`, `EMERG_WRITE`), so the configuration
 //! reads as zeros.
 
-use super::guest_memory::GuestMemory;
 use super::mmio_transport::{
     Effects, MmioTransport, QueueContext, SnapshotError, VirtioDevice, read_config_bytes,
 };
 use super::virtqueue::{ChainWriter, DescriptorChain, RingError};
+use crate::devices::guest_memory::GuestMemory;
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 

@@ -10,7 +10,7 @@
 //! it then. A window is read-only when it is made so or when its disk is.
 
 use super::block_backend::{BlockBackend, BlockError, check_transfer};
-use super::guest_memory::HostSpan;
+use crate::devices::guest_memory::HostSpan;
 use core::fmt;
 
 /// Why a window cannot be made.

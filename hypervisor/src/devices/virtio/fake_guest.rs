@@ -16,13 +16,13 @@
 //! checks.
 
 use super::block_backend::{BlockBackend, BlockError, SECTOR_SIZE, check_transfer};
-use super::guest_memory::{GuestMemory, GuestMemoryError, HostSpan};
 use super::mmio_transport::{
     Effects, MmioTransport, REG_DRIVER_FEATURES, REG_DRIVER_FEATURES_SEL, REG_QUEUE_DESC_HIGH,
     REG_QUEUE_DESC_LOW, REG_QUEUE_DEVICE_HIGH, REG_QUEUE_DEVICE_LOW, REG_QUEUE_DRIVER_HIGH,
     REG_QUEUE_DRIVER_LOW, REG_QUEUE_NUM, REG_QUEUE_READY, REG_QUEUE_SEL, REG_STATUS, VirtioDevice,
 };
 use super::virtqueue::{DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE};
+use crate::devices::guest_memory::{GuestMemory, GuestMemoryError, HostSpan};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::vec::Vec;

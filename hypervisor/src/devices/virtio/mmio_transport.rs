@@ -63,8 +63,8 @@
 //! configuration bytes themselves (the crate's configuration structs are
 //! volatile views with private fields).
 
-use super::guest_memory::GuestMemory;
 use super::virtqueue::{QueueState, RingError, Virtqueue};
+use crate::devices::guest_memory::GuestMemory;
 use alloc::vec::Vec;
 use core::fmt;
 use virtio_spec::DeviceStatus;

@@ -5,7 +5,7 @@
 //! Everything here is pure code over two seams, so it builds and tests on
 //! the host:
 //!
-//! - [`guest_memory::GuestMemory`]: the VM's RAM as the device sees it.
+//! - [`GuestMemory`](crate::devices::guest_memory::GuestMemory): the VM's RAM as the device sees it.
 //!   Every guest-physical address a guest hands a device (a ring, a
 //!   descriptor's buffer) is translated through the VM's memslots; a device
 //!   never sees a host address the guest chose, and every write it makes
@@ -24,7 +24,6 @@ pub mod blk;
 pub mod block_backend;
 pub mod console;
 pub mod disk_window;
-pub mod guest_memory;
 pub mod mmio_transport;
 pub mod net;
 pub mod net_switch;

@@ -45,11 +45,11 @@
 //! dropped: [`DeliverOutcome::TooBig`]. A device the driver has not started
 //! drops: [`DeliverOutcome::NotReady`]. All are counted.
 
-use super::guest_memory::GuestMemory;
 use super::mmio_transport::{
     Effects, MmioTransport, QueueContext, SnapshotError, VirtioDevice, read_config_bytes,
 };
 use super::virtqueue::{DescriptorChain, RingError};
+use crate::devices::guest_memory::GuestMemory;
 use alloc::vec::Vec;
 use virtio_spec::net::F as NetF;
 

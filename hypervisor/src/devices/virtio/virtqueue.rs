@@ -73,7 +73,7 @@
 //! and the two device indices); the negotiated ring features come back from
 //! the transport's own state on restore.
 
-use super::guest_memory::{GuestMemory, GuestMemoryError, HostSpan};
+use crate::devices::guest_memory::{GuestMemory, GuestMemoryError, HostSpan};
 use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{Ordering, fence};
