@@ -52,7 +52,6 @@
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::boot::MAX_CPUS;
-use crate::{gic, gic_regs};
 use crate::gic_its::{
     self, Command, GITS_CTLR_QUIESCENT, Its, LPI_BASE, Layout, RdBase, TableType,
 };
@@ -61,6 +60,7 @@ use crate::platform::Platform;
 use crate::println;
 use crate::scenarios::Failure;
 use crate::smp::{self, Barrier, Deadline};
+use crate::{gic, gic_regs};
 
 /// LPIs counted: 8192 + 0..LPIS.
 const LPIS: usize = 128;
@@ -301,7 +301,10 @@ fn registers(base: u64) -> Result<(), Failure> {
         return Err(fail("GITS_TYPER.ID_bits gives 14 bits or more", typer.0));
     }
     if typer.itt_entry_size() > 16 || typer.device_bits() < 2 {
-        return Err(fail("GITS_TYPER: ITT entry of 16 bytes at most, 2+ DeviceID bits", typer.0));
+        return Err(fail(
+            "GITS_TYPER: ITT entry of 16 bytes at most, 2+ DeviceID bits",
+            typer.0,
+        ));
     }
     println!(
         "test-guest: its: GITS_TYPER {:#x}: Physical, ITT entry {} bytes, {} DeviceID bits, {} \
@@ -319,7 +322,10 @@ fn registers(base: u64) -> Result<(), Failure> {
     }
     let ctlr = Its::ctlr_at(base);
     if ctlr & GITS_CTLR_QUIESCENT == 0 || ctlr & 1 != 0 {
-        return Err(fail("GITS_CTLR: disabled and Quiescent at boot", ctlr.into()));
+        return Err(fail(
+            "GITS_CTLR: disabled and Quiescent at boot",
+            ctlr.into(),
+        ));
     }
     println!(
         "test-guest: its: GITS_PIDR2.ArchRev {rev}, GITS_CTLR {ctlr:#x}: disabled and Quiescent"
@@ -452,7 +458,12 @@ fn map_and_int(run: &mut Run) -> Result<(), Failure> {
     for index in 0..run.devices.len() {
         for event in 0..EVENTS {
             let cpu = run.cpu_of(event);
-            run.int_expect(index, event, cpu, "INT delivers once on the collection's vCPU")?;
+            run.int_expect(
+                index,
+                event,
+                cpu,
+                "INT delivers once on the collection's vCPU",
+            )?;
         }
     }
     println!(
@@ -495,7 +506,10 @@ fn translater(run: &mut Run) -> Result<(), Failure> {
         Run::lpi(index, TRANSLATED_EVENT)
     );
     if device != 0 {
-        return Err(fail("a CPU write to GITS_TRANSLATER carries DeviceID 0", device.into()));
+        return Err(fail(
+            "a CPU write to GITS_TRANSLATER carries DeviceID 0",
+            device.into(),
+        ));
     }
     Ok(())
 }
@@ -558,7 +572,12 @@ fn movall(run: &mut Run) -> Result<(), Failure> {
     run.mask(src, false)?;
     run.settle("MOVALL: the pending LPI arrives once, on the new redistributor")?;
     run.submit_synced(&[Command::mapc(src as u16, Some(rd_src))])?;
-    run.int_expect(1, event, src, "MOVALL: the collection mapped back delivers there")?;
+    run.int_expect(
+        1,
+        event,
+        src,
+        "MOVALL: the collection mapped back delivers there",
+    )?;
     println!(
         "test-guest: its: MOVALL: LPI {lpi} pending at vcpu{src}'s redistributor moved to \
          vcpu{dst}'s and taken there once"
@@ -573,7 +592,10 @@ fn discard(run: &mut Run) -> Result<(), Failure> {
     run.int_expect(0, event, cpu, "DISCARD: INT before it delivers")?;
     let (d0, d1) = (run.devices[0], run.devices[1]);
     run.submit_synced(&[Command::discard(d0, event), Command::int(d0, event)])?;
-    run.quiet("DISCARD: INT of a discarded event delivers nothing", SETTLE_MS)?;
+    run.quiet(
+        "DISCARD: INT of a discarded event delivers nothing",
+        SETTLE_MS,
+    )?;
     run.mask(cpu, true)?;
     run.submit_synced(&[Command::int(d1, event)])?;
     run.quiet("DISCARD: masked", SETTLE_MS)?;
@@ -610,7 +632,12 @@ fn inv(run: &mut Run) -> Result<(), Failure> {
     let layout = run.its.layout;
     let device = run.devices[0];
     let lpi = Run::lpi(0, 0);
-    gic_its::set_property(layout, lpi, gic_its::property(DEFAULT_PRIORITY, false), true);
+    gic_its::set_property(
+        layout,
+        lpi,
+        gic_its::property(DEFAULT_PRIORITY, false),
+        true,
+    );
     run.submit_synced(&[Command::inv(device, 0), Command::int(device, 0)])?;
     run.quiet("INV: a disabled LPI is not delivered", SETTLE_MS)?;
     gic_its::set_property(layout, lpi, gic_its::property(DEFAULT_PRIORITY, true), true);
@@ -631,7 +658,12 @@ fn invall(run: &mut Run) -> Result<(), Failure> {
     let collections = run.cpus.min(EVENTS as usize);
     for event in 0..collections as u32 {
         let lpi = Run::lpi(2, event);
-        gic_its::set_property(layout, lpi, gic_its::property(DEFAULT_PRIORITY, false), true);
+        gic_its::set_property(
+            layout,
+            lpi,
+            gic_its::property(DEFAULT_PRIORITY, false),
+            true,
+        );
     }
     for icid in 0..collections as u16 {
         run.submit(&[Command::invall(icid)])?;
@@ -693,14 +725,21 @@ fn priorities(run: &mut Run) -> Result<(), Failure> {
         run.expect(0, b.1);
         run.mask(0, false)?;
         let taken = take_two();
-        let urgent = if first_priority < second_priority { a.1 } else { b.1 };
+        let urgent = if first_priority < second_priority {
+            a.1
+        } else {
+            b.1
+        };
         let other = if urgent == a.1 { b.1 } else { a.1 };
         if taken != [urgent, other] {
             println!(
                 "test-guest: its: priorities: took {taken:?}, expected {urgent} (more urgent) \
                  then {other}"
             );
-            return Err(fail("the more urgent LPI is acknowledged first", taken[0].into()));
+            return Err(fail(
+                "the more urgent LPI is acknowledged first",
+                taken[0].into(),
+            ));
         }
         run.settle("priorities: each LPI once")?;
     }
@@ -741,10 +780,7 @@ fn command_errors(run: &mut Run) -> Result<(), Failure> {
             "a pINTID below 8192",
             Command::mapti(device, 6, LPI_BASE - 1, 0),
         ),
-        (
-            "an RDbase of no CPU",
-            Command::mapc(BAD_ICID, Some(bad_rd)),
-        ),
+        ("an RDbase of no CPU", Command::mapc(BAD_ICID, Some(bad_rd))),
         (
             "a DeviceID past the device table",
             Command::mapti(past_table as u32, 0, LPI_BASE + 121, 0),
@@ -756,7 +792,10 @@ fn command_errors(run: &mut Run) -> Result<(), Failure> {
         let rd0 = run.rd[0];
         if let Err(error) = run.its.submit(&[*command, Command::sync(rd0)]) {
             println!("test-guest: its: command errors: {what}: {error}");
-            return Err(fail("a command with a bad argument is dropped", command.0[0]));
+            return Err(fail(
+                "a command with a bad argument is dropped",
+                command.0[0],
+            ));
         }
     }
     let end = run.its.creadr();
@@ -767,7 +806,10 @@ fn command_errors(run: &mut Run) -> Result<(), Failure> {
         Command::mapti(device, 7, LPI_BASE + 122, BAD_ICID),
         Command::int(device, 7),
     ])?;
-    run.quiet("command errors: the dropped commands mapped nothing", SETTLE_MS)?;
+    run.quiet(
+        "command errors: the dropped commands mapped nothing",
+        SETTLE_MS,
+    )?;
     run.int_expect(0, 0, 0, "command errors: later commands work")?;
     println!(
         "test-guest: its: command errors: {count} MAPTI/MAPC with bad arguments dropped \
