@@ -468,8 +468,8 @@ pub struct Its {
     write: u64,
 }
 
-/// The GIC's frames the driver needs: the distributor, and each CPU's
-/// redistributor `RD_base`.
+/// Checks that the distributor at `distributor` supports LPIs
+/// (`GICD_TYPER.LPIS`) with at least [`LPI_ID_BITS`] bits of INTID.
 pub fn check_distributor(distributor: u64) -> Result<(), ItsError> {
     let typer = read32(distributor + GICD_TYPER);
     if typer & GICD_TYPER_LPIS == 0 {
@@ -520,7 +520,9 @@ pub fn enable_lpis(layout: Layout, rd: u64, cpu: usize) -> Result<(), ItsError> 
     let propbaser = layout.property_table() | GICR_CACHE | u64::from(LPI_ID_BITS - 1);
     write64(rd + GICR_PROPBASER, propbaser);
     let read = read64(rd + GICR_PROPBASER);
-    if read & 0x000f_ffff_ffff_f01f != propbaser & 0x000f_ffff_ffff_f01f {
+    // The address must stick; IDbits, cacheability and shareability may
+    // read back as the redistributor implements them.
+    if read & 0x000f_ffff_ffff_f000 != layout.property_table() {
         return Err(ItsError::NotStuck {
             register: "GICR_PROPBASER",
             wrote: propbaser,

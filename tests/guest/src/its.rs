@@ -13,6 +13,8 @@
 //! compares the counts of all vCPUs with what the step must deliver: each
 //! expected LPI exactly once, on the vCPU its collection names, and nothing
 //! else (it waits [`SETTLE_MS`] more for an extra or a late one).
+//! Interrupts are never taken as exceptions (`PSTATE.I` stays set); "masked"
+//! below means a priority mask of 0, which holds an LPI pending.
 //!
 //! Devices: DeviceIDs 0, 1 and the highest the device table holds, each with
 //! an ITT of 32 events, and DeviceID 2 with 2^14 events (for `MAPI`).
@@ -175,7 +177,7 @@ impl Run {
         LPI_BASE + 8 * device as u32 + event
     }
 
-    /// The vCPU of collection `icid` as first mapped.
+    /// The vCPU (and ICID) of the collection `event` is first mapped to.
     fn cpu_of(&self, event: u32) -> usize {
         if event == TRANSLATED_EVENT {
             0
