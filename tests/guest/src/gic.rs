@@ -133,6 +133,13 @@ fn wait_clear(address: u64, mask: u32, register: &'static str) -> Result<(), Gic
     Ok(())
 }
 
+/// vCPU `cpu`'s redistributor `RD_base` frame, after that vCPU's
+/// [`init_cpu`] on a GICv3 (`None` before).
+pub fn redistributor(cpu: usize) -> Option<u64> {
+    let sgi = SGI_BASES[cpu].load(Ordering::Acquire);
+    (sgi != 0 && gicv2_cpu_interface().is_none()).then(|| sgi - GICR_SGI_BASE)
+}
+
 /// The GICv2 CPU interface, if the GIC is a GICv2.
 pub fn gicv2_cpu_interface() -> Option<u64> {
     let base = CPU_INTERFACE.load(Ordering::Acquire);

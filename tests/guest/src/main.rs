@@ -61,6 +61,12 @@
 //!   check faults, tag registers kept across exits, `PSTATE.TCO` set on an
 //!   injected abort; it leaves tags behind for a restart to clear (see
 //!   `mte`).
+//! * `its` (every vCPU): drives the GICv3 ITS of the device tree through
+//!   the `gic_its` driver: tables, command queue, LPIs on every
+//!   redistributor; events mapped with `MAPD`/`MAPC`/`MAPTI`/`MAPI` arrive
+//!   once on their collection's vCPU after `INT` or a `GITS_TRANSLATER`
+//!   write; `MOVI`, `MOVALL`, `DISCARD`, `CLEAR`, `INV`, `INVALL`,
+//!   priorities and dropped bad commands (see `its`).
 //!
 //! Every other scenario ends with one `RESULT: PASS` or `RESULT: FAIL <why>` line, reports the
 //! outcome with the `TEST_REPORT` hypercall (unless booted without the
@@ -97,8 +103,12 @@ mod fuzz_model;
 mod fuzz_virtqueue;
 #[cfg(target_os = "none")]
 mod gic;
+#[cfg(target_os = "none")]
+mod gic_its;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod gic_regs;
+#[cfg(target_os = "none")]
+mod its;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod memory_map;
 #[cfg(target_os = "none")]

@@ -1,6 +1,7 @@
 //! What the guest learns from the device tree it is given in `x0`: RAM
 //! ranges, the CPUs' MPIDRs, the PL011 base, the GICv3 frames and the
-//! architected timer's `interrupts` cells (when present), the virtio-mmio
+//! architected timer's `interrupts` cells (when present), the GICv3 ITS
+//! (`arm,gic-v3-its` node: its `reg` base), the virtio-mmio
 //! devices (`virtio,mmio` nodes: window and SPI), the initrd and the
 //! bootargs (read by [`crate::bootargs`]), plus the ranges that are not free
 //! RAM (image, device tree, initrd, `/memreserve/` entries).
@@ -90,6 +91,9 @@ pub struct Platform {
     pub bootargs: &'static str,
     /// The GICv3, when the tree has one with both regions.
     pub gic: Option<GicFrames>,
+    /// The base of the (first) GICv3 ITS, from an `arm,gic-v3-its` node's
+    /// `reg` (QEMU `virt`: a child of the GIC node at 0x0808_0000).
+    pub its: Option<u64>,
     timer_cells: [u32; MAX_TIMER_CELLS],
     /// `None` without an `arm,armv8-timer` node with `interrupts`.
     timer_cell_count: Option<usize>,
@@ -122,6 +126,7 @@ impl Platform {
             },
             bootargs: fdt.chosen().bootargs().unwrap_or(""),
             gic: None,
+            its: None,
             timer_cells: [0; MAX_TIMER_CELLS],
             timer_cell_count: None,
             virtio: [VirtioWindow {
@@ -195,6 +200,10 @@ impl Platform {
                 });
             }
         }
+        platform.its = fdt
+            .find_compatible(&["arm,gic-v3-its"])
+            .and_then(|its| its.reg().and_then(|mut regs| regs.next()))
+            .map(|reg| reg.starting_address as u64);
         if let Some(interrupts) = fdt
             .find_compatible(&["arm,armv8-timer"])
             .and_then(|timer| timer.property("interrupts"))

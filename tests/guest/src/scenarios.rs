@@ -398,6 +398,15 @@ pub enum Failure {
         /// `ID_AA64PFR1_EL1`.
         pfr1: u64,
     },
+    /// The ITS or the LPIs could not be set up or driven.
+    ItsSetup(crate::gic_its::ItsError),
+    /// A check of the `its` scenario failed.
+    Its {
+        /// What it checked.
+        check: &'static str,
+        /// The value that shows it.
+        value: u64,
+    },
     /// A memory tagging check of the `mte` scenario failed.
     Mte {
         /// What it checked.
@@ -458,6 +467,8 @@ impl Failure {
                 Failure::VirtioRequest { .. } => 42,
                 Failure::NoMte { .. } => 43,
                 Failure::Mte { .. } => 44,
+                Failure::ItsSetup(_) => 45,
+                Failure::Its { .. } => 46,
             }
     }
 }
@@ -674,6 +685,8 @@ impl fmt::Display for Failure {
                 address,
                 value,
             } => write!(f, "mte: {check}: address {address:#x}, value {value:#x}"),
+            Failure::ItsSetup(error) => write!(f, "its: {error}"),
+            Failure::Its { check, value } => write!(f, "its: {check}: value {value:#x}"),
             // A name ending in a space comes with the value read, else with
             // the register's number.
             Failure::VectorRegs { what, index } if what.ends_with(' ') => {
@@ -755,6 +768,7 @@ pub fn run(platform: &Platform, options: Options) -> Result<(), Failure> {
         Scenario::VectorRegs => crate::vector_regs::run(),
         Scenario::VirtioBad => crate::virtio_bad::run(platform),
         Scenario::Mte => crate::mte::run(platform),
+        Scenario::Its => crate::its::run(platform),
     }
 }
 
@@ -767,6 +781,12 @@ const SECONDARY_TIMERS: usize = 2;
 const SECONDARY_FUZZ: usize = 3;
 const SECONDARY_DIRTY_WRITER: usize = 4;
 const SECONDARY_MIGRATE: usize = 5;
+const SECONDARY_ITS: usize = 6;
+
+/// Makes the secondaries started next run the `its` scenario's part.
+pub fn run_its_secondaries() {
+    SECONDARY_PART.store(SECONDARY_ITS, Ordering::Release);
+}
 
 /// Entry of a secondary's part of the scenario.
 pub fn secondary(cpu: usize) {
@@ -776,6 +796,7 @@ pub fn secondary(cpu: usize) {
         SECONDARY_FUZZ => crate::fuzz::secondary(cpu),
         SECONDARY_DIRTY_WRITER => crate::dirty_log::writer_secondary(cpu),
         SECONDARY_MIGRATE => crate::migrate::secondary(cpu),
+        SECONDARY_ITS => crate::its::secondary(cpu),
         _ => memory_worker(cpu, None),
     }
 }

@@ -85,6 +85,12 @@ pub enum Scenario {
     /// registers survive exits, an injected abort enters with `PSTATE.TCO`
     /// set; it leaves tags behind so that a restart shows they were cleared.
     Mte,
+    /// A GICv3 ITS (`arm,gic-v3-its`) on every vCPU: tables and command
+    /// queue set up, events mapped to LPIs and delivered by `INT` and
+    /// `GITS_TRANSLATER` writes on their collection's vCPU; `MAPI`, `MOVI`,
+    /// `MOVALL`, `DISCARD`, `CLEAR`, `INV`, `INVALL`, property-table
+    /// priorities and dropped bad commands.
+    Its,
 }
 
 impl Scenario {
@@ -110,6 +116,7 @@ impl Scenario {
         Scenario::VectorRegs,
         Scenario::VirtioBad,
         Scenario::Mte,
+        Scenario::Its,
     ];
 
     /// The scenario's name on the command line and in `test=`.
@@ -135,6 +142,7 @@ impl Scenario {
             Scenario::VectorRegs => "vector-regs",
             Scenario::VirtioBad => "virtio-bad",
             Scenario::Mte => "mte",
+            Scenario::Its => "its",
         }
     }
 
