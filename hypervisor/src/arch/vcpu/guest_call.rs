@@ -38,15 +38,6 @@ impl CallingVcpu<El2> for Vcpu {
     }
 
     fn unload_list_registers(&mut self) -> Result<(), StopReason> {
-        if let Some(lrs) = self.lrs.as_mut() {
-            let result = self.vm.vgic.lock().unload(self.index, lrs);
-            if let Err(error) = result {
-                return Err(StopReason::ListRegisters {
-                    op: ListRegisterOp::Unload,
-                    error,
-                });
-            }
-        }
-        Ok(())
+        self.unload(ListRegisterOp::Unload)
     }
 }

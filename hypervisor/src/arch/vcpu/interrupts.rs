@@ -66,7 +66,9 @@ impl Vcpu {
             let completed = vgic.take_hardware_completions(self.index);
             let idle = TimerId::ALL.map(|t| vgic.hardware_ppi_idle(self.index, t.guest_intid()));
             let idle_spis = vgic.take_hardware_spi_deactivations();
+            let released = vgic.take_released();
             drop(vgic);
+            self.absorb(released);
             passed_devices::deactivate_idle(self.vm, &idle_spis);
             if let Err(error) = result {
                 return Err(StopReason::ListRegisters {
@@ -102,13 +104,35 @@ impl Vcpu {
         }
     }
 
+    /// Folds and empties the list registers ([`VgicState::unload`]) for a
+    /// vCPU that stops running here, and kicks the vCPUs that can now list
+    /// an interrupt it held; `op` names the step in an error.
+    ///
+    /// [`VgicState::unload`]: crate::devices::vgic::VgicState::unload
+    pub(super) fn unload(&mut self, op: ListRegisterOp) -> Result<(), StopReason> {
+        let Some(lrs) = self.lrs.as_mut() else {
+            return Ok(());
+        };
+        let mut vgic = self.vm.vgic.lock();
+        let result = vgic.unload(self.index, lrs);
+        let released = vgic.take_released();
+        drop(vgic);
+        self.absorb(released);
+        self.send_kicks();
+        result.map_err(|error| StopReason::ListRegisters { op, error })
+    }
+
     /// Copies the list registers back into the vgic (before a GIC register
     /// access reads or changes the model).
     pub(super) fn fold(&mut self) -> Result<(), StopReason> {
         let Some(lrs) = self.lrs.as_mut() else {
             return Ok(());
         };
-        let result = self.vm.vgic.lock().fold(self.index, lrs);
+        let mut vgic = self.vm.vgic.lock();
+        let result = vgic.fold(self.index, lrs);
+        let released = vgic.take_released();
+        drop(vgic);
+        self.absorb(released);
         result.map_err(|error| StopReason::ListRegisters {
             op: ListRegisterOp::Fold,
             error,

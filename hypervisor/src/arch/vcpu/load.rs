@@ -121,16 +121,10 @@ impl Vcpu {
                 options(nostack, preserves_flags)
             );
         }
+        // A previous run of this vCPU unloaded on CPU_OFF; this empties
+        // the list registers once more (nothing is listed).
+        self.unload(ListRegisterOp::Reset)?;
         if let Some(lrs) = self.lrs.as_mut() {
-            // A previous run of this vCPU unloaded on CPU_OFF; this empties
-            // the list registers once more (nothing is listed).
-            let result = self.vm.vgic.lock().unload(self.index, lrs);
-            if let Err(error) = result {
-                return Err(StopReason::ListRegisters {
-                    op: ListRegisterOp::Reset,
-                    error,
-                });
-            }
             // The common CPU interface registers trap where the binary
             // point is guarded (`crate::devices::vgic::cpu_interface`); the
             // fills keep the bit.

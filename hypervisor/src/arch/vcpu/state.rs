@@ -141,15 +141,7 @@ impl Vcpu {
     /// Captures this parked vCPU's whole state: its list registers go back
     /// into the vgic model first (they are refilled when it runs again).
     pub(super) fn capture_state(&mut self) -> Result<VcpuState, StopReason> {
-        if let Some(lrs) = self.lrs.as_mut() {
-            let result = self.vm.vgic.lock().unload(self.index, lrs);
-            if let Err(error) = result {
-                return Err(StopReason::ListRegisters {
-                    op: ListRegisterOp::Unload,
-                    error,
-                });
-            }
-        }
+        self.unload(ListRegisterOp::Unload)?;
         self.needs_fill = true;
         let mut state = VcpuState {
             x: self.regs.x,

@@ -62,6 +62,9 @@
 //! (`I[SC]ACTIVER`, `I[SC]PENDR`, `IPRIORITYR`, `IGROUPR`, enables, routes)
 //! kicks the vCPU whose list registers hold it, whose next fill folds the
 //! list register and lists it again as the model now says, or takes it out.
+//! An interrupt routed elsewhere meanwhile can only be listed by its new
+//! target after that fold, so the fold records the target
+//! ([`VgicState::take_released`]) for the caller to kick once more.
 
 use super::irq::{FIRST_SPI, PRIVATE_COUNT, Trigger};
 use super::list_regs::{
@@ -69,7 +72,7 @@ use super::list_regs::{
     ListRegister, ListRegisters, MAX_LIST_REGISTERS,
 };
 use super::lpi::FIRST_LPI;
-use super::{VgicError, VgicState};
+use super::{VcpuSet, VgicError, VgicState};
 
 /// What a fill put in the list registers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -158,12 +161,30 @@ impl VgicState {
                 } else if hardware_done {
                     self.hardware_spi_completed(intid);
                 }
+                // Routed elsewhere while listed here: its new target could
+                // not list it until now, so it must fill again.
+                if let Some(target) = self.target_of(vcpu, intid)
+                    && target != vcpu
+                    && self
+                        .irq(vcpu, intid)
+                        .is_some_and(|irq| self.deliverable(irq))
+                {
+                    self.released.insert(target);
+                }
             }
             if intid >= FIRST_LPI {
                 self.forget_lpi_if_dead(intid);
             }
         }
         Ok(hcr)
+    }
+
+    /// Takes the vCPUs that folds since the last call found an interrupt
+    /// for: one that was re-routed (or moved, for an LPI) while another
+    /// vCPU's list registers held it. Its new target's fills skipped it
+    /// until that vCPU folded, so the caller kicks these.
+    pub fn take_released(&mut self) -> VcpuSet {
+        core::mem::take(&mut self.released)
     }
 
     /// Folds `vcpu`'s list registers, empties them and disables the virtual
@@ -957,8 +978,10 @@ mod tests {
         assert_eq!(kicks.iter().collect::<Vec<_>>(), vec![0, 1]);
         gic.fill(1, &mut lrs1).unwrap();
         assert_eq!(listed(&lrs1), vec![], "still in vCPU 0's list registers");
+        assert_eq!(gic.take_released(), VcpuSet::EMPTY);
         gic.fill(0, &mut lrs0).unwrap();
         assert_eq!(listed(&lrs0), vec![], "re-routed: vCPU 0 lets it go");
+        assert_eq!(gic.take_released(), VcpuSet::EMPTY, "active, not pending");
         gic.fill(1, &mut lrs1).unwrap();
         assert_eq!(listed(&lrs1), vec![(40, 0, 2)], "active, now with vCPU 1");
     }

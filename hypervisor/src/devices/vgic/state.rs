@@ -130,6 +130,8 @@ pub struct VgicState {
     pub(crate) its: Option<ItsState>,
     /// The mapped LPIs, by INTID (module `lpi`).
     pub(crate) lpis: BTreeMap<u32, Lpi>,
+    /// vCPUs a fold released an interrupt to ([`VgicState::take_released`]).
+    pub(crate) released: VcpuSet,
 }
 
 /// A virtual SPI linked to a physical one (a passed-through device's).
@@ -205,6 +207,7 @@ impl VgicState {
             hardware_spis: Vec::new(),
             its: None,
             lpis: BTreeMap::new(),
+            released: VcpuSet::EMPTY,
         })
     }
 

@@ -355,6 +355,25 @@ fn movi_and_movall_move_pending_lpis() {
 }
 
 #[test]
+fn an_lpi_moved_while_listed_is_released_to_its_new_target() {
+    let mut d = mapped(3);
+    // Listed pending on vCPU 1 (which has not taken it), then its
+    // collection is mapped to vCPU 2.
+    d.run(&[int(0, 1)]);
+    d.gic.fill(1, &mut d.lrs[1]).unwrap();
+    let outcome = d.run(&[mapc(1, 2)]);
+    assert!(outcome.kicks.contains(1) && outcome.kicks.contains(2));
+    // vCPU 2 fills first: still vCPU 1's.
+    d.gic.fill(2, &mut d.lrs[2]).unwrap();
+    assert_eq!(d.lrs[2].acknowledge(), None);
+    // vCPU 1 lets it go, and says vCPU 2 must fill again.
+    d.gic.fill(1, &mut d.lrs[1]).unwrap();
+    assert_eq!(d.lrs[1].acknowledge(), None);
+    assert_eq!(d.gic.take_released().iter().collect::<Vec<_>>(), vec![2]);
+    assert_eq!(d.take(2), vec![8193]);
+}
+
+#[test]
 fn discard_clear_inv_and_invall() {
     let mut d = mapped(1);
     // CLEAR takes back a pending LPI.
