@@ -406,6 +406,7 @@ pub fn hypervisor_claims(platform: &Platform) -> Vec<Claim> {
     if let Some(v3) = &platform.gic {
         gic.push(v3.distributor);
         gic.extend(v3.redistributors.iter().copied());
+        gic.extend(v3.its);
     }
     if let Some(v2) = &platform.gicv2 {
         gic.extend([v2.distributor, v2.cpu_interface]);
