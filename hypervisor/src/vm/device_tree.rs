@@ -25,12 +25,13 @@
 //! keeps its INTID), an `interrupt-map` with the guest GIC's phandle and a
 //! parent unit address of the GIC's `#address-cells` (zeros; none without
 //! an ITS). A passed PCI host bridge (`device_type = "pci"`) gets
-//! `msi-parent` = the virtual ITS when [`GuestDtbConfig::pci_msi`] says its
-//! MSIs work (the physical ITS sits at the virtual ITS's address and the
-//! hypervisor mirrors the guest's device mappings there,
-//! `crate::vm::msi_shadow`): Linux then uses the requester ID as DeviceID.
-//! Without it, and on every other node, no `msi-parent`: Linux keeps the
-//! device on its wired interrupt. The guest's
+//! `msi-map = <0 &its 0 0x10000>` (requester ID r is the virtual ITS's
+//! DeviceID r; the ITS's `#msi-cells` of 1 rules out a bare `msi-parent`)
+//! when [`GuestDtbConfig::pci_msi`] says its MSIs work (the physical ITS
+//! sits at the virtual ITS's address and the hypervisor mirrors the guest's
+//! device mappings there, `crate::vm::msi_shadow`). Without it, and on
+//! every other node, no `msi-map` or `msi-parent`: Linux keeps the device
+//! on its wired interrupt. The guest's
 //! own phandles sit far above the small numbers device-tree compilers give,
 //! so phandles inside a copied subtree cannot collide with them.
 
@@ -49,6 +50,8 @@ const PHANDLE_CLOCK: u32 = 0x7fff_0001;
 const PHANDLE_GIC: u32 = 0x7fff_0002;
 /// Phandle of the GIC's ITS.
 const PHANDLE_ITS: u32 = 0x7fff_0003;
+/// Requester IDs of one PCI segment (16 bits), all mapped to the ITS.
+const PCI_REQUESTER_IDS: u32 = 0x1_0000;
 /// GIC interrupt specifier type of an SPI.
 const GIC_SPI: u32 = 0;
 /// GIC interrupt specifier type of a PPI.
@@ -126,7 +129,7 @@ pub struct GuestDtbConfig<'a> {
     pub virtio: &'a [GuestVirtio],
     /// The host devices the VM owns, copied from the host tree.
     pub passed: &'a [&'a DeviceNode],
-    /// A passed PCI host bridge gets `msi-parent` = the virtual ITS (its
+    /// A passed PCI host bridge gets an `msi-map` onto the virtual ITS (its
     /// MSIs reach the physical ITS the hypervisor mirrors, module doc).
     pub pci_msi: bool,
 }
@@ -334,7 +337,9 @@ fn write_passed(
         matches!(p, NodeProperty::Verbatim { name, value } if name == "device_type" && value == b"pci\0")
     });
     if pci_msi && is_pci {
-        fdt.property_u32("msi-parent", PHANDLE_ITS)?;
+        // Requester ID r is DeviceID r of the ITS (`#msi-cells` 1 rules
+        // out a bare `msi-parent`).
+        fdt.property_array_u32("msi-map", &[0, PHANDLE_ITS, 0, PCI_REQUESTER_IDS])?;
     }
     for property in &node.properties {
         match property {
@@ -717,7 +722,7 @@ mod tests {
     }
 
     #[test]
-    fn a_passed_pci_bridge_gets_the_its_as_msi_parent_when_msis_work() {
+    fn a_passed_pci_bridge_gets_an_msi_map_onto_the_its_when_msis_work() {
         use crate::platform::host_device::HostDevice;
         let host = host_tree();
         let virtio = HostDevice::read(&host, "/virtio_mmio@a003e00", 0x0800_0000).unwrap();
@@ -734,24 +739,29 @@ mod tests {
         });
         let passed = [&virtio.node, &pcie.node];
         c.passed = &passed;
-        let msi_parent = |blob: &[u8], path: &str| {
+        let msi_map = |blob: &[u8], path: &str| {
             Fdt::new(blob)
                 .expect("parses")
                 .find_node(path)
                 .expect("copied")
-                .property("msi-parent")
-                .and_then(|p| p.as_usize())
+                .property("msi-map")
+                .map(|p| {
+                    p.value
+                        .chunks(4)
+                        .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
+                        .collect::<Vec<_>>()
+                })
         };
         c.pci_msi = true;
         let blob = build(&c).expect("written");
         assert_eq!(
-            msi_parent(&blob, "/pcie@10000000"),
-            Some(PHANDLE_ITS as usize)
+            msi_map(&blob, "/pcie@10000000"),
+            Some(vec![0, PHANDLE_ITS, 0, 0x1_0000])
         );
-        assert_eq!(msi_parent(&blob, "/pcie@10000000/bridge@1"), None);
-        assert_eq!(msi_parent(&blob, "/virtio_mmio@a003e00"), None, "not PCI");
+        assert_eq!(msi_map(&blob, "/pcie@10000000/bridge@1"), None);
+        assert_eq!(msi_map(&blob, "/virtio_mmio@a003e00"), None, "not PCI");
         c.pci_msi = false;
         let blob = build(&c).expect("written");
-        assert_eq!(msi_parent(&blob, "/pcie@10000000"), None, "INTx only");
+        assert_eq!(msi_map(&blob, "/pcie@10000000"), None, "INTx only");
     }
 }
