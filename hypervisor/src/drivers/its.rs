@@ -27,7 +27,9 @@ register_bitfields! {u64,
         /// DeviceID bits minus one.
         Devbits OFFSET(13) NUMBITS(5) [],
         /// Bytes per ITT entry minus one.
-        ITT_entry_size OFFSET(4) NUMBITS(4) []
+        ITT_entry_size OFFSET(4) NUMBITS(4) [],
+        /// The ITS takes physical LPIs.
+        Physical OFFSET(0) NUMBITS(1) []
     ],
     /// `GITS_BASER<n>`.
     BASER [
@@ -96,7 +98,9 @@ register_bitfields! {u64,
     /// `GICR_TYPER`.
     GICR_TYPER [
         /// The redistributor's processor number.
-        Processor_Number OFFSET(8) NUMBITS(16) []
+        Processor_Number OFFSET(8) NUMBITS(16) [],
+        /// The redistributor has physical LPIs.
+        PLPIS OFFSET(0) NUMBITS(1) []
     ]
 }
 
@@ -170,6 +174,8 @@ const INNER_SHAREABLE: u64 = 0b01;
 /// What the driver reads from `GITS_TYPER`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ItsFeatures {
+    /// It takes physical LPIs.
+    pub physical: bool,
     /// Commands name a redistributor by physical address.
     pub pta: bool,
     /// DeviceID bits.
@@ -183,6 +189,7 @@ impl ItsFeatures {
     pub fn from_typer(typer: u64) -> Self {
         let typer = LocalRegisterCopy::<u64, TYPER::Register>::new(typer);
         Self {
+            physical: typer.is_set(TYPER::Physical),
             pta: typer.is_set(TYPER::PTA),
             device_bits: typer.read(TYPER::Devbits) as u32 + 1,
             itt_entry_size: typer.read(TYPER::ITT_entry_size) + 1,
@@ -265,6 +272,11 @@ pub fn pendbaser_value(address: u64) -> u64 {
     value.get()
 }
 
+/// Whether a redistributor with this `GICR_TYPER` has physical LPIs.
+pub fn has_lpis(gicr_typer: u64) -> bool {
+    LocalRegisterCopy::<u64, GICR_TYPER::Register>::new(gicr_typer).is_set(GICR_TYPER::PLPIS)
+}
+
 /// A redistributor's `RDbase` in commands: its processor number (from
 /// `GICR_TYPER`) or, with `pta`, its physical address `rd`.
 pub fn target_of(pta: bool, rd: u64, gicr_typer: u64) -> u64 {
@@ -329,6 +341,7 @@ mod tests {
         assert_eq!(
             features,
             ItsFeatures {
+                physical: true,
                 pta: false,
                 device_bits: 16,
                 itt_entry_size: 12
@@ -337,6 +350,9 @@ mod tests {
         assert_eq!(features.itt_bytes(4), 256);
         assert_eq!(features.itt_bytes(32), 512);
         assert!(ItsFeatures::from_typer(1 << 19).pta);
+        assert!(!ItsFeatures::from_typer(1 << 19).physical);
+        assert!(has_lpis(3 << 8 | 1));
+        assert!(!has_lpis(3 << 8));
     }
 
     #[test]

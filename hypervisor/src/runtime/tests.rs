@@ -418,7 +418,7 @@ impl Hardware for FakeHardware {
 
     fn msi_map_device(&self, device: u32, events: u32, cpu: usize) -> Option<u32> {
         let mut ops = self.spi_ops.lock().unwrap();
-        // Each map its own run of 1024 LPIs.
+        // Each map since the last look its own run of 1024 LPIs.
         let first = 8192 + 1024 * ops.iter().filter(|op| op.starts_with("msi map")).count() as u32;
         ops.push(format!("msi map {device:#x} {events} cpu{cpu} at {first}"));
         Some(first)

@@ -711,7 +711,10 @@ mod tests {
             name: name.to_string(),
             value: value.to_vec(),
         };
-        bridge.node.properties.push(verbatim("device_type", b"pci\0"));
+        bridge
+            .node
+            .properties
+            .push(verbatim("device_type", b"pci\0"));
         bridge
             .node
             .properties

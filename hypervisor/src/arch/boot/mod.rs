@@ -220,7 +220,11 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         // The host's ITS carries passed PCIe devices' MSIs
         // (`arch::drivers::its`), with LPIs on every CPU.
         if let Some(frames) = host_gic.its {
-            match crate::arch::drivers::its::init(frames, HOST_LPI_POOL) {
+            let memory = crate::arch::drivers::its::Frames {
+                alloc: memory::alloc_frames,
+                free: memory::free_frames,
+            };
+            match crate::arch::drivers::its::init(frames, HOST_LPI_POOL, memory) {
                 Ok(bits) => {
                     log::info!(
                         "host ITS at {:#x}: {bits} DeviceID bits, {HOST_LPI_POOL} LPIs for passed PCIe devices' MSIs",

@@ -26,7 +26,6 @@
 //! state) and the runtime replays it into the VM
 //! (`crate::runtime::passed_devices::deliver_lpi`).
 
-use crate::arch::boot::memory;
 use crate::arch::cpu::percpu::MAX_CPUS;
 use crate::arch::cpu::sysreg;
 use crate::drivers::its::{
@@ -70,9 +69,7 @@ impl core::fmt::Display for ItsError {
             Self::NoMemory => "no memory for its tables",
             Self::NotPhysical => "it has no physical LPIs",
             Self::NotReady => "not set up",
-            Self::RedistributorLpis => {
-                "the redistributor has no LPIs, or has them enabled already"
-            }
+            Self::RedistributorLpis => "the redistributor has no LPIs, or has them enabled already",
             Self::Stalled => "its command queue stalled",
         })
     }
@@ -94,9 +91,20 @@ struct Queue {
     devices: Vec<MappedDevice>,
 }
 
+/// The host frame allocator (`arch::boot::memory`, which comes after the
+/// drivers in the dependency order, so the boot sequence hands it over).
+#[derive(Clone, Copy)]
+pub struct Frames {
+    /// Allocates `size` bytes aligned to `align`.
+    pub alloc: fn(u64, u64) -> Option<u64>,
+    /// Frees what `alloc` gave, with the same size and alignment.
+    pub free: fn(u64, u64, u64),
+}
+
 /// What [`init`] set up.
 struct HostIts {
     base: usize,
+    frames: Frames,
     features: ItsFeatures,
     properties: u64,
     queue: Mutex<Queue>,
@@ -136,20 +144,20 @@ fn clean(pa: u64, len: u64) {
 }
 
 /// Zeroed, cleaned frames.
-fn zeroed_frames(size: u64, align: u64) -> Result<u64, ItsError> {
-    let pa = memory::alloc_frames(size, align).ok_or(ItsError::NoMemory)?;
+fn zeroed_frames(frames: Frames, size: u64, align: u64) -> Result<u64, ItsError> {
+    let pa = (frames.alloc)(size, align).ok_or(ItsError::NoMemory)?;
     sysreg::zero_memory(pa as usize, size.next_multiple_of(regs::PAGE) as usize);
     clean(pa, size);
     Ok(pa)
 }
 
 /// Boot CPU, once: sets up the ITS at `frames` and the host LPI property
-/// table for a pool of `pool` LPIs (module doc). Returns the DeviceID bits
-/// it covers.
-pub fn init(frames: PhysRange, pool: u32) -> Result<u32, ItsError> {
+/// table for a pool of `pool` LPIs (module doc), its memory from
+/// `memory`. Returns the DeviceID bits it covers.
+pub fn init(frames: PhysRange, pool: u32, memory: Frames) -> Result<u32, ItsError> {
     let base = frames.start as usize;
     let features = ItsFeatures::from_typer(read64(base + gits::TYPER));
-    if read64(base + gits::TYPER) & 1 == 0 {
+    if !features.physical {
         return Err(ItsError::NotPhysical);
     }
     write32(base + gits::CTLR, 0);
@@ -171,14 +179,13 @@ pub fn init(frames: PhysRange, pool: u32) -> Result<u32, ItsError> {
             _ => continue,
         };
         let pages = regs::table_pages(entries, entry_size);
-        let table = zeroed_frames(pages * regs::PAGE, regs::PAGE)?;
+        let table = zeroed_frames(memory, pages * regs::PAGE, regs::PAGE)?;
         write64(at, regs::baser_value(read, table, pages));
     }
-    let queue = zeroed_frames(QUEUE_BYTES, regs::PAGE)?;
+    let queue = zeroed_frames(memory, QUEUE_BYTES, regs::PAGE)?;
     write64(base + gits::CBASER, regs::cbaser_value(queue));
     write64(base + gits::CWRITER, 0);
-    let properties = memory::alloc_frames(PROPERTY_TABLE_BYTES, regs::PAGE)
-        .ok_or(ItsError::NoMemory)?;
+    let properties = (memory.alloc)(PROPERTY_TABLE_BYTES, regs::PAGE).ok_or(ItsError::NoMemory)?;
     // SAFETY: the frames were just taken from the allocator: RAM the EL2
     // map covers, owned by nothing else, `PROPERTY_TABLE_BYTES` long.
     unsafe {
@@ -189,6 +196,7 @@ pub fn init(frames: PhysRange, pool: u32) -> Result<u32, ItsError> {
     write32(base + gits::CTLR, gits::CTLR_ENABLED);
     ITS.call_once(|| HostIts {
         base,
+        frames: memory,
         features,
         properties,
         queue: Mutex::new(Queue {
@@ -211,11 +219,10 @@ pub fn base() -> Option<u64> {
 pub fn init_cpu(index: usize, rd: usize) -> Result<(), ItsError> {
     let its = ITS.get().ok_or(ItsError::NotReady)?;
     let typer = read64(rd + gicr_lpi::TYPER);
-    // GICR_TYPER.PLLPIS.
-    if typer & 1 == 0 || read32(rd + gicr_lpi::CTLR) & gicr_lpi::CTLR_ENABLE_LPIS != 0 {
+    if !regs::has_lpis(typer) || read32(rd + gicr_lpi::CTLR) & gicr_lpi::CTLR_ENABLE_LPIS != 0 {
         return Err(ItsError::RedistributorLpis);
     }
-    let pending = zeroed_frames(PENDING_TABLE_BYTES, PENDING_TABLE_ALIGN)?;
+    let pending = zeroed_frames(its.frames, PENDING_TABLE_BYTES, PENDING_TABLE_ALIGN)?;
     write64(
         rd + gicr_lpi::PROPBASER,
         regs::propbaser_value(its.properties),
@@ -282,7 +289,7 @@ pub fn map_device(device: u32, events: u32, cpu: usize) -> Option<u32> {
     }
     let first = its.pool.lock().take(events)?;
     let itt_bytes = its.features.itt_bytes(events);
-    let Ok(itt) = zeroed_frames(itt_bytes, regs::PAGE) else {
+    let Ok(itt) = zeroed_frames(its.frames, itt_bytes, regs::PAGE) else {
         its.pool.lock().give_back(first, events);
         return None;
     };
@@ -292,6 +299,9 @@ pub fn map_device(device: u32, events: u32, cpu: usize) -> Option<u32> {
     commands.push(regs::sync(target));
     if let Err(e) = its.submit(&commands) {
         log::warn!("host ITS: mapping DeviceID {device:#x}: {e}");
+        (its.frames.free)(itt, itt_bytes, regs::PAGE);
+        its.pool.lock().give_back(first, events);
+        return None;
     }
     its.queue.lock().devices.push(MappedDevice {
         device,
@@ -321,7 +331,7 @@ pub fn unmap_device(device: u32, first: u32, events: u32) {
         at.map(|at| queue.devices.swap_remove(at))
     };
     if let Some(mapped) = mapped {
-        memory::free_frames(mapped.itt, mapped.itt_bytes, regs::PAGE);
+        (its.frames.free)(mapped.itt, mapped.itt_bytes, regs::PAGE);
     }
     its.pool.lock().give_back(first, events);
 }
