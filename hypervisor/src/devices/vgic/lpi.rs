@@ -12,8 +12,8 @@
 //! pending table while `GICR_CTLR.EnableLPIs` is set. This model does what
 //! that allows:
 //!
-//! - Each LPI the ITS has mapped (`MAPTI`/`MAPI`) is an [`Lpi`] record in
-//!   [`VgicState::lpis`]: an [`IrqState`] (always group 1, edge-triggered)
+//! - Each LPI the ITS has mapped (`MAPTI`/`MAPI`) is an `Lpi` record in
+//!   `VgicState::lpis`: an `IrqState` (always group 1, edge-triggered)
 //!   with the priority and enable read from the property table when it was
 //!   mapped and on every `INV`/`INVALL` since, its target vCPU, and the
 //!   (DeviceID, EventID, collection) that maps it.
