@@ -111,8 +111,8 @@ pub const DISK_CHECK_PATH: &str = "/hv/check.txt";
 pub const DISK_ROUNDS_PATH: &str = "/hv/rounds.txt";
 /// How the disk roles' line on where `/dev/vda` sits starts: then `PCI
 /// device 0000:00:01.0 [1af4:1001], INTx (Linux IRQ N, interrupts so
-/// far: M)` (M from `/proc/interrupts`; `MSI (V vectors)` when the function
-/// has MSI vectors: its `msi_irqs` directory, which Linux makes as soon as
+/// far: M)` (M from `/proc/interrupts`; `MSI (V vectors, interrupts so far:
+/// M)`, M summed over the vectors, when the function has MSI vectors: its `msi_irqs` directory, which Linux makes as soon as
 /// a driver tries MSI, lists some) for a virtio-blk on a PCI bus, `on
 /// a003e00.virtio_mmio` for one on a virtio-mmio transport.
 pub const DISK_BUS_PREFIX: &str = "LINUX-INIT: /dev/vda is ";
@@ -453,7 +453,8 @@ disk_bus() {
         id=$(cat "$parent/device")
         vectors=$(ls "$parent/msi_irqs" 2>/dev/null | wc -l)
         if [ "$vectors" -gt 0 ]; then
-            irq="MSI ($vectors vectors)"
+            taken=$(ls "$parent/msi_irqs" | awk -v proc="$proc/interrupts" 'BEGIN { while ((getline l < proc) > 0) { split(l, f, " "); n = 0; for (i = 2; i in f && f[i] ~ /^[0-9]+$/; i++) n += f[i]; sub(":", "", f[1]); c[f[1]] = n } } { s += c[$1] } END { print s + 0 }')
+            irq="MSI ($vectors vectors, interrupts so far: $taken)"
         else
             line=$(cat "$parent/irq")
             taken=$(awk -v irq="$line:" '$1 == irq { n = 0; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i; print n }' "$proc/interrupts")
@@ -898,8 +899,20 @@ mod tests {
         }
         assert_eq!(
             bus(&sys),
-            format!("{DISK_BUS_PREFIX}PCI device 0000:00:01.0 [1af4:1001], MSI (2 vectors)\n")
+            format!(
+                "{DISK_BUS_PREFIX}PCI device 0000:00:01.0 [1af4:1001], MSI (2 vectors, \
+                 interrupts so far: 0)\n"
+            )
         );
+        std::fs::write(
+            sys.join("proc/interrupts"),
+            "           CPU0       CPU1\n\
+             \x20 44:         30          6     GICv3  36 Level     virtio0\n\
+             \x20 45:          3          4   ITS-MSI   8 Edge      virtio0-config\n\
+             \x20 46:         10          0   ITS-MSI   9 Edge      virtio0-req.0\n",
+        )
+        .unwrap();
+        assert!(bus(&sys).ends_with("MSI (2 vectors, interrupts so far: 17)\n"));
         let (sys, _) = sysfs("mmio", "devices/platform/a003e00.virtio_mmio");
         assert_eq!(
             bus(&sys),

@@ -27,9 +27,13 @@
 //!   (its ECAM and MMIO windows mapped, the SPIs of INTA..INTD routed); its
 //!   Linux (Debian's `virtio_pci` modules loaded by the init) enumerates the
 //!   bus and assigns the BARs itself, finds QEMU's transitional virtio-blk
-//!   at `0000:00:01.0` (`[1af4:1001]`) and, with no `msi-parent` in its
-//!   tree, drives it by INTx: the init's line says `INTx` (no MSI vectors),
-//!   and `a`'s `passthrough_irqs` counts the SPIs.
+//!   at `0000:00:01.0` (`[1af4:1001]`). On the GICv3 host its tree's bridge
+//!   has `msi-parent` = the virtual ITS and it drives the disk by MSI-X: the
+//!   init's line says `MSI (V vectors, interrupts so far: M)` with M > 0,
+//!   the hypervisor says the bus gets MSIs and maps DeviceID 0x8 on the
+//!   host ITS, and `a`'s `passthrough_msis` counts them. On the GICv2 host
+//!   (no ITS) it drives it by INTx: the line says `INTx`, the hypervisor
+//!   `INTx only`, and `a`'s `passthrough_irqs` counts the SPIs.
 //! - Network (`a_linux_vm_owns_the_user_network`): VM `a` owns a virtio-net
 //!   on QEMU's restricted user-mode network with a free TCP port of the
 //!   host's `127.0.0.1` forwarded to it; its init takes a DHCP lease
@@ -87,7 +91,7 @@ fn assert_memory_vm_passed_alone(report: &RunReport) {
 }
 
 /// How VM `a` owns the disk it writes.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum PassedDisk {
     /// On a virtio-mmio transport (`pass-disk=`).
     VirtioMmio,
@@ -128,16 +132,39 @@ impl PassedDisk {
         }
     }
 
+    /// Whether `a` drives it by MSIs: a PCI function on a GICv3 host,
+    /// whose ITS carries them (the virtio-mmio transport has only its SPI,
+    /// and a GICv2 host no ITS).
+    fn by_msi(self, gic: GicVersion) -> bool {
+        matches!(self, PassedDisk::Pcie) && gic == GicVersion::V3
+    }
+
     /// How `a`'s line on where `/dev/vda` sits starts: the transport, or
-    /// QEMU's virtio-blk found on the bus at slot 1 and driven by INTx.
-    fn bus_line(self) -> String {
+    /// QEMU's virtio-blk found on the bus at slot 1 and driven by MSI (a
+    /// GICv3 host) or INTx (a GICv2 host).
+    fn bus_line(self, gic: GicVersion) -> String {
         match self {
             PassedDisk::VirtioMmio => format!("[a] {DISK_BUS_PREFIX}on a003e00.virtio_mmio"),
-            PassedDisk::Pcie => {
-                format!("[a] {DISK_BUS_PREFIX}PCI device 0000:00:01.0 [1af4:1001], INTx (")
-            }
+            PassedDisk::Pcie => format!(
+                "[a] {DISK_BUS_PREFIX}PCI device 0000:00:01.0 [1af4:1001], {}",
+                if self.by_msi(gic) { "MSI (" } else { "INTx (" }
+            ),
         }
     }
+}
+
+/// The `M` of the first console line starting with `start` and holding
+/// `interrupts so far: M)`.
+fn interrupts_so_far(report: &RunReport, start: &str) -> Option<u64> {
+    report
+        .console()
+        .lines()
+        .map(str::trim_end)
+        .filter(|line| line.starts_with(start))
+        .find_map(|line| {
+            let (_, after) = line.split_once("interrupts so far: ")?;
+            after.strip_suffix(')')?.parse().ok()
+        })
 }
 
 /// VM `a` writes the check file on a fresh ext4 image it owns as `disk`,
@@ -170,21 +197,50 @@ fn linux_owns_a_disk(gic: GicVersion, image_name: &str, disk: PassedDisk) {
         1,
         "{explain}"
     );
-    let bus = disk.bus_line();
+    let bus = disk.bus_line(gic);
     assert!(
         e2e::has_line_where(&report, |line| line.starts_with(&bus)),
         "no line starting `{bus}`\n{explain}"
     );
+    if disk.by_msi(gic) {
+        assert!(
+            interrupts_so_far(&report, &bus).is_some_and(|n| n > 0),
+            "the MSI vectors took no interrupts\n{explain}"
+        );
+        assert_eq!(
+            e2e::log_count(&report, "vm0: passed PCI bus: MSIs through the virtual ITS"),
+            1,
+            "{explain}"
+        );
+        assert!(
+            e2e::log_count(&report, "vm0: MSIs of DeviceID 0x8:") >= 1,
+            "the disk's DeviceID (00:01.0) is mapped on the host ITS\n{explain}"
+        );
+    } else if disk == PassedDisk::Pcie {
+        assert_eq!(
+            e2e::log_count(&report, "vm0: passed PCI bus: INTx only"),
+            1,
+            "{explain}"
+        );
+    }
     assert!(
         e2e::has_line(&report, "[a] LINUX-INIT: wrote /hv/check.txt on /dev/vda"),
         "{explain}"
     );
     assert!(report.console().contains("[a] RESULT: PASS"), "{explain}");
     assert_memory_vm_passed_alone(&report);
+    let (counter, other) = if disk.by_msi(gic) {
+        ("passthrough_msis", "passthrough_irqs")
+    } else {
+        ("passthrough_irqs", "passthrough_msis")
+    };
     assert!(
-        e2e::counter(&report, 0, "passthrough_irqs") > 0,
-        "the disk's interrupts reached a\n{explain}"
+        e2e::counter(&report, 0, counter) > 0,
+        "the disk's interrupts reached a ({counter})\n{explain}"
     );
+    if disk == PassedDisk::VirtioMmio || !disk.by_msi(gic) {
+        assert_eq!(e2e::counter(&report, 0, other), 0, "{explain}");
+    }
     assert!(
         report.counters().get(0, "virtio_blk_write_bytes").is_none(),
         "a has a virtio-blk of the hypervisor's: the writes did not go to the passed disk\n{explain}"

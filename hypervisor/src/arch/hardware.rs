@@ -1,7 +1,7 @@
 //! The machine as the VM runtime sees it: [`El2`] implements
 //! `runtime::Hardware` with the frame allocator, the cache and TLB
-//! instructions, the system counter, the GIC's kick SGI, the host console
-//! and the firmware's power calls. [`Vm`] and [`VmTable`] are the runtime's
+//! instructions, the system counter, the GIC's kick SGI, the host ITS (passed
+//! PCIe devices' MSIs), the host console and the firmware's power calls. [`Vm`] and [`VmTable`] are the runtime's
 //! types on this machine.
 
 use crate::arch::boot::firmware;
@@ -51,6 +51,18 @@ impl Hardware for El2 {
 
     fn passthrough_spi_release(&self, intid: u32) {
         gic::release_spi(intid);
+    }
+
+    fn host_its_base(&self) -> Option<u64> {
+        crate::arch::drivers::its::base()
+    }
+
+    fn msi_map_device(&self, device: u32, events: u32, cpu: usize) -> Option<u32> {
+        crate::arch::drivers::its::map_device(device, events, cpu)
+    }
+
+    fn msi_unmap_device(&self, device: u32, first: u32, events: u32) {
+        crate::arch::drivers::its::unmap_device(device, first, events);
     }
 
     fn device_read(&self, pa: u64, size: u8) -> u64 {

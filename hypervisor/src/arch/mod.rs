@@ -14,7 +14,8 @@
 //!
 //! Folders: `boot` (the boot sequence, the entry code, exception vectors,
 //! firmware calls, host memory), `cpu` (system registers, the running CPU's
-//! features, per-CPU data), `drivers` (the host GIC and console), `vcpu` (a
+//! features, per-CPU data), `drivers` (the host GIC, its ITS and the
+//! console), `vcpu` (a
 //! vCPU: its state, run loop and the machine side of exit handling);
 //! `stage2`, `host_console`, `host_disk`, `hardware`, `monitor_target`,
 //! `control_target` and `run` are files.
@@ -26,7 +27,9 @@
 //! crate):
 //!
 //! 1. `cpu::sysreg`, `cpu::percpu`, `cpu::features`: leaves.
-//! 2. `drivers::console`; `drivers::gic` (per-CPU data, system registers).
+//! 2. `drivers::console`; `drivers::gic` (per-CPU data, system registers);
+//!    `drivers::its` (per-CPU data, system registers; host frames are
+//!    handed to it by `boot`).
 //! 3. `boot::entry`, `boot::exceptions`, `boot::memory` (per-CPU data,
 //!    system registers), `boot::firmware` (console, GIC).
 //! 4. `stage2` (host memory, system registers); `host_console` (firmware,

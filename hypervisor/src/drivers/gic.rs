@@ -8,7 +8,7 @@
 //!   walking the `GICR_TYPER` values of a region (frames are 128 KiB, 256 KiB
 //!   when `VLPIS` is set, and the last one has `Last` set).
 //! - The host interrupts the hypervisor uses and what each one means
-//!   ([`HostIrq::classify`]).
+//!   ([`HostIrq::classify`]; an LPI is a passed PCIe device's MSI).
 //! - A GICv2 host's register maps ([`gicv2`]): the distributor's `SGIR` and
 //!   `ITARGETSR`, the CPU interface (`GICC`), the virtual interface control
 //!   registers (`GICH`), and the values the driver computes from them:
@@ -195,6 +195,8 @@ pub const DEFAULT_MAINTENANCE_INTID: u32 = 25;
 /// Priority of every interrupt the hypervisor enables (all equal: none
 /// preempts another, since EL2 runs with interrupts masked anyway).
 pub const HOST_PRIORITY: u8 = 0xa0;
+/// The first LPI.
+pub const FIRST_LPI: u32 = 8192;
 /// INTIDs from this one up are special (1020..=1023): nothing to handle.
 pub const SPURIOUS_FIRST: u32 = 1020;
 
@@ -255,6 +257,9 @@ pub enum HostIrq {
     UartReceive,
     /// Nothing pending (1020..=1023).
     Spurious,
+    /// An LPI (8192 and up): a passed PCIe device's MSI through the host's
+    /// ITS.
+    Lpi(u32),
     /// An interrupt the hypervisor never enabled.
     Unexpected(u32),
 }
@@ -269,6 +274,7 @@ impl HostIrq {
             i if i == timers[TimerId::Virtual.index()] => Self::Timer(TimerId::Virtual),
             i if i == timers[TimerId::Physical.index()] => Self::Timer(TimerId::Physical),
             i if Some(i) == uart => Self::UartReceive,
+            i if i >= FIRST_LPI => Self::Lpi(i),
             i if i >= SPURIOUS_FIRST => Self::Spurious,
             other => Self::Unexpected(other),
         }
@@ -343,6 +349,8 @@ mod tests {
         assert_eq!(HostIrq::classify(33, 25, T, Some(33)), HostIrq::UartReceive);
         assert_eq!(HostIrq::classify(33, 25, T, None), HostIrq::Unexpected(33));
         assert_eq!(HostIrq::classify(1023, 25, T, None), HostIrq::Spurious);
+        assert_eq!(HostIrq::classify(8192, 25, T, None), HostIrq::Lpi(8192));
+        assert_eq!(HostIrq::classify(9000, 25, T, None), HostIrq::Lpi(9000));
         assert_eq!(HostIrq::classify(24, 24, T, None), HostIrq::Maintenance);
         assert_eq!(HostIrq::classify(25, 24, T, None), HostIrq::Unexpected(25));
         // The EL2 physical timer (26) is never enabled: unexpected.

@@ -1,5 +1,6 @@
 //! Host device drivers: the pure, host-tested part of the drivers for the
-//! devices the hypervisor itself owns (the console UART, the GIC, and how a
+//! devices the hypervisor itself owns (the console UART, the GIC and its ITS,
+//! and how a
 //! block transfer over guest buffers becomes requests to a host disk).
 //!
 //! The register-level decisions live here and run against mocks in unit
@@ -7,4 +8,5 @@
 
 pub mod gic;
 pub mod host_disk;
+pub mod its;
 pub mod uart;

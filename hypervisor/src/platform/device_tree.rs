@@ -60,6 +60,9 @@ pub struct Gicv3 {
     /// virtual CPU interface mishandles a binary point written with bits
     /// above its field (`crate::devices::vgic::cpu_interface`).
     pub emulated_by_qemu: bool,
+    /// The first ITS (`arm,gic-v3-its`, its control and translation frames),
+    /// when the tree has one.
+    pub its: Option<PhysRange>,
 }
 
 /// A GICv2 as the device tree describes it (`arm,cortex-a15-gic`,
@@ -555,11 +558,20 @@ impl Platform {
                 let emulated_by_qemu = fdt
                     .find_node("/")
                     .is_some_and(|root| is_compatible(root, "linux,dummy-virt"));
+                let its = match nodes
+                    .iter()
+                    .copied()
+                    .find(|l| is_compatible(l.node, "arm,gic-v3-its"))
+                {
+                    Some(its) => device_regs(&nodes, its)?.first().copied(),
+                    None => None,
+                };
                 regs.split_first().map(|(distributor, rest)| Gicv3 {
                     distributor: *distributor,
                     redistributors: rest.iter().take(redist_regions).copied().collect(),
                     maintenance_intid,
                     emulated_by_qemu,
+                    its,
                 })
             }
             None => None,

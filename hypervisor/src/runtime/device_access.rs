@@ -15,6 +15,7 @@ use crate::exit::mmio;
 use crate::runtime::Hardware;
 use crate::runtime::collector_handles::CollectorHandles;
 use crate::runtime::control_port;
+use crate::runtime::passed_devices;
 use crate::runtime::virtio_devices::DeviceRole;
 use crate::runtime::virtio_io;
 use crate::runtime::vm_instance::{GuestUart, Vm};
@@ -181,7 +182,8 @@ fn complete_gic_load<H: Hardware>(
 /// A guest access to the virtual ITS at `offset` in its frames: a store may
 /// run the command queue or translate a request, reading and writing the
 /// ITS's tables in the VM's RAM (pinned by the vCPU's epoch handle), under
-/// the GIC's lock. Dropped commands and a stalled queue are logged.
+/// the GIC's lock. Dropped commands and a stalled queue are logged; the
+/// `MAPD`s of passed PCIe devices are mirrored on the physical ITS.
 pub fn its_access<H: Hardware>(
     vcpu: &mut impl AccessingVcpu<H>,
     write: bool,
@@ -199,6 +201,11 @@ pub fn its_access<H: Hardware>(
         match result {
             Some(Ok(outcome)) => {
                 vcpu.absorb(outcome.kicks);
+                // Passed PCIe devices' DeviceIDs, mirrored on the physical
+                // ITS (`runtime::passed_devices`).
+                if !outcome.device_mappings.is_empty() {
+                    passed_devices::sync_msi_devices(vm, &outcome.device_mappings);
+                }
                 if let Some((command, error)) = outcome.first_drop {
                     warn(
                         vcpu,

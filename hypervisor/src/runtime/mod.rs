@@ -185,6 +185,16 @@ pub trait Hardware: Sync + 'static {
     /// Disables passed SPI `intid` and clears its active state (its VM
     /// ended).
     fn passthrough_spi_release(&self, intid: u32);
+    /// The base of the host's physical ITS when the hypervisor drives it
+    /// (passed PCIe devices' MSIs, `crate::vm::msi_shadow`).
+    fn host_its_base(&self) -> Option<u64>;
+    /// Maps DeviceID `device` on the physical ITS with `events` (a power of
+    /// two) events, event `e` to host LPI `first + e` on CPU `cpu`; returns
+    /// `first`, `None` when it cannot.
+    fn msi_map_device(&self, device: u32, events: u32, cpu: usize) -> Option<u32>;
+    /// Unmaps DeviceID `device`, mapped by [`Hardware::msi_map_device`] at
+    /// `first` with `events` events, and frees its LPIs.
+    fn msi_unmap_device(&self, device: u32, first: u32, events: u32);
     /// A `size`-byte (1, 2, 4 or 8) read of a passed device's register at
     /// physical address `pa`, inside a forwarded window.
     fn device_read(&self, pa: u64, size: u8) -> u64;

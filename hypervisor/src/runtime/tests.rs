@@ -412,6 +412,25 @@ impl Hardware for FakeHardware {
             .push(format!("release {intid}"));
     }
 
+    fn host_its_base(&self) -> Option<u64> {
+        (!self.gicv2).then_some(crate::vm::layout::GUEST_ITS_BASE)
+    }
+
+    fn msi_map_device(&self, device: u32, events: u32, cpu: usize) -> Option<u32> {
+        let mut ops = self.spi_ops.lock().unwrap();
+        // Each map since the last look its own run of 1024 LPIs.
+        let first = 8192 + 1024 * ops.iter().filter(|op| op.starts_with("msi map")).count() as u32;
+        ops.push(format!("msi map {device:#x} {events} cpu{cpu} at {first}"));
+        Some(first)
+    }
+
+    fn msi_unmap_device(&self, device: u32, first: u32, events: u32) {
+        self.spi_ops
+            .lock()
+            .unwrap()
+            .push(format!("msi unmap {device:#x} {events} at {first}"));
+    }
+
     fn device_read(&self, pa: u64, size: u8) -> u64 {
         self.spi_ops
             .lock()

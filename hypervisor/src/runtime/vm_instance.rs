@@ -69,6 +69,7 @@ use crate::vm::layout::{
 };
 use crate::vm::lifecycle::{Lifecycle, RestartError};
 use crate::vm::migration_plan::{CopyBoard, MigrationOptions};
+use crate::vm::msi_shadow::MsiShadow;
 use crate::vm::passthrough::{Claim, PassthroughError, PassthroughPlan};
 use crate::vm::power::{BootRequest, PowerStates};
 use crate::vm::run_state::{Requested, RunState, RunStateError};
@@ -176,6 +177,11 @@ pub struct Vm<H: Hardware> {
     /// Per passed SPI: the CPU its physical interrupt is routed to now,
     /// following the guest's routing of the virtual one.
     pub passthrough_routes: Mutex<Vec<(u32, usize)>>,
+    /// Its passed PCIe devices signal MSIs through the virtual ITS, the
+    /// physical ITS mirroring their DeviceIDs (`vm::msi_shadow`).
+    pub msi_passthrough: bool,
+    /// The DeviceIDs mirrored on the physical ITS.
+    pub msi_shadow: Mutex<MsiShadow>,
     /// The machine's switch and VMs its devices reach
     /// (`runtime::device_hub`).
     pub device_hub: &'static DeviceHub<H>,
@@ -822,6 +828,7 @@ impl<H: Hardware> Vm<H> {
         for irq in self.passthrough.interrupts() {
             self.hw.passthrough_spi_release(irq.intid);
         }
+        crate::runtime::passed_devices::release_msis(self);
         self.flush_console();
         self.virtio.detach(self.device_hub.switch());
         self.print_counters();
@@ -949,6 +956,12 @@ pub fn create_vm<H: Hardware>(
         .as_ref()
         .filter(|_| hw.gic_is_v2())
         .and_then(|g| g.virtual_cpu);
+    // A passed PCI bus signals MSIs where its writes to the virtual ITS's
+    // `GITS_TRANSLATER` reach a physical ITS the hypervisor drives
+    // (`vm::msi_shadow`); elsewhere its devices use INTx.
+    let msi_passthrough = gicv2.is_none()
+        && passthrough.has_pci_bridge()
+        && hw.host_its_base() == Some(GUEST_ITS_BASE);
 
     let placement = layout::place(
         ram,
@@ -1027,6 +1040,7 @@ pub fn create_vm<H: Hardware>(
             .iter()
             .map(|d| &d.node)
             .collect::<Vec<_>>(),
+        pci_msi: msi_passthrough,
     })
     .map_err(VmError::Dtb)?;
     if dtb.len() as u64 > placement.dtb.size() {
@@ -1226,6 +1240,8 @@ pub fn create_vm<H: Hardware>(
         virtio,
         passthrough,
         passthrough_routes: Mutex::new(passthrough_routes),
+        msi_passthrough,
+        msi_shadow: Mutex::new(MsiShadow::new()),
         device_hub: hub,
         power: PowerStates::new(vcpus),
         run_state: RunState::new(),
@@ -1289,6 +1305,17 @@ pub fn create_vm<H: Hardware>(
                 "vm{index}: {}: left out of the guest's copy (host references): {}",
                 device.path,
                 device.dropped.join(" ")
+            );
+        }
+    }
+    if vm.passthrough.has_pci_bridge() {
+        if msi_passthrough {
+            log::info!(
+                "vm{index}: passed PCI bus: MSIs through the virtual ITS at {GUEST_ITS_BASE:#x} (the host's ITS is there)"
+            );
+        } else {
+            log::info!(
+                "vm{index}: passed PCI bus: INTx only (no host ITS the hypervisor drives at {GUEST_ITS_BASE:#x}, or a GICv2)"
             );
         }
     }

@@ -69,11 +69,14 @@ pub enum Counter {
     Stage2Collapses,
     /// Interrupts of passed-through devices delivered to the guest.
     PassthroughIrqs,
+    /// MSIs of passed PCIe devices (host LPIs) replayed through the
+    /// virtual ITS (`crate::vm::msi_shadow`).
+    PassthroughMsis,
 }
 
 impl Counter {
     /// Every counter, in report order.
-    pub const ALL: [Counter; 25] = [
+    pub const ALL: [Counter; 26] = [
         Counter::Stage2Faults,
         Counter::MappedPages4k,
         Counter::MappedBlocks2m,
@@ -99,6 +102,7 @@ impl Counter {
         Counter::DirtyPagesMarked,
         Counter::Stage2Collapses,
         Counter::PassthroughIrqs,
+        Counter::PassthroughMsis,
     ];
 
     /// The name printed in the report.
@@ -129,6 +133,7 @@ impl Counter {
             Counter::DirtyPagesMarked => "dirty_pages_marked",
             Counter::Stage2Collapses => "stage2_collapses",
             Counter::PassthroughIrqs => "passthrough_irqs",
+            Counter::PassthroughMsis => "passthrough_msis",
         }
     }
 }
@@ -244,6 +249,7 @@ mod tests {
                 "dirty_pages_marked",
                 "stage2_collapses",
                 "passthrough_irqs",
+                "passthrough_msis",
             ]
         );
         assert_eq!(snap[0], ("stage2_faults", 1));

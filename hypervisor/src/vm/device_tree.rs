@@ -24,9 +24,14 @@
 //! their `interrupts` with the guest GIC as `interrupt-parent` (a passed SPI
 //! keeps its INTID), an `interrupt-map` with the guest GIC's phandle and a
 //! parent unit address of the GIC's `#address-cells` (zeros; none without
-//! an ITS). No passed node gets an `msi-parent`: a device's MSI is a write
-//! to a physical address, which the virtual ITS never sees, so Linux keeps
-//! such a device on its wired interrupt. The guest's
+//! an ITS). A passed PCI host bridge (`device_type = "pci"`) gets
+//! `msi-map = <0 &its 0 0x10000>` (requester ID r is the virtual ITS's
+//! DeviceID r; the ITS's `#msi-cells` of 1 rules out a bare `msi-parent`)
+//! when [`GuestDtbConfig::pci_msi`] says its MSIs work (the physical ITS
+//! sits at the virtual ITS's address and the hypervisor mirrors the guest's
+//! device mappings there, `crate::vm::msi_shadow`). Without it, and on
+//! every other node, no `msi-map` or `msi-parent`: Linux keeps the device
+//! on its wired interrupt. The guest's
 //! own phandles sit far above the small numbers device-tree compilers give,
 //! so phandles inside a copied subtree cannot collide with them.
 
@@ -45,6 +50,8 @@ const PHANDLE_CLOCK: u32 = 0x7fff_0001;
 const PHANDLE_GIC: u32 = 0x7fff_0002;
 /// Phandle of the GIC's ITS.
 const PHANDLE_ITS: u32 = 0x7fff_0003;
+/// Requester IDs of one PCI segment (16 bits), all mapped to the ITS.
+const PCI_REQUESTER_IDS: u32 = 0x1_0000;
 /// GIC interrupt specifier type of an SPI.
 const GIC_SPI: u32 = 0;
 /// GIC interrupt specifier type of a PPI.
@@ -122,6 +129,9 @@ pub struct GuestDtbConfig<'a> {
     pub virtio: &'a [GuestVirtio],
     /// The host devices the VM owns, copied from the host tree.
     pub passed: &'a [&'a DeviceNode],
+    /// A passed PCI host bridge gets an `msi-map` onto the virtual ITS (its
+    /// MSIs reach the physical ITS the hypervisor mirrors, module doc).
+    pub pci_msi: bool,
 }
 
 /// The device tree could not be written.
@@ -308,7 +318,7 @@ pub fn build(config: &GuestDtbConfig<'_>) -> Result<Vec<u8>, GuestDtbError> {
         _ => 0,
     };
     for node in config.passed {
-        write_passed(&mut fdt, node, gic_address_cells)?;
+        write_passed(&mut fdt, node, gic_address_cells, config.pci_msi)?;
     }
 
     fdt.end_node(root)?;
@@ -320,8 +330,17 @@ fn write_passed(
     fdt: &mut FdtWriter,
     node: &DeviceNode,
     gic_address_cells: usize,
+    pci_msi: bool,
 ) -> Result<(), GuestDtbError> {
     let handle = fdt.begin_node(&node.name)?;
+    let is_pci = node.properties.iter().any(|p| {
+        matches!(p, NodeProperty::Verbatim { name, value } if name == "device_type" && value == b"pci\0")
+    });
+    if pci_msi && is_pci {
+        // Requester ID r is DeviceID r of the ITS (`#msi-cells` 1 rules
+        // out a bare `msi-parent`).
+        fdt.property_array_u32("msi-map", &[0, PHANDLE_ITS, 0, PCI_REQUESTER_IDS])?;
+    }
     for property in &node.properties {
         match property {
             NodeProperty::Verbatim { name, value } => fdt.property(name, value)?,
@@ -347,7 +366,7 @@ fn write_passed(
         }
     }
     for child in &node.children {
-        write_passed(fdt, child, gic_address_cells)?;
+        write_passed(fdt, child, gic_address_cells, false)?;
     }
     fdt.end_node(handle)?;
     Ok(())
@@ -371,6 +390,7 @@ mod tests {
             timer: None,
             virtio: &[],
             passed: &[],
+            pci_msi: false,
         }
     }
 
@@ -608,6 +628,7 @@ mod tests {
         let pcie = w.begin_node("pcie@10000000").unwrap();
         w.property_string("compatible", "pci-host-ecam-generic")
             .unwrap();
+        w.property_string("device_type", "pci").unwrap();
         w.property_u32("#address-cells", 3).unwrap();
         w.property_u32("#size-cells", 2).unwrap();
         w.property_u32("#interrupt-cells", 1).unwrap();
@@ -698,5 +719,49 @@ mod tests {
                 .and_then(|p| p.as_usize()),
             Some(PHANDLE_GIC as usize)
         );
+    }
+
+    #[test]
+    fn a_passed_pci_bridge_gets_an_msi_map_onto_the_its_when_msis_work() {
+        use crate::platform::host_device::HostDevice;
+        let host = host_tree();
+        let virtio = HostDevice::read(&host, "/virtio_mmio@a003e00", 0x0800_0000).unwrap();
+        let pcie = HostDevice::read(&host, "/pcie@10000000", 0x0800_0000).unwrap();
+        let mut c = config(2, None);
+        c.gic = Some(GuestGic {
+            distributor: PhysRange::from_start_size(0x0800_0000, 0x1_0000),
+            frames: GuestGicFrames::V3 {
+                redistributors: PhysRange::from_start_size(0x080a_0000, 0x4_0000),
+                its: Some(PhysRange::from_start_size(0x0808_0000, 0x2_0000)),
+            },
+            maintenance_intid: 25,
+            uart_spi: 1,
+        });
+        let passed = [&virtio.node, &pcie.node];
+        c.passed = &passed;
+        let msi_map = |blob: &[u8], path: &str| {
+            Fdt::new(blob)
+                .expect("parses")
+                .find_node(path)
+                .expect("copied")
+                .property("msi-map")
+                .map(|p| {
+                    p.value
+                        .chunks(4)
+                        .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
+                        .collect::<Vec<_>>()
+                })
+        };
+        c.pci_msi = true;
+        let blob = build(&c).expect("written");
+        assert_eq!(
+            msi_map(&blob, "/pcie@10000000"),
+            Some(vec![0, PHANDLE_ITS, 0, 0x1_0000])
+        );
+        assert_eq!(msi_map(&blob, "/pcie@10000000/bridge@1"), None);
+        assert_eq!(msi_map(&blob, "/virtio_mmio@a003e00"), None, "not PCI");
+        c.pci_msi = false;
+        let blob = build(&c).expect("written");
+        assert_eq!(msi_map(&blob, "/pcie@10000000"), None, "INTx only");
     }
 }

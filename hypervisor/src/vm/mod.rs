@@ -1,7 +1,8 @@
 //! The guest-facing description of a VM: its physical address layout, the
 //! device tree it boots with, its vCPUs' power states, its run state (the
 //! console monitor's pause and stop), its restart protocol (`lifecycle`),
-//! its counters and its event log.
+//! its counters and its event log, and the MSIs of its passed PCIe devices
+//! (`msi_shadow`).
 
 pub mod counters;
 pub mod device_tree;
@@ -10,6 +11,7 @@ pub mod exit_profile;
 pub mod layout;
 pub mod lifecycle;
 pub mod migration_plan;
+pub mod msi_shadow;
 pub mod passthrough;
 pub mod power;
 pub mod run_state;

@@ -36,7 +36,7 @@
 //! one ([`PassthroughPlan::spi_count`]).
 
 use crate::platform::Platform;
-use crate::platform::host_device::{DeviceNode, HostDevice, HostInterrupt};
+use crate::platform::host_device::{DeviceNode, HostDevice, HostInterrupt, NodeProperty};
 use crate::platform::ranges::PhysRange;
 use alloc::format;
 use alloc::string::String;
@@ -221,6 +221,28 @@ impl PassedDevice {
         self.mapped.iter().chain(self.forwarded.iter()).copied()
     }
 
+    /// The buses of a PCI host bridge (`device_type = "pci"`): its
+    /// `bus-range`, all 256 buses without one; `None` for another node.
+    pub fn pci_buses(&self) -> Option<(u8, u8)> {
+        let verbatim = |wanted: &str| {
+            self.node.properties.iter().find_map(|p| match p {
+                NodeProperty::Verbatim { name, value } if name == wanted => Some(value.as_slice()),
+                _ => None,
+            })
+        };
+        if verbatim("device_type")? != b"pci\0" {
+            return None;
+        }
+        Some(match verbatim("bus-range") {
+            Some([a0, a1, a2, a3, b0, b1, b2, b3]) => {
+                let first = u32::from_be_bytes([*a0, *a1, *a2, *a3]).min(255) as u8;
+                let last = u32::from_be_bytes([*b0, *b1, *b2, *b3]).min(255) as u8;
+                (first, last)
+            }
+            _ => (0, 255),
+        })
+    }
+
     /// What another VM's check sees of it.
     pub fn claim(&self, owner: String) -> Claim {
         Claim {
@@ -335,6 +357,24 @@ impl PassthroughPlan {
             .flat_map(|d| d.interrupts.iter().copied())
     }
 
+    /// Whether the VM owns a PCI host bridge.
+    pub fn has_pci_bridge(&self) -> bool {
+        self.devices.iter().any(|d| d.pci_buses().is_some())
+    }
+
+    /// Whether DeviceID `device`, a PCI requester ID, is on a bus of a PCI
+    /// host bridge the VM owns (its MSIs are the VM's,
+    /// `crate::vm::msi_shadow`).
+    pub fn owns_requester(&self, device: u32) -> bool {
+        let Some(bus) = crate::vm::msi_shadow::pci_bus_of(device) else {
+            return false;
+        };
+        self.devices
+            .iter()
+            .filter_map(PassedDevice::pci_buses)
+            .any(|(first, last)| (first..=last).contains(&bus))
+    }
+
     /// The forwarded window holding `[pa, pa + size)`, if any.
     pub fn forwarded_window(&self, pa: u64, size: u64) -> Option<PhysRange> {
         self.devices
@@ -366,6 +406,7 @@ pub fn hypervisor_claims(platform: &Platform) -> Vec<Claim> {
     if let Some(v3) = &platform.gic {
         gic.push(v3.distributor);
         gic.extend(v3.redistributors.iter().copied());
+        gic.extend(v3.its);
     }
     if let Some(v2) = &platform.gicv2 {
         gic.extend([v2.distributor, v2.cpu_interface]);
@@ -661,5 +702,43 @@ mod tests {
         assert_eq!(plan(&[96]).spi_count(64), 96);
         assert_eq!(plan(&[259]).spi_count(64), 256);
         assert_eq!(plan(&[1019]).spi_count(64), 988);
+    }
+
+    #[test]
+    fn a_pci_bridge_owns_the_requester_ids_of_its_buses() {
+        let mut bridge = device("/pcie@10000000", &[(0x1000_0000, 0x1000)], &[]);
+        let verbatim = |name: &str, value: &[u8]| NodeProperty::Verbatim {
+            name: name.to_string(),
+            value: value.to_vec(),
+        };
+        bridge
+            .node
+            .properties
+            .push(verbatim("device_type", b"pci\0"));
+        bridge
+            .node
+            .properties
+            .push(verbatim("bus-range", &[0, 0, 0, 0, 0, 0, 0, 1]));
+        let other = device("/virtio_mmio@a003e00", &[(0x0a00_3000, 0x1000)], &[]);
+        let read_checked = |devices: Vec<HostDevice>| PassthroughPlan {
+            devices: devices
+                .into_iter()
+                .map(|d| PassedDevice::check(d, &Claims::default(), &[]).unwrap())
+                .collect(),
+        };
+        let plan = read_checked(vec![bridge.clone(), other.clone()]);
+        assert!(plan.has_pci_bridge());
+        assert_eq!(plan.devices[0].pci_buses(), Some((0, 1)));
+        assert_eq!(plan.devices[1].pci_buses(), None);
+        assert!(plan.owns_requester(0x0008));
+        assert!(plan.owns_requester(0x01ff));
+        assert!(!plan.owns_requester(0x0200), "bus 2 is not the bridge's");
+        assert!(!plan.owns_requester(0x1_0000));
+        bridge.node.properties.pop();
+        let plan = read_checked(vec![bridge]);
+        assert!(plan.owns_requester(0xff00), "no bus-range: every bus");
+        let plan = read_checked(vec![other]);
+        assert!(!plan.has_pci_bridge());
+        assert!(!plan.owns_requester(0));
     }
 }

@@ -9,7 +9,8 @@
 //! memory. The EL2 translation is an identity map built with `aarch64-paging`:
 //! the image's text read-only and executable, the rest of RAM read-write and
 //! execute-never (except `no-map` reserved memory, left unmapped), the UART,
-//! the GIC and the host's virtio-mmio windows as device memory.
+//! the GIC (its ITS included) and the host's virtio-mmio windows as device
+//! memory.
 //!
 //! Guest RAM is frames from this allocator, so every byte of it is mapped
 //! read-write at its own address at EL2: a host address the memslots give
@@ -192,6 +193,7 @@ pub fn init(
     if let Some(gic) = &platform.gic {
         devices.push(gic.distributor.align_out(FRAME_SIZE));
         devices.extend(gic.redistributors.iter().map(|r| r.align_out(FRAME_SIZE)));
+        devices.extend(gic.its.map(|r| r.align_out(FRAME_SIZE)));
     }
     if let Some(gic) = &platform.gicv2 {
         devices.push(gic.distributor.align_out(FRAME_SIZE));

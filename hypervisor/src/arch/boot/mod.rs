@@ -217,6 +217,24 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
             }
             Err(e) => log::warn!("GICv3 CPU interface: {e:?}"),
         }
+        // The host's ITS carries passed PCIe devices' MSIs
+        // (`arch::drivers::its`), with LPIs on every CPU.
+        if let Some(frames) = host_gic.its {
+            let memory = crate::arch::drivers::its::Frames {
+                alloc: memory::alloc_frames,
+                free: memory::free_frames,
+            };
+            match crate::arch::drivers::its::init(frames, HOST_LPI_POOL, memory) {
+                Ok(bits) => {
+                    log::info!(
+                        "host ITS at {:#x}: {bits} DeviceID bits, {HOST_LPI_POOL} LPIs for passed PCIe devices' MSIs",
+                        frames.start
+                    );
+                    its_cpu_init(0);
+                }
+                Err(e) => log::warn!("host ITS at {:#x}: not used: {e}", frames.start),
+            }
+        }
     } else if let Some(host_gic) = platform.gicv2.as_ref() {
         let timers = crate::vocabulary::timers::TimerId::ALL.map(|t| t.host_intid(platform.timer));
         if gic::init_gicv2(host_gic, timers, platform.uart_intid) {
@@ -400,6 +418,20 @@ fn start_secondaries(platform: &Platform, boot_mpidr: u64, system: &mut SystemFe
     online
 }
 
+/// LPIs in the host's pool (`arch::drivers::its`): every LPI its property
+/// table covers.
+const HOST_LPI_POOL: u32 = crate::drivers::its::PROPERTY_TABLE_BYTES as u32;
+
+/// This CPU's LPIs and ITS collection, when the host ITS is up.
+fn its_cpu_init(index: usize) {
+    let Some(rd) = crate::arch::drivers::its::base().and_then(|_| gic::redistributor(index)) else {
+        return;
+    };
+    if let Err(e) = crate::arch::drivers::its::init_cpu(index, rd) {
+        log::warn!("CPU {index}: host LPIs: {e}");
+    }
+}
+
 /// Entry of a secondary CPU, with the MMU on and `TPIDR_EL2` set.
 #[unsafe(no_mangle)]
 extern "C" fn secondary_main() -> ! {
@@ -418,8 +450,9 @@ extern "C" fn secondary_main() -> ! {
         // SAFETY: as on the boot CPU: enables the GIC system-register interface.
         unsafe { crate::write_sysreg!(icc_sre_el2, crate::sysreg_values::ICC_SRE_EL2_VALUE) };
         sysreg::isb();
-        if let Err(e) = gic::init_cpu(cpu.index()) {
-            log::warn!("CPU {}: GICv3 CPU interface: {e:?}", cpu.index());
+        match gic::init_cpu(cpu.index()) {
+            Ok(()) => its_cpu_init(cpu.index()),
+            Err(e) => log::warn!("CPU {}: GICv3 CPU interface: {e:?}", cpu.index()),
         }
     } else if gic::is_v2()
         && let Err(e) = gic::init_cpu(cpu.index())

@@ -236,6 +236,13 @@ fn init_cpu_v3(index: usize) -> Result<(), GicError> {
     Ok(())
 }
 
+/// The `RD_base` frame of CPU `index`'s redistributor (GICv3, once
+/// [`init_cpu`] found it).
+pub fn redistributor(index: usize) -> Option<usize> {
+    let sgi = SGI_BASES.get(index)?.load(Ordering::Acquire);
+    (sgi != 0).then(|| sgi - gicr::SGI_BASE)
+}
+
 /// Whatever ran here before (firmware, a boot loader) may have left a timer
 /// on: the guest's two timers belong to no guest until a vCPU is loaded, and
 /// the EL2 physical timer to nobody, so all three go off before their PPIs

@@ -219,6 +219,7 @@ impl Vcpu {
                     HostIrq::Unexpected(intid) if passed_devices::owns(self.vm, intid) => {
                         ExitClass::IrqPassthrough
                     }
+                    HostIrq::Lpi(_) => ExitClass::IrqPassthrough,
                     HostIrq::Spurious | HostIrq::Unexpected(_) => ExitClass::IrqOther,
                 };
             }
@@ -246,6 +247,17 @@ impl Vcpu {
                 HostIrq::Unexpected(intid) if passed_devices::owns(self.vm, intid) => {
                     gic::drop_priority(ack);
                     let kicks = passed_devices::deliver(self.vm, intid)?;
+                    self.absorb(kicks);
+                    if !drain {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                // A passed PCIe device's MSI: an LPI has no active state,
+                // the priority drop ends it.
+                HostIrq::Lpi(intid) => {
+                    gic::drop_priority(ack);
+                    let kicks = passed_devices::deliver_lpi(self.vm, intid, &self.epoch);
                     self.absorb(kicks);
                     if !drain {
                         return Ok(());

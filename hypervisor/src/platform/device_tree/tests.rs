@@ -55,6 +55,11 @@ fn qemu_virt_dump() {
     );
     assert_eq!(gic.maintenance_intid, Some(25), "PPI 9");
     assert!(gic.emulated_by_qemu, "the root is linux,dummy-virt");
+    assert_eq!(
+        gic.its,
+        Some(PhysRange::from_start_size(0x0808_0000, 0x2_0000)),
+        "QEMU virt's ITS"
+    );
     assert_eq!(p.gicv2, None);
     assert_eq!(
         p.timer,

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::devices::guest_memory::GuestMemory;
-use crate::devices::vgic::its::CommandError;
+use crate::devices::vgic::its::{CommandError, ItsWriteOutcome};
 use crate::runtime::virtio_io;
 use crate::vm::layout::GUEST_ITS_BASE;
 
@@ -15,18 +15,18 @@ const COLLECTIONS: u64 = DEVICES + 0x8_0000;
 const QUEUE: u64 = COLLECTIONS + 0x1000;
 const PROPERTIES: u64 = QUEUE + 0x1000;
 const PENDING: u64 = DEVICES + 0x10_0000;
-const ITT: u64 = PENDING + 0x1_0000;
+pub(super) const ITT: u64 = PENDING + 0x1_0000;
 
 /// A guest driving `vm`'s ITS through its MMIO accesses, with RAM as the
 /// ITS sees it.
-struct ItsDriver {
+pub(super) struct ItsDriver {
     vm: &'static Vm<FakeHardware>,
-    handle: crossbeam_epoch::LocalHandle,
+    pub(super) handle: crossbeam_epoch::LocalHandle,
     next: u64,
 }
 
 impl ItsDriver {
-    fn new(vm: &'static Vm<FakeHardware>) -> Self {
+    pub(super) fn new(vm: &'static Vm<FakeHardware>) -> Self {
         Self {
             vm,
             handle: vm.collector.register(),
@@ -38,7 +38,7 @@ impl ItsDriver {
         virtio_io::with_memory(self.vm, &self.handle, f).unwrap()
     }
 
-    fn its_write(&self, offset: u64, value: u64) {
+    fn its_write(&self, offset: u64, value: u64) -> ItsWriteOutcome {
         let size = if offset == 0 { 4 } else { 8 };
         let outcome = self.memory(|memory| {
             self.vm
@@ -49,11 +49,12 @@ impl ItsDriver {
         });
         assert_eq!(outcome.dropped, 0, "{outcome:?}");
         assert_eq!(outcome.stall, None);
+        outcome
     }
 
     /// What a guest driver does: tables, queue, property table (LPIs
     /// 8192.. enabled at priority 0x80), LPIs and group 1 enabled.
-    fn set_up(&mut self) {
+    pub(super) fn set_up(&mut self) {
         self.memory(|memory| memory.write(PROPERTIES, &[0x81; 64]).unwrap());
         self.its_write(0x100, 1 << 63 | DEVICES | 127);
         self.its_write(0x108, 1 << 63 | COLLECTIONS);
@@ -68,7 +69,7 @@ impl ItsDriver {
     }
 
     /// Queues `commands` and runs them.
-    fn run(&mut self, commands: &[[u64; 4]]) {
+    pub(super) fn run(&mut self, commands: &[[u64; 4]]) -> ItsWriteOutcome {
         for command in commands {
             self.memory(|memory| {
                 for (i, dw) in command.iter().enumerate() {
@@ -79,7 +80,7 @@ impl ItsDriver {
             });
             self.next += 32;
         }
-        self.its_write(0x88, self.next);
+        self.its_write(0x88, self.next)
     }
 }
 

@@ -41,7 +41,9 @@
 //!   (which empties the queue).
 //!
 //! Every dropped command and every stall is reported to the caller
-//! ([`ItsWriteOutcome`]), which logs it. No guest value reaches an address
+//! ([`ItsWriteOutcome`]), which logs it, and so is every `MAPD` performed
+//! ([`DeviceMapping`]): the caller mirrors those of passed PCIe devices on
+//! the physical ITS (`crate::vm::msi_shadow`). No guest value reaches an address
 //! outside the VM's RAM: every table access goes through the memslots
 //! ([`GuestMemory`]), like a device's.
 //!
@@ -52,7 +54,9 @@
 //! lookup is the architecture's: the device table entry gives the ITT,
 //! the ITT entry the LPI and collection, and the LPI becomes pending on
 //! the collection's vCPU (module `lpi`). A request that finds no mapping
-//! is ignored.
+//! is ignored. A passed PCIe device's MSI, which lands on the physical ITS,
+//! comes back here as a request with its own DeviceID
+//! ([`VgicState::its_request`]).
 
 pub mod command;
 pub mod tables;
@@ -63,6 +67,7 @@ use super::lpi::LpiError;
 use super::regs::{self, IIDR};
 use super::{Frame, VcpuSet, VgicError, VgicState};
 use crate::devices::guest_memory::GuestMemory;
+use alloc::vec::Vec;
 use command::ItsCommand;
 use tables::{
     BASER_VALID, BASER_WRITABLE, DeviceEntry, Table, TranslationEntry, decode_collection,
@@ -264,8 +269,18 @@ impl core::fmt::Display for StallReason {
     }
 }
 
+/// A `MAPD` the ITS performed, for a caller that mirrors device mappings
+/// elsewhere (the physical ITS, for passed PCIe devices).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceMapping {
+    /// The DeviceID.
+    pub device: u32,
+    /// The ITT's number of events when mapped (V = 1), `None` when unmapped.
+    pub events: Option<u64>,
+}
+
 /// What a store to the ITS did besides changing registers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ItsWriteOutcome {
     /// The vCPUs to kick.
     pub kicks: VcpuSet,
@@ -277,6 +292,8 @@ pub struct ItsWriteOutcome {
     pub first_drop: Option<(ItsCommand, CommandError)>,
     /// Why the queue stalled, when this store stalled it.
     pub stall: Option<StallReason>,
+    /// The `MAPD`s performed, in order.
+    pub device_mappings: Vec<DeviceMapping>,
 }
 
 /// A register of the control frame.
@@ -419,18 +436,30 @@ impl VgicState {
                 its.baser[n] = regs::merge_part(its.baser[n], offset, size, value) & BASER_WRITABLE;
             }
             ItsRegister::Translater => {
-                let mut outcome = ItsWriteOutcome::default();
-                if its.enabled {
-                    let event = (value & if size == 2 { 0xffff } else { 0xffff_ffff }) as u32;
-                    if let Ok(intid) = self.translate_to_collection(0, event, memory) {
-                        outcome.kicks = self.pend_lpi(intid);
-                    }
-                }
-                return Ok(outcome);
+                let event = (value & if size == 2 { 0xffff } else { 0xffff_ffff }) as u32;
+                return Ok(ItsWriteOutcome {
+                    kicks: self.its_request(0, event, memory),
+                    ..ItsWriteOutcome::default()
+                });
             }
             _ => {}
         }
         Ok(ItsWriteOutcome::default())
+    }
+
+    /// A translation request from DeviceID `device` with EventID `event`,
+    /// as a write to `GITS_TRANSLATER` by that device makes (a passed PCIe
+    /// device's MSI, which reached the physical ITS): the mapped LPI
+    /// becomes pending on its collection's vCPU. Ignored while the ITS is
+    /// disabled or when the event is not mapped. Returns the vCPUs to kick.
+    pub fn its_request(&mut self, device: u32, event: u32, memory: &dyn GuestMemory) -> VcpuSet {
+        if !self.its.as_ref().is_some_and(|its| its.enabled) {
+            return VcpuSet::EMPTY;
+        }
+        match self.translate_to_collection(device, event, memory) {
+            Ok(intid) => self.pend_lpi(intid),
+            Err(_) => VcpuSet::EMPTY,
+        }
     }
 
     /// Runs the queued commands (module docs).
@@ -468,7 +497,21 @@ impl VgicState {
             let command = ItsCommand::decode(dw);
             outcome.commands += 1;
             match self.execute(command, memory) {
-                Ok(kicks) => outcome.kicks = outcome.kicks.union(kicks),
+                Ok(kicks) => {
+                    outcome.kicks = outcome.kicks.union(kicks);
+                    if let ItsCommand::Mapd {
+                        device,
+                        size,
+                        valid,
+                        ..
+                    } = command
+                    {
+                        outcome.device_mappings.push(DeviceMapping {
+                            device,
+                            events: valid.then(|| 1u64 << (u32::from(size) + 1)),
+                        });
+                    }
+                }
                 Err(error) => {
                     outcome.dropped += 1;
                     outcome.first_drop.get_or_insert((command, error));

@@ -808,3 +808,46 @@ fn random_commands_translate_as_the_model_says() {
         }
     }
 }
+
+#[test]
+fn mapds_are_reported_and_a_device_request_pends_its_lpi() {
+    let mut d = Driver::new(2);
+    let outcome = d.run(&[
+        mapd(0x10, 2, ITT, true),
+        mapc(0, 0),
+        mapc(1, 1),
+        mapti(0x10, 3, 8200, 1),
+        // Too large an ITT: dropped, not reported.
+        mapd(0x11, 17, ITT + 0x100, true),
+        mapd(0x12, 1, ITT + 0x200, true),
+        mapd(0x12, 1, 0, false),
+    ]);
+    assert_eq!(outcome.dropped, 1);
+    assert_eq!(
+        outcome.device_mappings,
+        [
+            DeviceMapping {
+                device: 0x10,
+                events: Some(4)
+            },
+            DeviceMapping {
+                device: 0x12,
+                events: Some(2)
+            },
+            DeviceMapping {
+                device: 0x12,
+                events: None
+            },
+        ]
+    );
+    // DeviceID 0x10's event 3, as its MSI: LPI 8200 on vCPU 1.
+    let kicks = d.gic.its_request(0x10, 3, &d.memory);
+    assert!(kicks.contains(1), "{kicks:?}");
+    assert_eq!(d.take(1), [8200]);
+    // Unmapped events and devices, and a disabled ITS, pend nothing.
+    assert!(d.gic.its_request(0x10, 2, &d.memory).is_empty());
+    assert!(d.gic.its_request(0x12, 0, &d.memory).is_empty());
+    d.write(CTLR, 4, 0);
+    assert!(d.gic.its_request(0x10, 3, &d.memory).is_empty());
+    assert!(d.take(1).is_empty());
+}
