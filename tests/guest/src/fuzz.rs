@@ -385,6 +385,7 @@ static SETTINGS: Settings = Settings {
     gicd: AtomicU64::new(0),
     gicr: AtomicU64::new(0),
     gicc: AtomicU64::new(0),
+    its: AtomicU64::new(0),
     gic_sysregs: AtomicBool::new(false),
     vcpus: AtomicU64::new(0),
     lse: AtomicBool::new(false),
@@ -411,6 +412,8 @@ struct Settings {
     gicr: AtomicU64,
     /// A GICv2's CPU interface (0: GICv3).
     gicc: AtomicU64,
+    /// The ITS the device tree names (0: none).
+    its: AtomicU64,
     /// `ID_AA64PFR0_EL1.GIC` is not 0: the GICv3 system registers exist.
     gic_sysregs: AtomicBool,
     vcpus: AtomicU64,
@@ -2692,6 +2695,10 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
     s.uart.store(platform.uart_base, Ordering::Relaxed);
     s.gicd.store(gicd, Ordering::Relaxed);
     s.gicc.store(gicc, Ordering::Relaxed);
+    s.its.store(
+        if gicc == 0 { platform.its.unwrap_or(0) } else { 0 },
+        Ordering::Relaxed,
+    );
     if gicc != 0 {
         s.gicr.store(0, Ordering::Relaxed);
         s.vcpus
@@ -2821,6 +2828,7 @@ fn worker(cpu: usize, boot: bool) -> bool {
         gicr: s.gicr.load(Ordering::Relaxed),
         gicc: s.gicc.load(Ordering::Relaxed),
         vcpus: s.vcpus.load(Ordering::Relaxed),
+        its: s.its.load(Ordering::Relaxed),
         virtio: (
             s.virtio_start.load(Ordering::Relaxed),
             s.virtio_end.load(Ordering::Relaxed),
