@@ -103,8 +103,16 @@ impl FuzzOptions {
     /// meanwhile).
     pub const ALLOW_GICV2_SGI_PEND: u32 = 1 << 11;
 
+    /// `its`: random ITS commands, `GITS_*` accesses and LPIs checked
+    /// against a model of the mappings (GICv3 hosts whose device tree has
+    /// an ITS; see `fuzz_its`).
+    pub const ALLOW_ITS: u32 = 1 << 12;
+    /// `its-only`: every operation is the `its` family's (vCPU 0) or its
+    /// noise (the others). Not in the default mix.
+    pub const ALLOW_ITS_ONLY: u32 = 1 << 13;
+
     /// `fuzz-allow=` names and their bits.
-    pub const ALLOW_NAMES: [(&'static str, u32); 12] = [
+    pub const ALLOW_NAMES: [(&'static str, u32); 14] = [
         ("el0-aarch32", Self::ALLOW_EL0_AARCH32),
         ("hvc-any", Self::ALLOW_HVC_ANY),
         ("gic-active", Self::ALLOW_GIC_ACTIVE),
@@ -117,9 +125,12 @@ impl FuzzOptions {
         ("icc-wide", Self::ALLOW_ICC_WIDE),
         ("virtqueue", Self::ALLOW_VIRTQUEUE),
         ("gicv2-sgi-pend", Self::ALLOW_GICV2_SGI_PEND),
+        ("its", Self::ALLOW_ITS),
+        ("its-only", Self::ALLOW_ITS_ONLY),
     ];
 
-    /// The default mix: every family but `virtqueue` and `gicv2-sgi-pend`.
+    /// The default mix: every family but `virtqueue`, `gicv2-sgi-pend` and
+    /// `its-only`.
     pub const DEFAULT_MIX: u32 = Self::ALLOW_EL0_AARCH32
         | Self::ALLOW_HVC_ANY
         | Self::ALLOW_GIC_ACTIVE
@@ -129,7 +140,8 @@ impl FuzzOptions {
         | Self::ALLOW_KEEP_ACTIVE
         | Self::ALLOW_TIMERS
         | Self::ALLOW_ICC
-        | Self::ALLOW_ICC_WIDE;
+        | Self::ALLOW_ICC_WIDE
+        | Self::ALLOW_ITS;
 
     /// The defaults: seed 1, one seed, 500 operations, the default mix.
     pub const DEFAULT: FuzzOptions = FuzzOptions {
