@@ -2802,7 +2802,9 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
         && its_base != 0
         && s.gic_sysregs.load(Ordering::Relaxed)
     {
-        match fuzz_its::setup(platform, its_base, gicr.start, workers) {
+        // With `its-only` the other vCPUs never unmask IRQs.
+        let others_take = !options.allows(FuzzOptions::ALLOW_ITS_ONLY);
+        match fuzz_its::setup(platform, its_base, gicr.start, workers, others_take) {
             Ok(family) => its = Some(family),
             Err(what) => {
                 println!(
@@ -2861,7 +2863,12 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
         );
     }
     if s.its_family.load(Ordering::Relaxed) {
-        println!("FUZZ: its lpis={}", fuzz_its::delivered());
+        println!(
+            "FUZZ: its lpis={} vcpu0={} required={}",
+            fuzz_its::delivered(),
+            fuzz_its::delivered_on(0),
+            fuzz_its::REQUIRED.load(Ordering::Relaxed)
+        );
     }
     println!(
         "FUZZ: seeds={} ops={ops} violations={violations} interrupts={}",

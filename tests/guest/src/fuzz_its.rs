@@ -73,6 +73,9 @@ const IMPLEMENTED: [u8; 12] = [
 static LPI_SEEN: [[AtomicU32; COUNTED]; FUZZ_CPUS] =
     [const { [const { AtomicU32::new(0) }; COUNTED] }; FUZZ_CPUS];
 static OTHER_LPIS: AtomicU32 = AtomicU32::new(0);
+/// LPIs the model required on vCPU 0 (exactly one delivery each) in
+/// [`ItsFuzz::settle`], over the whole run.
+pub static REQUIRED: AtomicU32 = AtomicU32::new(0);
 
 /// Counts an LPI the handler acknowledged on `cpu`.
 pub fn count(cpu: usize, intid: u32) {
@@ -90,6 +93,14 @@ pub fn delivered() -> u64 {
         .map(|n| u64::from(n.load(Ordering::Relaxed)))
         .sum::<u64>()
         + u64::from(OTHER_LPIS.load(Ordering::Relaxed))
+}
+
+/// LPIs delivered so far on `cpu` (within the counted range).
+pub fn delivered_on(cpu: usize) -> u64 {
+    LPI_SEEN[cpu]
+        .iter()
+        .map(|n| u64::from(n.load(Ordering::Relaxed)))
+        .sum()
 }
 
 /// Pending state of an LPI, as far as vCPU 0 can tell.
@@ -127,6 +138,9 @@ struct Model {
     collections: [Option<usize>; NCOLL],
     lpis: [Lpi; NLPI],
     vcpus: usize,
+    /// The other vCPUs may take LPIs (not with `its-only`, where they
+    /// never unmask IRQs: an LPI pending elsewhere stays pending).
+    others_take: bool,
 }
 
 /// One command with its typed meaning for the model.
@@ -148,7 +162,7 @@ enum Op {
 }
 
 impl Model {
-    fn new(vcpus: usize) -> Model {
+    fn new(vcpus: usize, others_take: bool) -> Model {
         Model {
             devices: [None; NDEV],
             events: [[None; NEV]; NDEV],
@@ -162,6 +176,7 @@ impl Model {
                 pend: Pend::No,
             }; NLPI],
             vcpus,
+            others_take,
         }
     }
 
@@ -195,7 +210,8 @@ impl Model {
         let l = &mut self.lpis[lpi];
         l.pend = match (l.pend, l.vcpu == 0, vcpu == 0) {
             (Pend::Yes, true, false) => Pend::Elsewhere,
-            (Pend::Elsewhere, false, true) => Pend::Maybe,
+            (Pend::Elsewhere, false, true) if self.others_take => Pend::Maybe,
+            (Pend::Elsewhere, false, true) => Pend::Yes,
             (p, _, _) => p,
         };
         l.vcpu = vcpu;
@@ -348,6 +364,7 @@ pub fn setup(
     base: u64,
     gicr: u64,
     vcpus: usize,
+    others_take: bool,
 ) -> Result<ItsFuzz, &'static str> {
     let free = platform.largest_free_range().ok_or("no free RAM")?;
     let start = free.end.saturating_sub(gic_its::REGION_SIZE) & !0xffff;
@@ -367,7 +384,7 @@ pub fn setup(
         typer: read64(base + 8),
         pidr2: read32(base + 0xffe8),
         its,
-        model: Model::new(vcpus),
+        model: Model::new(vcpus, others_take),
         rdbase,
         seen: [0; COUNTED],
     })
@@ -446,6 +463,46 @@ impl ItsFuzz {
             rng.below(NDEV as u64) as u32
         }
     }
+    /// A (device, event) pair: half the time one the model has mapped
+    /// (when there is one), otherwise [`Self::device`] and [`Self::event`].
+    fn source(&self, rng: &mut Rng) -> (u32, u32) {
+        if rng.one_in(2) {
+            let mapped = self.model.lpis.iter().filter_map(|l| l.by);
+            let n = mapped.clone().count() as u64;
+            if let Some((d, e)) = mapped.clone().nth(rng.below(n.max(1)) as usize) {
+                return (d as u32, e as u32);
+            }
+        }
+        (self.device(rng), self.event(rng))
+    }
+    /// A random event of a mapped device that is free, and a random free
+    /// LPI, when there are both.
+    fn free(&self, rng: &mut Rng) -> Option<(u32, u32, u32)> {
+        let m = &self.model;
+        let events = (0..NDEV)
+            .flat_map(|d| (0..NEV).map(move |e| (d, e)))
+            .filter(|&(d, e)| {
+                m.devices[d].is_some_and(|bits| e < 1 << bits) && m.events[d][e].is_none()
+            });
+        let lpis = (0..NLPI).filter(|&n| m.lpis[n].by.is_none());
+        let (ne, nl) = (events.clone().count() as u64, lpis.clone().count() as u64);
+        if ne == 0 || nl == 0 {
+            return None;
+        }
+        let (d, e) = events.clone().nth(rng.below(ne) as usize)?;
+        let lpi = lpis.clone().nth(rng.below(nl) as usize)?;
+        Some((d as u32, e as u32, LPI_BASE + lpi as u32))
+    }
+    /// A valid (device, event) pair: half the time one the model has
+    /// mapped (when there is one), otherwise any.
+    fn valid_source(&self, rng: &mut Rng) -> (u32, u32) {
+        let (d, e) = self.source(rng);
+        if (d as usize) < NDEV && (e as usize) < NEV {
+            (d, e)
+        } else {
+            (rng.below(NDEV as u64) as u32, rng.below(NEV as u64) as u32)
+        }
+    }
     fn event(&self, rng: &mut Rng) -> u32 {
         match rng.below(12) {
             0 => NEV as u32 + rng.below(1 << 16) as u32,
@@ -469,20 +526,30 @@ impl ItsFuzz {
     }
     /// A vCPU index (mostly), or a processor number of no vCPU.
     fn rd(&self, rng: &mut Rng) -> (u64, RdBase) {
-        let vcpus = self.model.vcpus as u64;
         if rng.one_in(10) {
-            let n = vcpus + rng.below(1000);
+            let n = self.model.vcpus as u64 + rng.below(1000);
             (n, RdBase(n))
         } else {
-            let n = rng.below(vcpus);
+            let n = self.vcpu(rng);
             (n, RdBase(self.rdbase[n as usize]))
+        }
+    }
+    /// A vCPU index: vCPU 0 (the one whose deliveries are checked) two
+    /// times in three, another one otherwise.
+    fn vcpu(&self, rng: &mut Rng) -> u64 {
+        let vcpus = self.model.vcpus as u64;
+        if vcpus == 1 || rng.below(3) < 2 {
+            0
+        } else {
+            1 + rng.below(vcpus - 1)
         }
     }
 
     /// One random command and its meaning.
     fn command(&self, rng: &mut Rng) -> (Command, Op) {
         match rng.below(15) {
-            0 => {
+            // MAPD unmaps every event of its device: rarer than the rest.
+            0 if rng.one_in(4) => {
                 let d = self.device(rng);
                 let bits = match rng.below(8) {
                     0 => None,
@@ -496,15 +563,17 @@ impl ItsFuzz {
             1 => {
                 let c = self.icid(rng);
                 let (n, rd) = self.rd(rng);
-                if rng.one_in(6) {
+                if rng.one_in(10) {
                     (Command::mapc(c as u16, None), Op::Mapc(c, None))
                 } else {
                     (Command::mapc(c as u16, Some(rd)), Op::Mapc(c, Some(n)))
                 }
             }
-            2 | 3 => {
+            0 | 2 | 3 => {
                 let (d, e, c) = (self.device(rng), self.event(rng), self.icid(rng));
-                if rng.one_in(4) {
+                if let Some((d, e, i)) = self.free(rng).filter(|_| rng.one_in(2)) {
+                    (Command::mapti(d, e, i, c as u16), Op::Mapti(d, e, i, c))
+                } else if rng.one_in(4) {
                     // MAPI: the LPI is the EventID (never a valid one here).
                     (Command::mapi(d, e, c as u16), Op::Mapti(d, e, e, c))
                 } else {
@@ -513,15 +582,15 @@ impl ItsFuzz {
                 }
             }
             4 => {
-                let (d, e, c) = (self.device(rng), self.event(rng), self.icid(rng));
+                let ((d, e), c) = (self.source(rng), self.icid(rng));
                 (Command::movi(d, e, c as u16), Op::Movi(d, e, c))
             }
             5..=7 => {
-                let (d, e) = (self.device(rng), self.event(rng));
+                let (d, e) = self.source(rng);
                 (Command::int(d, e), Op::Int(d, e))
             }
             8 => {
-                let (d, e) = (self.device(rng), self.event(rng));
+                let (d, e) = self.source(rng);
                 (Command::clear(d, e), Op::Clear(d, e))
             }
             9 => {
@@ -529,7 +598,7 @@ impl ItsFuzz {
                 (Command::discard(d, e), Op::Discard(d, e))
             }
             10 => {
-                let (d, e) = (self.device(rng), self.event(rng));
+                let (d, e) = self.source(rng);
                 (Command::inv(d, e), Op::Inv(d, e))
             }
             11 => {
@@ -562,11 +631,13 @@ impl ItsFuzz {
         }
     }
 
-    /// Flips a random LPI's enable bit in the property table.
+    /// Sets a random LPI's enable bit in the property table: three times in
+    /// four enabled (LPIs the ITS reads disabled are never delivered).
     fn flip_property(&mut self, rng: &mut Rng) {
         let lpi = rng.below(NLPI as u64) as usize;
+        let enable = !rng.one_in(4);
         let l = &mut self.model.lpis[lpi];
-        l.property = !l.property;
+        l.property = enable;
         gic_its::set_property(
             self.its.layout,
             LPI_BASE + lpi as u32,
@@ -612,7 +683,13 @@ impl ItsFuzz {
         for (lpi, l) in self.model.lpis.iter().enumerate() {
             must[lpi] = l.pend == Pend::Yes && l.cached && l.vcpu == 0 && !blocked;
         }
-        let deadline = Deadline::after_millis(50);
+        let required = must.iter().filter(|&&m| m).count() as u32;
+        REQUIRED.fetch_add(required, Ordering::Relaxed);
+        // Generous: an LPI moved here from another vCPU's list registers
+        // comes after that vCPU's exit and a kick back, which under
+        // emulation on a busy host took up to ~80 ms.
+        let deadline = Deadline::after_millis(1000);
+
         // SAFETY: unmasking IRQs: the fuzz handler acknowledges, counts and
         // completes every interrupt.
         unsafe { asm!("msr daifclr, #2", options(nostack)) };
@@ -690,7 +767,7 @@ impl ItsFuzz {
         self.submit(&batch[..n])?;
         n = 0;
         for c in 0..NCOLL as u32 {
-            let v = rng.below(self.model.vcpus as u64);
+            let v = self.vcpu(rng);
             batch[n] = (
                 Command::mapc(c as u16, Some(RdBase(self.rdbase[v as usize]))),
                 Op::Mapc(c, Some(v)),
@@ -701,7 +778,7 @@ impl ItsFuzz {
         for _ in 0..2 {
             n = 0;
             for _ in 0..8 {
-                let (d, e) = (rng.below(NDEV as u64) as u32, rng.below(NEV as u64) as u32);
+                let (d, e) = self.valid_source(rng);
                 let (i, c) = (
                     LPI_BASE + rng.below(NLPI as u64) as u32,
                     rng.below(NCOLL as u64) as u32,
@@ -759,7 +836,7 @@ impl ItsFuzz {
         let mut batch = heapless_batch();
         let n = 1 + rng.below(4) as usize;
         for slot in batch.iter_mut().take(n) {
-            let (d, e) = (rng.below(NDEV as u64) as u32, rng.below(NEV as u64) as u32);
+            let (d, e) = self.valid_source(rng);
             *slot = (Command::int(d, e), Op::Int(d, e));
         }
         self.submit(&batch[..n])?;
@@ -782,15 +859,14 @@ impl ItsFuzz {
         let mut batch = heapless_batch();
         let n = 1 + rng.below(5) as usize;
         for slot in batch.iter_mut().take(n) {
-            let (d, e) = (rng.below(NDEV as u64) as u32, rng.below(NEV as u64) as u32);
+            let (d, e) = self.valid_source(rng);
             *slot = match rng.below(7) {
                 0 => {
                     let c = rng.below(NCOLL as u64) as u32;
                     (Command::movi(d, e, c as u16), Op::Movi(d, e, c))
                 }
                 1 => {
-                    let a = rng.below(self.model.vcpus as u64);
-                    let b = rng.below(self.model.vcpus as u64);
+                    let (a, b) = (self.vcpu(rng), self.vcpu(rng));
                     let (ra, rb) = (self.rdbase[a as usize], self.rdbase[b as usize]);
                     (Command::movall(RdBase(ra), RdBase(rb)), Op::Movall(a, b))
                 }
