@@ -448,8 +448,9 @@ mod tests {
         assert!(!options.fuzz.allows(FuzzOptions::ALLOW_STRADDLE));
         let default = Options::parse("test=fuzz").unwrap().fuzz;
         for (name, bit) in FuzzOptions::ALLOW_NAMES {
-            let wanted =
-                bit != FuzzOptions::ALLOW_VIRTQUEUE && bit != FuzzOptions::ALLOW_GICV2_SGI_PEND;
+            let wanted = bit != FuzzOptions::ALLOW_VIRTQUEUE
+                && bit != FuzzOptions::ALLOW_GICV2_SGI_PEND
+                && bit != FuzzOptions::ALLOW_ITS_ONLY;
             assert_eq!(default.allows(bit), wanted, "{name} in the default mix");
         }
         assert_eq!(Options::parse("test=fuzz fuzz-deny=fly"), Err("fly"));
