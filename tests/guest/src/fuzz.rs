@@ -97,6 +97,16 @@
 //!   rings in device memory, register abuse, notify storms and resets in
 //!   the middle of a request, checked against what the device must do
 //!   (see `fuzz_virtqueue`); its `VQ` lines are checked by the campaign.
+//! * The ITS (`its`, GICv3 with an ITS in the device tree; one operation
+//!   in 16, or every one with `its-only`, not in the default mix): vCPU 0
+//!   sends random ITS command batches, `GITS_TRANSLATER` writes and
+//!   property-table changes, the others add `GITS_*` noise that cannot
+//!   change a mapping. Checked against a model of the mappings (see
+//!   `fuzz_its`): every batch completes, `GITS_TYPER`/`PIDR2` stay, and
+//!   the LPIs vCPU 0 takes are exactly those the model has pending,
+//!   enabled and targeted there (none with `ICC_PMR_EL1` at 0).
+//!   Deliveries on the other vCPUs are counted, not checked. Prints
+//!   `FUZZ: its lpis=L vcpu0=C required=R`.
 //!
 //! On a GICv2 host the VM has a GICv2: the distributor emulated by the
 //! hypervisor, whose registers of INTIDs 0..31 are banked per vCPU, and the
