@@ -21,7 +21,8 @@
 //!   control works); when the shell exits, `poweroff -f` (PSCI `SYSTEM_OFF`).
 //! - [`Init::Test`]: prints [`INIT_MARKER`], checks that `/proc/cpuinfo` and
 //!   `/sys/devices/system/cpu/online` both show the expected CPUs, prints
-//!   [`MTE_LINE`] when `/proc/cpuinfo` lists `mte` (memory tagging), writes
+//!   [`MTE_LINE`] when `/proc/cpuinfo` lists `mte` (memory tagging), copies
+//!   the kernel's ITS and LPI messages ([`KERNEL_GIC_PREFIX`]), writes
 //!   [`TEST_WRITE_MIB`] MiB through a tmpfs (1 MiB random seed, repeated with
 //!   a per-block header so no two blocks are alike) and verifies the file's
 //!   size and its md5 against a second pass of the same generator, then prints
@@ -86,6 +87,11 @@ use boot_payload::cpio::{FileEntry, write_archive};
 /// What the test init prints (after `LINUX-INIT: `) when the kernel found
 /// memory tagging: `mte` in `/proc/cpuinfo`'s features.
 pub const MTE_LINE: &str = "the CPUs have memory tagging (mte in /proc/cpuinfo)";
+
+/// How the test init's copies of the kernel's ITS and LPI messages start
+/// (each `dmesg` line holding `ITS` or `LPI`, without its time stamp): the
+/// GICv3 driver's probe of an ITS and its LPI tables, or its complaints.
+pub const KERNEL_GIC_PREFIX: &str = "LINUX-INIT: kernel: ";
 
 /// The line the test init prints first: the kernel has booted and started
 /// user space.
@@ -673,6 +679,7 @@ online=$(cat /sys/devices/system/cpu/online)
 [ "$online" = "{online}" ] || fail "online CPUs are '$online', expected '{online}'"
 echo "LINUX-INIT: $processors CPUs online ($online)"
 if grep -qw mte /proc/cpuinfo; then echo "LINUX-INIT: {MTE_LINE}"; fi
+dmesg | grep -E 'ITS|LPI' | sed 's/^\[[^]]*\] *//; s/^/{KERNEL_GIC_PREFIX}/'
 {roles}mkdir -p /mnt/tmpfs
 mount -t tmpfs -o size={tmpfs_mib}m tmpfs /mnt/tmpfs || fail "cannot mount a tmpfs"
 dd if=/dev/urandom of=/mnt/tmpfs/seed bs=4096 count=256 2>/dev/null || fail "cannot make the seed"

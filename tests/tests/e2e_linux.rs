@@ -6,13 +6,18 @@
 //! The init prints `LINUX-INIT: started`, checks that both CPUs are online
 //! (`/proc/cpuinfo` and `/sys/devices/system/cpu/online`), writes 128 MiB
 //! through tmpfs and verifies it, prints `RESULT: PASS` and powers off through
-//! PSCI. A run passes only on `RESULT: PASS` followed by QEMU exiting 0; a
+//! PSCI. Both kernels find an ITS in their device tree (the hypervisor's
+//! virtual one, QEMU's own when booted directly) and probe it cleanly: the
+//! init copies the kernel's ITS and LPI messages, which must show the
+//! device and collection tables allocated, the LPI property table and a
+//! pending table per CPU, and no complaint (a command that timed out or
+//! failed, a table that did not stick). A run passes only on `RESULT: PASS` followed by QEMU exiting 0; a
 //! kernel oops, `WARNING:`, panic or `BUG:` line, a `RESULT: FAIL`, or a hang
 //! (300 s limit) fails it. The kernel and busybox are fetched with apt on the
 //! first run and cached in `target/linux/`; no apt (or no root to set up
 //! arm64 packages) fails the tests, they never skip.
 
-use qemu_runner::initramfs::INIT_MARKER;
+use qemu_runner::initramfs::{INIT_MARKER, KERNEL_GIC_PREFIX};
 use qemu_runner::linux::{BusyboxInit, LinuxBoot};
 use qemu_runner::{Boot, RunConfig, RunReport};
 use tests::e2e;
@@ -37,6 +42,7 @@ fn check_linux_run(report: &RunReport) {
         .time_to("RESULT: PASS")
         .unwrap_or_else(|| panic!("no RESULT line\n{}", report.explain()));
     assert!(marker <= result, "{}", report.explain());
+    check_its_probe(report);
     for line in [
         "LINUX-INIT: 2 CPUs online (0-1)",
         "LINUX-INIT: 128 MiB written through tmpfs and verified",
@@ -46,6 +52,42 @@ fn check_linux_run(report: &RunReport) {
             "no `{line}`\n{}",
             report.explain()
         );
+    }
+}
+
+/// The kernel's GICv3 driver probed the ITS at QEMU `virt`'s address and
+/// set up LPIs on both CPUs, and said nothing went wrong.
+fn check_its_probe(report: &RunReport) {
+    let kernel: Vec<&str> = report
+        .console()
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix(KERNEL_GIC_PREFIX))
+        .collect();
+    let has = |what: &[&str]| kernel.iter().any(|l| what.iter().all(|w| l.contains(w)));
+    for expected in [
+        &["ITS@0x0000000008080000: allocated", "Devices"][..],
+        &["ITS@0x0000000008080000: allocated", "Interrupt Collections"],
+        &["using LPI property table"],
+        &["CPU0: using allocated LPI pending table"],
+        &["CPU1: using allocated LPI pending table"],
+    ] {
+        assert!(
+            has(expected),
+            "no kernel line with {expected:?}: {kernel:#?}"
+        );
+    }
+    for line in &kernel {
+        let lower = line.to_lowercase();
+        for complaint in [
+            "fail",
+            "timeout",
+            "unable",
+            "error",
+            "stall",
+            "doesn't stick",
+        ] {
+            assert!(!lower.contains(complaint), "the kernel says `{line}`");
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 //! The running vCPU's registers, list registers and interrupt lines are the
 //! machine's: [`AccessingVcpu`], which `arch` implements.
 
-use crate::devices::vgic::VcpuSet;
+use crate::devices::vgic::{VcpuSet, VgicError};
 use crate::exit::esr::DataAccess;
 use crate::exit::flow::{Flow, StopReason};
 use crate::exit::mmio;
@@ -159,6 +159,25 @@ pub fn virtio_access<H: Hardware>(
     Ok(Flow::Resume)
 }
 
+/// Completes a guest load from the virtual GIC or its ITS with `result`,
+/// or with zero when the register refused the access (logged as `what`
+/// `at`).
+fn complete_gic_load<H: Hardware>(
+    vcpu: &mut impl AccessingVcpu<H>,
+    access: DataAccess,
+    result: Result<u64, VgicError>,
+    what: &str,
+    at: u64,
+) {
+    let raw = result.unwrap_or_else(|e| {
+        warn(vcpu, format_args!("{what} {at:#x} as zero: {e}"));
+        0
+    });
+    if let Some(value) = mmio::load_result(access, raw) {
+        vcpu.set_reg(access.register, value);
+    }
+}
+
 /// A guest access to the virtual ITS at `offset` in its frames: a store may
 /// run the command queue or translate a request, reading and writing the
 /// ITS's tables in the VM's RAM (pinned by the vCPU's epoch handle), under
@@ -208,16 +227,7 @@ pub fn its_access<H: Hardware>(
         }
     } else {
         let result = vm.vgic.lock().its_read(offset, access.size);
-        let raw = result.unwrap_or_else(|e| {
-            warn(
-                vcpu,
-                format_args!("ITS read at offset {offset:#x} as zero: {e}"),
-            );
-            0
-        });
-        if let Some(value) = mmio::load_result(access, raw) {
-            vcpu.set_reg(access.register, value);
-        }
+        complete_gic_load(vcpu, access, result, "ITS read at offset", offset);
     }
     vcpu.skip_trapped_instruction();
     Ok(Flow::Resume)
@@ -250,16 +260,7 @@ pub fn gic_access<H: Hardware>(
         crate::runtime::passed_devices::sync_routes(vm);
     } else {
         let result = vm.vgic.lock().mmio_read_from(index, ipa, access.size);
-        let raw = result.unwrap_or_else(|e| {
-            warn(
-                vcpu,
-                format_args!("GIC read at IPA {ipa:#x} as zero: {e:?}"),
-            );
-            0
-        });
-        if let Some(value) = mmio::load_result(access, raw) {
-            vcpu.set_reg(access.register, value);
-        }
+        complete_gic_load(vcpu, access, result, "GIC read at IPA", ipa);
     }
     vcpu.skip_trapped_instruction();
     Ok(Flow::Resume)

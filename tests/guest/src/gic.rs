@@ -105,20 +105,30 @@ impl Bank {
     }
 }
 
-fn read32(address: u64) -> u32 {
-    // SAFETY: callers pass addresses inside the GIC frames of the device
-    // tree, identity mapped as device memory.
+/// A 32-bit load from a GIC register (distributor, redistributor or ITS).
+pub(crate) fn read32(address: u64) -> u32 {
+    // SAFETY: callers pass addresses inside the GIC or ITS frames of the
+    // device tree, identity mapped as device memory.
     unsafe { read_volatile(address as *const u32) }
 }
 
-fn write32(address: u64, value: u32) {
+/// A 32-bit store to a GIC register.
+pub(crate) fn write32(address: u64, value: u32) {
     // SAFETY: as in `read32`.
     unsafe { write_volatile(address as *mut u32, value) }
 }
 
-fn read64(address: u64) -> u64 {
-    // SAFETY: as in `read32`; `GICR_TYPER` takes 64-bit reads.
+/// A 64-bit load from a GIC register that takes them (`GICR_TYPER`, the
+/// ITS's `GITS_*` doubleword registers).
+pub(crate) fn read64(address: u64) -> u64 {
+    // SAFETY: as in `read32`; the register takes 64-bit reads.
     unsafe { read_volatile(address as *const u64) }
+}
+
+/// A 64-bit store to a GIC register that takes them.
+pub(crate) fn write64(address: u64, value: u64) {
+    // SAFETY: as in `read64`.
+    unsafe { write_volatile(address as *mut u64, value) }
 }
 
 /// Polls `address` until `mask` reads clear.

@@ -34,8 +34,9 @@
 
 use core::arch::asm;
 use core::fmt;
-use core::ptr::{read_volatile, write_volatile};
+use core::ptr::write_volatile;
 
+use crate::gic::{read32, read64, write32, write64};
 use crate::smp::Deadline;
 
 /// The first LPI INTID.
@@ -226,27 +227,6 @@ impl fmt::Display for ItsError {
             ),
         }
     }
-}
-
-fn read32(address: u64) -> u32 {
-    // SAFETY: callers pass addresses inside the ITS or GIC frames of the
-    // device tree, identity mapped as device memory.
-    unsafe { read_volatile(address as *const u32) }
-}
-
-fn write32(address: u64, value: u32) {
-    // SAFETY: as in `read32`.
-    unsafe { write_volatile(address as *mut u32, value) }
-}
-
-fn read64(address: u64) -> u64 {
-    // SAFETY: as in `read32`; these registers take 64-bit accesses.
-    unsafe { read_volatile(address as *const u64) }
-}
-
-fn write64(address: u64, value: u64) {
-    // SAFETY: as in `read64`.
-    unsafe { write_volatile(address as *mut u64, value) }
 }
 
 /// Smallest data cache line (`CTR_EL0.DminLine`).

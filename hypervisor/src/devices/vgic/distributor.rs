@@ -85,7 +85,7 @@ impl VgicState {
     }
 
     /// `GICD_TYPER`: ITLinesNumber for the configured SPIs, A3V, and 10
-    /// INTID bits without an ITS, LPIs and 16 INTID bits with one; no MBIS,
+    /// INTID bits without an ITS, LPIs and 14 INTID bits with one; no MBIS,
     /// no RSS, one security state.
     pub(crate) fn distributor_typer(&self) -> u64 {
         let it_lines = u64::from((FIRST_SPI + self.spi_count).div_ceil(32) - 1);

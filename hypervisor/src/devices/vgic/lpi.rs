@@ -12,8 +12,8 @@
 //! pending table while `GICR_CTLR.EnableLPIs` is set. This model does what
 //! that allows:
 //!
-//! - Each LPI the ITS has mapped (`MAPTI`/`MAPI`) is an [`Lpi`] record in
-//!   [`VgicState::lpis`]: an [`IrqState`] (always group 1, edge-triggered)
+//! - Each LPI the ITS has mapped (`MAPTI`/`MAPI`) is an `Lpi` record in
+//!   `VgicState::lpis`: an `IrqState` (always group 1, edge-triggered)
 //!   with the priority and enable read from the property table when it was
 //!   mapped and on every `INV`/`INVALL` since, its target vCPU, and the
 //!   (DeviceID, EventID, collection) that maps it.
@@ -47,9 +47,10 @@ use crate::devices::guest_memory::GuestMemory;
 
 /// The first LPI.
 pub const FIRST_LPI: u32 = 8192;
-/// INTID bits the virtual GIC implements with LPIs (`GICD_TYPER.IDbits` + 1,
-/// `GITS_TYPER.ID_bits` + 1): LPIs 8192..65536.
-pub const LPI_ID_BITS: u32 = 16;
+/// INTID bits the virtual GIC implements with LPIs (`GICD_TYPER.IDbits` +
+/// 1): LPIs 8192..16384. That bounds the records a guest can make the
+/// hypervisor keep (8192 per VM, about half a MiB of heap at most).
+pub const LPI_ID_BITS: u32 = 14;
 
 /// `GICR_CTLR.EnableLPIs`.
 pub(crate) const GICR_CTLR_ENABLE_LPIS: u64 = 1 << 0;
@@ -148,7 +149,7 @@ impl VgicState {
         let propbaser = self.property_table();
         // PROPBASER.IDbits + 1 INTID bits, never more than the GIC has.
         let bits = ((propbaser & 0x1f) as u32 + 1).min(LPI_ID_BITS);
-        if intid < FIRST_LPI || bits < 14 || u64::from(intid) >= 1u64 << bits {
+        if !Self::is_lpi(intid) || bits < 14 || u64::from(intid) >= 1u64 << bits {
             return Err(LpiError::OutOfRange(intid));
         }
         let address = (propbaser & PROPBASER_ADDRESS) + u64::from(intid - FIRST_LPI);

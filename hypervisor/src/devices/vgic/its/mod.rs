@@ -8,7 +8,8 @@
 //! (`GITS_CTLR`, `IIDR`, `TYPER`, `CBASER`, `CWRITER`, `CREADR`,
 //! `BASER0..7` and the ID block, `PIDR2.ArchRev` 3) and the translation
 //! frame with `GITS_TRANSLATER`. `GITS_TYPER` says: physical LPIs only,
-//! 8-byte ITT entries, 16 EventID and 16 DeviceID bits, LPIs 8192..65536,
+//! 8-byte ITT entries, 16 EventID and 16 DeviceID bits (LPIs are
+//! 8192..16384: `GICD_TYPER.IDbits`, module `lpi`),
 //! `PTA` 0 (a target redistributor is named by its processor number, the
 //! vCPU index), no hardware collections, no SEIs. The tables sit in guest
 //! memory where the guest's `GITS_BASER<n>` put them (module [`tables`]).
@@ -58,7 +59,7 @@ pub mod tables;
 #[cfg(test)]
 mod tests;
 
-use super::lpi::{LPI_ID_BITS, LpiError};
+use super::lpi::LpiError;
 use super::regs::{self, IIDR};
 use super::{Frame, VcpuSet, VgicError, VgicState};
 use crate::devices::guest_memory::GuestMemory;
@@ -81,11 +82,11 @@ pub const EVENT_ID_BITS: u32 = 16;
 const CTLR_ENABLED: u64 = 1 << 0;
 /// `GITS_CTLR.Quiescent`.
 const CTLR_QUIESCENT: u64 = 1 << 31;
-/// `GITS_TYPER`: Physical, ITT_entry_size 7 (8 bytes), ID_bits, Devbits;
-/// SEIS, PTA, HCC, CIL and the virtual features 0.
+/// `GITS_TYPER`: Physical, ITT_entry_size 7 (8 bytes), ID_bits (EventID
+/// bits), Devbits; SEIS, PTA, HCC, CIL and the virtual features 0.
 const TYPER: u64 = 1
     | (tables::ENTRY_SIZE - 1) << 4
-    | ((LPI_ID_BITS - 1) as u64) << 8
+    | ((EVENT_ID_BITS - 1) as u64) << 8
     | ((DEVICE_ID_BITS - 1) as u64) << 13;
 /// The `GITS_CBASER` bits that keep what the guest writes: Valid,
 /// InnerCache, OuterCache, the address \[51:12\], Shareability, Size.

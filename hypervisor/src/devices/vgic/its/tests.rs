@@ -258,7 +258,7 @@ fn registers_describe_the_its() {
     let typer = d.read(TYPER_OFFSET);
     assert_eq!(typer & 1, 1, "physical LPIs");
     assert_eq!((typer >> 4) & 0xf, 7, "8-byte ITT entries");
-    assert_eq!((typer >> 8) & 0x1f, 15, "16 ID bits");
+    assert_eq!((typer >> 8) & 0x1f, 15, "16 EventID bits");
     assert_eq!((typer >> 13) & 0x1f, 15, "16 DeviceID bits");
     assert_eq!((typer >> 19) & 1, 0, "PTA 0");
     assert_eq!(d.gic.its_read(0xffe8, 4).unwrap() & 0xf0, 0x30, "ArchRev 3");
@@ -268,10 +268,10 @@ fn registers_describe_the_its() {
     assert_eq!((baser0 >> 48) & 0x1f, 7, "8-byte entries");
     assert_eq!((d.read(BASER0 + 8) >> 56) & 7, 4, "collection table");
     assert_eq!(d.read(BASER0 + 16), 0, "no third table");
-    // GICD_TYPER: LPIs, 16 ID bits; GICR_TYPER.PLPIS; EnableLPIs.
+    // GICD_TYPER: LPIs, 14 ID bits; GICR_TYPER.PLPIS; EnableLPIs.
     let gicd_typer = d.gic.distributor_read(4, 4).unwrap();
     assert_eq!((gicd_typer >> 17) & 1, 1);
-    assert_eq!((gicd_typer >> 19) & 0x1f, 15);
+    assert_eq!((gicd_typer >> 19) & 0x1f, 13);
     assert_eq!(d.gic.rd_base_read(0, GICR_TYPER, 8).unwrap() & 1, 1);
     assert_eq!(d.gic.rd_base_read(0, GICR_CTLR, 4).unwrap(), 1);
 }
@@ -467,7 +467,7 @@ fn command_errors_are_dropped_and_later_commands_run() {
     // An LPI below 8192 or beyond the ID bits, and a mapping of an LPI
     // another event has.
     d.run(&[mapd(2, 2, ITT + 0x200, true)]);
-    for intid in [8191, 1 << 16] {
+    for intid in [8191, 1 << 14] {
         let outcome = d.run(&[mapti(2, 0, intid, 0)]);
         assert_eq!(
             outcome.first_drop.map(|(_, e)| e),
@@ -680,7 +680,7 @@ impl Model {
                     .is_some_and(|&size| u64::from(event) < 1 << (size + 1))
                     && !self.events.contains_key(&(device, event))
                     && collection < 512
-                    && (8192..1 << 16).contains(&intid)
+                    && (8192..1 << 14).contains(&intid)
                     && !self.lpi_taken(intid);
                 if ok {
                     self.events.insert((device, event), (intid, collection));
