@@ -108,6 +108,11 @@ pub(crate) struct IrqState {
     /// active-priority registers hold for it). `ICACTIVER` clears `active`
     /// but not this: the guest still owes the EOI that drops the priority.
     pub in_service: Option<u8>,
+    /// The vCPU that took it (while `in_service`): a shared interrupt
+    /// stays with that vCPU until the guest completes it there, however it
+    /// is routed meanwhile, as on a GIC (only that CPU interface can
+    /// deactivate it; KVM's `vgic_target_oracle` does the same).
+    pub taken_on: Option<u16>,
     /// GICv2 SGIs: the CPUs it is pending from (bit n = vCPU n).
     pub sgi_sources: u8,
     /// GICv2 SGIs: sources added while listed (an acknowledgement of the
@@ -139,6 +144,7 @@ impl IrqState {
             listed_hw: false,
             active_written_while_listed: false,
             in_service: None,
+            taken_on: None,
             sgi_sources: 0,
             sources_while_listed: 0,
             listed_source: None,
@@ -244,8 +250,10 @@ impl IrqState {
         self.sources_while_listed = 0;
         if acknowledged && lr_active {
             self.in_service = Some(lr_priority);
+            self.taken_on = self.listed_on;
         } else if (self.listed_active || acknowledged) && !lr_active {
             self.in_service = None;
+            self.taken_on = None;
         }
         if !self.active_written_while_listed {
             self.active = lr_active;

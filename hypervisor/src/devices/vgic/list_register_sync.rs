@@ -224,6 +224,7 @@ impl VgicState {
             Some(irq) => {
                 irq.active = false;
                 irq.in_service = None;
+                irq.taken_on = None;
                 true
             }
             None => false,
@@ -245,13 +246,13 @@ impl VgicState {
         }
         for intid in FIRST_SPI..FIRST_SPI + self.spi_count {
             if let Some(key) = select(self, intid)
-                && self.spi_target(intid) == Some(vcpu)
+                && self.target_of(vcpu, intid) == Some(vcpu)
             {
                 take(key);
             }
         }
-        for (&intid, lpi) in &self.lpis {
-            if lpi.vcpu == vcpu
+        for &intid in self.lpis.keys() {
+            if self.target_of(vcpu, intid) == Some(vcpu)
                 && let Some(key) = select(self, intid)
             {
                 take(key);
@@ -979,11 +980,27 @@ mod tests {
         gic.fill(1, &mut lrs1).unwrap();
         assert_eq!(listed(&lrs1), vec![], "still in vCPU 0's list registers");
         assert_eq!(gic.take_released(), VcpuSet::EMPTY);
+        // vCPU 0 took it: it stays there, active, until completed there.
         gic.fill(0, &mut lrs0).unwrap();
-        assert_eq!(listed(&lrs0), vec![], "re-routed: vCPU 0 lets it go");
-        assert_eq!(gic.take_released(), VcpuSet::EMPTY, "active, not pending");
+        assert_eq!(listed(&lrs0), vec![(40, 0, 2)], "in service on vCPU 0");
+        assert_eq!(gic.take_released(), VcpuSet::EMPTY);
         gic.fill(1, &mut lrs1).unwrap();
-        assert_eq!(listed(&lrs1), vec![(40, 0, 2)], "active, now with vCPU 1");
+        assert_eq!(listed(&lrs1), vec![]);
+        // Pended again meanwhile: it waits for vCPU 0's EOI, then goes to
+        // vCPU 1, whose fill the fold asks for.
+        gic.inject_spi_edge(40).unwrap();
+        gic.fill(0, &mut lrs0).unwrap();
+        assert_eq!(
+            listed(&lrs0),
+            vec![(40, 0, 2)],
+            "active; the new edge waits"
+        );
+        lrs0.end_of_interrupt(40);
+        gic.fill(0, &mut lrs0).unwrap();
+        assert_eq!(listed(&lrs0), vec![], "completed: vCPU 0 lets it go");
+        assert_eq!(gic.take_released().iter().collect::<Vec<_>>(), vec![1]);
+        gic.fill(1, &mut lrs1).unwrap();
+        assert_eq!(listed(&lrs1), vec![(40, 0, 1)], "pending, now with vCPU 1");
     }
 
     #[test]

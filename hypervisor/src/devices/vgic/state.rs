@@ -5,7 +5,10 @@
 //! redistributor's `WAKER` handshake. An SPI's target is computed when it is
 //! needed: with `IROUTER.IRM` = 0 it is the vCPU whose MPIDR affinity equals
 //! the route (none if no vCPU matches), with `IRM` = 1 the lowest-numbered
-//! vCPU whose redistributor is awake (vCPU 0 if none is). Every change that
+//! vCPU whose redistributor is awake (vCPU 0 if none is). An SPI or LPI a
+//! vCPU has taken stays with that vCPU until the guest completes it there,
+//! however it is routed meanwhile (only that CPU interface can deactivate
+//! it); then it goes where it is routed. Every change that
 //! can make an interrupt deliverable, or that makes a list register stale,
 //! reports the vCPUs to kick: the interrupt's target if it is now
 //! deliverable, and the vCPU whose list registers hold it.
@@ -540,8 +543,15 @@ impl VgicState {
         }
     }
 
-    /// The vCPU that receives `intid` (private ones belong to `vcpu`).
+    /// The vCPU that receives `intid` (private ones belong to `vcpu`): the
+    /// one handling it while it is in service there, else the one it is
+    /// routed to.
     pub(crate) fn target_of(&self, vcpu: usize, intid: u32) -> Option<usize> {
+        if intid >= PRIVATE_COUNT
+            && let Some(owner) = self.irq(vcpu, intid).and_then(|irq| irq.taken_on)
+        {
+            return Some(usize::from(owner));
+        }
         if intid >= FIRST_LPI {
             self.lpis.get(&intid).map(|lpi| lpi.vcpu)
         } else if intid < PRIVATE_COUNT {
@@ -678,12 +688,12 @@ impl VgicState {
         };
         state.private.iter().any(|irq| self.deliverable(irq))
             || self.spis.iter().enumerate().any(|(index, irq)| {
-                self.deliverable(irq) && self.spi_target(FIRST_SPI + index as u32) == Some(vcpu)
+                self.deliverable(irq)
+                    && self.target_of(vcpu, FIRST_SPI + index as u32) == Some(vcpu)
             })
-            || self
-                .lpis
-                .values()
-                .any(|lpi| lpi.vcpu == vcpu && self.deliverable(&lpi.irq))
+            || self.lpis.iter().any(|(&intid, lpi)| {
+                self.deliverable(&lpi.irq) && self.target_of(vcpu, intid) == Some(vcpu)
+            })
     }
 }
 

@@ -374,6 +374,32 @@ fn an_lpi_moved_while_listed_is_released_to_its_new_target() {
 }
 
 #[test]
+fn an_lpi_the_guest_is_handling_stays_on_its_vcpu_until_completed() {
+    let mut d = mapped(2);
+    // vCPU 1 takes event 1's LPI; MOVI sends the event to vCPU 0 before
+    // vCPU 1's EOI.
+    d.run(&[int(0, 1)]);
+    d.gic.fill(1, &mut d.lrs[1]).unwrap();
+    assert_eq!(d.lrs[1].acknowledge(), Some(8193));
+    d.run(&[movi(0, 1, 0)]);
+    d.gic.fill(1, &mut d.lrs[1]).unwrap();
+    d.gic.fill(0, &mut d.lrs[0]).unwrap();
+    assert_eq!(d.lrs[0].acknowledge(), None, "not vCPU 0's to take");
+    assert!(
+        d.lrs[1].list_registers().iter().any(|&lr| lr != 0),
+        "still listed where the guest handles it"
+    );
+    // Completed on vCPU 1 (no stale active state anywhere): the next INT
+    // goes to vCPU 0.
+    d.lrs[1].end_of_interrupt(8193);
+    d.gic.fold(1, &mut d.lrs[1]).unwrap();
+    assert_eq!(d.gic.lpis[&8193].irq.in_service, None);
+    d.run(&[int(0, 1)]);
+    assert_eq!(d.take(1), Vec::<u32>::new());
+    assert_eq!(d.take(0), vec![8193]);
+}
+
+#[test]
 fn discard_clear_inv_and_invall() {
     let mut d = mapped(1);
     // CLEAR takes back a pending LPI.
