@@ -98,7 +98,8 @@
 //!   the middle of a request, checked against what the device must do
 //!   (see `fuzz_virtqueue`); its `VQ` lines are checked by the campaign.
 //! * The ITS (`its`, GICv3 with an ITS in the device tree; one operation
-//!   in 16, or every one with `its-only`, not in the default mix): vCPU 0
+//!   in 16, or every one with `its-only`; neither in the default mix, see
+//!   `bootargs::FuzzOptions::ALLOW_ITS`): vCPU 0
 //!   sends random ITS command batches, `GITS_TRANSLATER` writes and
 //!   property-table changes, the others add `GITS_*` noise that cannot
 //!   change a mapping. Checked against a model of the mappings (see
@@ -2808,7 +2809,7 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
     WORKERS.store(workers, Ordering::Relaxed);
     let mut its = None;
     let its_base = s.its.load(Ordering::Relaxed);
-    if options.allows(FuzzOptions::ALLOW_ITS)
+    if (options.allows(FuzzOptions::ALLOW_ITS) || options.allows(FuzzOptions::ALLOW_ITS_ONLY))
         && its_base != 0
         && s.gic_sysregs.load(Ordering::Relaxed)
     {
