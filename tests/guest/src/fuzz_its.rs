@@ -701,8 +701,8 @@ impl ItsFuzz {
     /// no other. Called before the model changes again.
     fn absorb(&mut self) -> Outcome {
         let mut outcome = Ok(());
-        for n in 0..COUNTED {
-            let now = LPI_SEEN[0][n].load(Ordering::Relaxed);
+        for (n, seen) in LPI_SEEN[0].iter().enumerate().take(COUNTED) {
+            let now = seen.load(Ordering::Relaxed);
             let got = now.wrapping_sub(self.seen[n]);
             self.seen[n] = now;
             let allowed = match self.model.lpis.get(n) {
@@ -764,8 +764,8 @@ impl ItsFuzz {
         // SAFETY: masking IRQs again.
         unsafe { asm!("msr daifset, #2", options(nostack)) };
         let mut outcome = Ok(());
-        for n in 0..COUNTED {
-            let now = LPI_SEEN[0][n].load(Ordering::Relaxed);
+        for (n, seen) in LPI_SEEN[0].iter().enumerate().take(COUNTED) {
+            let now = seen.load(Ordering::Relaxed);
             let got = now.wrapping_sub(self.seen[n]);
             self.seen[n] = now;
             let allowed = match self.model.lpis.get(n) {
