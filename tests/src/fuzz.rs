@@ -23,6 +23,15 @@
 //!
 //! Every failure comes with the command that replays its boot up to its seed.
 //!
+//! # The its family
+//!
+//! A boot whose `its` family ran (GICv3 with an ITS) prints
+//! `FUZZ: its lpis=L vcpu0=C required=R`: the LPIs delivered on any vCPU,
+//! those delivered on vCPU 0 (each checked against the family's model) and
+//! those the model required there. The tally sums them
+//! ([`Tally::its_checked`] and the rest), so that a campaign can insist the
+//! delivery check really ran.
+//!
 //! # The virtqueue family
 //!
 //! A campaign whose allow list names `virtqueue` boots its VM with
@@ -203,6 +212,12 @@ pub struct Tally {
     pub interrupts: u64,
     /// Intact lines the virtqueue family's chains brought out.
     pub vq_lines: u64,
+    /// LPIs the `its` family saw delivered (any vCPU).
+    pub its_lpis: u64,
+    /// LPIs delivered on vCPU 0, each checked against the family's model.
+    pub its_checked: u64,
+    /// LPIs the model required on vCPU 0 (exactly one delivery each).
+    pub its_required: u64,
     /// Every failure.
     pub failures: Vec<Failure>,
 }
@@ -243,6 +258,8 @@ pub struct BootSummary {
     pub vm_stops: Vec<String>,
     /// The `FUZZ: virtqueue sent=S guaranteed=G resets=R` totals, if printed.
     pub virtqueue: Option<(u64, u64, u64)>,
+    /// The `FUZZ: its lpis=L vcpu0=C required=R` totals, if printed.
+    pub its: Option<(u64, u64, u64)>,
     /// Intact `VQ` lines (their check word matches).
     pub vq_lines: u64,
     /// `VQ` lines whose check word does not match (bytes changed on the way).
@@ -308,6 +325,12 @@ pub fn summarize(console: &str) -> BootSummary {
                 field(rest, "sent").unwrap_or(0),
                 field(rest, "guaranteed").unwrap_or(0),
                 field(rest, "resets").unwrap_or(0),
+            ));
+        } else if rest.starts_with("its ") {
+            summary.its = Some((
+                field(rest, "lpis").unwrap_or(0),
+                field(rest, "vcpu0").unwrap_or(0),
+                field(rest, "required").unwrap_or(0),
             ));
         } else if rest.starts_with("seeds=") {
             summary.totals = Some((
@@ -438,6 +461,11 @@ pub fn tally_boot(campaign: &Campaign, tally: &mut Tally, boot: &Boot) {
     }
     tally.violations += vq_violations.len() as u64;
     tally.vq_lines += s.vq_lines;
+    if let Some((lpis, checked, required)) = s.its {
+        tally.its_lpis += lpis;
+        tally.its_checked += checked;
+        tally.its_required += required;
+    }
     let passed = boot.report.as_ref().is_some_and(|r| r.passed());
     match s.totals {
         Some((seeds, ops, violations, interrupts)) => {
@@ -553,12 +581,46 @@ mod tests {
             abcFUZZ: seed 6\n[hv] ERROR: vm0 vcpu2: stopping the VM: undecodable exit\n\
             FUZZ: seeds=2 ops=800 violations=1 interrupts=9\r\n";
         let s = summarize(console);
+        assert_eq!(s.its, None);
         assert_eq!(s.totals, Some((2, 800, 1, 9)));
         assert_eq!(s.violation_seeds, vec![5]);
         assert_eq!(s.violation_lines.len(), 1);
         assert_eq!(s.last_seed, Some(6));
         assert_eq!(s.vm_stops.len(), 1);
         assert!(s.panics.is_empty());
+    }
+
+    #[test]
+    fn its_counts_are_tallied() {
+        let console = "FUZZ: seed 1\nFUZZ: its lpis=230 vcpu0=226 required=201\n\
+            FUZZ: seeds=1 ops=1200 violations=0 interrupts=0\n";
+        let s = summarize(console);
+        assert_eq!(s.its, Some((230, 226, 201)));
+        let campaign = Campaign {
+            first_seed: 1,
+            seeds: 1,
+            ops: 300,
+            per_boot: 1,
+            cpus: vec!["max".into()],
+            allow: "its-only".into(),
+            deny: String::new(),
+            smp: 4,
+        };
+        let boot = Boot {
+            cpu: "max".into(),
+            gic: GicVersion::V3,
+            seeds: (1, 1),
+            summary: s,
+            report: None,
+            error: Some("no report".into()),
+        };
+        let mut tally = Tally::default();
+        tally_boot(&campaign, &mut tally, &boot);
+        tally_boot(&campaign, &mut tally, &boot);
+        assert_eq!(
+            (tally.its_lpis, tally.its_checked, tally.its_required),
+            (460, 452, 402)
+        );
     }
 
     #[test]

@@ -97,6 +97,17 @@
 //!   rings in device memory, register abuse, notify storms and resets in
 //!   the middle of a request, checked against what the device must do
 //!   (see `fuzz_virtqueue`); its `VQ` lines are checked by the campaign.
+//! * The ITS (`its`, GICv3 with an ITS in the device tree; one operation
+//!   in 16, or every one with `its-only`; neither in the default mix, see
+//!   `bootargs::FuzzOptions::ALLOW_ITS`): vCPU 0
+//!   sends random ITS command batches, `GITS_TRANSLATER` writes and
+//!   property-table changes, the others add `GITS_*` noise that cannot
+//!   change a mapping. Checked against a model of the mappings (see
+//!   `fuzz_its`): every batch completes, `GITS_TYPER`/`PIDR2` stay, and
+//!   the LPIs vCPU 0 takes are exactly those the model has pending,
+//!   enabled and targeted there (none with `ICC_PMR_EL1` at 0).
+//!   Deliveries on the other vCPUs are counted, not checked. Prints
+//!   `FUZZ: its lpis=L vcpu0=C required=R`.
 //!
 //! On a GICv2 host the VM has a GICv2: the distributor emulated by the
 //! hypervisor, whose registers of INTIDs 0..31 are banked per vCPU, and the
@@ -152,6 +163,7 @@ use crate::boot::MAX_CPUS;
 use crate::bootargs::{FuzzOptions, Scenario};
 use crate::exceptions;
 use crate::exceptions::ExceptionFrame;
+use crate::fuzz_its::{self, ItsFuzz};
 use crate::fuzz_model::{
     self, ICC_SGI1R_EL1, ID_AA64PFR1_EL1, IMPLEMENTED, Layout, NOT_SUPPORTED, Region, Rng,
     SAFE_IMPLEMENTED, SysReg, UNKNOWN_POOL,
@@ -385,6 +397,8 @@ static SETTINGS: Settings = Settings {
     gicd: AtomicU64::new(0),
     gicr: AtomicU64::new(0),
     gicc: AtomicU64::new(0),
+    its: AtomicU64::new(0),
+    its_family: AtomicBool::new(false),
     gic_sysregs: AtomicBool::new(false),
     vcpus: AtomicU64::new(0),
     lse: AtomicBool::new(false),
@@ -411,6 +425,10 @@ struct Settings {
     gicr: AtomicU64,
     /// A GICv2's CPU interface (0: GICv3).
     gicc: AtomicU64,
+    /// The ITS the device tree names (0: none).
+    its: AtomicU64,
+    /// The `its` family is set up (the others add noise).
+    its_family: AtomicBool,
     /// `ID_AA64PFR0_EL1.GIC` is not 0: the GICv3 system registers exist.
     gic_sysregs: AtomicBool,
     vcpus: AtomicU64,
@@ -467,6 +485,10 @@ struct Ctx {
     note: &'static str,
     /// The `virtqueue` family (boot vCPU, when allowed).
     virtqueue: Option<VirtqueueFuzz>,
+    /// The `its` family (boot vCPU, when allowed and set up).
+    its: Option<ItsFuzz>,
+    /// The ITS base the other vCPUs add noise to (0: family off).
+    its_base: u64,
 }
 
 /// The exceptions an executed sequence took.
@@ -555,6 +577,11 @@ pub fn interrupt(intid: u32) {
 /// turned off, any other interrupt disabled (random GIC writes may have
 /// enabled and pended it).
 fn count_and_silence(cpu: usize, intid: u32) {
+    if intid >= gic_its_lpi_base() {
+        // An LPI: edge-triggered, nothing to silence.
+        fuzz_its::count(cpu, intid);
+        return;
+    }
     if intid < 32 {
         IRQS[cpu][intid as usize].fetch_add(1, Ordering::Relaxed);
     } else {
@@ -581,6 +608,10 @@ fn count_and_silence(cpu: usize, intid: u32) {
     } else {
         gic::write_bits(Bank::Distributor, ICENABLER, intid, 1 << (intid % 32));
     }
+}
+
+fn gic_its_lpi_base() -> u32 {
+    crate::gic_its::LPI_BASE
 }
 
 /// Acknowledges, counts, silences the source of and completes one group-0
@@ -709,6 +740,31 @@ impl Ctx {
         Outcome { out, ..outcome }
     }
 
+    /// The `its` family: on vCPU 0 one operation (or, with `reset`, the
+    /// family's set-up of a seed); elsewhere noise (see `fuzz_its`).
+    fn its_op(&mut self, reset: bool) {
+        let Some(mut family) = self.its.take() else {
+            if !reset {
+                fuzz_its::noise(&mut self.rng, self.its_base);
+            }
+            return;
+        };
+        let mut rng = self.rng.clone();
+        let outcome = {
+            let mut open = || self.cpu_interface_on();
+            if reset {
+                family.reset(&mut rng, &mut open)
+            } else {
+                family.op(&mut rng, &mut open)
+            }
+        };
+        self.rng = rng;
+        self.its = Some(family);
+        if let Err((what, a, b)) = outcome {
+            self.violation(what, a, b);
+        }
+    }
+
     /// Runs one random word at EL1 with no epilogue (it may move the stack).
     fn run_bare(&mut self, word: u32, block: &RegBlock) -> Outcome {
         let back = fuzz_model::branch(self.code + 4, fuzz_return as *const () as u64);
@@ -756,6 +812,17 @@ impl Ctx {
                 }
             }
             return;
+        }
+        // Only when the family is on, so that other seeds replay as before.
+        if self.its_base != 0 && (self.allows(FuzzOptions::ALLOW_ITS_ONLY) || self.rng.one_in(16)) {
+            self.note = "its";
+            if self.verbose {
+                println!(
+                    "FUZZ: seed={} vcpu={} op={} (its)",
+                    self.seed, self.cpu, self.op
+                );
+            }
+            return self.its_op(false);
         }
         let (note, op): (&'static str, fn(&mut Ctx)) = match self.rng.below(100) {
             0..10 => ("ram", Ctx::ram_op),
@@ -945,6 +1012,8 @@ impl Ctx {
             }
             Region::Gicr(vcpu, offset) => {
                 vcpu == self.cpu as u64
+                    // GICR_PROPBASER/PENDBASER: the `its` family's tables.
+                    && (self.its_base == 0 || !(0x70..0x80).contains(&offset))
                     && (self.allows(FuzzOptions::ALLOW_GIC_ACTIVE)
                         || !(0x1_02f0..0x1_0380).contains(&offset))
             }
@@ -2692,6 +2761,14 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
     s.uart.store(platform.uart_base, Ordering::Relaxed);
     s.gicd.store(gicd, Ordering::Relaxed);
     s.gicc.store(gicc, Ordering::Relaxed);
+    s.its.store(
+        if gicc == 0 {
+            platform.its.unwrap_or(0)
+        } else {
+            0
+        },
+        Ordering::Relaxed,
+    );
     if gicc != 0 {
         s.gicr.store(0, Ordering::Relaxed);
         s.vcpus
@@ -2730,6 +2807,30 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
         s.virtio_console.store(console.base, Ordering::Relaxed);
     }
     WORKERS.store(workers, Ordering::Relaxed);
+    let mut its = None;
+    let its_base = s.its.load(Ordering::Relaxed);
+    if (options.allows(FuzzOptions::ALLOW_ITS) || options.allows(FuzzOptions::ALLOW_ITS_ONLY))
+        && its_base != 0
+        && s.gic_sysregs.load(Ordering::Relaxed)
+    {
+        // With `its-only` the other vCPUs never unmask IRQs.
+        let others_take = !options.allows(FuzzOptions::ALLOW_ITS_ONLY);
+        match fuzz_its::setup(platform, its_base, gicr.start, workers, others_take) {
+            Ok(family) => its = Some(family),
+            Err(what) => {
+                println!(
+                    "FUZZ: violation seed={} vcpu=0 op=0 (its): {what}",
+                    options.seed
+                );
+                VIOLATIONS[0].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    if its.is_none() {
+        s.its_family.store(false, Ordering::Relaxed);
+    } else {
+        s.its_family.store(true, Ordering::Relaxed);
+    }
     map_el0_window(crate::mmu::level1(), workers);
     println!(
         "test-guest: fuzz: seeds {}..{} ({} ops per seed and vCPU), {workers} vCPUs, GICv{} \
@@ -2754,7 +2855,7 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
     exceptions::take_irqs_for(Scenario::Fuzz);
     ACTIVE.store(true, Ordering::Release);
     smp::start_cpus(platform, 1..workers.min(platform.cpus().len()))?;
-    let finished = worker(0, true);
+    let finished = worker(0, true, its);
     let deadline = Deadline::step();
     let wanted = workers * options.seeds as usize;
     while SEEDS_DONE.load(Ordering::Acquire) < wanted && !deadline.passed() {
@@ -2770,6 +2871,14 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
             fuzz_virtqueue::SENT.load(Ordering::Relaxed),
             fuzz_virtqueue::GUARANTEED.load(Ordering::Relaxed),
             fuzz_virtqueue::RESETS.load(Ordering::Relaxed)
+        );
+    }
+    if s.its_family.load(Ordering::Relaxed) {
+        println!(
+            "FUZZ: its lpis={} vcpu0={} required={}",
+            fuzz_its::delivered(),
+            fuzz_its::delivered_on(0),
+            fuzz_its::REQUIRED.load(Ordering::Relaxed)
         );
     }
     println!(
@@ -2798,13 +2907,13 @@ pub fn run(platform: &Platform, options: FuzzOptions) -> Result<(), Failure> {
 /// A secondary's part.
 pub fn secondary(cpu: usize) {
     if cpu < FUZZ_CPUS {
-        worker(cpu, false);
+        worker(cpu, false, None);
     }
 }
 
 /// Runs every seed on this vCPU, meeting the others after each; false when
 /// the boot vCPU gave up waiting for the others.
-fn worker(cpu: usize, boot: bool) -> bool {
+fn worker(cpu: usize, boot: bool, its: Option<ItsFuzz>) -> bool {
     if let Err(error) = setup_cpu() {
         println!("FUZZ: vcpu{cpu}: GIC set-up failed: {error:?}");
         VIOLATIONS[cpu].fetch_add(1, Ordering::Relaxed);
@@ -2821,6 +2930,7 @@ fn worker(cpu: usize, boot: bool) -> bool {
         gicr: s.gicr.load(Ordering::Relaxed),
         gicc: s.gicc.load(Ordering::Relaxed),
         vcpus: s.vcpus.load(Ordering::Relaxed),
+        its: s.its.load(Ordering::Relaxed),
         virtio: (
             s.virtio_start.load(Ordering::Relaxed),
             s.virtio_end.load(Ordering::Relaxed),
@@ -2857,6 +2967,12 @@ fn worker(cpu: usize, boot: bool) -> bool {
         el0_code: el0_page(2 * cpu),
         note: "",
         virtqueue,
+        its,
+        its_base: if s.its_family.load(Ordering::Relaxed) {
+            layout.its
+        } else {
+            0
+        },
     };
     for (index, seed) in (first..first + seeds).enumerate() {
         if boot {
@@ -2864,6 +2980,10 @@ fn worker(cpu: usize, boot: bool) -> bool {
         }
         ctx.seed = seed;
         ctx.rng = Rng::new(seed, cpu as u64);
+        if ctx.its.is_some() {
+            ctx.note = "its set-up";
+            ctx.its_op(true);
+        }
         for op in 0..ops {
             ctx.op = op;
             ctx.step();

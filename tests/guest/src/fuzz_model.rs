@@ -65,6 +65,9 @@ pub struct Layout {
     pub gicc: u64,
     /// vCPUs (so redistributors on a GICv3).
     pub vcpus: u64,
+    /// A GICv3 ITS's two 64 KiB frames (its base), or 0 when the device
+    /// tree has none: never called a hole.
+    pub its: u64,
     /// The virtio-mmio windows `[start, end)` (empty when the VM has no
     /// virtio device): never called holes.
     pub virtio: (u64, u64),
@@ -80,6 +83,8 @@ pub const UART_SIZE: u64 = 0x1000;
 pub const GICD_SIZE: u64 = 0x1_0000;
 /// Size of one redistributor (`RD_base` + `SGI_base`).
 pub const GICR_STRIDE: u64 = 0x2_0000;
+/// Size of an ITS window (control and translation frames).
+pub const ITS_SIZE: u64 = 0x2_0000;
 /// Size of a GICv2's CPU interface window.
 pub const GICC_SIZE: u64 = 0x1_0000;
 /// Top (exclusive) of the 39-bit virtual address space the guest's level-1
@@ -107,6 +112,8 @@ pub enum Region {
     Gicc(u64),
     /// A virtio-mmio window, at this offset from the first.
     Virtio(u64),
+    /// The ITS, at this offset.
+    Its(u64),
     /// Nothing: an access must abort.
     Hole,
 }
@@ -141,6 +148,8 @@ impl Layout {
             Region::Gicr(offset / GICR_STRIDE, offset % GICR_STRIDE)
         } else if (self.virtio.0..self.virtio.1).contains(&address) {
             Region::Virtio(address - self.virtio.0)
+        } else if self.its != 0 && (self.its..self.its + ITS_SIZE).contains(&address) {
+            Region::Its(address - self.its)
         } else {
             Region::Hole
         }
@@ -161,6 +170,7 @@ impl Layout {
             && (!self.is_gicv2() || !(address..address + size).contains(&self.gicc))
             && (self.virtio.0 == self.virtio.1
                 || !(address..address + size).contains(&self.virtio.0))
+            && (self.its == 0 || !(address..address + size).contains(&self.its))
             && (address + size <= self.reserved.0 || address >= self.reserved.1)
     }
 
@@ -540,6 +550,7 @@ mod tests {
             gicr: 0x080a_0000,
             gicc: 0,
             vcpus: 4,
+            its: 0,
             virtio: (0, 0),
             reserved: (0xc000_0000, 0x3_0000_0000),
         }
@@ -618,6 +629,31 @@ mod tests {
         for _ in 0..2000 {
             let a = v.hole(&mut rng, 8);
             assert!(!(0x0a00_0000..0x0a00_0400).contains(&a), "{a:#x}");
+        }
+    }
+
+    #[test]
+    fn the_its_window_is_no_hole() {
+        let l = layout();
+        // Without an ITS in the device tree its window is a hole.
+        assert_eq!(l.region(0x0808_0040), Region::Hole);
+        assert!(l.is_hole(0x0808_0000, 8));
+        let its = Layout {
+            its: 0x0808_0000,
+            ..l
+        };
+        assert_eq!(its.region(0x0808_0000), Region::Its(0));
+        assert_eq!(its.region(0x0809_0040), Region::Its(0x1_0040));
+        assert_eq!(its.region(0x0809_fff8), Region::Its(0x1_fff8));
+        assert_eq!(its.region(0x080a_0000), Region::Gicr(0, 0));
+        assert!(!its.is_hole(0x0808_0000, 8));
+        assert!(!its.is_hole(0x0809_fff8, 8));
+        assert!(!its.is_hole(0x0807_fffc, 8), "straddles into the ITS");
+        assert!(its.is_hole(0x0807_fff8, 8));
+        let mut rng = Rng::new(3, 0);
+        for _ in 0..5000 {
+            let a = its.hole(&mut rng, 8);
+            assert!(!(0x0808_0000..0x080a_0000).contains(&a), "{a:#x}");
         }
     }
 

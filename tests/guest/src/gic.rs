@@ -396,7 +396,7 @@ pub fn end_of_interrupt(intid: u32) {
 
 /// Whether `intid` is a real interrupt rather than a special INTID.
 pub fn is_interrupt(intid: u32) -> bool {
-    intid < SPURIOUS_FIRST
+    !(SPURIOUS_FIRST..8192).contains(&intid)
 }
 
 /// The IRQ vector's work for the scenario that runs: acknowledges until

@@ -97,6 +97,8 @@ mod el0;
 mod exceptions;
 #[cfg(target_os = "none")]
 mod fuzz;
+#[cfg(target_os = "none")]
+mod fuzz_its;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod fuzz_model;
 #[cfg(target_os = "none")]
