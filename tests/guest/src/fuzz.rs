@@ -98,8 +98,7 @@
 //!   the middle of a request, checked against what the device must do
 //!   (see `fuzz_virtqueue`); its `VQ` lines are checked by the campaign.
 //! * The ITS (`its`, GICv3 with an ITS in the device tree; one operation
-//!   in 16, or every one with `its-only`; neither in the default mix, see
-//!   `bootargs::FuzzOptions::ALLOW_ITS`): vCPU 0
+//!   in 16, or every one with `its-only`, not in the default mix): vCPU 0
 //!   sends random ITS command batches, `GITS_TRANSLATER` writes and
 //!   property-table changes, the others add `GITS_*` noise that cannot
 //!   change a mapping. Checked against a model of the mappings (see
@@ -1794,6 +1793,21 @@ impl Ctx {
         let block = self.block();
         let read = self.run(&[reg.mrs(0)], &block);
         let value = read.out[0];
+        if reg.read_acknowledges()
+            && read.taken == 0
+            && gic::is_interrupt((value & 0xff_ffff) as u32)
+        {
+            // Completed at once: an acknowledged interrupt holds this vCPU's
+            // running priority until its EOI, and left so it would block
+            // every later interrupt check here (LPIs pending on a vCPU made
+            // that a matter of time).
+            if reg.crm == 8 {
+                write_sysreg!("icc_eoir0_el1", value);
+            } else {
+                write_sysreg!("icc_eoir1_el1", value);
+            }
+            return;
+        }
         if icc_undefined {
             let mut block = self.block();
             block.x[0] = self.rng.next();
