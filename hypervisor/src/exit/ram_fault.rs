@@ -14,6 +14,10 @@
 //!   permissions (with a local invalidation), or map anew (split a block
 //!   while logging, collapse a table once logging stopped);
 //! - otherwise it maps the largest leaf the slot allows ([`fault::fault_leaf`]);
+//!   while the VM's RAM is zeroed on first use (`vm::lazy_zero`), a leaf
+//!   larger than 2 MiB only once all of it is zeroed, else the 2 MiB around
+//!   the address, and the leaf's chunks are zeroed before the read side is
+//!   taken ([`first_touch`]);
 //! - a write to a logging slot marks its page dirty after the change, still
 //!   inside the same read-side section.
 //!
@@ -61,8 +65,9 @@
 
 use crate::exit::esr::FaultKind;
 use crate::exit::flow::StopReason;
-use crate::stage2::fault::{self, Access, MappedFault, MappedLeaf, SlotView};
+use crate::stage2::fault::{self, Access, FaultLeaf, MappedFault, MappedLeaf, SlotView};
 use crate::vm::counters::Counter;
+use crate::vm::lazy_zero::{CHUNK, LazyZeroedRam};
 use pgtable::{
     Attributes, Error, FAULT_CACHE_PAGES, FaultMapping, FaultTicket, Mmu, MmuCpu, PageCache,
     PageTableMemory, PhysAddr,
@@ -126,11 +131,38 @@ impl Resolved {
     }
 }
 
+/// The leaf a fault in a RAM zeroed on first use (`ram`) maps instead of
+/// `leaf`, its memory zeroed with `zero(addr, len)` on return: `leaf`
+/// itself where it is at most one chunk or zeroed whole already, else the
+/// largest leaf of at most 2 MiB around `ipa` (a 1 GiB block is not zeroed
+/// at a fault; the guest's later faults map its other chunks).
+pub fn first_touch(
+    slot: SlotView,
+    ipa: u64,
+    leaf: FaultLeaf,
+    ram: &LazyZeroedRam,
+    zero: impl Fn(usize, usize),
+) -> FaultLeaf {
+    if ram.is_finished() {
+        return leaf;
+    }
+    let leaf = if leaf.size > CHUNK && !ram.is_ready(leaf.pa, leaf.size) {
+        fault::fault_leaf(slot, ipa, CHUNK).unwrap_or(leaf)
+    } else {
+        leaf
+    };
+    ram.ensure(leaf.pa, leaf.size, zero);
+    leaf
+}
+
 /// Fixes `fault` (see the module documentation): under the read side of
 /// `mmu` on `cpu`, with `cache` topped up from `memory` beforehand, outside
-/// the lock. `mark_dirty(ipa)` marks the page of `ipa` in the slot's dirty
-/// log; it is called inside the read-side section that made the page
-/// writable, only for a write to a slot that logs.
+/// the lock, and the leaf's memory zeroed first where `ram` says it is not
+/// yet (with `zero(addr, len)`, [`first_touch`]). `mark_dirty(ipa)` marks
+/// the page of `ipa` in the slot's dirty log; it is called inside the
+/// read-side section that made the page writable, only for a write to a
+/// slot that logs.
+#[allow(clippy::too_many_arguments)]
 pub fn resolve<M: PageTableMemory + Clone + Send + 'static>(
     fault: GuestRamFault,
     mmu: &Mmu<M>,
@@ -138,6 +170,7 @@ pub fn resolve<M: PageTableMemory + Clone + Send + 'static>(
     memory: &M,
     cache: &mut PageCache,
     tlb: &impl TlbInvalidate,
+    (ram, zero): (&LazyZeroedRam, impl Fn(usize, usize)),
     mark_dirty: impl FnOnce(u64),
 ) -> Result<Resolved, StopReason> {
     let GuestRamFault {
@@ -163,6 +196,7 @@ pub fn resolve<M: PageTableMemory + Clone + Send + 'static>(
     let Some(leaf) = fault::fault_leaf(slot, ipa, fault::max_leaf(logging)) else {
         return Err(StopReason::LeftMemslot { ipa });
     };
+    let leaf = first_touch(slot, ipa, leaf, ram, zero);
     if cache.top_up(memory, FAULT_CACHE_PAGES).is_err() {
         return Err(StopReason::OutOfTableMemory);
     }
@@ -260,6 +294,10 @@ mod tests {
         cpus: [MmuCpu; 2],
         caches: [PageCache; 2],
         marked: Vec<u64>,
+        /// The RAM's first-use zeroing (nothing left to zero unless a test
+        /// says otherwise), and the ranges the faults zeroed.
+        ram: LazyZeroedRam,
+        zeroed: std::sync::Mutex<Vec<(u64, u64)>>,
     }
 
     impl World {
@@ -281,12 +319,15 @@ mod tests {
                 cpus,
                 caches: [PageCache::with_capacity(4), PageCache::with_capacity(4)],
                 marked: Vec::new(),
+                ram: LazyZeroedRam::finished(),
+                zeroed: std::sync::Mutex::new(Vec::new()),
             }
         }
 
         /// vCPU `cpu` fixes `fault`.
         fn fault(&mut self, cpu: usize, fault: GuestRamFault) -> Resolved {
             let marked = &mut self.marked;
+            let zeroed = &self.zeroed;
             resolve(
                 fault,
                 &self.mmu,
@@ -294,6 +335,9 @@ mod tests {
                 &self.memory,
                 &mut self.caches[cpu],
                 &self.tlb,
+                (&self.ram, |addr: usize, len: usize| {
+                    zeroed.lock().unwrap().push((addr as u64, len as u64))
+                }),
                 |ipa| marked.push(ipa & !(PAGE - 1)),
             )
             .expect("fault fixed")
@@ -457,5 +501,84 @@ mod tests {
         );
         assert_eq!(world.perms(ipa), Some(Perms::RW));
         assert_eq!(world.marked, [ipa]);
+    }
+
+    /// A 1 GiB slot whose backing allows a 1 GiB block.
+    const GIB_SLOT: SlotView = SlotView {
+        ipa: 0x4000_0000,
+        size: 1024 * MIB,
+        backing: 0x8000_0000,
+        logging: false,
+    };
+
+    /// While the RAM is zeroed on first use, a fault maps the 2 MiB around
+    /// its address and zeroes exactly that chunk before the leaf exists; a
+    /// second fault there zeroes nothing; once every chunk of the 1 GiB is
+    /// zeroed, a fault maps the whole block again.
+    #[test]
+    fn a_first_touch_zeroes_its_chunk_and_maps_no_more_than_it() {
+        let mut world = World::new();
+        world.ram = LazyZeroedRam::new(GIB_SLOT.backing, GIB_SLOT.size);
+        let ipa = GIB_SLOT.ipa + 7 * MIB + 5 * PAGE;
+        let write = world.look_up(GIB_SLOT, ipa, FaultKind::Translation, Access::Write);
+        assert_eq!(
+            world.fault(0, write),
+            Resolved::Mapped {
+                size: 2 * MIB,
+                collapsed: false
+            }
+        );
+        assert_eq!(
+            *world.zeroed.lock().unwrap(),
+            [(GIB_SLOT.backing + 6 * MIB, 2 * MIB)]
+        );
+        assert!(world.ram.is_ready(GIB_SLOT.backing + 6 * MIB, 2 * MIB));
+        assert_eq!(world.perms(ipa), Some(Perms::RW));
+        // The other vCPU faults in the same chunk: mapped, nothing zeroed.
+        let read = world.look_up(
+            GIB_SLOT,
+            ipa - 3 * PAGE,
+            FaultKind::Translation,
+            Access::Read,
+        );
+        assert_eq!(world.fault(1, read), Resolved::Nothing);
+        assert_eq!(world.zeroed.lock().unwrap().len(), 1);
+        assert_eq!(world.ram.pending_chunks(), 511);
+
+        // Every chunk zeroed (by other means): the next fault elsewhere in
+        // the 1 GiB maps all of it, zeroing nothing.
+        let mut world = World::new();
+        world.ram = LazyZeroedRam::new(GIB_SLOT.backing, GIB_SLOT.size);
+        world.ram.finish(|_, _| ());
+        let read = world.look_up(GIB_SLOT, ipa, FaultKind::Translation, Access::Read);
+        assert_eq!(
+            world.fault(0, read),
+            Resolved::Mapped {
+                size: 1024 * MIB,
+                collapsed: false
+            }
+        );
+        assert_eq!(*world.zeroed.lock().unwrap(), []);
+    }
+
+    /// While the slot logs, a fault maps one page but zeroes its whole
+    /// chunk first (the chunk is the unit of the record).
+    #[test]
+    fn a_first_touch_of_a_logged_page_zeroes_its_chunk() {
+        let mut world = World::new();
+        world.ram = LazyZeroedRam::new(SLOT.backing, SLOT.size);
+        world.enable_logging();
+        let ipa = SLOT.ipa + 9 * PAGE;
+        let write = world.look_up(LOGGING, ipa, FaultKind::Translation, Access::Write);
+        assert_eq!(
+            world.fault(0, write),
+            Resolved::Mapped {
+                size: PAGE,
+                collapsed: false
+            }
+        );
+        assert_eq!(*world.zeroed.lock().unwrap(), [(SLOT.backing, 2 * MIB)]);
+        assert_eq!(world.marked, [ipa]);
+        assert!(world.ram.is_finished());
     }
 }

@@ -6,7 +6,8 @@
 //! exit. [`handle_call`] pins the caller's memslots for the calls that name
 //! a buffer (`LIST_VMS`, `MEMORY_READ`, `MEMORY_WRITE`) and hands the
 //! published set to the pure dispatcher (`crate::control::abi::dispatch`) as
-//! the caller's memory; every other call gets an empty caller memory and
+//! the caller's memory (each buffer page's chunk zeroed first where the
+//! caller had not used it, `vm::lazy_zero`); every other call gets an empty caller memory and
 //! pins nothing of the caller, so a control VM that deletes another control
 //! VM's slot while that one deletes one of its own cannot wait on each
 //! other's grace periods.
@@ -42,7 +43,7 @@ use control_abi::reply::Capabilities;
 use control_abi::vm_info::{VmInfo, VmState};
 use control_abi::{Error, Function, RegisterId};
 use crossbeam_epoch::LocalHandle;
-use memslot::{DirtyLogMode, Gfn, HostPhysAddr, SlotFlags, SlotId};
+use memslot::{DirtyLogMode, Gfn, HostPhysAddr, MemslotSet, SlotFlags, SlotId};
 
 /// The capability bits this hypervisor offers: all of 1.0 but vCPU
 /// registers.
@@ -57,6 +58,27 @@ impl CallerMemory for NoBuffer {
     }
 
     fn mark_written(&self, _gfn: Gfn) {}
+}
+
+/// The caller's memslots as its buffers' memory: each page is zeroed first
+/// if the caller had not used its chunk yet (`vm::lazy_zero`), so the call
+/// never reads an earlier owner's bytes and what it writes is not zeroed
+/// later by the caller's first fault there.
+struct CallerRam<'a, H: Hardware> {
+    vm: &'a Vm<H>,
+    slots: &'a MemslotSet,
+}
+
+impl<H: Hardware> CallerMemory for CallerRam<'_, H> {
+    fn page(&self, gfn: Gfn) -> Option<CallerPage> {
+        let page = self.slots.page(gfn)?;
+        self.vm.ensure_zeroed(page.host.0, control_abi::PAGE_SIZE);
+        Some(page)
+    }
+
+    fn mark_written(&self, gfn: Gfn) {
+        self.slots.mark_written(gfn);
+    }
 }
 
 /// Answers the control call in `regs` (`x0..x7`) of a vCPU of `caller`
@@ -95,10 +117,11 @@ pub fn handle_call<H: Hardware>(
     let guard = epoch.pin();
     match caller.memslots.slots(&guard) {
         Ok(slots) => {
+            let memory = CallerRam { vm: caller, slots };
             let call = Caller {
                 vm: id,
                 control: true,
-                memory: slots,
+                memory: &memory,
             };
             dispatch(&call, regs, &mut machine)
         }

@@ -8,7 +8,9 @@
 //! last dirty pages (`Vm::stop_copy`, [`help_stop_copy`]); a byte-for-byte
 //! check of the destination's memory when asked
 //! ([`MigrationOptions::verify`]); then the destination starts and the
-//! source ends.
+//! source ends. Before the first copy, both VMs' boot RAM is zeroed where
+//! their guests have not used it yet (`vm::lazy_zero`), so the copies and
+//! the check see what the guests see.
 //!
 //! # The source's end, after the start
 //!
@@ -534,6 +536,11 @@ pub(crate) fn migrate<H: Hardware>(
     let start = hw.counter_ticks();
     let how = PageCopy::of(src);
     let pairs = pair_slots(src, dst)?;
+    // Both RAMs as their guests see them before any page is copied or
+    // compared: what neither guest has used yet is zeroed now
+    // (`vm::lazy_zero`); the source's vCPUs zero alongside, chunk by chunk.
+    src.finish_zeroing();
+    dst.finish_zeroing();
     for pair in pairs.iter().filter(|p| p.logging) {
         if let Err(e) = dirty_log::enable(src, pair.spec.id) {
             stop_logging(src, &pairs);

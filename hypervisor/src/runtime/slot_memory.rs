@@ -21,6 +21,14 @@
 //! is marked in the slot's dirty bitmap when the slot logs, so dirty
 //! logging and live migration see device writes like vCPU writes.
 //!
+//! # Never an earlier owner's bytes
+//!
+//! Each host stretch goes through the caller's `ensure_zeroed` before a
+//! byte of it is read, written or handed out for a direct write: the VM's
+//! boot RAM is zeroed 2 MiB at a time on first use (`vm::lazy_zero`), and a
+//! device may be the first to touch a chunk (a receive buffer the guest
+//! never wrote, a disk read landing in pages it never touched).
+//!
 //! # Ring indices are single accesses
 //!
 //! The guest's driver updates a ring's index (`avail.idx`) while a device
@@ -46,6 +54,9 @@ use memslot::{Gfn, Memslot, MemslotSet, PAGE_SHIFT};
 /// The VM's RAM through one view of its memslots.
 pub struct SlotMemory<'g> {
     slots: &'g MemslotSet,
+    /// Zeroes the host bytes `(addr, len)` if the VM has not used them
+    /// yet (`vm::lazy_zero`), before any access reaches them.
+    ensure_zeroed: &'g dyn Fn(u64, u64),
 }
 
 /// A stretch of one slot: `len` bytes at host address `host`, starting at
@@ -58,9 +69,14 @@ struct Stretch<'g> {
 }
 
 impl<'g> SlotMemory<'g> {
-    /// The memory of the slots in `slots` (a view the caller's guard pins).
-    pub fn new(slots: &'g MemslotSet) -> Self {
-        Self { slots }
+    /// The memory of the slots in `slots` (a view the caller's guard pins),
+    /// each host stretch passed to `ensure_zeroed(addr, len)` before it is
+    /// read, written or handed out.
+    pub fn new(slots: &'g MemslotSet, ensure_zeroed: &'g dyn Fn(u64, u64)) -> Self {
+        Self {
+            slots,
+            ensure_zeroed,
+        }
     }
 
     /// Splits `len` bytes at `ipa` into per-slot stretches, or refuses the
@@ -86,6 +102,7 @@ impl<'g> SlotMemory<'g> {
             let slot = self.slot_at(at, writes)?;
             let stop = (slot.end_gfn().0 << PAGE_SHIFT).min(end);
             let host = slot.backing().0 + (at - (slot.base_gfn().0 << PAGE_SHIFT));
+            (self.ensure_zeroed)(host, stop - at);
             each(Stretch {
                 slot,
                 ipa: at,
@@ -111,6 +128,7 @@ impl<'g> SlotMemory<'g> {
         }
         let slot = self.slot_at(ipa, writes)?;
         let host = slot.backing().0 + (ipa - (slot.base_gfn().0 << PAGE_SHIFT));
+        (self.ensure_zeroed)(host, len);
         Ok(Some((slot, host)))
     }
 
@@ -338,7 +356,7 @@ mod tests {
         let handle = collector.register();
         let guard = handle.pin();
         let set = memslots.slots(&guard).expect("view");
-        let memory = SlotMemory::new(set);
+        let memory = SlotMemory::new(set, &|_, _| ());
         let bytes: Vec<u8> = (0..64u8).collect();
         memory.write(0x1000_4000 - 32, &bytes).expect("write");
         let mut back = [0u8; 64];
@@ -375,7 +393,7 @@ mod tests {
         let handle = collector.register();
         let guard = handle.pin();
         let set = memslots.slots(&guard).expect("view");
-        let memory = SlotMemory::new(set);
+        let memory = SlotMemory::new(set, &|_, _| ());
         // Runs from slot 1 into the hole after it.
         let mut buf = [0u8; 16];
         assert_eq!(
@@ -421,7 +439,7 @@ mod tests {
         let handle = collector.register();
         let guard = handle.pin();
         let set = memslots.slots(&guard).expect("view");
-        let memory = SlotMemory::new(set);
+        let memory = SlotMemory::new(set, &|_, _| ());
         memory.write_u16(0x1000_0002, 0x66ff).expect("aligned");
         memory.write_u32(0x1000_0004, 0x1234_5678).expect("aligned");
         assert_eq!(memory.read_u16(0x1000_0002), Ok(0x66ff));
@@ -448,7 +466,7 @@ mod tests {
         let handle = collector.register();
         let guard = handle.pin();
         let set = memslots.slots(&guard).expect("view");
-        let memory = SlotMemory::new(set);
+        let memory = SlotMemory::new(set, &|_, _| ());
         memory
             .write(PAGE - 2 + 0x1000_0000, &[1; 4])
             .expect("write");
@@ -476,5 +494,62 @@ mod tests {
             .read(0x1000_0000 + 2 * PAGE, &mut [0; 8])
             .expect("read");
         assert!(!dirty(set, 0, 2));
+    }
+
+    /// Over RAM zeroed on first use: a device's read, its aligned index
+    /// access and a span handed out for its write each find zeroes where an
+    /// earlier owner's bytes were, and leave the chunks nobody touched as
+    /// they were.
+    #[test]
+    fn no_access_reaches_an_earlier_owners_bytes() {
+        use crate::vm::lazy_zero::{CHUNK, LazyZeroedRam};
+        let chunks = 3;
+        let layout = std::alloc::Layout::from_size_align((chunks * CHUNK) as usize, CHUNK as usize)
+            .expect("layout");
+        // SAFETY: a nonzero layout; the memory is leaked on purpose.
+        let base = unsafe { std::alloc::alloc(layout) } as u64;
+        assert_ne!(base, 0);
+        // SAFETY: the allocation just made, whole.
+        unsafe { core::ptr::write_bytes(base as *mut u8, 0xa5, (chunks * CHUNK) as usize) };
+        let collector: &'static Collector = Box::leak(Box::new(Collector::new()));
+        let slots = Memslots::new(collector, DirtyLogMode::default()).expect("memslots");
+        let handle = collector.register();
+        let ipa = 0x4000_0000;
+        slots
+            .create(
+                &handle,
+                SlotSpec {
+                    id: SlotId::new(0).expect("id"),
+                    base_gfn: Gfn::from_ipa(ipa),
+                    npages: chunks * CHUNK / PAGE,
+                    backing: HostPhysAddr(base),
+                    flags: SlotFlags::NONE,
+                },
+            )
+            .expect("create");
+        let ram = LazyZeroedRam::new(base, chunks * CHUNK);
+        let ensure_zeroed = |host: u64, len: u64| {
+            ram.ensure(host, len, |addr, n| {
+                // SAFETY: a chunk of the allocation above.
+                unsafe { core::ptr::write_bytes(addr as *mut u8, 0, n) }
+            })
+        };
+        let guard = handle.pin();
+        let memory = SlotMemory::new(slots.slots(&guard).expect("view"), &ensure_zeroed);
+        let mut buf = [0xffu8; 16];
+        memory.read(ipa + CHUNK + 100, &mut buf).expect("read");
+        assert_eq!(buf, [0; 16]);
+        assert_eq!(memory.read_u16(ipa + 2 * CHUNK + 8).expect("index"), 0);
+        assert_eq!(ram.pending_chunks(), 1);
+        // The untouched chunk still holds the earlier bytes: nothing zeroed it.
+        // SAFETY: inside the allocation.
+        assert_eq!(unsafe { *((base + 5) as *const u8) }, 0xa5);
+        let mut spans = Vec::new();
+        memory
+            .host_spans(ipa + 4 * PAGE, PAGE, true, &mut spans)
+            .expect("spans");
+        assert!(ram.is_finished());
+        // SAFETY: inside the allocation.
+        assert_eq!(unsafe { *((base + 5) as *const u8) }, 0);
     }
 }

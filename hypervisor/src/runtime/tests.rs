@@ -624,9 +624,12 @@ fn slot0() -> SlotId {
     SlotId::new(0).unwrap()
 }
 
-/// The host address of guest page `page` of slot `id` of `vm`.
+/// The host address of guest page `page` of slot `id` of `vm`, as the
+/// guest reaches it: its chunk zeroed first if the guest had not used it
+/// (the stage-2 fault that maps it would, `vm::lazy_zero`).
 fn host_page<H: Hardware>(vm: &Vm<H>, id: SlotId, page: u64) -> *mut u8 {
     let spec = vm_ops::slot_spec(vm, id).unwrap().unwrap();
+    vm.ensure_zeroed(spec.backing.0 + page * PAGE, PAGE);
     (spec.backing.0 + page * PAGE) as *mut u8
 }
 
@@ -1236,6 +1239,103 @@ fn a_created_vm_has_zeroed_ram_with_its_kernel_and_device_tree() {
     // Kicks go to the vCPUs' own CPUs.
     vm.kick(1);
     assert_eq!(*hw.kicks.lock().unwrap(), vec![3]);
+}
+
+/// RAM is zeroed on first use: the untouched chunks of a fresh VM still
+/// hold the allocator's bytes, yet the monitor's copy, a device and the
+/// guest each find zeroes there, and the boot image survives its chunks'
+/// first use. Deleting the RAM's slot finishes the zeroing first (a later
+/// owner of the frames finds nothing left to zero there).
+#[test]
+fn a_created_vms_ram_is_zeroed_on_first_use_and_keeps_its_boot_image() {
+    use crate::vm::lazy_zero::CHUNK;
+    let hw = FakeHardware::new();
+    let vm = create(hw, &[("vm", conf(16, &[2], true))])[0];
+    let spec = vm_ops::slot_spec(vm, slot0()).unwrap().unwrap();
+    let chunk_pages = CHUNK / PAGE;
+    let untouched: Vec<u64> = (0..spec.npages / chunk_pages)
+        .map(|c| c * chunk_pages)
+        .filter(|&page| !vm.ram_zeroing.is_ready(spec.backing.0 + page * PAGE, PAGE))
+        .collect();
+    assert!(untouched.len() >= 3, "{untouched:?}");
+    // SAFETY: inside the slot's backing.
+    let raw = |page: u64| unsafe { *((spec.backing.0 + page * PAGE + 8) as *const u8) };
+    assert!(untouched.iter().all(|&page| raw(page) == GARBAGE));
+    // The monitor's copy.
+    let mut buf = vec![0xffu8; 64];
+    let piece = vm_ops::HostPiece {
+        host: memslot::HostPhysAddr(buf.as_mut_ptr() as u64),
+        len: 64,
+    };
+    vm_ops::read_guest(vm, GUEST_RAM_BASE + untouched[0] * PAGE, &[piece]).unwrap();
+    assert_eq!(buf, vec![0; 64]);
+    // A device.
+    let handle = vm.collector.register();
+    let word = crate::runtime::virtio_io::with_memory(vm, &handle, |memory| {
+        memory.read_u64(GUEST_RAM_BASE + untouched[1] * PAGE + 8)
+    });
+    assert_eq!(word, Some(Ok(0)));
+    assert_eq!(raw(untouched[2]), GARBAGE);
+    // The guest, everywhere (`read_page` is its view): zeroes but for the
+    // boot image.
+    let ram = (0..spec.npages)
+        .flat_map(|page| read_page(vm, page))
+        .collect::<Vec<u8>>();
+    let kernel = kernel();
+    let kernel_at = (vm.boot.kernel_ipa - GUEST_RAM_BASE) as usize;
+    let dtb_at = (vm.boot.dtb_ipa - GUEST_RAM_BASE) as usize;
+    assert_eq!(&ram[kernel_at..kernel_at + kernel.len()], &kernel[..]);
+    assert_eq!(&ram[dtb_at..dtb_at + vm.boot.dtb.len()], &vm.boot.dtb[..]);
+    assert!(vm.ram_zeroing.is_finished());
+
+    // A second VM's RAM slot deleted before its guest used it: zeroed whole
+    // before the frames go back.
+    let vm = create(hw, &[("vm", conf(16, &[2], true))])[0];
+    let pending = vm.ram_zeroing.pending_chunks();
+    assert!(pending >= 3, "{pending}");
+    let spec = vm_ops::delete_slot(vm, slot0()).unwrap();
+    assert!(vm.ram_zeroing.is_finished());
+    // SAFETY: the fake allocator keeps what it is given back.
+    let freed = unsafe {
+        core::slice::from_raw_parts(spec.backing.0 as *const u8, (spec.npages * PAGE) as usize)
+    };
+    assert!(!freed.windows(8).any(|w| w.iter().all(|&b| b == GARBAGE)));
+}
+
+/// A control VM's `MEMORY_READ` into a buffer in a chunk it never used:
+/// the chunk is zeroed before the copy, so the bytes it gets stay when the
+/// caller first touches the buffer (with the zeroing left to that touch,
+/// they were wiped).
+#[test]
+fn a_control_call_zeroes_the_callers_buffer_chunk_before_it_writes() {
+    use crate::vm::lazy_zero::CHUNK;
+    let hw = FakeHardware::new();
+    let mut control = conf(16, &[0], true);
+    control.control = Some(true);
+    let vms = create(hw, &[("ctl", control), ("target", conf(8, &[1], true))]);
+    let (caller, target) = (vms[0], vms[1]);
+    let spec = vm_ops::slot_spec(caller, slot0()).unwrap().unwrap();
+    let chunk_pages = CHUNK / PAGE;
+    let buffer_page = (0..spec.npages / chunk_pages)
+        .map(|c| c * chunk_pages + 3)
+        .find(|&page| {
+            !caller
+                .ram_zeroing
+                .is_ready(spec.backing.0 + page * PAGE, PAGE)
+        })
+        .expect("an untouched chunk");
+    guest_write(target, 5, 0x77, false);
+    let vms_table: &'static [&'static Vm<FakeHardware>] = Box::leak(vms.into_boxed_slice());
+    let handle = caller.collector.register();
+    let call = control_abi::Call::MemoryRead(control_abi::MemoryTransfer {
+        vm: 1,
+        ipa: GUEST_RAM_BASE + 5 * PAGE,
+        buffer: GUEST_RAM_BASE + buffer_page * PAGE,
+        len: PAGE,
+    });
+    let reply = super::control_target::handle_call(vms_table, caller, &handle, &call.encode());
+    assert_eq!(reply[0], 0, "{reply:x?}");
+    assert_eq!(read_page(caller, buffer_page), vec![0x77; PAGE as usize]);
 }
 
 #[test]

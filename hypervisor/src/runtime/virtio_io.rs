@@ -60,7 +60,8 @@ pub fn with_memory<H: Hardware, R>(
 ) -> Option<R> {
     let guard = handle.pin();
     let slots = vm.memslots.slots(&guard).ok()?;
-    Some(f(&SlotMemory::new(slots)))
+    let ensure_zeroed = |host, len| vm.ensure_zeroed(host, len);
+    Some(f(&SlotMemory::new(slots, &ensure_zeroed)))
 }
 
 /// Whether a device may write `vm`'s memory on its own (see the module

@@ -5,7 +5,9 @@
 //! as an initrd: `kernel`, optional `initrd`, `cmdline`, `vm.conf`, or the
 //! same per VM under `vm/<name>/`) and creates each VM it describes
 //! ([`create_vm`]). A VM owns a name, a VMID (its index + 1), guest RAM
-//! allocated for it alone from host frames (zeroed), a stage-2 table from
+//! allocated for it alone from host frames (zeroed 2 MiB at a time on first
+//! use, `vm::lazy_zero`; all at once for a VM with passed-through devices,
+//! whose DMA bypasses stage 2), a stage-2 table from
 //! `pgtable` behind its `Mmu` (empty at start: guest memory is mapped on first
 //! touch, by shared walks, so vCPUs fault in parallel), one
 //! memslot from `memslot` for its RAM (host frames, 2 MiB aligned), the
@@ -67,6 +69,7 @@ use crate::vm::layout::{
     GUEST_MAINTENANCE_INTID, GUEST_RAM_BASE, GUEST_SPI_COUNT, GUEST_TIMER_INTIDS, GUEST_UART_BASE,
     GUEST_UART_SIZE, GUEST_UART_SPI, vcpu_mpidr,
 };
+use crate::vm::lazy_zero::LazyZeroedRam;
 use crate::vm::lifecycle::{Lifecycle, RestartError};
 use crate::vm::migration_plan::{CopyBoard, MigrationOptions};
 use crate::vm::msi_shadow::MsiShadow;
@@ -205,6 +208,9 @@ pub struct Vm<H: Hardware> {
     /// Eager split chunk size for dirty logging in bytes; 0: off
     /// (`runtime::dirty_log`).
     pub eager_split_chunk: core::sync::atomic::AtomicU64,
+    /// Which 2 MiB chunks of its boot RAM are zeroed (`vm::lazy_zero`):
+    /// every path to the RAM zeroes a chunk before the guest can see it.
+    pub ram_zeroing: LazyZeroedRam,
     /// It boots (`start=1`, the default); else it waits as a migration
     /// destination until one arrives.
     pub start: bool,
@@ -358,6 +364,21 @@ impl core::error::Error for VmError {
 }
 
 impl<H: Hardware> Vm<H> {
+    /// Zeroes the chunks of its boot RAM under `len` bytes at host address
+    /// `host` that are not zeroed yet (`vm::lazy_zero`); bytes outside its
+    /// boot RAM are left alone.
+    pub fn ensure_zeroed(&self, host: u64, len: u64) {
+        self.ram_zeroing
+            .ensure(host, len, |addr, len| self.hw.zero_memory(addr, len));
+    }
+
+    /// Zeroes all of its boot RAM not zeroed yet: before its RAM's slot
+    /// changes and before a live migration copies or compares it.
+    pub fn finish_zeroing(&self) {
+        self.ram_zeroing
+            .finish(|addr, len| self.hw.zero_memory(addr, len));
+    }
+
     /// The VM's RAM slot as the fault path needs it, if `ipa` is in one.
     pub fn slot_for(
         &self,
@@ -994,8 +1015,21 @@ pub fn create_vm<H: Hardware>(
         return Err(VmError::Passthrough(e));
     }
 
-    // No data of an earlier owner may reach the guest.
-    hw.zero_memory(backing as usize, mem_bytes as usize);
+    // No data of an earlier owner may reach the guest: the RAM is zeroed
+    // chunk by chunk before anything reaches it (`vm::lazy_zero`), the boot
+    // image's chunks right here; all of it now where a passed device's DMA
+    // could reach it without a stage-2 fault.
+    let zero = |addr: usize, len: usize| hw.zero_memory(addr, len);
+    let ram_zeroing = LazyZeroedRam::new(backing, mem_bytes);
+    if !passthrough.devices.is_empty() {
+        ram_zeroing.finish(zero);
+    }
+    let host_of = |ipa: u64| backing + (ipa - ram_base);
+    ram_zeroing.ensure(host_of(placement.kernel.start), kernel.len() as u64, zero);
+    if let (Some(range), Some(initrd)) = (placement.initrd, initrd) {
+        ram_zeroing.ensure(host_of(range.start), initrd.len() as u64, zero);
+    }
+    ram_zeroing.ensure(host_of(placement.dtb.start), placement.dtb.size(), zero);
     // SAFETY: the frames were just allocated for this VM and are identity mapped.
     let guest_ram =
         unsafe { core::slice::from_raw_parts_mut(backing as *mut u8, mem_bytes as usize) };
@@ -1251,6 +1285,7 @@ pub fn create_vm<H: Hardware>(
         boot,
         lifecycle: Lifecycle::new(),
         eager_split_chunk: core::sync::atomic::AtomicU64::new(0),
+        ram_zeroing,
         start: conf.start.unwrap_or(true),
         awaiting_migration: AtomicBool::new(!conf.start.unwrap_or(true)),
         vcpu_states: (0..vcpus).map(|_| Mutex::new(None)).collect(),

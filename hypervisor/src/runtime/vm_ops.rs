@@ -17,7 +17,10 @@
 //!   they return no vCPU translates through the old slot and no fault in
 //!   flight can map it. A deleted slot's backing then goes back to the frame
 //!   allocator; if the unmap failed, leaves may remain, so the backing is
-//!   kept (leaked) and the error reported.
+//!   kept (leaked) and the error reported. Before the unmap, whatever of
+//!   the slot's backing the VM's boot RAM has not zeroed yet on first use
+//!   (`vm::lazy_zero`) is zeroed, so the record never zeroes those frames
+//!   again under a later owner or a reloaded kernel.
 //! - Every slot's backing is allocated and freed with the alignment
 //!   [`backing_align`] gives its size, so the frame allocator gets back the
 //!   block it handed out.
@@ -28,7 +31,9 @@
 //! through the target's memslots under one epoch guard (refusing a page in
 //! no slot, or in a read-only slot for a write, before anything is copied),
 //! then copy between the target's backing and the host spans given (the
-//! caller's translated buffer), page piece by page piece. Without FEAT_S2FWB
+//! caller's translated buffer), page piece by page piece, each piece's
+//! chunk of the boot RAM zeroed first if the guest has not used it yet
+//! (`vm::lazy_zero`). Without FEAT_S2FWB
 //! a guest may access its memory non-cacheable (MMU or caches off), so guest
 //! memory is cleaned and invalidated to the point of coherency before the
 //! hypervisor reads it and after it writes it, on both sides; a write to the
@@ -176,6 +181,12 @@ pub fn delete_slot<H: Hardware>(vm: &Vm<H>, id: SlotId) -> Result<SlotSpec, VmOp
 /// Deletes slot `id` of `vm` as [`delete_slot`] does, but keeps its host
 /// frames: the caller reuses them ([`recreate_slot`]).
 pub fn unmap_slot<H: Hardware>(vm: &Vm<H>, id: SlotId) -> Result<SlotSpec, VmOpError> {
+    // Its frames leave the boot RAM's first-use zeroing (`vm::lazy_zero`)
+    // zeroed: a later owner, or the same slot recreated and loaded with a
+    // kernel again, finds nothing left to zero there.
+    if let Some(spec) = slot_spec(vm, id)? {
+        vm.ensure_zeroed(spec.backing.0, spec.npages << PAGE_SHIFT);
+    }
     let mut cache = unmap_cache(vm.hw)?;
     let handle = vm.collector.register();
     let result = pgtable::delete_slot(&vm.memslots, &handle, &vm.stage2, id, &mut cache, &vm.tlb);
@@ -284,6 +295,8 @@ fn copy_guest<H: Hardware>(
                 .translate(gfn)
                 .ok_or(VmOpError::NotMapped { ipa: guest_at })?;
             let chunk = (PAGE_SIZE - offset).min(piece.len - done);
+            // Never an earlier owner's bytes, and never zeroed after this write.
+            vm.ensure_zeroed(page.0 + offset, chunk);
             let guest = (page.0 + offset) as usize;
             let host = (piece.host.0 + done) as usize;
             let len = chunk as usize;

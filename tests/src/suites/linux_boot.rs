@@ -157,8 +157,8 @@ struct Sample {
     settings: Vec<(&'static str, String)>,
     /// The hypervisor's `STAT` counters (none for a direct boot).
     counters: Counters,
-    /// When the hypervisor had VM 0 built (its RAM zeroed, the kernel
-    /// copied in), after QEMU started.
+    /// When the hypervisor had VM 0 built (the boot image copied in; its
+    /// RAM is zeroed on first use), after QEMU started.
     vm_built: Option<Duration>,
     /// When the hypervisor printed its first line (the firmware had loaded
     /// and started it).
@@ -238,8 +238,8 @@ fn print_exit_table(prefix: &str, sample: &Sample) {
     );
     if let (Some(started), Some(built)) = (sample.hypervisor_started, sample.vm_built) {
         println!(
-            "  hypervisor's first line {} ms after QEMU started, VM 0 built (RAM zeroed, \
-             kernel copied) at {} ms",
+            "  hypervisor's first line {} ms after QEMU started, VM 0 built (boot image \
+             copied) at {} ms",
             started.as_millis(),
             built.as_millis()
         );

@@ -2,6 +2,7 @@
 //! `crate::exit::instruction_abort` route them; guest RAM is faulted in here.
 
 use super::Vcpu;
+use crate::arch::cpu::sysreg;
 use crate::arch::hardware::Vm;
 use crate::arch::stage2::FrameMemory;
 use crate::exit::data_abort::{self, DataAbortRoute};
@@ -124,6 +125,7 @@ impl Vcpu {
             &FrameMemory::TABLES,
             &mut self.page_cache,
             &vm.tlb,
+            (&vm.ram_zeroing, |addr, len| sysreg::zero_memory(addr, len)),
             |ipa| mark_dirty(vm, epoch, slot_cache, ipa),
         )?;
         resolved.counters().for_each(|counter| self.bump(counter));

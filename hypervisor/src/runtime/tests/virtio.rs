@@ -62,20 +62,27 @@ fn net(name: &str) -> impl FnOnce(&mut VmConf) {
     move |c: &mut VmConf| c.net = Some(name)
 }
 
-/// The host address of guest address `ipa` (slot 0's backing now).
-fn host(vm: &Vm<FakeHardware>, ipa: u64) -> *mut u8 {
+/// The host address of the `len` bytes at guest address `ipa` (slot 0's
+/// backing now), as the guest reaches them: their chunks zeroed first if
+/// the guest had not used them (the stage-2 fault that maps them would,
+/// `vm::lazy_zero`).
+fn host(vm: &Vm<FakeHardware>, ipa: u64, len: usize) -> *mut u8 {
     let spec = vm_ops::slot_spec(vm, slot0()).unwrap().unwrap();
-    (spec.backing.0 + (ipa - GUEST_RAM_BASE)) as *mut u8
+    let addr = spec.backing.0 + (ipa - GUEST_RAM_BASE);
+    vm.ensure_zeroed(addr, len as u64);
+    addr as *mut u8
 }
 
 fn gwrite(vm: &Vm<FakeHardware>, ipa: u64, bytes: &[u8]) {
     // SAFETY: inside the VM's RAM slot's backing, a live host allocation.
-    unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), host(vm, ipa), bytes.len()) };
+    unsafe {
+        core::ptr::copy_nonoverlapping(bytes.as_ptr(), host(vm, ipa, bytes.len()), bytes.len())
+    };
 }
 
 fn gread(vm: &Vm<FakeHardware>, ipa: u64, len: usize) -> Vec<u8> {
     // SAFETY: as in `gwrite`.
-    unsafe { core::slice::from_raw_parts(host(vm, ipa), len).to_vec() }
+    unsafe { core::slice::from_raw_parts(host(vm, ipa, len), len).to_vec() }
 }
 
 fn gread_u16(vm: &Vm<FakeHardware>, ipa: u64) -> u16 {
