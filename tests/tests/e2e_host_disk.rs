@@ -100,7 +100,7 @@ fn boot_with_two_disks(name: &str, more: &[&str], serial: &str) -> RunReport {
 }
 
 /// The byte the hypervisor's write check writes at `offset` of its 4 KiB
-/// (`arch::host_disk::write_check_byte`).
+/// (`drivers::host_disk::disks::write_check_byte`).
 fn write_check_byte(offset: usize) -> u8 {
     (offset * 13 + 5 + offset / 512) as u8
 }
@@ -127,7 +127,7 @@ fn a_scratch_disk_is_written_flushed_and_read_back_at_el2() {
     e2e::assert_powered_off(&report);
     let explain = report.explain();
     // The three spans are the data buffers of one request, the two spans
-    // read back those of another (`drivers::host_disk::plan`).
+    // read back those of another (`drivers::host_disk::request_plan`).
     e2e::log_position(
         &report,
         "host disk 0: write check passed: 4096 bytes at sector 8 written from 3 spans in \

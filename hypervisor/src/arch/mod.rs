@@ -35,7 +35,8 @@
 //! 4. `stage2` (host memory, system registers); `host_console` (firmware,
 //!    drivers, per-CPU data): the hypervisor console's lock and output, the
 //!    poll timer and the parking of CPUs; `host_disk` (host memory): the
-//!    host's virtio-mmio disks, `host_disk::host_disk(n)` for the VMs.
+//!    machine side of the host's virtio-mmio disks (`drivers::host_disk`),
+//!    `host_disk::host_disk(n)` for the VMs.
 //! 5. `hardware` (host memory, stage 2, drivers, host console, firmware,
 //!    per-CPU data): the runtime's `Hardware` at EL2.
 //! 6. `monitor_target` (the VM table, host console, drivers): the console's

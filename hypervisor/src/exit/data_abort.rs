@@ -24,6 +24,7 @@ use crate::exit::esr::{DataAbort, DataAccess, FaultKind};
 use crate::exit::flow::StopReason;
 use crate::exit::mmio::{DeviceId, MmioBus, MmioMiss};
 use crate::stage2::fault::SlotView;
+use crate::vm::exit_profile::ExitClass;
 
 /// Why an abort is injected into the guest (the log line says it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +129,20 @@ pub enum DataAbortRoute {
     InjectAbort(AbortCause),
 }
 
+impl DataAbortRoute {
+    /// The exit's class in the VM's exit profile.
+    pub const fn exit_class(&self) -> ExitClass {
+        match self {
+            Self::FaultIn { .. } => ExitClass::Stage2Fault,
+            Self::Uart { .. } => ExitClass::MmioUart,
+            Self::Gic { .. } | Self::Its { .. } => ExitClass::MmioGic,
+            Self::Virtio { .. } => ExitClass::MmioVirtio,
+            Self::Passed { .. } => ExitClass::MmioPassed,
+            Self::InjectAbort(_) => ExitClass::AbortInjected,
+        }
+    }
+}
+
 /// Routes `abort` at `ipa` (guest PC `pc`, for a report); `slot` is the
 /// memslot holding `ipa`, if any, and `mmio` the VM's device windows.
 pub fn route(
@@ -187,6 +202,62 @@ pub fn route(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_route_names_its_exit_class() {
+        use crate::exit::instruction_abort::InstructionAbortRoute;
+        use crate::vm::exit_profile::ExitClass;
+        let slot = SlotView {
+            ipa: 0x4000_0000,
+            size: 0x1000,
+            backing: 0x8000_0000,
+            logging: false,
+        };
+        let access = DataAccess {
+            size: 4,
+            sign_extend: false,
+            register: 0,
+            sixty_four: false,
+        };
+        let kind = FaultKind::Translation;
+        let cause = AbortCause::NoMemoryOrDevice;
+        let cases = [
+            (
+                DataAbortRoute::FaultIn { slot, kind },
+                ExitClass::Stage2Fault,
+            ),
+            (
+                DataAbortRoute::Uart { access, offset: 0 },
+                ExitClass::MmioUart,
+            ),
+            (DataAbortRoute::Gic { access }, ExitClass::MmioGic),
+            (
+                DataAbortRoute::Its { access, offset: 0 },
+                ExitClass::MmioGic,
+            ),
+            (
+                DataAbortRoute::Virtio {
+                    device: 0,
+                    access,
+                    offset: 0,
+                },
+                ExitClass::MmioVirtio,
+            ),
+            (DataAbortRoute::Passed { access }, ExitClass::MmioPassed),
+            (DataAbortRoute::InjectAbort(cause), ExitClass::AbortInjected),
+        ];
+        for (route, class) in cases {
+            assert_eq!(route.exit_class(), class, "{route:?}");
+        }
+        assert_eq!(
+            InstructionAbortRoute::FaultIn { slot, kind }.exit_class(),
+            ExitClass::Stage2Fault
+        );
+        assert_eq!(
+            InstructionAbortRoute::InjectAbort(cause).exit_class(),
+            ExitClass::AbortInjected
+        );
+    }
     use crate::exit::esr::FaultStatus;
     use crate::exit::mmio::MmioRegion;
     use alloc::string::ToString;

@@ -10,6 +10,7 @@ use crate::exit::data_abort::AbortCause;
 use crate::exit::esr::{FaultKind, InstructionAbort};
 use crate::exit::flow::StopReason;
 use crate::stage2::fault::SlotView;
+use crate::vm::exit_profile::ExitClass;
 
 /// What to do with an instruction abort.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +24,16 @@ pub enum InstructionAbortRoute {
     },
     /// Inject an instruction abort.
     InjectAbort(AbortCause),
+}
+
+impl InstructionAbortRoute {
+    /// The exit's class in the VM's exit profile.
+    pub const fn exit_class(&self) -> ExitClass {
+        match self {
+            Self::FaultIn { .. } => ExitClass::Stage2Fault,
+            Self::InjectAbort(_) => ExitClass::AbortInjected,
+        }
+    }
 }
 
 /// Routes `abort` at `ipa` (guest PC `pc`, for a report); `slot` is the

@@ -10,6 +10,7 @@ use crate::exit::aarch32;
 use crate::exit::esr::{DataAbort, ExceptionClass, InstructionAbort, SysRegAccess, iss};
 use crate::exit::flow::StopReason;
 use crate::vm::counters::Counter;
+use crate::vm::exit_profile::ExitClass;
 
 /// A synchronous exit, by what handles it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +48,18 @@ impl SyncExit {
             Self::ConditionFailed | Self::Unemulated => None,
         }
     }
+
+    /// The exit's class in the VM's exit profile, as far as the syndrome
+    /// tells it: aborts and system registers are named more closely once
+    /// routed (`DataAbortRoute::exit_class`, `SysRegTrap::exit_class`).
+    pub const fn exit_class(&self) -> ExitClass {
+        match self {
+            Self::Hvc => ExitClass::Hvc,
+            Self::Smc => ExitClass::Smc,
+            Self::Wfx => ExitClass::Wfx,
+            _ => ExitClass::Other,
+        }
+    }
 }
 
 /// Names the synchronous exit with syndrome `esr`, taken from a guest in
@@ -79,6 +92,16 @@ pub fn classify(esr: u64, pstate: u64, pc: u64, far: u64) -> Result<SyncExit, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_and_waits_name_their_exit_class_and_the_rest_wait_for_their_route() {
+        use crate::vm::exit_profile::ExitClass;
+        assert_eq!(SyncExit::Hvc.exit_class(), ExitClass::Hvc);
+        assert_eq!(SyncExit::Smc.exit_class(), ExitClass::Smc);
+        assert_eq!(SyncExit::Wfx.exit_class(), ExitClass::Wfx);
+        assert_eq!(SyncExit::ConditionFailed.exit_class(), ExitClass::Other);
+        assert_eq!(SyncExit::Unemulated.exit_class(), ExitClass::Other);
+    }
     use crate::exit::inject::PSTATE_EL1H_MASKED;
 
     const fn esr(ec: u64, iss: u64) -> u64 {

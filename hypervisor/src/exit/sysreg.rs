@@ -26,6 +26,7 @@ use crate::devices::vgic::SgiGroup;
 use crate::devices::vgic::cpu_interface::CommonRegister;
 use crate::exit::esr::SysRegAccess;
 use crate::stage2::cache_maint::{self, VmReg};
+use crate::vm::exit_profile::ExitClass;
 use crate::vocabulary::sysreg_encoding::SysRegEncoding;
 
 /// How to emulate a trapped register.
@@ -103,6 +104,20 @@ pub enum SysRegTrap {
     Other(SysRegPolicy),
 }
 
+impl SysRegTrap {
+    /// The exit's class in the VM's exit profile.
+    pub const fn exit_class(&self) -> ExitClass {
+        match self {
+            Self::SetWay => ExitClass::SysregSetWay,
+            Self::VmRegWrite(_) => ExitClass::SysregVmReg,
+            Self::Sgi(_) => ExitClass::SysregSgi,
+            Self::IdRegister => ExitClass::SysregId,
+            Self::PhysicalTimer(_) => ExitClass::SysregTimer,
+            Self::CpuInterface(_) | Self::Other(_) => ExitClass::SysregOther,
+        }
+    }
+}
+
 /// Sorts `access` by who answers it (see the module docs).
 pub fn classify(access: &SysRegAccess) -> SysRegTrap {
     let r = access.reg;
@@ -142,6 +157,32 @@ pub fn policy(reg: SysRegEncoding) -> SysRegPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_trap_names_its_exit_class() {
+        use crate::vm::exit_profile::ExitClass;
+        let cases = [
+            (SysRegTrap::SetWay, ExitClass::SysregSetWay),
+            (SysRegTrap::VmRegWrite(VmReg::Sctlr), ExitClass::SysregVmReg),
+            (SysRegTrap::Sgi(SgiGroup::Group1), ExitClass::SysregSgi),
+            (SysRegTrap::IdRegister, ExitClass::SysregId),
+            (
+                SysRegTrap::PhysicalTimer(PhysicalTimerReg::Ctl),
+                ExitClass::SysregTimer,
+            ),
+            (
+                SysRegTrap::CpuInterface(CommonRegister::Pmr),
+                ExitClass::SysregOther,
+            ),
+            (
+                SysRegTrap::Other(SysRegPolicy::Unknown),
+                ExitClass::SysregOther,
+            ),
+        ];
+        for (trap, class) in cases {
+            assert_eq!(trap.exit_class(), class, "{trap:?}");
+        }
+    }
 
     #[test]
     fn known_and_unknown() {

@@ -1,5 +1,5 @@
 //! The host's virtio-mmio transports, read from its device tree: where the
-//! disks the hypervisor drives may be (`arch::host_disk`).
+//! disks the hypervisor drives may be (`drivers::host_disk`).
 //!
 //! # What the tree says and what it does not
 //!
@@ -17,8 +17,8 @@
 //! QEMU plugs the first `-device virtio-...-device` of its command line into
 //! the transport at the highest address, the next one below it, and so on.
 //! So that "host disk 0" is the first disk the runner gave QEMU, windows are
-//! listed from the highest address down ([`windows`]) and the machine layer
-//! numbers the disks it finds in that order (the N-th window whose DeviceID
+//! listed from the highest address down ([`windows`]) and the host-disk
+//! driver (`drivers::host_disk`) numbers the disks it finds in that order (the N-th window whose DeviceID
 //! is 2 is host disk N).
 //!
 //! # Guests never see them

@@ -20,6 +20,7 @@
 //! `exit_<class>_ticks`, then `work_<name>_count`, `guest_ticks` and
 //! `ticks_per_second` (the counter's frequency), for the `STAT` lines.
 
+use crate::drivers::gic::HostIrq;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// What an exit was, for the profile.
@@ -73,6 +74,22 @@ pub enum ExitClass {
 }
 
 impl ExitClass {
+    /// The class of an IRQ exit whose first acknowledged interrupt is
+    /// `irq`; `passed` says that an unexpected SPI belongs to a device
+    /// passed to the VM. A spurious acknowledge (the interrupt went away)
+    /// leaves it [`ExitClass::IrqOther`].
+    pub const fn of_host_irq(irq: HostIrq, passed: bool) -> Self {
+        match irq {
+            HostIrq::Kick => Self::IrqKick,
+            HostIrq::Maintenance => Self::IrqMaintenance,
+            HostIrq::Timer(_) => Self::IrqTimer,
+            HostIrq::UartReceive => Self::IrqUart,
+            HostIrq::Unexpected(_) if passed => Self::IrqPassthrough,
+            HostIrq::Lpi(_) => Self::IrqPassthrough,
+            HostIrq::Spurious | HostIrq::Unexpected(_) => Self::IrqOther,
+        }
+    }
+
     /// Every class, in report order.
     pub const ALL: [ExitClass; 22] = [
         ExitClass::Wfx,
@@ -300,6 +317,29 @@ mod tests {
     use super::*;
     use std::string::{String, ToString};
     use std::vec::Vec;
+
+    #[test]
+    fn an_irq_exit_is_named_by_its_first_interrupt() {
+        use crate::vocabulary::timers::TimerId;
+        let class = ExitClass::of_host_irq;
+        assert_eq!(class(HostIrq::Kick, false), ExitClass::IrqKick);
+        assert_eq!(
+            class(HostIrq::Maintenance, false),
+            ExitClass::IrqMaintenance
+        );
+        assert_eq!(
+            class(HostIrq::Timer(TimerId::Physical), false),
+            ExitClass::IrqTimer
+        );
+        assert_eq!(class(HostIrq::UartReceive, false), ExitClass::IrqUart);
+        assert_eq!(class(HostIrq::Lpi(8192), false), ExitClass::IrqPassthrough);
+        assert_eq!(
+            class(HostIrq::Unexpected(48), true),
+            ExitClass::IrqPassthrough
+        );
+        assert_eq!(class(HostIrq::Unexpected(48), false), ExitClass::IrqOther);
+        assert_eq!(class(HostIrq::Spurious, true), ExitClass::IrqOther);
+    }
 
     fn lines(profiles: &[ExitProfile]) -> Vec<(String, u64)> {
         let mut out = Vec::new();

@@ -27,7 +27,7 @@ struct Logger;
 impl log::Log for Logger {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
         // The virtio driver crate's own info lines ("found a block device
-        // of size ...") repeat what `arch::host_disk` logs; its warnings
+        // of size ...") repeat what `drivers::host_disk` logs; its warnings
         // and errors still show.
         let limit = if metadata.target().starts_with("virtio_drivers") {
             log::Level::Warn

@@ -13,7 +13,6 @@ use crate::exit::instruction_abort::{self, InstructionAbortRoute};
 use crate::exit::ram_fault::{self, GuestRamFault};
 use crate::stage2::fault::{Access, SlotView};
 use crate::vm::counters::Counter;
-use crate::vm::exit_profile::ExitClass;
 use crossbeam_epoch::LocalHandle;
 use memslot::VcpuSlotCache;
 use pgtable::FaultTicket;
@@ -25,9 +24,10 @@ impl Vcpu {
         // Before the lookup: a slot deleted or moved meanwhile is not mapped.
         let ticket = self.vm.stage2.fault_ticket();
         let slot = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache);
-        match data_abort::route(&abort, ipa, self.regs.pc, slot, &self.vm.mmio)? {
+        let route = data_abort::route(&abort, ipa, self.regs.pc, slot, &self.vm.mmio)?;
+        self.exit_class = route.exit_class();
+        match route {
             DataAbortRoute::FaultIn { slot, kind } => {
-                self.exit_class = ExitClass::Stage2Fault;
                 // A stage-1 walk counts as a write (it may set flags).
                 let access = if abort.write || abort.stage1_walk {
                     Access::Write
@@ -37,31 +37,17 @@ impl Vcpu {
                 self.fault_in(ticket, slot, ipa, kind, access)
             }
             DataAbortRoute::Uart { access, offset } => {
-                self.exit_class = ExitClass::MmioUart;
                 self.uart_access(abort.write, access, offset)
             }
-            DataAbortRoute::Gic { access } => {
-                self.exit_class = ExitClass::MmioGic;
-                self.gic_access(abort.write, access, ipa)
-            }
-            DataAbortRoute::Its { access, offset } => {
-                self.exit_class = ExitClass::MmioGic;
-                self.its_access(abort.write, access, offset)
-            }
+            DataAbortRoute::Gic { access } => self.gic_access(abort.write, access, ipa),
+            DataAbortRoute::Its { access, offset } => self.its_access(abort.write, access, offset),
             DataAbortRoute::Virtio {
                 device,
                 access,
                 offset,
-            } => {
-                self.exit_class = ExitClass::MmioVirtio;
-                self.virtio_access(device, abort.write, access, offset)
-            }
-            DataAbortRoute::Passed { access } => {
-                self.exit_class = ExitClass::MmioPassed;
-                self.passed_access(abort.write, access, ipa)
-            }
+            } => self.virtio_access(device, abort.write, access, offset),
+            DataAbortRoute::Passed { access } => self.passed_access(abort.write, access, ipa),
             DataAbortRoute::InjectAbort(cause) => {
-                self.exit_class = ExitClass::AbortInjected;
                 self.inject_abort(InjectKind::DataAbort { write: abort.write }, ipa, cause)?;
                 Ok(Flow::Resume)
             }
@@ -77,13 +63,13 @@ impl Vcpu {
         // Before the lookup: a slot deleted or moved meanwhile is not mapped.
         let ticket = self.vm.stage2.fault_ticket();
         let slot = self.vm.slot_for(&self.epoch, ipa, &mut self.slot_cache);
-        match instruction_abort::route(&abort, ipa, self.regs.pc, slot)? {
+        let route = instruction_abort::route(&abort, ipa, self.regs.pc, slot)?;
+        self.exit_class = route.exit_class();
+        match route {
             InstructionAbortRoute::FaultIn { slot, kind } => {
-                self.exit_class = ExitClass::Stage2Fault;
                 self.fault_in(ticket, slot, ipa, kind, Access::Exec)
             }
             InstructionAbortRoute::InjectAbort(cause) => {
-                self.exit_class = ExitClass::AbortInjected;
                 self.inject_abort(InjectKind::InstructionAbort, ipa, cause)?;
                 Ok(Flow::Resume)
             }

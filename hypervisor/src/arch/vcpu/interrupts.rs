@@ -211,17 +211,8 @@ impl Vcpu {
             let ack = gic::acknowledge();
             let irq = HostIrq::classify(ack.intid, maintenance, timers, uart);
             if self.exit_class == ExitClass::IrqOther {
-                self.exit_class = match irq {
-                    HostIrq::Kick => ExitClass::IrqKick,
-                    HostIrq::Maintenance => ExitClass::IrqMaintenance,
-                    HostIrq::Timer(_) => ExitClass::IrqTimer,
-                    HostIrq::UartReceive => ExitClass::IrqUart,
-                    HostIrq::Unexpected(intid) if passed_devices::owns(self.vm, intid) => {
-                        ExitClass::IrqPassthrough
-                    }
-                    HostIrq::Lpi(_) => ExitClass::IrqPassthrough,
-                    HostIrq::Spurious | HostIrq::Unexpected(_) => ExitClass::IrqOther,
-                };
+                let passed = matches!(irq, HostIrq::Unexpected(intid) if passed_devices::owns(self.vm, intid));
+                self.exit_class = ExitClass::of_host_irq(irq, passed);
             }
             match irq {
                 HostIrq::Spurious => return Ok(()),

@@ -128,12 +128,7 @@ impl Vcpu {
             self.bump(counter);
         }
         // Aborts and system registers name their class more closely.
-        self.exit_class = match exit {
-            SyncExit::Hvc => ExitClass::Hvc,
-            SyncExit::Smc => ExitClass::Smc,
-            SyncExit::Wfx => ExitClass::Wfx,
-            _ => ExitClass::Other,
-        };
+        self.exit_class = exit.exit_class();
         match exit {
             SyncExit::ConditionFailed => {
                 self.skip_trapped_instruction();

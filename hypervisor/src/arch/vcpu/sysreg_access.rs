@@ -14,21 +14,13 @@ use crate::exit::sysreg::{self as sysreg_trap, SysRegPolicy, SysRegTrap};
 use crate::stage2::cache_maint::VmReg;
 use crate::vm::counters::Counter;
 use crate::vm::event_log::Event;
-use crate::vm::exit_profile::ExitClass;
 use crate::{read_sysreg, write_sysreg};
 
 impl Vcpu {
     /// A trapped system register access, sorted by `exit::sysreg::classify`.
     pub(super) fn sysreg(&mut self, access: SysRegAccess) -> Result<(), StopReason> {
         let trap = sysreg_trap::classify(&access);
-        self.exit_class = match trap {
-            SysRegTrap::SetWay => ExitClass::SysregSetWay,
-            SysRegTrap::VmRegWrite(_) => ExitClass::SysregVmReg,
-            SysRegTrap::Sgi(_) => ExitClass::SysregSgi,
-            SysRegTrap::IdRegister => ExitClass::SysregId,
-            SysRegTrap::PhysicalTimer(_) => ExitClass::SysregTimer,
-            SysRegTrap::CpuInterface(_) | SysRegTrap::Other(_) => ExitClass::SysregOther,
-        };
+        self.exit_class = trap.exit_class();
         match trap {
             SysRegTrap::SetWay => self.set_way_trap()?,
             SysRegTrap::VmRegWrite(reg) => {

@@ -1,6 +1,5 @@
-//! How a block transfer over host spans becomes requests to a host disk:
-//! the pure part of the host-disk driver (`arch::host_disk` sends the
-//! requests to the virtio-mmio disk).
+//! How a block transfer over host spans becomes requests to a host disk
+//! (`blk_io` sends the requests to the virtio-mmio disk).
 //!
 //! # The algorithm
 //!
