@@ -14,6 +14,8 @@
 //! - `linux_boot/4cpu_1g/...`: 4 CPUs, 1 GiB; the figure is the time to
 //!   `RESULT: PASS` (`time_to_result`: boot plus the tmpfs md5).
 //!
+//! `LINUX_BOOT_SETUPS=2cpu` or `=4cpu_1g` runs one of them.
+//!
 //! Runs alternate between the two boots, three each; a figure counts only
 //! from a run that passed (`RESULT: PASS`, QEMU exited 0). The figures are
 //! the medians and `overhead`, hypervisor over direct, same run. A failed
@@ -319,7 +321,22 @@ fn measure(setup: &Setup) -> bool {
 /// 1 when a hypervisor boot failed.
 pub fn run() {
     let mut failed = false;
+    // `LINUX_BOOT_SETUPS=4cpu_1g` (or `2cpu`, or both comma-separated)
+    // runs only those configurations.
+    let only = std::env::var("LINUX_BOOT_SETUPS").ok();
+    let name = |setup: &Setup| {
+        setup
+            .prefix
+            .strip_prefix("linux_boot/")
+            .unwrap_or("2cpu")
+            .to_string()
+    };
     for setup in &SETUPS {
+        if let Some(only) = &only
+            && !only.split(',').any(|n| n.trim() == name(setup))
+        {
+            continue;
+        }
         failed |= !measure(setup);
     }
     if failed {
