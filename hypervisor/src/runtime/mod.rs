@@ -63,6 +63,7 @@ pub mod monitor_target;
 pub mod passed_devices;
 pub mod restart;
 pub mod slot_memory;
+pub mod vcpu;
 pub mod vcpu_cycle;
 pub mod virtio_devices;
 pub mod virtio_io;

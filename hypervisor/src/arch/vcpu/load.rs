@@ -1,6 +1,6 @@
 //! Loading a vCPU onto its CPU: the VM's EL2 configuration (stage 2, traps,
 //! timers, vector lengths, fine-grained traps) and the guest's EL1 state as
-//! after a reset; and `HCR_EL2` as the set/way tracking changes it.
+//! after a reset.
 
 use super::Vcpu;
 use crate::arch::boot::exceptions::GuestRegs;
@@ -11,7 +11,7 @@ use crate::devices::timer::TimerForward;
 use crate::devices::vgic::{ListRegisters, cpu_interface};
 use crate::exit::flow::{ListRegisterOp, StopReason};
 use crate::exit::inject;
-use crate::stage2::cache_maint::{self, SetWayTracker};
+use crate::stage2::cache_maint::SetWayTracker;
 use crate::sysreg_values;
 use crate::vm::layout::vcpu_mpidr;
 use crate::vm::power::BootRequest;
@@ -22,7 +22,7 @@ use aarch64_cpu::registers::{ICH_VTR_EL2, ID_AA64DFR0_EL1};
 
 impl Vcpu {
     /// Loads the VM's EL2 configuration and resets the guest's EL1 state.
-    pub(super) fn load(&mut self, boot: BootRequest) -> Result<(), StopReason> {
+    pub(super) fn load_on_cpu(&mut self, boot: BootRequest) -> Result<(), StopReason> {
         let vm = self.vm;
         let hcr = sysreg_values::hcr_el2_guest(vm.fwb, vm.mte);
         self.hcr = hcr;
@@ -154,18 +154,5 @@ impl Vcpu {
             self.restore_state(&state)?;
         }
         Ok(())
-    }
-
-    /// Loads `HCR_EL2` with the set/way tracking's `TVM`.
-    pub(super) fn write_hcr(&self) {
-        let tvm = if self.set_way.traps_vm_regs() {
-            cache_maint::hcr_tvm()
-        } else {
-            0
-        };
-        // SAFETY: the same configuration as `load` wrote, with or without the
-        // trap of the guest's virtual-memory control registers; the guest is
-        // not running (the write takes effect by the ERET).
-        unsafe { write_sysreg!(hcr_el2, self.hcr | tvm) };
     }
 }

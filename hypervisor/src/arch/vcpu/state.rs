@@ -3,7 +3,7 @@
 //! Both run on the vCPU's own CPU, where the state is live: the capture
 //! while the vCPU is parked for a pause (its list registers first unloaded
 //! into the vgic model, which travels separately), the restore right after
-//! [`Vcpu::load`](super::Vcpu) reset the CPU for a start.
+//! `Vcpu::load_on_cpu` reset the CPU for a start.
 
 use super::Vcpu;
 use super::vector_regs::{self, vector_lengths};
