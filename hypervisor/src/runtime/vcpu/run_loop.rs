@@ -97,7 +97,7 @@ impl<M: VcpuMachine> Vcpu<M> {
     }
 
     /// Handles the exit `kind` the guest just took.
-    fn handle_exit(&mut self, kind: ExitKind) -> Result<Flow, StopReason> {
+    pub(crate) fn handle_exit(&mut self, kind: ExitKind) -> Result<Flow, StopReason> {
         let unexpected = match kind {
             ExitKind::Sync => return self.handle_sync(),
             ExitKind::Irq => {
