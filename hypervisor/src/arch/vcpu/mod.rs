@@ -7,10 +7,11 @@
 //!
 //! # Files
 //!
-//! This file holds the trait's implementation; `load` (EL2 configuration
-//! and EL1 reset when the vCPU starts), `state` (a vCPU's whole state
-//! captured and restored for a live migration), `vector_regs` (the FP/SIMD,
-//! SVE and SME register files: stored, loaded, reset).
+//! This file holds the trait's implementation; `load` (the EL2
+//! configuration and EL1 reset when the vCPU starts), `state` (the
+//! registers of a vCPU's state captured and restored for a live migration),
+//! `vector_regs` (the FP/SIMD, SVE and SME register files: stored, loaded,
+//! reset).
 
 mod load;
 mod state;
@@ -29,7 +30,6 @@ use crate::exit::flow::StopReason;
 use crate::exit::inject::InjectedException;
 use crate::runtime::vcpu::VcpuMachine;
 use crate::stage2::cache_maint::VmReg;
-use crate::vm::power::BootRequest;
 use crate::vm::vcpu_state::VcpuState;
 use crate::vocabulary::timers::TimerId;
 use crate::{read_sysreg, write_sysreg};
@@ -51,12 +51,30 @@ impl VcpuMachine for El2Vcpu {
         gic::list_registers(vm.gic_sysregs)
     }
 
-    fn load(vcpu: &mut Vcpu, boot: BootRequest) -> Result<(), StopReason> {
-        vcpu.load_on_cpu(boot)
+    fn load(&mut self, vm: &Vm, index: usize, hcr: u64, lrs: Option<&gic::HostListRegisters>) {
+        load::load_registers(vm, index, hcr, lrs);
     }
 
-    fn capture_state(vcpu: &mut Vcpu) -> Result<VcpuState, StopReason> {
-        vcpu.capture_state()
+    fn guards_binary_point(&self, lrs: &gic::HostListRegisters) -> bool {
+        matches!(lrs, gic::HostListRegisters::V3(_)) && gic::guards_binary_point()
+    }
+
+    fn migrates_cpu_interface(&self, lrs: Option<&gic::HostListRegisters>) -> bool {
+        matches!(lrs, Some(gic::HostListRegisters::V3(_)))
+    }
+
+    fn capture_registers(&self, vm: &Vm, lrs: Option<&gic::HostListRegisters>) -> VcpuState {
+        state::capture_registers(vm, lrs)
+    }
+
+    fn restore_registers(
+        &mut self,
+        vm: &Vm,
+        index: usize,
+        lrs: Option<&gic::HostListRegisters>,
+        state: &VcpuState,
+    ) -> Result<(), StopReason> {
+        state::restore_registers(vm, index, lrs, state)
     }
 
     unsafe fn enter(&mut self, regs: &mut GuestRegs) -> ExitKind {

@@ -8,7 +8,7 @@
 use super::*;
 use crate::devices::timer::PhysicalTimerReg;
 use crate::devices::vgic::list_regs::{ListRegister, ModelListRegisters};
-use crate::exit::inject::{InjectedException, PSTATE_EL1H_MASKED};
+use crate::exit::inject::InjectedException;
 use crate::runtime::vcpu::{ExitKind, GuestRegs, Vcpu, VcpuMachine};
 use crate::stage2::cache_maint::VmReg;
 use crate::vm::exit_profile::Work;
@@ -46,17 +46,37 @@ impl VcpuMachine for FakeMachine {
         Some(ModelListRegisters::new(4))
     }
 
-    fn load(vcpu: &mut Vcpu<Self>, boot: BootRequest) -> Result<(), StopReason> {
-        *vcpu.regs_mut() = GuestRegs {
-            pc: boot.entry,
-            pstate: PSTATE_EL1H_MASKED,
-            ..GuestRegs::default()
-        };
-        Ok(())
+    fn load(
+        &mut self,
+        _: &Vm<FakeHardware>,
+        index: usize,
+        hcr: u64,
+        _: Option<&ModelListRegisters>,
+    ) {
+        self.timer_ctl = [0; 2];
+        self.ops.push(format!("load vcpu{index} hcr {hcr:#x}"));
     }
 
-    fn capture_state(_: &mut Vcpu<Self>) -> Result<VcpuState, StopReason> {
-        Ok(VcpuState::default())
+    fn guards_binary_point(&self, _: &ModelListRegisters) -> bool {
+        false
+    }
+
+    fn migrates_cpu_interface(&self, _: Option<&ModelListRegisters>) -> bool {
+        false
+    }
+
+    fn capture_registers(&self, _: &Vm<FakeHardware>, _: Option<&ModelListRegisters>) -> VcpuState {
+        VcpuState::default()
+    }
+
+    fn restore_registers(
+        &mut self,
+        _: &Vm<FakeHardware>,
+        _: usize,
+        _: Option<&ModelListRegisters>,
+        _: &VcpuState,
+    ) -> Result<(), StopReason> {
+        Ok(())
     }
 
     unsafe fn enter(&mut self, _: &mut GuestRegs) -> ExitKind {
@@ -204,14 +224,12 @@ fn loaded_vcpu(vm: &'static Vm<FakeHardware>, index: usize) -> Vcpu<FakeMachine>
         ..FakeMachine::default()
     };
     let mut vcpu = Vcpu::new(machine, vm, index).unwrap();
-    FakeMachine::load(
-        &mut vcpu,
-        BootRequest {
-            entry: GUEST_RAM_BASE,
-            context_id: 0,
-        },
-    )
+    vcpu.load(BootRequest {
+        entry: GUEST_RAM_BASE,
+        context_id: 0,
+    })
     .unwrap();
+    vcpu.machine_mut().ops.clear();
     vcpu
 }
 
@@ -301,8 +319,7 @@ fn enable_ppi(vm: &Vm<FakeHardware>, intid: u32) {
 
 /// The INTIDs the list registers hold.
 fn listed(vcpu: &Vcpu<FakeMachine>) -> Vec<u32> {
-    vcpu.lrs
-        .as_ref()
+    vcpu.list_registers()
         .unwrap()
         .list_registers()
         .iter()
@@ -322,9 +339,9 @@ fn a_timer_interrupt_is_listed_with_its_host_ppi_left_active() {
     assert!(listed(&vcpu).is_empty());
     // The virtual timer fires while the guest runs (enabled, unmasked,
     // condition met).
-    vcpu.machine.timer_ctl[TimerId::Virtual.index()] = 0b101;
-    vcpu.machine.pending = vec![TIMER_PPIS[0]];
-    vcpu.machine.ops.clear();
+    vcpu.machine_mut().timer_ctl[TimerId::Virtual.index()] = 0b101;
+    vcpu.machine_mut().pending = vec![TIMER_PPIS[0]];
+    vcpu.machine_mut().ops.clear();
     assert_eq!(vcpu.handle_exit(ExitKind::Irq), Ok(Flow::Resume));
     // One acknowledge, a priority drop only: the PPI stays active for the
     // guest to deactivate through the hardware list register.
@@ -349,7 +366,7 @@ fn prepare_entry_refills_only_after_an_exit_that_could_change_the_list() {
     vcpu.prepare_entry().unwrap();
     assert_eq!(fills(), 1);
     // An IRQ exit (here a kick) may have.
-    vcpu.machine.pending = vec![crate::drivers::gic::KICK_SGI];
+    vcpu.machine_mut().pending = vec![crate::drivers::gic::KICK_SGI];
     vcpu.handle_exit(ExitKind::Irq).unwrap();
     vcpu.prepare_entry().unwrap();
     assert_eq!(fills(), 2);
@@ -368,11 +385,41 @@ fn a_set_way_trap_without_fwb_flushes_the_vm_and_traps_the_vm_registers() {
     let iss = 1 << 20 | 2 << 17 | 7 << 10 | 14 << 1;
     vcpu.regs_mut().esr = 0x18 << 26 | ESR_IL | iss;
     assert_eq!(vcpu.handle_exit(ExitKind::Sync), Ok(Flow::Resume));
-    let hcr = crate::sysreg_values::HCR_EL2_GUEST | crate::stage2::cache_maint::hcr_tvm();
+    let hcr =
+        crate::sysreg_values::hcr_el2_guest(false, false) | crate::stage2::cache_maint::hcr_tvm();
     assert_eq!(vcpu.machine().ops, [format!("hcr {hcr:#x}")]);
     assert_eq!(vm.counters.get(Counter::CmoSetwayTraps), 1);
     assert_eq!(vm.counters.get(Counter::CmoFullFlushes), 1);
     // The second one finds the tracking on: no second flush.
     vcpu.handle_exit(ExitKind::Sync).unwrap();
     assert_eq!(vm.counters.get(Counter::CmoFullFlushes), 1);
+}
+
+#[test]
+fn a_load_configures_the_cpu_then_unmasks_the_timers_and_starts_at_the_entry() {
+    let hw = FakeHardware::new();
+    let vm = create(hw, &[("vm", conf(4, &[0, 1], true))])[0];
+    let mut vcpu = Vcpu::new(FakeMachine::default(), vm, 1).unwrap();
+    vcpu.load(BootRequest {
+        entry: GUEST_RAM_BASE + 0x1000,
+        context_id: 0x77,
+    })
+    .unwrap();
+    let hcr = crate::sysreg_values::hcr_el2_guest(vm.fwb, vm.mte);
+    assert_eq!(
+        vcpu.machine().ops,
+        [
+            format!("load vcpu1 hcr {hcr:#x}"),
+            String::from("deactivate Virtual"),
+            String::from("mask Virtual false"),
+            String::from("deactivate Physical"),
+            String::from("mask Physical false"),
+        ]
+    );
+    let regs = vcpu.regs();
+    assert_eq!((regs.pc, regs.x[0]), (GUEST_RAM_BASE + 0x1000, 0x77));
+    assert_eq!(regs.pstate, crate::exit::inject::PSTATE_EL1H_MASKED);
+    // The list registers are filled before the first entry.
+    vcpu.prepare_entry().unwrap();
+    assert_eq!(vm.exit_profiles[1].work_done(Work::ListRegisterFill), 1);
 }

@@ -76,7 +76,7 @@ impl<M: VcpuMachine> Vcpu<M> {
     }
 
     /// Gives the vgic `timer`'s line level (its PPI on this vCPU).
-    pub(crate) fn set_timer_line(&mut self, timer: TimerId, level: bool) -> Result<(), StopReason> {
+    pub(super) fn set_timer_line(&mut self, timer: TimerId, level: bool) -> Result<(), StopReason> {
         let result = self
             .vm
             .vgic
@@ -96,7 +96,7 @@ impl<M: VcpuMachine> Vcpu<M> {
     /// an interrupt it held; `op` names the step in an error.
     ///
     /// [`VgicState::unload`]: crate::devices::vgic::VgicState::unload
-    pub(crate) fn unload(&mut self, op: ListRegisterOp) -> Result<(), StopReason> {
+    pub(super) fn unload(&mut self, op: ListRegisterOp) -> Result<(), StopReason> {
         let Some(lrs) = self.lrs.as_mut() else {
             return Ok(());
         };
@@ -111,7 +111,7 @@ impl<M: VcpuMachine> Vcpu<M> {
 
     /// Copies the list registers back into the vgic (before a GIC register
     /// access reads or changes the model).
-    pub(crate) fn fold(&mut self) -> Result<(), StopReason> {
+    pub(super) fn fold(&mut self) -> Result<(), StopReason> {
         let Some(lrs) = self.lrs.as_mut() else {
             return Ok(());
         };
@@ -128,7 +128,7 @@ impl<M: VcpuMachine> Vcpu<M> {
 
     /// Takes the vCPUs a vgic operation says to kick; this vCPU among them
     /// means its own list registers need a refill.
-    pub(crate) fn absorb(&mut self, kicks: VcpuSet) {
+    pub(super) fn absorb(&mut self, kicks: VcpuSet) {
         if kicks.contains(self.index) {
             self.needs_fill = true;
         }
@@ -147,7 +147,7 @@ impl<M: VcpuMachine> Vcpu<M> {
     /// Drives the emulated PL011's interrupt line from its state; the vgic
     /// hears of it only when the level moved (the UART lock is held across,
     /// so vCPUs cannot reorder their updates; the vgic lock nests inside it).
-    pub(crate) fn update_uart_line(&mut self) -> Result<(), StopReason> {
+    pub(super) fn update_uart_line(&mut self) -> Result<(), StopReason> {
         let mut uart = self.vm.uart.lock();
         let level = uart.device.interrupt_pending();
         if uart.irq_level == level {
@@ -190,7 +190,7 @@ impl<M: VcpuMachine> Vcpu<M> {
     /// ends the loop either way: the refill comes before the next entry. A
     /// timer's PPI only has its priority dropped (see `crate::devices::timer`);
     /// every other interrupt is finished (dropped and deactivated).
-    pub(crate) fn host_interrupts(&mut self, drain: bool) -> Result<(), StopReason> {
+    pub(super) fn host_interrupts(&mut self, drain: bool) -> Result<(), StopReason> {
         let maintenance = self.machine.maintenance_intid();
         let timers = self.machine.timer_intids();
         let uart = self.vm.host_uart_intid;
@@ -264,7 +264,7 @@ impl<M: VcpuMachine> Vcpu<M> {
     /// kick in between; a stop request ends the run. The maintenance
     /// interrupt is disabled meanwhile (its level stays high until a refill,
     /// which comes after the pause) and the list registers refilled after.
-    pub(crate) fn wait_while_paused(&mut self) -> Result<(), StopReason> {
+    pub(super) fn wait_while_paused(&mut self) -> Result<(), StopReason> {
         match self.vm.run_state.get() {
             Requested::Running => return Ok(()),
             Requested::StopRequested => return Err(StopReason::StopRequested),
@@ -284,7 +284,7 @@ impl<M: VcpuMachine> Vcpu<M> {
             }
             // A migration asks for this vCPU's whole state (`runtime::live_migration`).
             if self.vm.capture_requested() && self.vm.vcpu_states[self.index].lock().is_none() {
-                match M::capture_state(self) {
+                match self.capture_state() {
                     Ok(state) => {
                         *self.vm.vcpu_states[self.index].lock() =
                             Some(alloc::boxed::Box::new(state));

@@ -10,7 +10,6 @@
 //! dispatch only, so the exit path costs the same register accesses as if
 //! it named them itself.
 
-use super::Vcpu;
 use crate::control::abi::registers::ParkedRegisters;
 use crate::devices::timer::PhysicalTimerReg;
 use crate::devices::vgic::ListRegisters;
@@ -19,7 +18,6 @@ use crate::exit::inject::InjectedException;
 use crate::runtime::Hardware;
 use crate::runtime::vm_instance::Vm;
 use crate::stage2::cache_maint::VmReg;
-use crate::vm::power::BootRequest;
 use crate::vm::vcpu_state::VcpuState;
 use crate::vocabulary::timers::TimerId;
 use crossbeam_epoch::LocalHandle;
@@ -102,12 +100,37 @@ pub trait VcpuMachine: Sized {
     /// This CPU's list registers for a vCPU of `vm` (none without a usable
     /// virtual CPU interface).
     fn list_registers(&self, vm: &Vm<Self::Hw>) -> Option<Self::ListRegisters>;
-    /// Loads `vcpu`'s VM configuration into this CPU's EL2 registers and
-    /// resets the guest's EL1 state to start at `boot` (or restores a
-    /// migrated state).
-    fn load(vcpu: &mut Vcpu<Self>, boot: BootRequest) -> Result<(), StopReason>;
-    /// Captures `vcpu`'s whole state (parked, for a live migration).
-    fn capture_state(vcpu: &mut Vcpu<Self>) -> Result<VcpuState, StopReason>;
+    /// Loads vCPU `index` of `vm`'s EL2 configuration (`HCR_EL2` = `hcr`)
+    /// into this CPU and resets the guest's EL1 state there, its timers
+    /// off; with list registers (`lrs`), the virtual CPU interface too.
+    fn load(
+        &mut self,
+        vm: &Vm<Self::Hw>,
+        index: usize,
+        hcr: u64,
+        lrs: Option<&Self::ListRegisters>,
+    );
+    /// Whether the common CPU interface registers trap (`ICH_HCR_EL2.TC`)
+    /// with `lrs`: the binary point is guarded
+    /// (`crate::devices::vgic::cpu_interface`).
+    fn guards_binary_point(&self, lrs: &Self::ListRegisters) -> bool;
+    /// Whether the virtual CPU interface's state behind `lrs` (GICv3:
+    /// `ICH_VMCR_EL2`, the active priorities) travels with a migrated vCPU.
+    fn migrates_cpu_interface(&self, lrs: Option<&Self::ListRegisters>) -> bool;
+    /// The state of a parked vCPU of `vm` that lives in this CPU (EL1
+    /// registers, timers, vector and tag registers, the virtual CPU
+    /// interface where it travels); not the general-purpose registers.
+    fn capture_registers(&self, vm: &Vm<Self::Hw>, lrs: Option<&Self::ListRegisters>) -> VcpuState;
+    /// Restores what [`VcpuMachine::capture_registers`] took of `state` for
+    /// vCPU `index` of `vm`, right after [`VcpuMachine::load`]; a vector
+    /// length the state cannot be restored at stops the VM.
+    fn restore_registers(
+        &mut self,
+        vm: &Vm<Self::Hw>,
+        index: usize,
+        lrs: Option<&Self::ListRegisters>,
+        state: &VcpuState,
+    ) -> Result<(), StopReason>;
     /// Runs the guest from `regs` until it exits, leaving the exit's state in
     /// `regs`.
     ///

@@ -62,8 +62,9 @@
 //! This file holds the vCPU's state, its registers, and its halves of
 //! `runtime::device_access` and `runtime::guest_call`; the rest is by
 //! concern, each the orchestration around a pure decision in `crate::exit`:
-//! `machine` (the trait and the register context), `run_loop` (entry, exit
-//! dispatch, the migration throttle), `interrupts` (list registers, timers,
+//! `machine` (the trait and the register context), `load` (a start, and the
+//! whole state captured and restored for a live migration), `run_loop`
+//! (entry, exit dispatch, the migration throttle), `interrupts` (list registers, timers,
 //! kicks, the host's interrupts, the pause), `aborts` (stage-2 data and
 //! instruction aborts, fault in), `sysreg_access` (trapped system
 //! registers, set/way and virtual-memory control register traps),
@@ -75,6 +76,7 @@
 mod aborts;
 mod injection;
 mod interrupts;
+mod load;
 pub mod machine;
 mod run_loop;
 mod sysreg_access;
@@ -100,15 +102,14 @@ use crossbeam_epoch::LocalHandle;
 use memslot::VcpuSlotCache;
 use pgtable::{FAULT_CACHE_PAGES, MmuCpu, PageCache};
 
-/// One vCPU, pinned to the physical CPU that runs it. The fields the
-/// machine's loading and state capture set are `pub(crate)`.
+/// One vCPU, pinned to the physical CPU that runs it.
 pub struct Vcpu<M: VcpuMachine> {
     /// The CPU's registers and GIC interface.
-    pub(crate) machine: M,
-    pub(crate) vm: &'static Vm<M::Hw>,
-    pub(crate) index: usize,
+    machine: M,
+    vm: &'static Vm<M::Hw>,
+    index: usize,
     /// The registers the guest entry and exit move.
-    pub(crate) regs: GuestRegs,
+    regs: GuestRegs,
     epoch: LocalHandle,
     /// Handles on the collectors of the VMs its devices write into (the
     /// frames it sends), registered once each.
@@ -118,21 +119,21 @@ pub struct Vcpu<M: VcpuMachine> {
     page_cache: PageCache,
     /// This CPU's list registers (none without a GICv3 CPU interface or a
     /// GICv2 with the virtualization extensions).
-    pub(crate) lrs: Option<M::ListRegisters>,
+    lrs: Option<M::ListRegisters>,
     /// Forwarding state of each EL1 timer (`TimerId::index` order): host
     /// PPI active, line as last given to the vgic.
-    pub(crate) timers: [TimerForward; 2],
+    timers: [TimerForward; 2],
     /// The guest's `ICC_CTLR_EL1.CBPR` where the hypervisor guards the
     /// binary point (`VCBPR` itself stays set).
-    pub(crate) guest_cbpr: bool,
+    guest_cbpr: bool,
     /// vCPUs to kick once the vgic lock is dropped.
     kicks: VcpuSet,
     /// The list registers must be folded and refilled before the next entry.
-    pub(crate) needs_fill: bool,
+    needs_fill: bool,
     /// `HCR_EL2` as loaded, without the set/way tracking's `TVM`.
-    pub(crate) hcr: u64,
+    hcr: u64,
     /// Set/way tracking (no FWB): whether `HCR_EL2.TVM` is set.
-    pub(crate) set_way: SetWayTracker,
+    set_way: SetWayTracker,
     /// The class of the exit being handled, for the VM's exit profile.
     exit_class: ExitClass,
     /// While a migration throttles its VM: the counter when this vCPU
@@ -189,6 +190,16 @@ impl<M: VcpuMachine> Vcpu<M> {
     /// The CPU the vCPU runs on.
     pub fn machine(&self) -> &M {
         &self.machine
+    }
+
+    /// The CPU the vCPU runs on, to change.
+    pub fn machine_mut(&mut self) -> &mut M {
+        &mut self.machine
+    }
+
+    /// This CPU's list registers, if it has any.
+    pub fn list_registers(&self) -> Option<&M::ListRegisters> {
+        self.lrs.as_ref()
     }
 
     /// Adds one to the VM's `counter`.

@@ -25,7 +25,7 @@ impl<M: VcpuMachine> Vcpu<M> {
     /// until an exit stops the VM (the [`StopReason`] says why). The caller
     /// acts on the answer; nothing here stops the VM.
     pub fn run(&mut self, boot: BootRequest) -> Result<Flow, StopReason> {
-        M::load(self, boot)?;
+        self.load(boot)?;
         // When the guest last exited, until the entry that ends the exit.
         let mut exited: Option<u64> = None;
         loop {

@@ -189,7 +189,7 @@ impl<M: VcpuMachine> Vcpu<M> {
 
 impl<M: VcpuMachine> Vcpu<M> {
     /// Loads `HCR_EL2` with the set/way tracking's `TVM`.
-    pub(crate) fn write_hcr(&mut self) {
+    pub(super) fn write_hcr(&mut self) {
         let tvm = if self.set_way.traps_vm_regs() {
             crate::stage2::cache_maint::hcr_tvm()
         } else {
