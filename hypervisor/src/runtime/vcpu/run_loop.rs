@@ -3,9 +3,9 @@
 //! or an exit stops the VM.
 //!
 //! Each exit is timed from the guest's exit to its next entry with the
-//! generic timer's physical count (`Hardware::counter_ticks`) and recorded under the class the handlers
-//! named (`vm::exit_profile`): two counter reads and two stores to this
-//! CPU's own profile per exit.
+//! generic timer's physical count (`Hardware::counter_ticks`) and recorded
+//! under the class the handlers named (`vm::exit_profile`): two counter
+//! reads and two stores to this CPU's own profile per exit.
 
 use super::{ExitKind, Vcpu, VcpuMachine};
 use crate::exit::flow::{Flow, StopReason, UnexpectedExit};
@@ -46,8 +46,9 @@ impl<M: VcpuMachine> Vcpu<M> {
             if let Some(at) = exited {
                 profile.exit(self.exit_class, entered.wrapping_sub(at));
             }
-            // SAFETY: `M::load` set this CPU's stage-2 translation and traps
-            // for this VM, so the guest reaches only its own memory.
+            // SAFETY: the load (`VcpuMachine::load`) set this CPU's stage-2
+            // translation and traps for this VM, so the guest reaches only
+            // its own memory.
             let kind = unsafe { self.machine.enter(&mut self.regs) };
             let at = self.vm.hw.counter_ticks();
             profile.guest(at.wrapping_sub(entered));
