@@ -5,18 +5,20 @@
 //! data, banner, secondary CPUs, then publishes `runtime::boot_info`) ->
 //! `run` (the VMs from the boot payload, each vCPU pinned to one CPU of its
 //! VM's partition, `runtime::vm_table`) -> `runtime::vcpu_cycle` (each
-//! vCPU's life on its CPU, halts and restarts) -> `vcpu` (run loop and exit
-//! handling on every CPU).
+//! vCPU's life on its CPU, halts and restarts) -> `runtime::vcpu` (run loop
+//! and exit handling on every CPU, over `vcpu::El2Vcpu`).
 //!
 //! The VM runtime (the VMs, their table, memslot and dirty-log operations,
-//! migration, restart, each vCPU's cycle of runs and halts) is `crate::runtime`, host-tested; [`hardware`] is
-//! the machine it runs on here.
+//! migration, restart, each vCPU's cycle of runs and halts, its run loop and
+//! exit handling) is `crate::runtime`, host-tested; [`hardware`] is the
+//! machine it runs on here and [`vcpu`] the CPU a vCPU runs on.
 //!
 //! Folders: `boot` (the boot sequence, the entry code, exception vectors,
 //! firmware calls, host memory), `cpu` (system registers, the running CPU's
 //! features, per-CPU data), `drivers` (the host GIC, its ITS and the
-//! console), `vcpu` (a
-//! vCPU: its state, run loop and the machine side of exit handling);
+//! console), `vcpu` (the CPU's registers as a vCPU's exit handling reaches
+//! them, `runtime::vcpu::VcpuMachine`; loading a vCPU, its state for a
+//! migration, its vector registers);
 //! `stage2`, `host_console`, `host_disk`, `hardware`, `monitor_target`,
 //! `control_target` and `run` are files.
 //!
@@ -43,8 +45,7 @@
 //!    input and the machine behind `control::monitor`; `control_target`
 //!    (the VM table): the machine behind `control::abi`.
 //! 7. `vcpu` (the VM, monitor, control, host console, exception entry,
-//!    firmware, drivers, stage 2, features); it hands guest calls to
-//!    `runtime::guest_call` and device accesses to `runtime::device_access`.
+//!    drivers, features): `runtime::vcpu::VcpuMachine` at EL2.
 //! 8. `run` (the VM table, monitor, vCPU): creates the VMs and starts
 //!    their vCPUs on every CPU in `runtime::vcpu_cycle`, which halts and
 //!    restarts VMs.

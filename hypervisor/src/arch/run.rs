@@ -25,8 +25,7 @@ use crate::arch::hardware::VmTable;
 use crate::arch::hardware::{EL2, El2, Vm};
 use crate::arch::host_console;
 use crate::arch::monitor_target;
-use crate::arch::vcpu::Vcpu;
-use crate::exit::flow::{Flow, StopReason};
+use crate::arch::vcpu::{El2Vcpu, Vcpu};
 use crate::runtime::boot_info::BootInfo;
 use crate::runtime::device_hub::DeviceHub;
 use crate::runtime::vcpu_cycle;
@@ -146,7 +145,7 @@ fn run_cpu(
     index: usize,
     first: Option<BootRequest>,
 ) -> ! {
-    let mut vcpu = match Vcpu::new(vm, index) {
+    let mut vcpu = match Vcpu::new(El2Vcpu, vm, index) {
         Ok(vcpu) => vcpu,
         Err(reason) => {
             // Without its vCPU this CPU can take no part in the VM, nor
@@ -156,22 +155,4 @@ fn run_cpu(
         }
     };
     vcpu_cycle::run_vcpu(machine, vm, index, &mut vcpu, first)
-}
-
-impl vcpu_cycle::CpuVcpu for Vcpu {
-    fn run(&mut self, boot: BootRequest) -> Result<Flow, StopReason> {
-        Vcpu::run(self, boot)
-    }
-
-    fn handle_interrupts_while_off(&mut self) -> Result<(), StopReason> {
-        Vcpu::handle_interrupts_while_off(self)
-    }
-
-    fn quiesce_for_halt(&mut self) {
-        Vcpu::quiesce_for_halt(self);
-    }
-
-    fn end_halt(&mut self) {
-        Vcpu::end_halt(self);
-    }
 }

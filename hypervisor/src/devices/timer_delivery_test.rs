@@ -11,7 +11,7 @@
 //!   it (a trapped access: an exit right after);
 //! - the host GIC: each timer's PPI is pending while its line is high and it
 //!   is not active; a pending PPI is taken at once as an IRQ exit;
-//! - the hypervisor, as the vCPU's run loop does it (`arch::vcpu`): on an IRQ
+//! - the hypervisor, as the vCPU's run loop does it (`runtime::vcpu`): on an IRQ
 //!   exit the PPI's priority is dropped and it stays active,
 //!   [`TimerForward::fired`] raises the vgic line; before the entry the line
 //!   is sampled, the list registers refilled and [`TimerForward::after_fill`]

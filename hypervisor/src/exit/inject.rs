@@ -32,7 +32,8 @@
 //!
 //! Everything here is arithmetic on values: [`compute`] takes the guest state
 //! read at the exit and returns the register values that deliver the
-//! exception; the run loop (`arch::vcpu`) only reads and writes the registers.
+//! exception; the vCPU (`runtime::vcpu::injection`) only has the registers read and
+//! written.
 
 use crate::exit::esr::ESR_IL;
 use tock_registers::register_bitfields;

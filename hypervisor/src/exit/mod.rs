@@ -1,6 +1,6 @@
 //! Exit handling decisions, one file per exit kind, all pure and unit-tested
-//! on the host; the machine layer (`arch::vcpu`) reads the exit's registers,
-//! asks here what to do, and carries it out.
+//! on the host; the vCPU's exit handling (`runtime::vcpu`) reads the exit's
+//! registers, asks here what to do, and carries it out through its CPU.
 //!
 //! - `sync_exit`: which handler a synchronous exit goes to (by `ESR_EL2` class).
 //! - `data_abort`, `instruction_abort`: stage-2 aborts: fault in guest RAM,

@@ -1,7 +1,7 @@
 //! Fixing one stage-2 fault on guest RAM: what a vCPU does once a data or
 //! instruction abort has been routed to a memslot. Generic over the
 //! page-table memory, so that the host tests run it against a real
-//! [`pgtable::Mmu`]; `arch::vcpu` calls [`resolve`] and counts what it did.
+//! [`pgtable::Mmu`]; `runtime::vcpu` calls [`resolve`] and counts what it did.
 //!
 //! # Algorithm
 //!

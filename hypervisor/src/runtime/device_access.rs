@@ -5,8 +5,9 @@
 //! on (`runtime::virtio_io::settle`: the SPI, output drained) and a control
 //! port's complete command lines run (`runtime::control_port`).
 //!
-//! The running vCPU's registers, list registers and interrupt lines are the
-//! machine's: [`AccessingVcpu`], which `arch` implements.
+//! The running vCPU's registers, list registers and interrupt lines are
+//! reached through [`AccessingVcpu`], which the vCPU (`runtime::vcpu`)
+//! implements over its CPU.
 
 use crate::devices::vgic::{VcpuSet, VgicError};
 use crate::exit::esr::DataAccess;

@@ -5,8 +5,9 @@
 //! calls of that range are unknown hypercalls like every other id, answered
 //! `NOT_SUPPORTED` (-1).
 //!
-//! The running vCPU's registers and list registers are the machine's:
-//! [`CallingVcpu`], which `arch` implements.
+//! The running vCPU's registers and list registers are reached through
+//! [`CallingVcpu`], which the vCPU (`runtime::vcpu`) implements over its
+//! CPU.
 
 use crate::exit::flow::{Flow, StopReason};
 use crate::exit::hypercall::{GuestCall, NOT_SUPPORTED, SMCCC_VERSION_1_1};

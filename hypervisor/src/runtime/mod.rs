@@ -11,6 +11,9 @@
 //! - [`live_migration`]: pre-copy live migration of a VM into a waiting one
 //!   (the plan is `vm::migration_plan`).
 //! - [`restart`]: rebuilding a VM in place.
+//! - [`vcpu`]: a vCPU on its CPU: the run loop and exit handling (aborts,
+//!   system registers, interrupts, injection, the pause) over the trait
+//!   [`vcpu::VcpuMachine`] for the CPU's registers and host GIC.
 //! - [`vcpu_cycle`]: one vCPU's life on its CPU: running on `CPU_ON`,
 //!   acting on how each run ended, halting and restarting its VM.
 //! - [`monitor_target`]: the console monitor's machine and the VMs'
@@ -48,7 +51,8 @@
 //! `boot_info` (a leaf) -> `vm_instance` -> `vm_ops`, `vm_table` ->
 //! `dirty_log` -> `restart`, `live_migration` -> `vcpu_cycle`,
 //! `monitor_target`, `control_target`; `guest_call`, `device_access`,
-//! `passed_devices` (over `vm_instance`).
+//! `passed_devices` (over `vm_instance`) -> `vcpu` (over those and
+//! `vcpu_cycle`, `live_migration`).
 
 pub mod boot_info;
 pub mod collector_handles;
@@ -63,6 +67,7 @@ pub mod monitor_target;
 pub mod passed_devices;
 pub mod restart;
 pub mod slot_memory;
+pub mod vcpu;
 pub mod vcpu_cycle;
 pub mod virtio_devices;
 pub mod virtio_io;

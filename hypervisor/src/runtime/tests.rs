@@ -64,6 +64,7 @@ use crate::vocabulary::uart_kind::UartKind;
 mod its;
 mod memory_tagging;
 mod passthrough;
+mod vcpu_exits;
 mod virtio;
 
 const PAGE: u64 = 1 << PAGE_SHIFT;

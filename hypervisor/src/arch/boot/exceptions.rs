@@ -17,48 +17,7 @@ use crate::arch::cpu::percpu::{OFFSET_GUEST_CONTEXT, OFFSET_HOST_SP, OFFSET_TRAP
 use core::arch::global_asm;
 use core::mem::offset_of;
 
-/// The register state of a vCPU that the entry/exit path moves.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct GuestRegs {
-    /// `x0..x30`.
-    pub x: [u64; 31],
-    /// Guest PC (`ELR_EL2`).
-    pub pc: u64,
-    /// Guest PSTATE (`SPSR_EL2`).
-    pub pstate: u64,
-    /// `ESR_EL2` at the last exit.
-    pub esr: u64,
-    /// `FAR_EL2` at the last exit.
-    pub far: u64,
-    /// `HPFAR_EL2` at the last exit.
-    pub hpfar: u64,
-}
-
-/// Why the guest stopped running.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExitKind {
-    /// A synchronous exception (trap or abort): see `esr`.
-    Sync,
-    /// A physical IRQ.
-    Irq,
-    /// A physical FIQ.
-    Fiq,
-    /// An SError.
-    SError,
-}
-
-impl ExitKind {
-    fn from_code(code: u64) -> Self {
-        match code {
-            0 => Self::Sync,
-            1 => Self::Irq,
-            2 => Self::Fiq,
-            3 => Self::SError,
-            _ => unreachable!("the vectors pass exit codes 0..=3, not {code}"),
-        }
-    }
-}
+pub use crate::runtime::vcpu::{ExitKind, GuestRegs};
 
 global_asm!(
     r#"

@@ -1,211 +1,254 @@
-//! A vCPU on its physical CPU: EL2 setup, the run loop and exit handling.
-//!
-//! [`Vcpu::run`] loads the VM's stage-2 and trap configuration into this CPU's
-//! EL2 registers, resets the guest's EL1 state (MMU off, as PSCI and the boot
-//! protocol require), and then loops: enter the guest, decode the exit by
-//! `ESR_EL2` class, handle it, enter again. Handling never lets the guest take
-//! the hypervisor down: a RAM access faults memory in, a device access is
-//! emulated, anything else gets an abort injected (also an access that starts
-//! in a device's window and runs past its end); a trapped instruction the
-//! hypervisor does not emulate gets an undefined instruction injected; an
-//! unknown hypercall gets `NOT_SUPPORTED`; only an exit nothing can make sense
-//! of stops the VM, with a report. Injection works from every state an
-//! AArch64 EL1 guest runs in: EL1h, EL1t, AArch64 EL0 and AArch32 EL0. Every
-//! log line a guest can cause goes through the VM's rate-limited event log
-//! (`Vm::log_event`), so no guest can flood the console or grow the
-//! hypervisor's memory.
-//!
-//! The guest's EL1 system registers (and FP/SIMD state: the hypervisor is
-//! soft-float) stay live in the CPU between exits because vCPU `n` never
-//! leaves physical CPU `n`; only the general-purpose registers, PC and PSTATE
-//! travel through [`GuestRegs`].
-//!
-//! Interrupts: the virtual GIC (`vgic`) is folded and refilled right before
-//! an entry whenever the exit could have changed what the list registers
-//! should hold (see `prepare_entry`), and folded before a GIC register
-//! access; what an exit made deliverable to another vCPU is signalled with a
-//! physical kick SGI to its CPU once the vgic lock is dropped. Physical
-//! interrupts taken while the guest runs are IRQ exits (`HCR_EL2.IMO`): the
-//! kick SGI and the maintenance interrupt only need the exit (the refill
-//! follows), the PPI of either EL1 timer (virtual, physical) raises that
-//! timer's vgic line and stays active at the host GIC (only its priority is
-//! dropped) until the guest deactivates it through the hardware list
-//! register that carries it (the guest's `CNTV_CTL_EL0`/`CNTP_CTL_EL0` are
-//! never touched; the lines are re-sampled from them before each entry, and
-//! the hypervisor deactivates a PPI the guest will not; see
-//! `crate::devices::timer`), and the console UART's interrupt moves the
-//! received bytes into the emulated PL011.
-//! The host GIC is reached through `gic` only (a GICv3 or a GICv2 behind
-//! one interface, the list registers behind `gic::HostListRegisters`), so
-//! this run loop is the same for both; GIC register accesses name the
-//! accessing vCPU, which a GICv2's banked distributor needs.
-//!
-//! WFI and WFE are not trapped (`HCR_EL2.TWI`/`TWE` clear): the CPU halts in
-//! the guest until a physical interrupt (a kick, a timer, the UART)
-//! or a pending virtual interrupt wakes it. Each vCPU owns its CPU, so halting
-//! the CPU is exactly what a waiting vCPU should do, with no exit and no
-//! wake-up path to get wrong.
-//!
-//! Stage-2 faults map guest RAM read-write on data accesses and add execute
-//! permission on the first instruction fetch (as KVM does), so instruction
-//! cache maintenance covers only executed memory; in a slot that logs dirty
-//! pages they map 4 KiB pages, reads read-only, and a write marks its page
-//! (`stage2::fault`, `runtime::dirty_log`). Without FEAT_S2FWB the
-//! guest's set/way cache maintenance is trapped (`HCR_EL2.TSW`) and turned
-//! into flushes of guest memory by address, and while set/way is tracked the
-//! virtual-memory control registers are trapped (`HCR_EL2.TVM`) so that the
-//! guest turning its caches off or on flushes again (`cache_maint`).
-
+//! The machine side of a vCPU: [`El2Vcpu`] implements
+//! `runtime::vcpu::VcpuMachine` at EL2 (the guest's EL1 registers, the
+//! EL2 registers the exit handling writes, the host GIC's CPU interface and
+//! list registers, the guest entry through `boot::exceptions`), and
+//! [`Vcpu`] is the portable vCPU (`runtime::vcpu`: run loop and exit
+//! handling) on it.
 //!
 //! # Files
 //!
-//! This file holds the vCPU's state and its register context; the rest is by
-//! concern, each a thin machine-side half of a pure decision in `crate::exit`:
-//! `load` (EL2 configuration and EL1 reset when the vCPU starts), `run_loop`
-//! (entry, exit dispatch), `state` (a vCPU's whole state captured and
-//! restored for a live migration), `vector_regs` (the FP/SIMD, SVE and SME
-//! register files: stored, loaded, reset), `interrupts` (list registers, timers, kicks, the
-//! host's interrupts), `aborts` (stage-2 data and instruction aborts, fault
-//! in), `device_access` (the registers
-//! and lines of `runtime::device_access`), `guest_call`
-//! (the calling vCPU's registers for `runtime::guest_call`),
-//! `sysreg_access` (trapped system registers, set/way and virtual-memory
-//! control register traps), `injection` (exceptions delivered
-//! to the guest). Every handler returns `Result<Flow, StopReason>` (or
-//! `Result<(), StopReason>`); nothing here stops the VM: [`Vcpu::run`]
-//! returns the reason and `arch::run` acts on it.
+//! This file holds the trait's implementation; `load` (the EL2
+//! configuration and EL1 reset when the vCPU starts), `state` (the
+//! registers of a vCPU's state captured and restored for a live migration),
+//! `vector_regs` (the FP/SIMD, SVE and SME register files: stored, loaded,
+//! reset).
 
-mod aborts;
-mod device_access;
-mod guest_call;
-mod injection;
-mod interrupts;
 mod load;
-mod run_loop;
 mod state;
-mod sysreg_access;
 mod vector_regs;
 pub use vector_regs::{measure_lengths, vector_lengths};
 
-use crate::arch::boot::exceptions::GuestRegs;
+use crate::arch::boot::exceptions::{ExitKind, GuestRegs, enter_guest};
+use crate::arch::control_target;
+use crate::arch::cpu::sysreg;
 use crate::arch::drivers::gic;
-use crate::arch::hardware::Vm;
-use crate::devices::timer::TimerForward;
-use crate::devices::vgic::VcpuSet;
-use crate::exit::aarch32;
-use crate::exit::esr::{fault_ipa, trapped_instruction_len};
+use crate::arch::hardware::{El2, Vm};
+use crate::arch::host_console;
+use crate::arch::monitor_target;
+use crate::devices::timer::PhysicalTimerReg;
 use crate::exit::flow::StopReason;
-use crate::runtime::collector_handles::CollectorHandles;
-use crate::stage2::cache_maint::SetWayTracker;
-use crate::vm::counters::Counter;
-use crate::vm::event_log::Event;
-use crate::vm::exit_profile::ExitClass;
+use crate::exit::inject::InjectedException;
+use crate::runtime::vcpu::VcpuMachine;
+use crate::stage2::cache_maint::VmReg;
+use crate::vm::vcpu_state::VcpuState;
+use crate::vocabulary::timers::TimerId;
+use crate::{read_sysreg, write_sysreg};
 use crossbeam_epoch::LocalHandle;
-use memslot::VcpuSlotCache;
-use pgtable::{FAULT_CACHE_PAGES, MmuCpu, PageCache};
 
-/// One vCPU, pinned to the physical CPU that runs it.
-pub struct Vcpu {
-    vm: &'static Vm,
-    index: usize,
-    regs: GuestRegs,
-    epoch: LocalHandle,
-    /// Handles on the collectors of the VMs its devices write into (the
-    /// frames it sends), registered once each.
-    collector_handles: CollectorHandles,
-    mmu_cpu: MmuCpu,
-    slot_cache: VcpuSlotCache,
-    page_cache: PageCache,
-    /// This CPU's list registers (none without a GICv3 CPU interface or a
-    /// GICv2 with the virtualization extensions).
-    lrs: Option<gic::HostListRegisters>,
-    /// Forwarding state of each EL1 timer ([`TimerId::index`] order): host
-    /// PPI active, line as last given to the vgic.
-    timers: [TimerForward; 2],
-    /// The guest's `ICC_CTLR_EL1.CBPR` where the hypervisor guards the
-    /// binary point (`VCBPR` itself stays set).
-    guest_cbpr: bool,
-    /// vCPUs to kick once the vgic lock is dropped.
-    kicks: VcpuSet,
-    /// The list registers must be folded and refilled before the next entry.
-    needs_fill: bool,
-    /// `HCR_EL2` as loaded, without the set/way tracking's `TVM`.
-    hcr: u64,
-    /// Set/way tracking (no FWB): whether `HCR_EL2.TVM` is set.
-    set_way: SetWayTracker,
-    /// The class of the exit being handled, for the VM's exit profile.
-    exit_class: ExitClass,
-    /// While a migration throttles its VM: the counter when this vCPU
-    /// last went back to the guest after a hold (0: not throttled).
-    throttle_since: u64,
-}
+/// The CPU a vCPU runs on, at EL2: every register it reaches is this
+/// CPU's own (the vCPU never leaves it).
+pub struct El2Vcpu;
 
-impl Vcpu {
-    /// vCPU `index` of `vm`, to run on the calling CPU.
-    pub fn new(vm: &'static Vm, index: usize) -> Result<Self, StopReason> {
-        let mmu_cpu = match vm.stage2.register() {
-            Ok(cpu) => cpu,
-            Err(e) => return Err(StopReason::Stage2Register(e)),
-        };
-        Ok(Self {
-            vm,
-            index,
-            regs: GuestRegs::default(),
-            epoch: vm.collector.register(),
-            collector_handles: CollectorHandles::new(),
-            mmu_cpu,
-            slot_cache: VcpuSlotCache::new(),
-            page_cache: PageCache::with_capacity(FAULT_CACHE_PAGES),
-            // This vCPU lives on the calling CPU, whose list registers these are.
-            lrs: gic::list_registers(vm.gic_sysregs),
-            timers: [TimerForward::new(); 2],
-            guest_cbpr: false,
-            kicks: VcpuSet::EMPTY,
-            needs_fill: true,
-            hcr: crate::sysreg_values::HCR_EL2_GUEST,
-            set_way: SetWayTracker::new(),
-            exit_class: ExitClass::Other,
-            throttle_since: 0,
-        })
+/// A vCPU on this machine.
+pub type Vcpu = crate::runtime::vcpu::Vcpu<El2Vcpu>;
+
+impl VcpuMachine for El2Vcpu {
+    type Hw = El2;
+    type ListRegisters = gic::HostListRegisters;
+    type Acknowledged = gic::Acknowledged;
+
+    fn list_registers(&self, vm: &Vm) -> Option<gic::HostListRegisters> {
+        gic::list_registers(vm.gic_sysregs)
     }
 
-    /// Adds one to the VM's `counter`.
-    fn bump(&self, counter: Counter) {
-        self.vm.counters.bump(counter);
+    fn load(&mut self, vm: &Vm, index: usize, hcr: u64, lrs: Option<&gic::HostListRegisters>) {
+        load::load_registers(vm, index, hcr, lrs);
     }
 
-    /// The guest's general-purpose register `r` (31: the zero register).
-    fn reg(&self, r: u8) -> u64 {
-        if r == 31 { 0 } else { self.regs.x[r as usize] }
+    fn guards_binary_point(&self, lrs: &gic::HostListRegisters) -> bool {
+        matches!(lrs, gic::HostListRegisters::V3(_)) && gic::guards_binary_point()
     }
 
-    /// Sets the guest's general-purpose register `r` (31: discarded).
-    fn set_reg(&mut self, r: u8, value: u64) {
-        if r != 31 {
-            self.regs.x[r as usize] = value;
+    fn migrates_cpu_interface(&self, lrs: Option<&gic::HostListRegisters>) -> bool {
+        matches!(lrs, Some(gic::HostListRegisters::V3(_)))
+    }
+
+    fn capture_registers(&self, vm: &Vm, lrs: Option<&gic::HostListRegisters>) -> VcpuState {
+        state::capture_registers(vm, lrs)
+    }
+
+    fn restore_registers(
+        &mut self,
+        vm: &Vm,
+        index: usize,
+        lrs: Option<&gic::HostListRegisters>,
+        state: &VcpuState,
+    ) -> Result<(), StopReason> {
+        state::restore_registers(vm, index, lrs, state)
+    }
+
+    unsafe fn enter(&mut self, regs: &mut GuestRegs) -> ExitKind {
+        // SAFETY: the caller's contract: `load` set this CPU's stage-2
+        // translation and traps for the vCPU's VM, and the vectors are
+        // installed at boot.
+        unsafe { enter_guest(regs) }
+    }
+
+    fn write_hcr(&mut self, value: u64) {
+        // SAFETY: the configuration `load` wrote, with or without the trap
+        // of the guest's virtual-memory control registers; the guest is not
+        // running (the write takes effect by the ERET).
+        unsafe { write_sysreg!(hcr_el2, value) };
+    }
+
+    fn vbar_el1(&self) -> u64 {
+        read_sysreg!(vbar_el1)
+    }
+
+    fn sctlr_el1(&self) -> u64 {
+        read_sysreg!(sctlr_el1)
+    }
+
+    fn deliver_exception(&mut self, exception: &InjectedException) {
+        // SAFETY: the EL1 exception registers belong to the guest running on
+        // this CPU; writing them is how the exception is delivered.
+        unsafe {
+            write_sysreg!(esr_el1, exception.esr);
+            if let Some(far) = exception.far {
+                write_sysreg!(far_el1, far);
+            }
+            write_sysreg!(elr_el1, exception.elr);
+            write_sysreg!(spsr_el1, exception.spsr);
         }
     }
 
-    /// The IPA of the abort being handled (`HPFAR_EL2` and `FAR_EL2`).
-    fn ipa(&self) -> u64 {
-        fault_ipa(self.regs.hpfar, self.regs.far)
-    }
-
-    /// Logs a line about a guest-driven event through the VM's rate limit.
-    fn log_event(&self, event: Event, level: log::Level, args: core::fmt::Arguments<'_>) {
-        self.vm.log_event(self.index, event, level, args);
-    }
-
-    /// Steps the guest over the instruction that trapped (2 or 4 bytes, from
-    /// `ESR_EL2.IL`: a guest's AArch32 T32 code has 16-bit instructions); in
-    /// AArch32 the PC stays 32 bits wide and an IT block advances.
-    fn skip_trapped_instruction(&mut self) {
-        let pc = self.regs.pc + trapped_instruction_len(self.regs.esr);
-        if aarch32::is_aarch32(self.regs.pstate) {
-            self.regs.pc = pc & u64::from(u32::MAX);
-            self.regs.pstate = aarch32::it_advance(self.regs.pstate);
-        } else {
-            self.regs.pc = pc;
+    fn write_vm_reg(&mut self, reg: VmReg, value: u64) {
+        // SAFETY: these EL1 registers belong to the guest running on this
+        // CPU; the trap only delayed the guest's own write, done here.
+        unsafe {
+            match reg {
+                VmReg::Sctlr => write_sysreg!(sctlr_el1, value),
+                VmReg::Ttbr0 => write_sysreg!(ttbr0_el1, value),
+                VmReg::Ttbr1 => write_sysreg!(ttbr1_el1, value),
+                VmReg::Tcr => write_sysreg!(tcr_el1, value),
+                VmReg::Esr => write_sysreg!(esr_el1, value),
+                VmReg::Far => write_sysreg!(far_el1, value),
+                VmReg::Afsr0 => write_sysreg!(afsr0_el1, value),
+                VmReg::Afsr1 => write_sysreg!(afsr1_el1, value),
+                VmReg::Mair => write_sysreg!(mair_el1, value),
+                VmReg::Amair => write_sysreg!(amair_el1, value),
+                VmReg::Contextidr => write_sysreg!(contextidr_el1, value),
+            }
         }
+    }
+
+    fn id_register(&self, crm: u8, op2: u8) -> Option<u64> {
+        sysreg::read_id_register(crm, op2)
+    }
+
+    fn timer_ctl(&self, timer: TimerId) -> u64 {
+        match timer {
+            TimerId::Virtual => read_sysreg!(cntv_ctl_el0),
+            TimerId::Physical => read_sysreg!(cntp_ctl_el0),
+        }
+    }
+
+    fn physical_timer_read(&self, reg: PhysicalTimerReg) -> u64 {
+        match reg {
+            PhysicalTimerReg::Tval => read_sysreg!(cntp_tval_el0),
+            PhysicalTimerReg::Ctl => read_sysreg!(cntp_ctl_el0),
+            PhysicalTimerReg::Cval => read_sysreg!(cntp_cval_el0),
+        }
+    }
+
+    fn physical_timer_write(&mut self, reg: PhysicalTimerReg, value: u64) {
+        // SAFETY: the EL1 physical timer belongs to the guest running on
+        // this CPU; the trap only delayed the guest's own write, done here.
+        // Its interrupt reaches the guest through the vgic only.
+        unsafe {
+            match reg {
+                PhysicalTimerReg::Tval => write_sysreg!(cntp_tval_el0, value),
+                PhysicalTimerReg::Ctl => write_sysreg!(cntp_ctl_el0, value),
+                PhysicalTimerReg::Cval => write_sysreg!(cntp_cval_el0, value),
+            }
+            core::arch::asm!("isb", options(nomem, nostack));
+        }
+    }
+
+    fn stop_guest_timers(&mut self) {
+        // SAFETY: turning the guest's timers off only stops their
+        // interrupts; the guest does not run on this CPU until its next
+        // load, which resets them.
+        unsafe {
+            write_sysreg!(cntv_ctl_el0, 0);
+            write_sysreg!(cntp_ctl_el0, 0);
+        }
+    }
+
+    fn ich_vtr(&self) -> u64 {
+        read_sysreg!(ich_vtr_el2)
+    }
+
+    fn ich_vmcr(&self) -> u64 {
+        read_sysreg!(ich_vmcr_el2)
+    }
+
+    fn write_ich_vmcr(&mut self, value: u64) {
+        // SAFETY: ICH_VMCR_EL2 holds this guest's view of its virtual CPU
+        // interface, which the trapped access changes.
+        unsafe { write_sysreg!(ich_vmcr_el2, value) };
+    }
+
+    fn active_priorities(&self) -> ([u32; 4], usize) {
+        let state = state::read_cpu_interface();
+        let aprs = core::array::from_fn(|n| (state.ap0r[n] | state.ap1r[n]) as u32);
+        (aprs, state.apr_count)
+    }
+
+    fn gic_is_up(&self) -> bool {
+        gic::is_up()
+    }
+
+    fn maintenance_intid(&self) -> u32 {
+        gic::maintenance_intid()
+    }
+
+    fn timer_intids(&self) -> [u32; 2] {
+        gic::timer_intids()
+    }
+
+    fn acknowledge(&mut self) -> (u32, gic::Acknowledged) {
+        let ack = gic::acknowledge();
+        (ack.intid, ack)
+    }
+
+    fn end_of_interrupt(&mut self, ack: gic::Acknowledged) {
+        gic::end_of_interrupt(ack);
+    }
+
+    fn drop_priority(&mut self, ack: gic::Acknowledged) {
+        gic::drop_priority(ack);
+    }
+
+    fn clear_ppi_active(&mut self, intid: u32) {
+        gic::clear_ppi_active(intid);
+    }
+
+    fn deactivate_timer(&mut self, timer: TimerId) {
+        gic::deactivate_timer(timer);
+    }
+
+    fn set_timer_masked(&mut self, timer: TimerId, masked: bool) {
+        gic::set_timer_masked(timer, masked);
+    }
+
+    fn set_ppi_enabled(&mut self, intid: u32, enabled: bool) {
+        gic::set_ppi_enabled(intid, enabled);
+    }
+
+    fn console_input(&mut self) {
+        monitor_target::host_input();
+    }
+
+    fn is_console_poll_timer(&self, intid: u32) -> bool {
+        host_console::is_poll_timer(intid)
+    }
+
+    fn console_poll_tick(&mut self) {
+        monitor_target::poll_tick();
+    }
+
+    fn control_call(&mut self, vm: &'static Vm, epoch: &LocalHandle, regs: &[u64; 8]) -> [u64; 4] {
+        control_target::handle_call(vm, epoch, regs)
     }
 }

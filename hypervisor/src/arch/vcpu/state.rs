@@ -3,14 +3,15 @@
 //! Both run on the vCPU's own CPU, where the state is live: the capture
 //! while the vCPU is parked for a pause (its list registers first unloaded
 //! into the vgic model, which travels separately), the restore right after
-//! [`Vcpu::load`](super::Vcpu) reset the CPU for a start.
+//! the load reset the CPU for a start. What is not in the CPU (the
+//! general-purpose registers, the guest's `CBPR`) `runtime::vcpu` adds.
 
-use super::Vcpu;
 use super::vector_regs::{self, vector_lengths};
 use crate::arch::cpu::features::local_features;
 use crate::arch::cpu::memory_tagging;
 use crate::arch::drivers::gic::HostListRegisters;
-use crate::exit::flow::{ListRegisterOp, StopReason};
+use crate::arch::hardware::Vm;
+use crate::exit::flow::StopReason;
 use crate::vm::vcpu_state::{CpuInterfaceState, EL1_SYSREGS, SmeState, TimerState, VcpuState};
 use crate::{read_sysreg, write_sysreg};
 
@@ -137,115 +138,112 @@ unsafe fn write_cpu_interface(state: &CpuInterfaceState) {
     }
 }
 
-impl Vcpu {
-    /// Captures this parked vCPU's whole state: its list registers go back
-    /// into the vgic model first (they are refilled when it runs again).
-    pub(super) fn capture_state(&mut self) -> Result<VcpuState, StopReason> {
-        self.unload(ListRegisterOp::Unload)?;
-        self.needs_fill = true;
-        let mut state = VcpuState {
-            x: self.regs.x,
-            pc: self.regs.pc,
-            pstate: self.regs.pstate,
-            sysregs: read_el1(),
-            ..VcpuState::default()
-        };
-        let (fpcr, fpsr) = vector_regs::read_fpcr_fpsr();
-        state.fpcr = fpcr;
-        state.fpsr = fpsr;
-        state.timers = TimerState {
-            vctl: read_sysreg!(cntv_ctl_el0),
-            vcval: read_sysreg!(cntv_cval_el0),
-            pctl: read_sysreg!(cntp_ctl_el0),
-            pcval: read_sysreg!(cntp_cval_el0),
-        };
-        if matches!(self.lrs, Some(HostListRegisters::V3(_))) {
-            state.cpu_interface = read_cpu_interface();
-            state.cpu_interface.guest_cbpr = self.guest_cbpr;
-        }
-        if self.vm.mte {
-            state.tags = Some(memory_tagging::read_tag_registers());
-        }
-        let lengths = vector_lengths();
-        if let Some(svl) = lengths.sme {
-            state.sme = Some(vector_regs::read_sme(svl));
-        }
-        // In streaming mode the `z` registers are the streaming ones (their
-        // low bits the `q` registers), and `q` must not be stored directly.
-        match (&state.sme, lengths.sve) {
-            (Some(sme), _) if sme.streaming() => {
-                let sve = vector_regs::read_streaming(sme.svl);
-                for (n, q) in state.fp.iter_mut().enumerate() {
-                    *q = sve.q(n);
-                }
-                state.sve = Some(sve);
-            }
-            (_, vl) => {
-                vector_regs::read_q(&mut state.fp);
-                state.sve = vl.map(vector_regs::read_sve);
-            }
-        }
-        Ok(state)
+/// The state of a parked vCPU of `vm` that lives in this CPU (its EL1
+/// registers, timers, FP/SIMD, SVE and SME registers, tag registers, and
+/// with GICv3 list registers `lrs` its virtual CPU interface); the
+/// general-purpose registers and the list registers are the caller's.
+pub(super) fn capture_registers(vm: &Vm, lrs: Option<&HostListRegisters>) -> VcpuState {
+    let mut state = VcpuState {
+        sysregs: read_el1(),
+        ..VcpuState::default()
+    };
+    let (fpcr, fpsr) = vector_regs::read_fpcr_fpsr();
+    state.fpcr = fpcr;
+    state.fpsr = fpsr;
+    state.timers = TimerState {
+        vctl: read_sysreg!(cntv_ctl_el0),
+        vcval: read_sysreg!(cntv_cval_el0),
+        pctl: read_sysreg!(cntp_ctl_el0),
+        pcval: read_sysreg!(cntp_cval_el0),
+    };
+    if matches!(lrs, Some(HostListRegisters::V3(_))) {
+        state.cpu_interface = read_cpu_interface();
     }
+    if vm.mte {
+        state.tags = Some(memory_tagging::read_tag_registers());
+    }
+    let lengths = vector_lengths();
+    if let Some(svl) = lengths.sme {
+        state.sme = Some(vector_regs::read_sme(svl));
+    }
+    // In streaming mode the `z` registers are the streaming ones (their
+    // low bits the `q` registers), and `q` must not be stored directly.
+    match (&state.sme, lengths.sve) {
+        (Some(sme), _) if sme.streaming() => {
+            let sve = vector_regs::read_streaming(sme.svl);
+            for (n, q) in state.fp.iter_mut().enumerate() {
+                *q = sve.q(n);
+            }
+            state.sve = Some(sve);
+        }
+        (_, vl) => {
+            vector_regs::read_q(&mut state.fp);
+            state.sve = vl.map(vector_regs::read_sve);
+        }
+    }
+    state
+}
 
-    /// Restores `state` after `load` reset this CPU for the vCPU's start
-    /// (streaming mode and ZA off, every vector register zero). Vector state
-    /// is restored only at the lengths it was captured at: `runtime::live_migration`
-    /// compared them with the migrating CPU's, and a CPU of the destination
-    /// that differs stops the VM rather than drop the registers.
-    pub(super) fn restore_state(&mut self, state: &VcpuState) -> Result<(), StopReason> {
-        let features = local_features();
-        state
-            .check(self.index, vector_lengths())
-            .map_err(StopReason::MigratedVectorLength)?;
-        let streaming = state.sme.as_ref().is_some_and(SmeState::streaming);
-        // SAFETY: called from `load`, before the first entry: no guest runs
-        // here, and every value is the migrated guest's own. `check` found
-        // the captured vector lengths here (SME state with live bits only
-        // where the CPU has SME).
-        unsafe {
-            write_el1(&state.sysregs);
-            // The mode first: entering it zeroes the registers loaded next.
-            if let Some(sme) = &state.sme
-                && features.sme
-            {
-                vector_regs::enter_mode(sme.svcr);
-            }
-            if !streaming {
-                vector_regs::write_q(&state.fp);
-            }
-            // The `z` registers hold the `q` registers in their low bits:
-            // loaded after them, they keep the bits above.
-            if let Some(sve) = &state.sve {
-                vector_regs::write_sve(sve);
-            }
-            vector_regs::write_fpcr_fpsr(state.fpcr, state.fpsr);
-            if let Some(sme) = &state.sme
-                && features.sme
-            {
-                vector_regs::write_sme(sme);
-            }
-            write_sysreg!(cntv_cval_el0, state.timers.vcval);
-            write_sysreg!(cntv_ctl_el0, state.timers.vctl);
-            write_sysreg!(cntp_cval_el0, state.timers.pcval);
-            write_sysreg!(cntp_ctl_el0, state.timers.pctl);
-            if matches!(self.lrs, Some(HostListRegisters::V3(_))) {
-                write_cpu_interface(&state.cpu_interface);
-                self.guest_cbpr = state.cpu_interface.guest_cbpr;
-            }
-            // Both VMs have memory tagging (`live_migration::request`), so
-            // this CPU has the registers.
-            if let Some(tags) = &state.tags
-                && self.vm.mte
-            {
-                memory_tagging::write_tag_registers(tags);
-            }
-            core::arch::asm!("isb", options(nostack, preserves_flags));
+/// Restores the part of `state` that lives in this CPU (as
+/// [`capture_registers`] took it) for vCPU `index` of `vm`, after
+/// [`load_registers`](super::load::load_registers) reset this CPU for its
+/// start (streaming mode and ZA off, every vector register zero). Vector
+/// state is restored only at the lengths it was captured at:
+/// `runtime::live_migration` compared them with the migrating CPU's, and a
+/// CPU of the destination that differs stops the VM rather than drop the
+/// registers.
+pub(super) fn restore_registers(
+    vm: &Vm,
+    index: usize,
+    lrs: Option<&HostListRegisters>,
+    state: &VcpuState,
+) -> Result<(), StopReason> {
+    let features = local_features();
+    state
+        .check(index, vector_lengths())
+        .map_err(StopReason::MigratedVectorLength)?;
+    let streaming = state.sme.as_ref().is_some_and(SmeState::streaming);
+    // SAFETY: called from `load`, before the first entry: no guest runs
+    // here, and every value is the migrated guest's own. `check` found
+    // the captured vector lengths here (SME state with live bits only
+    // where the CPU has SME).
+    unsafe {
+        write_el1(&state.sysregs);
+        // The mode first: entering it zeroes the registers loaded next.
+        if let Some(sme) = &state.sme
+            && features.sme
+        {
+            vector_regs::enter_mode(sme.svcr);
         }
-        self.regs.x = state.x;
-        self.regs.pc = state.pc;
-        self.regs.pstate = state.pstate;
-        self.needs_fill = true;
-        Ok(())
+        if !streaming {
+            vector_regs::write_q(&state.fp);
+        }
+        // The `z` registers hold the `q` registers in their low bits:
+        // loaded after them, they keep the bits above.
+        if let Some(sve) = &state.sve {
+            vector_regs::write_sve(sve);
+        }
+        vector_regs::write_fpcr_fpsr(state.fpcr, state.fpsr);
+        if let Some(sme) = &state.sme
+            && features.sme
+        {
+            vector_regs::write_sme(sme);
+        }
+        write_sysreg!(cntv_cval_el0, state.timers.vcval);
+        write_sysreg!(cntv_ctl_el0, state.timers.vctl);
+        write_sysreg!(cntp_cval_el0, state.timers.pcval);
+        write_sysreg!(cntp_ctl_el0, state.timers.pctl);
+        if matches!(lrs, Some(HostListRegisters::V3(_))) {
+            write_cpu_interface(&state.cpu_interface);
+        }
+        // Both VMs have memory tagging (`live_migration::request`), so
+        // this CPU has the registers.
+        if let Some(tags) = &state.tags
+            && vm.mte
+        {
+            memory_tagging::write_tag_registers(tags);
+        }
+        core::arch::asm!("isb", options(nostack, preserves_flags));
     }
+    Ok(())
 }

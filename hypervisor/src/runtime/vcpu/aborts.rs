@@ -1,23 +1,22 @@
 //! Stage-2 aborts: `crate::exit::data_abort` and
 //! `crate::exit::instruction_abort` route them; guest RAM is faulted in here.
 
-use super::Vcpu;
-use crate::arch::cpu::sysreg;
-use crate::arch::hardware::Vm;
-use crate::arch::stage2::FrameMemory;
+use super::{Vcpu, VcpuMachine};
 use crate::exit::data_abort::{self, DataAbortRoute};
 use crate::exit::esr::{DataAbort, FaultKind, InstructionAbort};
 use crate::exit::flow::{Flow, StopReason};
 use crate::exit::inject::InjectKind;
 use crate::exit::instruction_abort::{self, InstructionAbortRoute};
 use crate::exit::ram_fault::{self, GuestRamFault};
+use crate::runtime::Hardware;
+use crate::runtime::vm_instance::Vm;
 use crate::stage2::fault::{Access, SlotView};
 use crate::vm::counters::Counter;
 use crossbeam_epoch::LocalHandle;
 use memslot::VcpuSlotCache;
 use pgtable::FaultTicket;
 
-impl Vcpu {
+impl<M: VcpuMachine> Vcpu<M> {
     /// A stage-2 data abort, routed by `exit::data_abort`.
     pub(super) fn data_abort(&mut self, abort: DataAbort) -> Result<Flow, StopReason> {
         let ipa = self.ipa();
@@ -88,7 +87,7 @@ impl Vcpu {
     /// otherwise the guest retries. While the slot logs dirty pages, faults
     /// map pages only, reads map read-only and a write marks its page dirty
     /// inside the same read-side section (`exit::ram_fault`).
-    pub(super) fn fault_in(
+    fn fault_in(
         &mut self,
         ticket: FaultTicket,
         slot: SlotView,
@@ -108,10 +107,10 @@ impl Vcpu {
             },
             &vm.stage2,
             &self.mmu_cpu,
-            &FrameMemory::TABLES,
+            &vm.hw.table_memory(),
             &mut self.page_cache,
             &vm.tlb,
-            (&vm.ram_zeroing, |addr, len| sysreg::zero_memory(addr, len)),
+            (&vm.ram_zeroing, |addr, len| vm.hw.zero_memory(addr, len)),
             |ipa| mark_dirty(vm, epoch, slot_cache, ipa),
         )?;
         resolved.counters().for_each(|counter| self.bump(counter));
@@ -121,7 +120,7 @@ impl Vcpu {
 
 /// Marks the page of `ipa` dirty in its slot's log (called inside the
 /// read-side section that made it writable), counting new marks.
-fn mark_dirty(vm: &Vm, epoch: &LocalHandle, cache: &mut VcpuSlotCache, ipa: u64) {
+fn mark_dirty<H: Hardware>(vm: &Vm<H>, epoch: &LocalHandle, cache: &mut VcpuSlotCache, ipa: u64) {
     if vm.mark_dirty(epoch, ipa, cache) {
         vm.counters.bump(Counter::DirtyPagesMarked);
     }

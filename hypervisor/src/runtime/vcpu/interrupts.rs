@@ -3,31 +3,18 @@
 //! and the host interrupts taken while the guest ran (or while the vCPU is
 //! off).
 
-use super::Vcpu;
-use crate::arch::drivers::gic;
-use crate::arch::host_console;
-use crate::arch::monitor_target;
-use crate::control::abi::registers::ParkedRegisters;
+use super::{Vcpu, VcpuMachine};
 use crate::devices::timer::timer_line;
 use crate::devices::vgic::VcpuSet;
 use crate::drivers::gic::HostIrq;
 use crate::exit::flow::{ListRegisterOp, StopReason};
-use crate::read_sysreg;
+use crate::runtime::Hardware;
 use crate::runtime::passed_devices;
 use crate::vm::exit_profile::{ExitClass, Work};
 use crate::vm::run_state::Requested;
 use crate::vocabulary::timers::TimerId;
 
-/// The guest's `CNTV_CTL_EL0` or `CNTP_CTL_EL0` (live in this CPU: the
-/// vCPU never leaves it).
-fn timer_ctl(timer: TimerId) -> u64 {
-    match timer {
-        TimerId::Virtual => read_sysreg!(cntv_ctl_el0),
-        TimerId::Physical => read_sysreg!(cntp_ctl_el0),
-    }
-}
-
-impl Vcpu {
+impl<M: VcpuMachine> Vcpu<M> {
     /// Before an entry: re-samples the timer lines that need it (the vgic
     /// hears of a line only when it moved; a low line with its PPI unmasked
     /// needs no sampling, `TimerForward::needs_sample`), refills the list registers when something
@@ -41,7 +28,7 @@ impl Vcpu {
     /// (acknowledge, EOI) is folded back at the next fill, a level interrupt's
     /// EOI raises the maintenance interrupt, and another vCPU that pends
     /// something here kicks this CPU.
-    pub(super) fn prepare_entry(&mut self) -> Result<(), StopReason> {
+    pub(crate) fn prepare_entry(&mut self) -> Result<(), StopReason> {
         if self.lrs.is_none() {
             return Ok(());
         }
@@ -49,7 +36,7 @@ impl Vcpu {
             if !self.timers[timer.index()].needs_sample() {
                 continue;
             }
-            let line = timer_line(timer_ctl(timer));
+            let line = timer_line(self.machine.timer_ctl(timer));
             if let Some(level) = self.timers[timer.index()].sample(line) {
                 self.set_timer_line(timer, level)?;
                 // The refill settles whether its host PPI, if active, is
@@ -80,7 +67,7 @@ impl Vcpu {
             for timer in TimerId::ALL {
                 let done = completed & (1 << timer.guest_intid()) != 0;
                 if self.timers[timer.index()].after_fill(done, idle[timer.index()]) {
-                    gic::deactivate_timer(timer);
+                    self.machine.deactivate_timer(timer);
                 }
             }
         }
@@ -150,7 +137,7 @@ impl Vcpu {
 
     /// Kicks every CPU whose vCPU has something new (not this one: it
     /// refills before its next entry anyway).
-    pub(super) fn send_kicks(&mut self) {
+    pub(crate) fn send_kicks(&mut self) {
         let kicks = core::mem::take(&mut self.kicks).without(self.index);
         for vcpu in kicks.iter() {
             self.vm.kick(vcpu);
@@ -187,7 +174,7 @@ impl Vcpu {
     /// active until the next load), so that waiting for a wake-up does not
     /// end at once.
     pub fn handle_interrupts_while_off(&mut self) -> Result<(), StopReason> {
-        if gic::is_up() {
+        if self.machine.gic_is_up() {
             self.host_interrupts(true)?;
         }
         Ok(())
@@ -204,12 +191,12 @@ impl Vcpu {
     /// timer's PPI only has its priority dropped (see `crate::devices::timer`);
     /// every other interrupt is finished (dropped and deactivated).
     pub(super) fn host_interrupts(&mut self, drain: bool) -> Result<(), StopReason> {
-        let maintenance = gic::maintenance_intid();
-        let timers = gic::timer_intids();
+        let maintenance = self.machine.maintenance_intid();
+        let timers = self.machine.timer_intids();
         let uart = self.vm.host_uart_intid;
         loop {
-            let ack = gic::acknowledge();
-            let irq = HostIrq::classify(ack.intid, maintenance, timers, uart);
+            let (intid, ack) = self.machine.acknowledge();
+            let irq = HostIrq::classify(intid, maintenance, timers, uart);
             if self.exit_class == ExitClass::IrqOther {
                 let passed = matches!(irq, HostIrq::Unexpected(intid) if passed_devices::owns(self.vm, intid));
                 self.exit_class = ExitClass::of_host_irq(irq, passed);
@@ -217,13 +204,13 @@ impl Vcpu {
             match irq {
                 HostIrq::Spurious => return Ok(()),
                 HostIrq::Maintenance => {
-                    gic::end_of_interrupt(ack);
+                    self.machine.end_of_interrupt(ack);
                     return Ok(());
                 }
                 // The refill before the next entry is all it needs.
                 HostIrq::Kick => {}
                 HostIrq::Timer(timer) => {
-                    gic::drop_priority(ack);
+                    self.machine.drop_priority(ack);
                     if self.timers[timer.index()].fired() {
                         self.set_timer_line(timer, true)?;
                     }
@@ -232,11 +219,11 @@ impl Vcpu {
                     }
                     continue;
                 }
-                HostIrq::UartReceive => monitor_target::host_input(),
+                HostIrq::UartReceive => self.machine.console_input(),
                 // A passed device's: left active for the guest to
                 // deactivate (`runtime::passed_devices`).
                 HostIrq::Unexpected(intid) if passed_devices::owns(self.vm, intid) => {
-                    gic::drop_priority(ack);
+                    self.machine.drop_priority(ack);
                     let kicks = passed_devices::deliver(self.vm, intid)?;
                     self.absorb(kicks);
                     if !drain {
@@ -247,7 +234,7 @@ impl Vcpu {
                 // A passed PCIe device's MSI: an LPI has no active state,
                 // the priority drop ends it.
                 HostIrq::Lpi(intid) => {
-                    gic::drop_priority(ack);
+                    self.machine.drop_priority(ack);
                     let kicks = passed_devices::deliver_lpi(self.vm, intid, &self.epoch);
                     self.absorb(kicks);
                     if !drain {
@@ -255,8 +242,8 @@ impl Vcpu {
                     }
                     continue;
                 }
-                HostIrq::Unexpected(intid) if host_console::is_poll_timer(intid) => {
-                    monitor_target::poll_tick();
+                HostIrq::Unexpected(intid) if self.machine.is_console_poll_timer(intid) => {
+                    self.machine.console_poll_tick();
                 }
                 HostIrq::Unexpected(other) => log::warn!(
                     "vm{} vcpu{}: unexpected host interrupt {other}",
@@ -264,7 +251,7 @@ impl Vcpu {
                     self.index
                 ),
             }
-            gic::end_of_interrupt(ack);
+            self.machine.end_of_interrupt(ack);
             if !drain {
                 return Ok(());
             }
@@ -283,14 +270,10 @@ impl Vcpu {
             Requested::StopRequested => return Err(StopReason::StopRequested),
             Requested::Paused => {}
         }
-        let maintenance = gic::maintenance_intid();
-        gic::set_ppi_enabled(maintenance, false);
+        let maintenance = self.machine.maintenance_intid();
+        self.machine.set_ppi_enabled(maintenance, false);
         // Registers the control interface may read and write while paused.
-        *self.vm.parked[self.index].lock() = Some(ParkedRegisters {
-            x: self.regs.x,
-            pc: self.regs.pc,
-            pstate: self.regs.pstate,
-        });
+        *self.vm.parked[self.index].lock() = Some(self.regs.parked());
         let result = loop {
             if let Err(reason) = self.handle_interrupts_while_off() {
                 break Err(reason);
@@ -316,43 +299,37 @@ impl Vcpu {
             match self.vm.run_state.get() {
                 Requested::Running => break Ok(()),
                 Requested::StopRequested => break Err(StopReason::StopRequested),
-                Requested::Paused => gic::wait_for_wakeup(),
+                Requested::Paused => self.vm.hw.wait_for_wakeup(),
             }
         };
         if let Some(parked) = self.vm.parked[self.index].lock().take() {
-            self.regs.x = parked.x;
-            self.regs.pc = parked.pc;
-            self.regs.pstate = parked.pstate;
+            self.regs.unpark(&parked);
         }
-        gic::set_ppi_enabled(maintenance, true);
+        self.machine.set_ppi_enabled(maintenance, true);
         self.needs_fill = true;
         result
     }
 
-    /// Before the vCPU halts while its VM ends or restarts (`arch::run`):
+    /// Before the vCPU halts while its VM ends or restarts (`runtime::vcpu_cycle`):
     /// the guest's timers off and their interrupts masked and inactive, the
     /// maintenance interrupt disabled, so nothing of the guest interrupts
     /// this CPU any more; the next `CPU_ON` loads everything again.
     pub fn quiesce_for_halt(&mut self) {
-        // SAFETY: turning the guest's timers off only stops their
-        // interrupts; the guest does not run on this CPU until its next
-        // load, which resets them.
-        unsafe {
-            crate::write_sysreg!(cntv_ctl_el0, 0);
-            crate::write_sysreg!(cntp_ctl_el0, 0);
-        }
+        self.machine.stop_guest_timers();
         for timer in TimerId::ALL {
-            gic::set_timer_masked(timer, true);
-            gic::deactivate_timer(timer);
+            self.machine.set_timer_masked(timer, true);
+            self.machine.deactivate_timer(timer);
         }
         self.timers = [crate::devices::timer::TimerForward::new(); 2];
-        gic::set_ppi_enabled(gic::maintenance_intid(), false);
+        let maintenance = self.machine.maintenance_intid();
+        self.machine.set_ppi_enabled(maintenance, false);
     }
 
     /// After a halt, the VM restarted: the maintenance interrupt back on,
     /// the list registers refilled before the next entry.
     pub fn end_halt(&mut self) {
-        gic::set_ppi_enabled(gic::maintenance_intid(), true);
+        let maintenance = self.machine.maintenance_intid();
+        self.machine.set_ppi_enabled(maintenance, true);
         self.needs_fill = true;
     }
 }

@@ -1,43 +1,33 @@
 //! Exceptions delivered to the guest: `crate::exit::inject` computes the
-//! registers, this writes them.
+//! registers, the machine writes them (`VcpuMachine::deliver_exception`).
 
-use super::Vcpu;
+use super::{Vcpu, VcpuMachine};
 use crate::exit::data_abort::AbortCause;
 use crate::exit::esr::ExceptionClass;
 use crate::exit::flow::StopReason;
 use crate::exit::inject::{self, GuestState, InjectKind};
 use crate::vm::counters::Counter;
 use crate::vm::event_log::Event;
-use crate::{read_sysreg, write_sysreg};
 
-impl Vcpu {
+impl<M: VcpuMachine> Vcpu<M> {
     /// Delivers `kind` to the guest as its own hardware would take it to
     /// EL1h: `inject::compute` decides every value from the exit's state, this
-    /// only reads the guest's `VBAR_EL1`/`SCTLR_EL1` and writes the result.
+    /// only reads the guest's `VBAR_EL1`/`SCTLR_EL1` and has the result written.
     pub(super) fn deliver(&mut self, kind: InjectKind) -> Result<(), StopReason> {
         let state = GuestState {
             pstate: self.regs.pstate,
             pc: self.regs.pc,
             far: self.regs.far,
             trap_esr: self.regs.esr,
-            vbar: read_sysreg!(vbar_el1),
-            sctlr: read_sysreg!(sctlr_el1),
+            vbar: self.machine.vbar_el1(),
+            sctlr: self.machine.sctlr_el1(),
             mte: self.vm.mte,
         };
         let exception = match inject::compute(kind, state) {
             Ok(e) => e,
             Err(e) => return Err(StopReason::Inject { kind, pstate: e.0 }),
         };
-        // SAFETY: the EL1 exception registers belong to the guest running on
-        // this CPU; writing them is how the exception is delivered.
-        unsafe {
-            write_sysreg!(esr_el1, exception.esr);
-            if let Some(far) = exception.far {
-                write_sysreg!(far_el1, far);
-            }
-            write_sysreg!(elr_el1, exception.elr);
-            write_sysreg!(spsr_el1, exception.spsr);
-        }
+        self.machine.deliver_exception(&exception);
         self.regs.pc = exception.pc;
         self.regs.pstate = exception.pstate;
         Ok(())

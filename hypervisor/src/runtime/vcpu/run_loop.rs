@@ -3,15 +3,14 @@
 //! or an exit stops the VM.
 //!
 //! Each exit is timed from the guest's exit to its next entry with the
-//! generic timer's physical count and recorded under the class the handlers
-//! named (`vm::exit_profile`): two counter reads and two stores to this
-//! CPU's own profile per exit.
+//! generic timer's physical count (`Hardware::counter_ticks`) and recorded
+//! under the class the handlers named (`vm::exit_profile`): two counter
+//! reads and two stores to this CPU's own profile per exit.
 
-use super::Vcpu;
-use crate::arch::boot::exceptions::{ExitKind, enter_guest};
+use super::{ExitKind, Vcpu, VcpuMachine};
 use crate::exit::flow::{Flow, StopReason, UnexpectedExit};
 use crate::exit::sync_exit::{self, SyncExit};
-use crate::read_sysreg;
+use crate::runtime::Hardware;
 use crate::vm::counters::Counter;
 use crate::vm::exit_profile::ExitClass;
 use crate::vm::migration_plan::{THROTTLE_SLICE_US, throttle_hold_ticks};
@@ -19,7 +18,7 @@ use crate::vm::power::BootRequest;
 use crate::vm::run_state::Requested;
 use core::sync::atomic::Ordering;
 
-impl Vcpu {
+impl<M: VcpuMachine> Vcpu<M> {
     /// Runs the vCPU from `boot` until it turns itself off, the guest
     /// powers the machine off or resets it, or the VM ends or restarts
     /// (the [`Flow`] says which), or
@@ -43,14 +42,15 @@ impl Vcpu {
                 continue;
             }
             let profile = &self.vm.exit_profiles[self.index];
-            let entered = read_sysreg!(cntpct_el0);
+            let entered = self.vm.hw.counter_ticks();
             if let Some(at) = exited {
                 profile.exit(self.exit_class, entered.wrapping_sub(at));
             }
-            // SAFETY: `load` set this CPU's stage-2 translation and traps for
-            // this VM, so the guest reaches only its own memory.
-            let kind = unsafe { enter_guest(&mut self.regs) };
-            let at = read_sysreg!(cntpct_el0);
+            // SAFETY: the load (`VcpuMachine::load`) set this CPU's stage-2
+            // translation and traps for this VM, so the guest reaches only
+            // its own memory.
+            let kind = unsafe { self.machine.enter(&mut self.regs) };
+            let at = self.vm.hw.counter_ticks();
             profile.guest(at.wrapping_sub(entered));
             exited = Some(at);
             self.exit_class = ExitClass::Other;
@@ -76,29 +76,29 @@ impl Vcpu {
             self.throttle_since = 0;
             return;
         }
-        let now = crate::read_sysreg!(cntpct_el0);
+        let now = self.vm.hw.counter_ticks();
         if self.throttle_since == 0 {
             self.throttle_since = now;
             return;
         }
-        let frequency = crate::read_sysreg!(cntfrq_el0);
+        let frequency = self.vm.hw.counter_frequency();
         let ran = now.wrapping_sub(self.throttle_since);
         if u128::from(ran) * 1_000_000 < u128::from(THROTTLE_SLICE_US) * u128::from(frequency) {
             return;
         }
         let until = now.saturating_add(throttle_hold_ticks(percent, ran));
-        while crate::read_sysreg!(cntpct_el0) < until
+        while self.vm.hw.counter_ticks() < until
             && self.vm.migration_throttle.load(Ordering::Acquire) != 0
             && self.vm.run_state.get() == Requested::Running
             && !self.vm.is_stopping()
         {
             core::hint::spin_loop();
         }
-        self.throttle_since = crate::read_sysreg!(cntpct_el0);
+        self.throttle_since = self.vm.hw.counter_ticks();
     }
 
     /// Handles the exit `kind` the guest just took.
-    pub(super) fn handle_exit(&mut self, kind: ExitKind) -> Result<Flow, StopReason> {
+    pub(crate) fn handle_exit(&mut self, kind: ExitKind) -> Result<Flow, StopReason> {
         let unexpected = match kind {
             ExitKind::Sync => return self.handle_sync(),
             ExitKind::Irq => {
@@ -121,7 +121,7 @@ impl Vcpu {
 
     /// Handles a synchronous exit: `exit::sync` names it, the handler for its
     /// kind answers it.
-    pub(super) fn handle_sync(&mut self) -> Result<Flow, StopReason> {
+    fn handle_sync(&mut self) -> Result<Flow, StopReason> {
         let exit =
             sync_exit::classify(self.regs.esr, self.regs.pstate, self.regs.pc, self.regs.far)?;
         if let Some(counter) = exit.counter() {

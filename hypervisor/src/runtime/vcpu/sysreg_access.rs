@@ -2,9 +2,7 @@
 //! cache maintenance and virtual-memory control registers (no FEAT_S2FWB),
 //! SGI generation, ID registers, and the rest by policy.
 
-use super::Vcpu;
-use crate::arch::cpu::sysreg;
-use crate::arch::drivers::gic;
+use super::{Vcpu, VcpuMachine};
 use crate::devices::timer::PhysicalTimerReg;
 use crate::devices::vgic::cpu_interface::{self, CommonRegister, InterfaceShape};
 use crate::devices::vgic::list_regs::Deactivation;
@@ -14,9 +12,8 @@ use crate::exit::sysreg::{self as sysreg_trap, SysRegPolicy, SysRegTrap};
 use crate::stage2::cache_maint::VmReg;
 use crate::vm::counters::Counter;
 use crate::vm::event_log::Event;
-use crate::{read_sysreg, write_sysreg};
 
-impl Vcpu {
+impl<M: VcpuMachine> Vcpu<M> {
     /// A trapped system register access, sorted by `exit::sysreg::classify`.
     pub(super) fn sysreg(&mut self, access: SysRegAccess) -> Result<(), StopReason> {
         let trap = sysreg_trap::classify(&access);
@@ -45,7 +42,7 @@ impl Vcpu {
             SysRegTrap::IdRegister => {
                 if access.read {
                     let r = access.reg;
-                    let Some(host) = sysreg::read_id_register(r.crm, r.op2) else {
+                    let Some(host) = self.machine.id_register(r.crm, r.op2) else {
                         return Err(StopReason::IdRegister(r));
                     };
                     self.set_reg(access.rt, sysreg_trap::guest_id_value(r, host, self.vm.mte));
@@ -80,25 +77,11 @@ impl Vcpu {
     /// timer's pending interrupt is withdrawn before the guest can take it.
     fn physical_timer_access(&mut self, reg: PhysicalTimerReg, access: &SysRegAccess) {
         if access.read {
-            let value = match reg {
-                PhysicalTimerReg::Tval => read_sysreg!(cntp_tval_el0),
-                PhysicalTimerReg::Ctl => read_sysreg!(cntp_ctl_el0),
-                PhysicalTimerReg::Cval => read_sysreg!(cntp_cval_el0),
-            };
+            let value = self.machine.physical_timer_read(reg);
             self.set_reg(access.rt, value);
         } else {
             let value = self.reg(access.rt);
-            // SAFETY: the EL1 physical timer belongs to the guest running
-            // on this CPU; the trap only delayed the guest's own write, done
-            // here. Its interrupt reaches the guest through the vgic only.
-            unsafe {
-                match reg {
-                    PhysicalTimerReg::Tval => write_sysreg!(cntp_tval_el0, value),
-                    PhysicalTimerReg::Ctl => write_sysreg!(cntp_ctl_el0, value),
-                    PhysicalTimerReg::Cval => write_sysreg!(cntp_cval_el0, value),
-                }
-                core::arch::asm!("isb", options(nomem, nostack));
-            }
+            self.machine.physical_timer_write(reg, value);
         }
     }
 
@@ -108,14 +91,9 @@ impl Vcpu {
     /// Reads of `ICC_DIR_EL1` and writes of `ICC_RPR_EL1` read zero and do
     /// nothing.
     fn cpu_interface_access(&mut self, reg: CommonRegister, access: &SysRegAccess) {
-        let shape = InterfaceShape::from_vtr(read_sysreg!(ich_vtr_el2));
-        let vmcr = read_sysreg!(ich_vmcr_el2);
+        let shape = InterfaceShape::from_vtr(self.machine.ich_vtr());
+        let vmcr = self.machine.ich_vmcr();
         let value = self.reg(access.rt);
-        let write_vmcr = |new: u64| {
-            // SAFETY: ICH_VMCR_EL2 holds this guest's view of its virtual
-            // CPU interface, which the trapped access changes.
-            unsafe { write_sysreg!(ich_vmcr_el2, new) };
-        };
         match (reg, access.read) {
             (CommonRegister::Ctlr, true) => {
                 self.set_reg(
@@ -125,18 +103,16 @@ impl Vcpu {
             }
             (CommonRegister::Ctlr, false) => {
                 let (new, cbpr) = cpu_interface::write_ctlr(vmcr, value);
-                write_vmcr(new);
+                self.machine.write_ich_vmcr(new);
                 self.guest_cbpr = cbpr;
             }
             (CommonRegister::Pmr, true) => self.set_reg(access.rt, cpu_interface::read_pmr(vmcr)),
-            (CommonRegister::Pmr, false) => {
-                write_vmcr(cpu_interface::write_pmr(vmcr, value, shape))
-            }
+            (CommonRegister::Pmr, false) => self
+                .machine
+                .write_ich_vmcr(cpu_interface::write_pmr(vmcr, value, shape)),
             (CommonRegister::Rpr, true) => {
-                let state = super::state::read_cpu_interface();
-                let aprs: [u32; 4] =
-                    core::array::from_fn(|n| (state.ap0r[n] | state.ap1r[n]) as u32);
-                let rpr = cpu_interface::read_rpr(&aprs[..state.apr_count.max(1)], shape);
+                let (aprs, count) = self.machine.active_priorities();
+                let rpr = cpu_interface::read_rpr(&aprs[..count.max(1)], shape);
                 self.set_reg(access.rt, rpr);
             }
             (CommonRegister::Dir, false) => {
@@ -148,7 +124,7 @@ impl Vcpu {
                     physical: Some(pintid),
                 } = outcome
                 {
-                    gic::clear_ppi_active(pintid);
+                    self.machine.clear_ppi_active(pintid);
                 }
                 // The next fold takes in the deactivation (or `EOIcount`).
                 if outcome != Deactivation::Ignored {
@@ -164,7 +140,7 @@ impl Vcpu {
     /// FWB), converted as KVM's `kvm_set_way_flush`: the first one flushes
     /// all guest memory by address and traps the virtual-memory control
     /// registers, so turning the caches on or off flushes again.
-    pub(super) fn set_way_trap(&mut self) -> Result<(), StopReason> {
+    fn set_way_trap(&mut self) -> Result<(), StopReason> {
         self.bump(Counter::CmoSetwayTraps);
         if self.vm.fwb {
             // Not trapped with FWB; nothing to convert if it were.
@@ -181,26 +157,10 @@ impl Vcpu {
     /// the value goes to the register; a write to `SCTLR_EL1` that turns the
     /// MMU and caches on or off flushes guest memory (KVM's
     /// `kvm_toggle_cache`) and, caches on, stops the trapping.
-    pub(super) fn vm_reg_write(&mut self, reg: VmReg, value: u64) -> Result<(), StopReason> {
+    fn vm_reg_write(&mut self, reg: VmReg, value: u64) -> Result<(), StopReason> {
         self.bump(Counter::CmoVmRegTraps);
-        let old_sctlr = read_sysreg!(sctlr_el1);
-        // SAFETY: these EL1 registers belong to the guest running on this
-        // CPU; the trap only delayed the guest's own write, done here.
-        unsafe {
-            match reg {
-                VmReg::Sctlr => write_sysreg!(sctlr_el1, value),
-                VmReg::Ttbr0 => write_sysreg!(ttbr0_el1, value),
-                VmReg::Ttbr1 => write_sysreg!(ttbr1_el1, value),
-                VmReg::Tcr => write_sysreg!(tcr_el1, value),
-                VmReg::Esr => write_sysreg!(esr_el1, value),
-                VmReg::Far => write_sysreg!(far_el1, value),
-                VmReg::Afsr0 => write_sysreg!(afsr0_el1, value),
-                VmReg::Afsr1 => write_sysreg!(afsr1_el1, value),
-                VmReg::Mair => write_sysreg!(mair_el1, value),
-                VmReg::Amair => write_sysreg!(amair_el1, value),
-                VmReg::Contextidr => write_sysreg!(contextidr_el1, value),
-            }
-        }
+        let old_sctlr = self.machine.sctlr_el1();
+        self.machine.write_vm_reg(reg, value);
         if reg == VmReg::Sctlr {
             if self.set_way.on_sctlr_write(old_sctlr, value) {
                 self.flush_vm()?;
@@ -214,7 +174,7 @@ impl Vcpu {
     /// coherency, under the write side of the MMU lock (no break-before-make
     /// in flight, no unmap between a leaf's TLB flush and its cleaning; the
     /// walk changes no descriptor, so it owes no TLBI).
-    pub(super) fn flush_vm(&mut self) -> Result<(), StopReason> {
+    fn flush_vm(&mut self) -> Result<(), StopReason> {
         let ram = self.vm.ram;
         let result = self.vm.stage2.write().flush_dcache(ram.start, ram.size());
         match result {
@@ -224,5 +184,17 @@ impl Vcpu {
             }
             Err(e) => Err(StopReason::FlushGuestMemory(e)),
         }
+    }
+}
+
+impl<M: VcpuMachine> Vcpu<M> {
+    /// Loads `HCR_EL2` with the set/way tracking's `TVM`.
+    pub(super) fn write_hcr(&mut self) {
+        let tvm = if self.set_way.traps_vm_regs() {
+            crate::stage2::cache_maint::hcr_tvm()
+        } else {
+            0
+        };
+        self.machine.write_hcr(self.hcr | tvm);
     }
 }
