@@ -1212,14 +1212,10 @@ fn a_reset_of_one_vm_of_two_restarts_it_alone_and_boots_its_vcpu0_again() {
 // ---------------------------------------------------------------------------
 // VM creation and the VM table
 
-#[test]
-fn a_created_vm_has_zeroed_ram_with_its_kernel_and_device_tree() {
-    let hw = FakeHardware::new();
-    let vm = create(hw, &[("vm", conf(4, &[2, 3], true))])[0];
-    assert_eq!(vm.cpus, vec![2, 3]);
-    assert_eq!(vm.vcpus, 2);
+/// `vm`'s RAM as its guest sees it (`read_page`): the kernel and the device
+/// tree where they were placed, zeroes everywhere else.
+fn assert_ram_as_at_boot(vm: &Vm<FakeHardware>) {
     let spec = vm_ops::slot_spec(vm, slot0()).unwrap().unwrap();
-    assert_eq!(spec.npages, 1024);
     let ram = (0..spec.npages)
         .flat_map(|page| read_page(vm, page))
         .collect::<Vec<u8>>();
@@ -1237,6 +1233,17 @@ fn a_created_vm_has_zeroed_ram_with_its_kernel_and_device_tree() {
         })
         .all(|(_, &byte)| byte == 0);
     assert!(outside, "RAM outside the boot image is not zeroed");
+}
+
+#[test]
+fn a_created_vm_has_zeroed_ram_with_its_kernel_and_device_tree() {
+    let hw = FakeHardware::new();
+    let vm = create(hw, &[("vm", conf(4, &[2, 3], true))])[0];
+    assert_eq!(vm.cpus, vec![2, 3]);
+    assert_eq!(vm.vcpus, 2);
+    let spec = vm_ops::slot_spec(vm, slot0()).unwrap().unwrap();
+    assert_eq!(spec.npages, 1024);
+    assert_ram_as_at_boot(vm);
     // Kicks go to the vCPUs' own CPUs.
     vm.kick(1);
     assert_eq!(*hw.kicks.lock().unwrap(), vec![3]);
@@ -1279,14 +1286,7 @@ fn a_created_vms_ram_is_zeroed_on_first_use_and_keeps_its_boot_image() {
     assert_eq!(raw(untouched[2]), GARBAGE);
     // The guest, everywhere (`read_page` is its view): zeroes but for the
     // boot image.
-    let ram = (0..spec.npages)
-        .flat_map(|page| read_page(vm, page))
-        .collect::<Vec<u8>>();
-    let kernel = kernel();
-    let kernel_at = (vm.boot.kernel_ipa - GUEST_RAM_BASE) as usize;
-    let dtb_at = (vm.boot.dtb_ipa - GUEST_RAM_BASE) as usize;
-    assert_eq!(&ram[kernel_at..kernel_at + kernel.len()], &kernel[..]);
-    assert_eq!(&ram[dtb_at..dtb_at + vm.boot.dtb.len()], &vm.boot.dtb[..]);
+    assert_ram_as_at_boot(vm);
     assert!(vm.ram_zeroing.is_finished());
 
     // A second VM's RAM slot deleted before its guest used it: zeroed whole
