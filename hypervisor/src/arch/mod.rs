@@ -15,8 +15,8 @@
 //!
 //! Folders: `boot` (the boot sequence, the entry code, exception vectors,
 //! firmware calls, host memory), `cpu` (system registers, the running CPU's
-//! features, per-CPU data), `drivers` (the host GIC, its ITS and the
-//! console), `vcpu` (the CPU's registers as a vCPU's exit handling reaches
+//! features, per-CPU data), `drivers` (the host GIC's frames, system
+//! registers and set-up driver, its ITS and the console), `vcpu` (the CPU's registers as a vCPU's exit handling reaches
 //! them, `runtime::vcpu::VcpuMachine`; loading a vCPU, its state for a
 //! migration, its vector registers);
 //! `stage2`, `host_console`, `host_disk`, `hardware`, `monitor_target`,
