@@ -308,7 +308,7 @@ fn empty_transport(base: u64) -> bool {
 
 /// Each VM's passed-through devices, read from the host tree before the
 /// host disks are probed (a passed node is the VM's, not a host disk). The
-/// payload is parsed here for its `device=` lines only; `arch::run` parses
+/// payload is parsed here for its `device=` lines only; `runtime::cpu_start` parses
 /// it again and reports what is wrong with it.
 fn passthrough_plans(
     dtb: &[u8],
