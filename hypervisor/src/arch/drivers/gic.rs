@@ -7,18 +7,17 @@
 //! `MRS`/`MSR` and barriers; the statics that hold the driver set up at boot
 //! (a GICv3 or a GICv2, each CPU's `SGI_base` frame or GICv2 interface
 //! mask); this CPU's list registers ([`HostListRegisters`]: the `ICH_*_EL2`
-//! system registers, or the `GICH` frame converted to the model's format);
+//! system registers, or the driver's `GichListRegisters` over the `GICH`
+//! frame);
 //! and the free functions the rest of the machine layer calls, which
 //! dispatch (statically) to the driver that was set up.
 
 use crate::arch::cpu::percpu::{self, MAX_CPUS};
 use crate::arch::drivers::list_registers::HardwareListRegisters;
-use crate::devices::vgic::list_regs::MAX_LIST_REGISTERS;
-use crate::devices::vgic::{ListRegister, ListRegisters, LrEncoding};
+use crate::devices::vgic::ListRegisters;
 use crate::drivers::gic::driver::{
     self as host_driver, CpuRegister, CpuRegisters, GicFrame, GicV2, GicV3, HostGic, SpiTarget,
 };
-use crate::drivers::gic::gicv2::{self as v2regs, gich};
 use crate::drivers::gic::{DEFAULT_MAINTENANCE_INTID, gicr};
 use crate::platform::{Gicv2, Gicv3};
 use crate::vocabulary::timers::TimerId;
@@ -276,46 +275,8 @@ pub fn init_gicv2(gic: &Gicv2, timers: [u32; 2], uart_intid: Option<u32>) -> boo
     true
 }
 
-/// The list registers of a GICv2 host: this CPU's bank of the `GICH`
-/// frame, each `GICH_LR<n>` converted to and from the model's format.
-#[derive(Debug)]
-pub struct GichListRegisters {
-    frame: MmioFrame,
-    count: usize,
-}
-
-impl ListRegisters for GichListRegisters {
-    fn count(&self) -> usize {
-        self.count
-    }
-
-    fn read_lr(&self, index: usize) -> u64 {
-        let raw = self.frame.read32(gich::LR0 + 4 * index);
-        LrEncoding::V2.decode(u64::from(raw)).0
-    }
-
-    fn write_lr(&mut self, index: usize, value: u64) {
-        let raw = LrEncoding::V2.encode(ListRegister(value)) as u32;
-        self.frame.write32(gich::LR0 + 4 * index, raw);
-    }
-
-    fn read_hcr(&self) -> u64 {
-        u64::from(self.frame.read32(gich::HCR))
-    }
-
-    fn write_hcr(&mut self, value: u64) {
-        self.frame.write32(gich::HCR, value as u32);
-    }
-
-    fn read_misr(&self) -> u64 {
-        u64::from(self.frame.read32(gich::MISR))
-    }
-
-    fn read_elrsr(&self) -> u64 {
-        u64::from(self.frame.read32(gich::ELRSR0))
-            | u64::from(self.frame.read32(gich::ELRSR1)) << 32
-    }
-}
+/// The list registers of a GICv2 host on this machine.
+pub type GichListRegisters = host_driver::GichListRegisters<MmioFrame>;
 
 /// This CPU's list registers, on either kind of host GIC.
 #[derive(Debug)]
@@ -436,11 +397,7 @@ pub fn is_v2() -> bool {
 /// else the GICv3 system registers when the CPU has them (`has_sysregs`).
 pub fn list_registers(has_sysregs: bool) -> Option<HostListRegisters> {
     if let Some(v2) = GICV2.get() {
-        let count = v2regs::list_register_count(v2.hyp_interface.read32(gich::VTR));
-        return Some(HostListRegisters::V2(GichListRegisters {
-            frame: v2.hyp_interface,
-            count: count.min(MAX_LIST_REGISTERS),
-        }));
+        return Some(HostListRegisters::V2(v2.list_registers()));
     }
     // SAFETY: the boot path set ICC_SRE_EL2.SRE on every CPU with the
     // GICv3 system-register interface; the caller manages this CPU's list

@@ -69,6 +69,13 @@
 //! CPU (`GICD_IROUTER` affinity on a GICv3, an `ITARGETSR` byte on a GICv2),
 //! [`clear_spi_active`] and [`release_spi`] end it.
 //!
+//! # A GICv2's list registers
+//!
+//! [`GichListRegisters`] are this CPU's bank of the `GICH` frame as the
+//! vgic model's list registers: `GICH_LR<n>` converted to and from the
+//! model's (`ICH_LR<n>_EL2`) format, `GICH_HCR`, `GICH_MISR` and the two
+//! `GICH_ELRSR` words as one.
+//!
 //! # Waits
 //!
 //! The waits on `GICD_CTLR.RWP` and `GICR_WAKER.ChildrenAsleep` are bounded
@@ -80,6 +87,8 @@ use super::{
     DEFAULT_MAINTENANCE_INTID, HOST_PRIORITY, KICK_SGI, SPURIOUS_FIRST, gicd, gicr, sgi1r_value,
 };
 use crate::devices::vgic::cpu_interface;
+use crate::devices::vgic::list_regs::MAX_LIST_REGISTERS;
+use crate::devices::vgic::{ListRegister, ListRegisters, LrEncoding};
 use alloc::vec::Vec;
 
 /// Status reads a wait makes before it goes on anyway.
@@ -594,6 +603,16 @@ impl<F: GicFrame, C: CpuRegisters> GicV2<F, C> {
         self.cpu_interface.write32(gicc::CTLR, 0);
     }
 
+    /// This CPU's list registers: its bank of the `GICH` frame, as many
+    /// as `GICH_VTR` says (at most the model's [`MAX_LIST_REGISTERS`]).
+    pub fn list_registers(&self) -> GichListRegisters<F> {
+        let count = v2regs::list_register_count(self.hyp_interface.read32(gich::VTR));
+        GichListRegisters {
+            frame: self.hyp_interface.at(0),
+            count: count.min(MAX_LIST_REGISTERS),
+        }
+    }
+
     /// The virtual CPU interface's guest-owned state as after a reset.
     pub fn reset_virtual_interface(&self) {
         self.hyp_interface.write32(gich::VMCR, 0);
@@ -619,6 +638,54 @@ impl<F: GicFrame, C: CpuRegisters> HostGic for GicV2<F, C> {
     #[inline]
     fn deactivate(&self, ack: Acknowledged) {
         self.cpu_interface.write32(gicc::DIR, ack.raw);
+    }
+}
+
+/// The list registers of a GICv2 host: this CPU's bank of the `GICH`
+/// frame, each `GICH_LR<n>` converted to and from the model's format.
+#[derive(Debug)]
+pub struct GichListRegisters<F> {
+    frame: F,
+    count: usize,
+}
+
+impl<F: GicFrame> ListRegisters for GichListRegisters<F> {
+    #[inline]
+    fn count(&self) -> usize {
+        self.count
+    }
+
+    #[inline]
+    fn read_lr(&self, index: usize) -> u64 {
+        let raw = self.frame.read32(gich::LR0 + 4 * index);
+        LrEncoding::V2.decode(u64::from(raw)).0
+    }
+
+    #[inline]
+    fn write_lr(&mut self, index: usize, value: u64) {
+        let raw = LrEncoding::V2.encode(ListRegister(value)) as u32;
+        self.frame.write32(gich::LR0 + 4 * index, raw);
+    }
+
+    #[inline]
+    fn read_hcr(&self) -> u64 {
+        u64::from(self.frame.read32(gich::HCR))
+    }
+
+    #[inline]
+    fn write_hcr(&mut self, value: u64) {
+        self.frame.write32(gich::HCR, value as u32);
+    }
+
+    #[inline]
+    fn read_misr(&self) -> u64 {
+        u64::from(self.frame.read32(gich::MISR))
+    }
+
+    #[inline]
+    fn read_elrsr(&self) -> u64 {
+        u64::from(self.frame.read32(gich::ELRSR0))
+            | u64::from(self.frame.read32(gich::ELRSR1)) << 32
     }
 }
 

@@ -485,3 +485,32 @@ fn v2_spi_routed_to_a_cpu_sets_its_target_byte() {
         ]
     );
 }
+
+#[test]
+fn v2_list_registers_are_the_gich_bank_in_the_model_format() {
+    use crate::devices::vgic::{ListRegister, ListRegisters, LrEncoding};
+    let gic = MockGic::new();
+    let driver = v2(&gic);
+    // GICH_VTR.ListRegs 3: four list registers.
+    gic.set(GICH + gich::VTR, 3);
+    let mut lrs = driver.list_registers();
+    assert_eq!(lrs.count(), 4);
+    let pending = LrEncoding::V2.decode(0x1000_0000 | 27);
+    lrs.write_lr(2, pending.0);
+    gic.set(GICH + gich::ELRSR0, 0b1011);
+    gic.set(GICH + gich::ELRSR1, 0);
+    assert_eq!(lrs.read_elrsr(), 0b1011);
+    lrs.write_hcr(1);
+    let raw = LrEncoding::V2.encode(ListRegister(pending.0)) as u32;
+    assert_eq!(
+        gic.log(),
+        vec![
+            Read32(GICH + gich::VTR, 3),
+            Write32(GICH + gich::LR0 + 8, raw),
+            Read32(GICH + gich::ELRSR0, 0b1011),
+            Read32(GICH + gich::ELRSR1, 0),
+            Write32(GICH + gich::HCR, 1),
+        ]
+    );
+    assert_eq!(lrs.read_lr(2), pending.0);
+}
