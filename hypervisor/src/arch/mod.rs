@@ -3,10 +3,11 @@
 //! Boot order: `boot::entry` (Image header, relocation, early identity map,
 //! MMU on) -> `boot::primary_main` (heap, platform, console, memory, per-CPU
 //! data, banner, secondary CPUs, then publishes `runtime::boot_info`) ->
-//! `run` (the VMs from the boot payload, each vCPU pinned to one CPU of its
-//! VM's partition, `runtime::vm_table`) -> `runtime::vcpu_cycle` (each
-//! vCPU's life on its CPU, halts and restarts) -> `runtime::vcpu` (run loop
-//! and exit handling on every CPU, over `vcpu::El2Vcpu`).
+//! `run` -> `runtime::cpu_start` (the VMs from the boot payload, each vCPU
+//! pinned to one CPU of its VM's partition, `runtime::vm_table`) ->
+//! `runtime::vcpu_cycle` (each vCPU's life on its CPU, halts and restarts)
+//! -> `runtime::vcpu` (run loop and exit handling on every CPU, over
+//! `vcpu::El2Vcpu`).
 //!
 //! The VM runtime (the VMs, their table, memslot and dirty-log operations,
 //! migration, restart, each vCPU's cycle of runs and halts, its run loop and
@@ -15,8 +16,8 @@
 //!
 //! Folders: `boot` (the boot sequence, the entry code, exception vectors,
 //! firmware calls, host memory), `cpu` (system registers, the running CPU's
-//! features, per-CPU data), `drivers` (the host GIC, its ITS and the
-//! console), `vcpu` (the CPU's registers as a vCPU's exit handling reaches
+//! features, per-CPU data), `drivers` (the host GIC's frames, system
+//! registers and set-up driver, its ITS and the console), `vcpu` (the CPU's registers as a vCPU's exit handling reaches
 //! them, `runtime::vcpu::VcpuMachine`; loading a vCPU, its state for a
 //! migration, its vector registers);
 //! `stage2`, `host_console`, `host_disk`, `hardware`, `monitor_target`,
@@ -46,9 +47,9 @@
 //!    (the VM table): the machine behind `control::abi`.
 //! 7. `vcpu` (the VM, monitor, control, host console, exception entry,
 //!    drivers, features): `runtime::vcpu::VcpuMachine` at EL2.
-//! 8. `run` (the VM table, monitor, vCPU): creates the VMs and starts
-//!    their vCPUs on every CPU in `runtime::vcpu_cycle`, which halts and
-//!    restarts VMs.
+//! 8. `run` (the VM table, monitor, vCPU): each CPU's start,
+//!    `runtime::cpu_start` (the VMs created, their vCPUs run on every CPU in
+//!    `runtime::vcpu_cycle`, which halts and restarts VMs) on this machine.
 //! 9. `boot` (the boot sequence itself), which hands over to `run`.
 
 pub mod boot;

@@ -1,5 +1,6 @@
 //! The host platform: what the hypervisor knows of the machine it runs on.
 //!
+//! - [`banner`]: the boot banner's lines that describe the machine.
 //! - [`device_tree`]: the device-tree parser ([`Platform::from_dtb`]): RAM,
 //!   reserved memory, the console UART, the GIC, the CPUs, PSCI, the boot
 //!   payload and the timer's interrupts.
@@ -11,6 +12,7 @@
 //! - [`virtio_mmio`]: the host's virtio-mmio transports (where its disks
 //!   may be), highest address first.
 
+pub mod banner;
 pub mod cpu_features;
 pub mod device_tree;
 pub mod dt_translate;

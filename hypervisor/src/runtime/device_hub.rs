@@ -12,7 +12,7 @@
 //! detaches it.
 //!
 //! The hub is made before the VMs (each VM attaches its port when it is
-//! created) and lives as long as the machine: `arch::run` leaks one, the
+//! created) and lives as long as the machine: `runtime::cpu_start` leaks one, the
 //! host tests make one per fake machine.
 
 use crate::devices::virtio::net_switch::{NetSwitch, PortId, PortSink};

@@ -42,7 +42,7 @@
 //! [`request`] (the console monitor's `migrate`, from interrupt context with
 //! the console lock held, or the control interface) only checks and posts
 //! the job to the destination; the destination's vCPU 0 carries it out on
-//! its own CPU ([`run`], from `arch::run` while that vCPU waits for its
+//! its own CPU ([`run`], from `runtime::vcpu_cycle` while that vCPU waits for its
 //! start), so the copies never hold the console and the source runs on its
 //! CPUs meanwhile.
 

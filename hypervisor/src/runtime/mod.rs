@@ -14,6 +14,9 @@
 //! - [`vcpu`]: a vCPU on its CPU: the run loop and exit handling (aborts,
 //!   system registers, interrupts, injection, the pause) over the trait
 //!   [`vcpu::VcpuMachine`] for the CPU's registers and host GIC.
+//! - [`cpu_start`]: what each CPU does after boot: the boot CPU creates the
+//!   VMs and starts every VM's vCPU 0, every CPU runs its vCPU (over
+//!   [`cpu_start::CpuStart`]).
 //! - [`vcpu_cycle`]: one vCPU's life on its CPU: running on `CPU_ON`,
 //!   acting on how each run ended, halting and restarting its VM.
 //! - [`monitor_target`]: the console monitor's machine and the VMs'
@@ -52,12 +55,14 @@
 //! `dirty_log` -> `restart`, `live_migration` -> `vcpu_cycle`,
 //! `monitor_target`, `control_target`; `guest_call`, `device_access`,
 //! `passed_devices` (over `vm_instance`) -> `vcpu` (over those and
-//! `vcpu_cycle`, `live_migration`).
+//! `vcpu_cycle`, `live_migration`) -> `cpu_start` (over `vm_table`, `vcpu`,
+//! `vcpu_cycle`).
 
 pub mod boot_info;
 pub mod collector_handles;
 pub mod control_port;
 pub mod control_target;
+pub mod cpu_start;
 pub mod device_access;
 pub mod device_hub;
 pub mod dirty_log;

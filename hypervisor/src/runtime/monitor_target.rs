@@ -238,7 +238,7 @@ impl<H: Hardware> MonitorTarget for MonitorMachine<'_, H> {
     }
 
     /// Requested, not waited for: the VM's own CPUs halt and rebuild it
-    /// (`arch::run`), and say so on the console.
+    /// (`runtime::vcpu_cycle`), and say so on the console.
     fn restart(&mut self, vm: VmId) -> Result<(), MonitorError> {
         self.vm_at(vm)?
             .request_restart(&"monitor restart")

@@ -61,6 +61,7 @@ use crate::vm::run_state::Requested;
 use crate::vm::vcpu_state::VectorLengths;
 use crate::vocabulary::uart_kind::UartKind;
 
+mod cpu_start;
 mod its;
 mod memory_tagging;
 mod passthrough;
@@ -139,6 +140,9 @@ struct FakeHardware {
     spi_ops: Mutex<Vec<String>>,
     /// The switch and the VMs its ports reach.
     hub: &'static DeviceHub<FakeHardware>,
+    /// The poll timer PPI of each start of the console and control
+    /// interface (`cpu_start::CpuStart::start_services`).
+    services: Mutex<Vec<u32>>,
     /// Allocation tags, on a host with memory tagging.
     tags: Option<Mutex<TagMemory>>,
 }
@@ -221,6 +225,7 @@ impl FakeHardware {
             disks: Mutex::new(Vec::new()),
             spi_ops: Mutex::new(Vec::new()),
             hub: Box::leak(Box::new(DeviceHub::new())),
+            services: Mutex::new(Vec::new()),
             tags: tags.then(|| Mutex::new(TagMemory::default())),
         }))
     }

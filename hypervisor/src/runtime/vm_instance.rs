@@ -1,5 +1,5 @@
 //! One running VM of the boot payload (`runtime::vm_table` holds the table
-//! of them, `arch::run` starts them): the live object whose model is `vm/`.
+//! of them, `runtime::cpu_start` starts them): the live object whose model is `vm/`.
 //!
 //! The boot CPU reads the payload (a cpio newc archive the boot loader passed
 //! as an initrd: `kernel`, optional `initrd`, `cmdline`, `vm.conf`, or the
@@ -32,9 +32,9 @@
 //! cannot handle, [`Vm::stop`]) end this VM only: the VM is marked stopping,
 //! its other vCPUs are kicked (each leaves the guest or its wait, sees the
 //! mark and halts its CPU), its console line is flushed, its counters are
-//! printed and a line says how it ended. The caller (`arch::run`) then tells
+//! printed and a line says how it ended. The caller (`runtime::vcpu_cycle`) then tells
 //! the machine, which powers off when no VM is left. The VM's CPUs do not
-//! power off: they halt in `arch::run`, waiting for a restart.
+//! power off: they halt in `runtime::vcpu_cycle`, waiting for a restart.
 //!
 //! # Restarting
 //!

@@ -124,7 +124,7 @@ impl<H: Hardware> VmTable<H> {
 
     /// Called once per end of a VM, by the CPU that ended it: powers the
     /// machine off if it was the last VM running, else returns (the CPU
-    /// halts in `arch::run`, waiting for a restart).
+    /// halts in `runtime::vcpu_cycle`, waiting for a restart).
     pub fn vm_ended(&self) {
         if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             log::info!("no VM left to run");

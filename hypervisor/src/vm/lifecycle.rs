@@ -10,7 +10,7 @@
 //!
 //! Rebuilding touches everything a vCPU touches, so it runs only while every
 //! vCPU of the VM is *halted*: out of the guest, holding no lock, no memslot
-//! pin and no stage-2 reader, waiting in `arch::run` for the restart. The
+//! pin and no stage-2 reader, waiting in `runtime::vcpu_cycle` for the restart. The
 //! rebuild runs on one of the VM's own CPUs (the console monitor, which
 //! asks from interrupt context with the console lock held, must not wait
 //! for anything), chosen as follows:

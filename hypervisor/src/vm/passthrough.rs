@@ -38,6 +38,7 @@
 use crate::platform::Platform;
 use crate::platform::host_device::{DeviceNode, HostDevice, HostInterrupt, NodeProperty};
 use crate::platform::ranges::PhysRange;
+use crate::platform::virtio_mmio::VirtioMmioWindow;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -465,6 +466,85 @@ pub fn plan_machine<'p>(
     out
 }
 
+/// Every VM's plan for the boot payload `payload` (`plan_machine` over its
+/// VMs' `device=` lines); none when the payload does not parse (the VMs'
+/// start reports why) or no VM names a device.
+pub fn plan_payload(
+    dtb: &[u8],
+    platform: &Platform,
+    payload: &[u8],
+) -> Vec<Result<PassthroughPlan, PassthroughError>> {
+    let Ok(vms) = boot_payload::VmsRef::parse(payload) else {
+        return Vec::new();
+    };
+    if vms
+        .as_slice()
+        .iter()
+        .all(|vm| vm.payload.conf.devices.is_empty())
+    {
+        return Vec::new();
+    }
+    plan_machine(
+        dtb,
+        platform,
+        vms.as_slice().iter().map(|vm| {
+            (
+                vm.name.as_str(),
+                vm.payload.conf.devices.iter().map(|d| d.as_str()).collect(),
+            )
+        }),
+    )
+}
+
+/// The virtio-mmio transports of `windows` that no planned device's window
+/// overlaps: the host's disks (a node a VM owns is the VM's).
+pub fn host_disk_windows(
+    windows: &[VirtioMmioWindow],
+    plans: &[Result<PassthroughPlan, PassthroughError>],
+) -> Vec<VirtioMmioWindow> {
+    windows
+        .iter()
+        .copied()
+        .filter(|w| {
+            !plans.iter().flatten().any(|plan| {
+                plan.devices
+                    .iter()
+                    .flat_map(|d| d.windows())
+                    .any(|p| overlaps(p, w.regs))
+            })
+        })
+        .collect()
+}
+
+/// Maps a passed transport's page whole in every plan
+/// ([`PassthroughPlan::map_whole_pages`]) where everything else in it is a
+/// virtio-mmio transport of `windows` that no plan owns and that
+/// `empty_transport` (its base) says has nothing behind it; `dtb` tells
+/// what else is in a page.
+pub fn map_passed_pages(
+    plans: &mut [Result<PassthroughPlan, PassthroughError>],
+    dtb: &[u8],
+    windows: &[VirtioMmioWindow],
+    empty_transport: impl Fn(u64) -> bool,
+) {
+    let owned: Vec<PhysRange> = plans
+        .iter()
+        .flatten()
+        .flat_map(|plan| plan.devices.iter().flat_map(|d| d.windows()))
+        .collect();
+    let unused = |w: PhysRange| {
+        !owned.iter().any(|&o| overlaps(o, w))
+            && windows.iter().any(|v| v.regs == w)
+            && empty_transport(w.start)
+    };
+    for plan in plans.iter_mut().flatten() {
+        plan.map_whole_pages(
+            |page| crate::platform::host_device::windows_overlapping(dtb, page),
+            unused,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -740,5 +820,33 @@ mod tests {
         let plan = read_checked(vec![other]);
         assert!(!plan.has_pci_bridge());
         assert!(!plan.owns_requester(0));
+    }
+
+    #[test]
+    fn the_host_keeps_the_transports_no_vm_owns_as_disks() {
+        let window = |start| VirtioMmioWindow {
+            regs: PhysRange::from_start_size(start, 0x200),
+            intid: None,
+            dma_coherent: false,
+        };
+        let windows = [window(0x0a00_3e00), window(0x0a00_3c00)];
+        let plans = [
+            Ok(PassthroughPlan {
+                devices: vec![
+                    PassedDevice::check(
+                        device("/virtio_mmio@a003e00", &[(0x0a00_3e00, 0x200)], &[79]),
+                        &Claims::default(),
+                        &[],
+                    )
+                    .unwrap(),
+                ],
+            }),
+            Err(PassthroughError {
+                path: "/virtio_mmio@a003c00".into(),
+                why: "refused".into(),
+            }),
+        ];
+        assert_eq!(host_disk_windows(&windows, &plans), [windows[1]]);
+        assert_eq!(host_disk_windows(&windows, &[]), windows);
     }
 }

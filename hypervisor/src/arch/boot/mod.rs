@@ -28,11 +28,12 @@ use crate::arch::drivers::console;
 use crate::arch::drivers::gic;
 use crate::arch::run;
 use crate::devices::vgic::ListRegisters;
+use crate::platform::banner::{self, ListRegisterSource};
 use crate::platform::cpu_features::{CpuFeatures, SystemFeatures};
 use crate::platform::ranges::PhysRange;
 use crate::platform::{Platform, PsciConduit};
 use crate::runtime::boot_info::{self, BootInfo};
-use crate::vm::passthrough::{PassthroughError, PassthroughPlan};
+use crate::vm::passthrough::{self, PassthroughError, PassthroughPlan};
 use aarch64_cpu::registers::ICH_VTR_EL2;
 use core::sync::atomic::Ordering;
 use spin::Once;
@@ -137,26 +138,7 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         platform.ram.len(),
         summary.free_bytes >> 20
     );
-    match &platform.gic {
-        Some(gic) => log::info!(
-            "GICv3: distributor {:#x}, {} redistributor region(s) from {:#x}",
-            gic.distributor.start,
-            gic.redistributors.len(),
-            gic.redistributors.first().map_or(0, |r| r.start)
-        ),
-        None => match &platform.gicv2 {
-            Some(gic) => log::info!(
-                "GICv2: distributor {:#x}, CPU interface {:#x}, GICH {}, GICV {}",
-                gic.distributor.start,
-                gic.cpu_interface.start,
-                gic.hyp_interface
-                    .map_or_else(|| "none".into(), |r| alloc::format!("{:#x}", r.start)),
-                gic.virtual_cpu
-                    .map_or_else(|| "none".into(), |r| alloc::format!("{:#x}", r.start)),
-            ),
-            None => log::info!("GIC: no GICv3 or GICv2 in the device tree"),
-        },
-    }
+    log::info!("{}", banner::gic_line(&platform));
     match psci_version {
         Ok(v) => log::info!(
             "console {} at {:#x} ({}), firmware PSCI {}.{} over SMC",
@@ -173,37 +155,13 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         Err(e) => log::warn!("firmware PSCI_VERSION failed: {e:?}"),
     }
     let mut passthrough = passthrough_plans(dtb_bytes, &platform);
-    // A node a VM owns is the VM's, not a host disk.
-    let host_windows: alloc::vec::Vec<_> = virtio_windows
-        .iter()
-        .copied()
-        .filter(|w| {
-            !passthrough.iter().flatten().any(|plan| {
-                plan.devices
-                    .iter()
-                    .flat_map(|d| d.windows())
-                    .any(|p| p.start < w.regs.end && w.regs.start < p.end)
-            })
-        })
-        .collect();
-    // A passed transport's page is mapped whole where everything else in it
-    // is an empty transport nobody owns (`vm::passthrough`).
-    let owned: alloc::vec::Vec<PhysRange> = passthrough
-        .iter()
-        .flatten()
-        .flat_map(|plan| plan.devices.iter().flat_map(|d| d.windows()))
-        .collect();
-    let unused = |w: PhysRange| {
-        !owned.iter().any(|o| o.start < w.end && w.start < o.end)
-            && virtio_windows.iter().any(|v| v.regs == w)
-            && empty_transport(w.start)
-    };
-    for plan in passthrough.iter_mut().flatten() {
-        plan.map_whole_pages(
-            |page| crate::platform::host_device::windows_overlapping(dtb_bytes, page),
-            unused,
-        );
-    }
+    let host_windows = passthrough::host_disk_windows(&virtio_windows, &passthrough);
+    passthrough::map_passed_pages(
+        &mut passthrough,
+        dtb_bytes,
+        &virtio_windows,
+        empty_transport,
+    );
     crate::arch::host_disk::probe(&host_windows);
 
     if let Some(host_gic) = platform.gic.as_ref().filter(|_| list_regs.is_some()) {
@@ -255,31 +213,20 @@ extern "C" fn primary_main(dtb: usize, load_address: usize) -> ! {
         platform.cpus.len()
     );
     let features = system.features();
+    // Read first, as the banner always did: a GICv2's `GICH_VTR`.
+    let gich = gic::list_registers(false);
+    let list_registers = match (list_regs, gich) {
+        (Some(n), _) => ListRegisterSource::SystemRegisters(n),
+        (None, Some(v2)) => ListRegisterSource::Gich(v2.count()),
+        (None, None) => ListRegisterSource::None,
+    };
     log::info!(
-        "CPU: PA bits {}, VMID bits {}, FEAT_TLBIRANGE {}, VHE {}, FEAT_TTL {}, FEAT_S2FWB {}, FEAT_MTE2 {}, list registers {} (system-wide over {cpus_online} CPU(s))",
-        features.pa_bits,
-        features.vmid_bits,
-        yes_no(features.tlbi_range),
-        yes_no(features.vhe),
-        yes_no(features.ttl),
-        yes_no(features.fwb),
-        yes_no(features.mte),
-        match (list_regs, gic::list_registers(false)) {
-            (Some(n), _) => alloc::format!("{n}"),
-            (None, Some(v2)) => alloc::format!("{} (GICv2 GICH)", v2.count()),
-            (None, None) => alloc::string::String::from("none (no GICv3 CPU interface)"),
-        },
+        "{}",
+        banner::features_line(&features, cpus_online, list_registers)
     );
     let payload = platform.initrd;
     let tlb_caps = features.tlb_caps();
-    log::info!(
-        "TLB maintenance: {}",
-        if tlb_caps.range {
-            "range invalidation (RIPAS2E1IS)"
-        } else {
-            "per-IPA, whole-VMID invalidation for ranges"
-        }
-    );
+    log::info!("{}", banner::tlb_line(tlb_caps));
     let info = boot_info::publish(BootInfo {
         platform,
         features,
@@ -308,8 +255,9 @@ fn empty_transport(base: u64) -> bool {
 
 /// Each VM's passed-through devices, read from the host tree before the
 /// host disks are probed (a passed node is the VM's, not a host disk). The
-/// payload is parsed here for its `device=` lines only; `arch::run` parses
-/// it again and reports what is wrong with it.
+/// payload is parsed here for its `device=` lines only
+/// (`vm::passthrough::plan_payload`); `runtime::cpu_start` parses it again
+/// and reports what is wrong with it.
 fn passthrough_plans(
     dtb: &[u8],
     platform: &Platform,
@@ -321,30 +269,7 @@ fn passthrough_plans(
     // the frame allocator and is covered by the identity map.
     let bytes =
         unsafe { core::slice::from_raw_parts(payload.start as *const u8, payload.size() as usize) };
-    let Ok(vms) = boot_payload::VmsRef::parse(bytes) else {
-        return alloc::vec::Vec::new();
-    };
-    if vms
-        .as_slice()
-        .iter()
-        .all(|vm| vm.payload.conf.devices.is_empty())
-    {
-        return alloc::vec::Vec::new();
-    }
-    crate::vm::passthrough::plan_machine(
-        dtb,
-        platform,
-        vms.as_slice().iter().map(|vm| {
-            (
-                vm.name.as_str(),
-                vm.payload.conf.devices.iter().map(|d| d.as_str()).collect(),
-            )
-        }),
-    )
-}
-
-fn yes_no(b: bool) -> &'static str {
-    if b { "yes" } else { "no" }
+    passthrough::plan_payload(dtb, platform, bytes)
 }
 
 /// Starts every CPU of the device tree but the boot CPU and merges the

@@ -1,5 +1,7 @@
-//! Register encodings of the host's GICv3, as pure functions the EL2 driver
-//! (`arch::drivers::gic`) and the run loop use.
+//! The host's GIC: its driver ([`driver`]: the distributor, redistributor
+//! and CPU interface sequences, over register-bank traits, host-tested
+//! against a recording mock) and, here, the register encodings, as pure
+//! functions the driver and the run loop use.
 //!
 //! - [`sgi1r_value`]: the `ICC_SGI1R_EL1` value that sends an SGI to exactly
 //!   one CPU, from its MPIDR affinity (Aff0 goes to the target list, with the
@@ -18,6 +20,12 @@
 //!   (`GICH_VTR.ListRegs + 1`).
 
 use crate::vocabulary::timers::TimerId;
+
+pub mod driver;
+#[cfg(test)]
+mod driver_tests;
+#[cfg(test)]
+mod mock;
 
 /// GICv2 host registers and the values built from them.
 pub mod gicv2 {
