@@ -8,10 +8,10 @@ use crate::arch::boot::firmware;
 use crate::arch::boot::memory;
 use crate::arch::cpu::{memory_tagging, percpu, sysreg};
 use crate::arch::drivers::{console, gic};
-use crate::arch::host_console;
 use crate::arch::stage2::FrameMemory;
 use crate::read_sysreg;
 use crate::runtime::Hardware;
+use crate::runtime::host_console::HostConsole;
 use crate::stage2::cache_maint::{CacheCaps, IcacheInval};
 use crate::vm::counters::VmCounters;
 use crate::vm::vcpu_state::VectorLengths;
@@ -22,6 +22,10 @@ pub struct El2;
 
 /// The one machine.
 pub static EL2: El2 = El2;
+
+/// The console of this machine (`arch::host_console` is what it needs of
+/// the machine).
+pub static HOST_CONSOLE: HostConsole<El2> = HostConsole::new();
 
 /// A VM on this machine.
 pub type Vm = crate::runtime::vm_instance::Vm<El2>;
@@ -183,15 +187,15 @@ impl Hardware for El2 {
     }
 
     fn guest_output(&self, vm: usize, byte: u8) {
-        host_console::guest_output(vm, byte);
+        HOST_CONSOLE.guest_output(self, vm, byte);
     }
 
     fn guest_output_bytes(&self, vm: usize, bytes: &[u8]) {
-        host_console::guest_output_bytes(vm, bytes);
+        HOST_CONSOLE.guest_output_bytes(self, vm, bytes);
     }
 
     fn flush_guest_line(&self, vm: usize) {
-        host_console::flush_vm(vm);
+        HOST_CONSOLE.flush_vm(self, vm);
     }
 
     fn write_line(&self, args: core::fmt::Arguments<'_>) {
@@ -207,6 +211,6 @@ impl Hardware for El2 {
     }
 
     fn park(&self) -> ! {
-        host_console::park()
+        HOST_CONSOLE.park(&EL2)
     }
 }

@@ -20,8 +20,8 @@
 //! registers and set-up driver, its ITS and the console), `vcpu` (the CPU's registers as a vCPU's exit handling reaches
 //! them, `runtime::vcpu::VcpuMachine`; loading a vCPU, its state for a
 //! migration, its vector registers);
-//! `stage2`, `host_console`, `host_disk`, `hardware`, `monitor_target`,
-//! `control_target` and `run` are files.
+//! `stage2`, `host_disk`, `hardware`, `host_console`, `control_target` and
+//! `run` are files.
 //!
 //! # Dependency order
 //!
@@ -35,16 +35,16 @@
 //!    handed to it by `boot`).
 //! 3. `boot::entry`, `boot::exceptions`, `boot::memory` (per-CPU data,
 //!    system registers), `boot::firmware` (console, GIC).
-//! 4. `stage2` (host memory, system registers); `host_console` (firmware,
-//!    drivers, per-CPU data): the hypervisor console's lock and output, the
-//!    poll timer and the parking of CPUs; `host_disk` (host memory): the
+//! 4. `stage2` (host memory, system registers); `host_disk` (host memory): the
 //!    machine side of the host's virtio-mmio disks (`drivers::host_disk`),
 //!    `host_disk::host_disk(n)` for the VMs.
-//! 5. `hardware` (host memory, stage 2, drivers, host console, firmware,
-//!    per-CPU data): the runtime's `Hardware` at EL2.
-//! 6. `monitor_target` (the VM table, host console, drivers): the console's
-//!    input and the machine behind `control::monitor`; `control_target`
-//!    (the VM table): the machine behind `control::abi`.
+//! 5. `hardware` (host memory, stage 2, drivers, firmware, per-CPU data):
+//!    the runtime's `Hardware` at EL2 and the one
+//!    `runtime::host_console::HostConsole`.
+//! 6. `host_console` (the machine, drivers, firmware): the console's UART,
+//!    poll timer and host GIC (`runtime::host_console::ConsoleMachine`) and
+//!    its start; `control_target` (the VM table): the machine behind
+//!    `control::abi`.
 //! 7. `vcpu` (the VM, monitor, control, host console, exception entry,
 //!    drivers, features): `runtime::vcpu::VcpuMachine` at EL2.
 //! 8. `run` (the VM table, monitor, vCPU): each CPU's start,
@@ -59,7 +59,6 @@ pub mod drivers;
 pub mod hardware;
 pub mod host_console;
 pub mod host_disk;
-pub mod monitor_target;
 pub mod run;
 pub mod stage2;
 pub mod vcpu;

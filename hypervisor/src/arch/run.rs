@@ -9,9 +9,8 @@ use crate::arch::control_target;
 use crate::arch::cpu::percpu;
 use crate::arch::drivers::gic;
 use crate::arch::hardware::VmTable;
-use crate::arch::hardware::{EL2, El2};
+use crate::arch::hardware::{EL2, El2, HOST_CONSOLE};
 use crate::arch::host_console;
-use crate::arch::monitor_target;
 use crate::arch::vcpu::El2Vcpu;
 use crate::control::console_mux::ConsoleError;
 use crate::runtime::boot_info::BootInfo;
@@ -35,7 +34,7 @@ impl CpuStart for El2 {
         machine: &'static VmTable,
         poll_intid: u32,
     ) -> Result<(), ConsoleError> {
-        monitor_target::start(machine, poll_intid)?;
+        host_console::start(machine, poll_intid)?;
         control_target::start(machine);
         Ok(())
     }
@@ -64,7 +63,7 @@ pub fn run_boot_cpu(info: &BootInfo) -> ! {
         cpu_start::start_vms(&EL2, info, bytes, &MACHINE).unwrap_or_else(|e| cannot_start(&e));
     match started.here {
         Some((vm, vcpu, first)) => cpu_start::run_cpu(El2Vcpu, started.machine, vm, vcpu, first),
-        None => host_console::park(),
+        None => HOST_CONSOLE.park(&EL2),
     }
 }
 
@@ -74,6 +73,6 @@ pub fn run_secondary_cpu(index: usize) -> ! {
     let machine = cpu_start::wait_for_machine(&EL2, &MACHINE);
     match machine.assignment(index) {
         Some((vm, vcpu)) => cpu_start::run_cpu(El2Vcpu, machine, vm, vcpu, None),
-        None => host_console::park(),
+        None => HOST_CONSOLE.park(&EL2),
     }
 }

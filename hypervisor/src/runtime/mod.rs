@@ -21,6 +21,9 @@
 //!   acting on how each run ended, halting and restarting its VM.
 //! - [`monitor_target`]: the console monitor's machine and the VMs'
 //!   console input over the VM table.
+//! - [`host_console`]: the one console on a machine: its lock, its
+//!   terminal, the console CPU's poll timer and typed bytes, and parked
+//!   CPUs (over [`host_console::ConsoleMachine`]).
 //! - [`control_target`]: the control interface's calls over the VM table.
 //! - [`device_access`]: a vCPU's emulated UART and virtual GIC accesses
 //!   over the trait [`device_access::AccessingVcpu`].
@@ -53,7 +56,7 @@
 //!
 //! `boot_info` (a leaf) -> `vm_instance` -> `vm_ops`, `vm_table` ->
 //! `dirty_log` -> `restart`, `live_migration` -> `vcpu_cycle`,
-//! `monitor_target`, `control_target`; `guest_call`, `device_access`,
+//! `monitor_target` -> `host_console`, `control_target`; `guest_call`, `device_access`,
 //! `passed_devices` (over `vm_instance`) -> `vcpu` (over those and
 //! `vcpu_cycle`, `live_migration`) -> `cpu_start` (over `vm_table`, `vcpu`,
 //! `vcpu_cycle`).
@@ -67,6 +70,7 @@ pub mod device_access;
 pub mod device_hub;
 pub mod dirty_log;
 pub mod guest_call;
+pub mod host_console;
 pub mod live_migration;
 pub mod monitor_target;
 pub mod passed_devices;

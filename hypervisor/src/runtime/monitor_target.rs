@@ -5,7 +5,7 @@
 //! `control::console::GuestInput` (a typed byte into the focused VM's PL011,
 //! its interrupt line into the vgic; or into its virtio-console when the
 //! guest's driver runs one). The EL2 side (the host UART, the poll
-//! timer, the console CPU) is `arch::monitor_target`.
+//! timer, the console CPU) is `runtime::host_console`.
 //!
 //! # Locks
 //!

@@ -61,6 +61,7 @@ use crate::vm::run_state::Requested;
 use crate::vm::vcpu_state::VectorLengths;
 use crate::vocabulary::uart_kind::UartKind;
 
+mod console_cpu;
 mod cpu_start;
 mod its;
 mod memory_tagging;
@@ -145,6 +146,9 @@ struct FakeHardware {
     services: Mutex<Vec<u32>>,
     /// Allocation tags, on a host with memory tagging.
     tags: Option<Mutex<TagMemory>>,
+    /// The running CPU, the host UART and the host GIC as the console sees
+    /// them (`console_cpu`).
+    console_side: Mutex<console_cpu::ConsoleSide>,
 }
 
 /// The bytes one allocation tag covers.
@@ -227,6 +231,7 @@ impl FakeHardware {
             hub: Box::leak(Box::new(DeviceHub::new())),
             services: Mutex::new(Vec::new()),
             tags: tags.then(|| Mutex::new(TagMemory::default())),
+            console_side: Mutex::new(console_cpu::ConsoleSide::default()),
         }))
     }
 
@@ -352,7 +357,11 @@ impl Hardware for FakeHardware {
 
     fn send_event(&self) {}
 
-    fn wait_for_wakeup(&self) {}
+    fn wait_for_wakeup(&self) {
+        if self.console_side.lock().unwrap().wait_ends_test {
+            panic!("the fake CPU waits");
+        }
+    }
 
     fn gic_is_v2(&self) -> bool {
         self.gicv2

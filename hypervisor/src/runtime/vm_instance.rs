@@ -102,7 +102,7 @@ const BACKING_ALIGN: u64 = 2 << 20;
 const IPA_BITS: u32 = 40;
 
 /// The emulated UART (its output goes to the hypervisor console,
-/// `arch::host_console`, byte by byte).
+/// `runtime::host_console`, byte by byte).
 pub struct GuestUart {
     /// Register model.
     pub device: Pl011,

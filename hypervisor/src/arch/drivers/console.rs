@@ -5,7 +5,7 @@
 //! the prefix; the `virtio-drivers` crate's are shown from warnings up); once the hypervisor console runs, they and the other whole
 //! lines of [`write_line`] go through it ([`route_lines`]), so that they
 //! start a terminal line of their own. Guest output is written as the
-//! hypervisor console (`crate::arch::host_console`) passes it on. One lock
+//! hypervisor console (`crate::runtime::host_console`) passes it on. One lock
 //! serialises writes so output from several CPUs never interleaves. The panic path
 //! writes without the lock (another CPU may hold it forever) after giving it a
 //! moment to come free.
@@ -83,7 +83,7 @@ pub fn receive(buf: &mut [u8]) -> usize {
 }
 
 /// Writes `bytes` as they are (`\n` becomes `\r\n`): the hypervisor
-/// console's terminal output (`crate::arch::monitor_target`).
+/// console's terminal output (`crate::arch::host_console`).
 pub fn write_bytes(bytes: &[u8]) {
     let mut guard = CONSOLE.lock();
     if let Some(uart) = guard.as_mut() {

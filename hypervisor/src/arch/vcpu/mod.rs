@@ -22,9 +22,7 @@ use crate::arch::boot::exceptions::{ExitKind, GuestRegs, enter_guest};
 use crate::arch::control_target;
 use crate::arch::cpu::sysreg;
 use crate::arch::drivers::gic;
-use crate::arch::hardware::{El2, Vm};
-use crate::arch::host_console;
-use crate::arch::monitor_target;
+use crate::arch::hardware::{EL2, El2, HOST_CONSOLE, Vm};
 use crate::devices::timer::PhysicalTimerReg;
 use crate::exit::flow::StopReason;
 use crate::exit::inject::InjectedException;
@@ -237,15 +235,15 @@ impl VcpuMachine for El2Vcpu {
     }
 
     fn console_input(&mut self) {
-        monitor_target::host_input();
+        HOST_CONSOLE.host_input(&EL2);
     }
 
     fn is_console_poll_timer(&self, intid: u32) -> bool {
-        host_console::is_poll_timer(intid)
+        HOST_CONSOLE.is_poll_timer(intid)
     }
 
     fn console_poll_tick(&mut self) {
-        monitor_target::poll_tick();
+        HOST_CONSOLE.poll_tick(&EL2);
     }
 
     fn control_call(&mut self, vm: &'static Vm, epoch: &LocalHandle, regs: &[u64; 8]) -> [u64; 4] {

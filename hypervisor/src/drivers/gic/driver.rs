@@ -198,6 +198,13 @@ impl Acknowledged {
         intid: SPURIOUS_FIRST + 3,
         raw: 1023,
     };
+
+    /// An acknowledge that returned `intid` (a GICv3's `ICC_IAR1_EL1`), for
+    /// the host tests' fake machines.
+    #[cfg(test)]
+    pub const fn for_tests(intid: u32) -> Self {
+        Self { intid, raw: intid }
+    }
 }
 
 /// What the run loop needs from the host GIC, whichever version it is.

@@ -9,9 +9,10 @@ use crate::vm::power::PowerState;
 use spin::Once;
 
 impl CpuStart for FakeHardware {
-    /// The fake's code runs on CPU 0, the boot CPU.
+    /// The fake's code runs on CPU 0, the boot CPU, unless a test says
+    /// otherwise.
     fn current_cpu(&self) -> usize {
-        0
+        self.console_side.lock().unwrap().cpu
     }
 
     fn discard_pending(&self) {}
