@@ -42,19 +42,19 @@ impl Hardware for El2 {
     }
 
     fn passthrough_spi_setup(&self, intid: u32, edge: bool, cpu: usize) {
-        gic::setup_spi(intid, edge, cpu);
+        gic::HOST_GIC.setup_spi(intid, edge, cpu);
     }
 
     fn passthrough_spi_route(&self, intid: u32, cpu: usize) {
-        gic::route_spi(intid, cpu);
+        gic::HOST_GIC.route_spi(intid, cpu);
     }
 
     fn passthrough_spi_deactivate(&self, intid: u32) {
-        gic::clear_spi_active(intid);
+        gic::HOST_GIC.clear_spi_active(intid);
     }
 
     fn passthrough_spi_release(&self, intid: u32) {
-        gic::release_spi(intid);
+        gic::HOST_GIC.release_spi(intid);
     }
 
     fn host_its_base(&self) -> Option<u64> {
@@ -167,7 +167,7 @@ impl Hardware for El2 {
     }
 
     fn kick(&self, cpu: usize) {
-        gic::kick(cpu);
+        gic::HOST_GIC.kick(cpu);
     }
 
     fn send_event(&self) {
@@ -179,7 +179,7 @@ impl Hardware for El2 {
     }
 
     fn gic_is_v2(&self) -> bool {
-        gic::is_v2()
+        gic::HOST_GIC.is_v2()
     }
 
     fn vector_lengths(&self) -> VectorLengths {

@@ -47,7 +47,7 @@ impl ConsoleMachine for El2 {
     }
 
     fn set_ppi_enabled(&self, intid: u32, enabled: bool) {
-        gic::set_ppi_enabled(intid, enabled);
+        gic::HOST_GIC.set_ppi_enabled(gic::this_cpu(), intid, enabled);
     }
 
     fn silence_guest_interrupts(&self) {
@@ -58,30 +58,30 @@ impl ConsoleMachine for El2 {
             crate::write_sysreg!(cntp_ctl_el0, 0);
         }
         for timer in TimerId::ALL {
-            gic::set_timer_masked(timer, true);
-            gic::deactivate_timer(timer);
+            gic::HOST_GIC.set_timer_masked(gic::this_cpu(), timer, true);
+            gic::HOST_GIC.deactivate_timer(gic::this_cpu(), timer);
         }
-        gic::set_ppi_enabled(gic::maintenance_intid(), false);
+        gic::HOST_GIC.set_ppi_enabled(gic::this_cpu(), gic::HOST_GIC.maintenance_intid(), false);
     }
 
     fn gic_is_up(&self) -> bool {
-        gic::is_up()
+        gic::HOST_GIC.is_up()
     }
 
     fn acknowledge(&self) -> Acknowledged {
-        gic::acknowledge()
+        gic::HOST_GIC.acknowledge()
     }
 
     fn end_of_interrupt(&self, ack: Acknowledged) {
-        gic::end_of_interrupt(ack);
+        gic::HOST_GIC.end_of_interrupt(ack);
     }
 
     fn maintenance_intid(&self) -> u32 {
-        gic::maintenance_intid()
+        gic::HOST_GIC.maintenance_intid()
     }
 
     fn timer_intids(&self) -> [u32; 2] {
-        gic::timer_intids()
+        gic::HOST_GIC.timer_intids()
     }
 
     fn halt(&self) -> ! {

@@ -26,7 +26,7 @@ impl CpuStart for El2 {
     }
 
     fn discard_pending(&self) {
-        gic::discard_pending();
+        gic::HOST_GIC.discard_pending();
     }
 
     fn start_services(

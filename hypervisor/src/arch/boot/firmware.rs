@@ -65,7 +65,7 @@ pub fn system_reset() -> ! {
 
 /// Stops this CPU for good.
 pub fn halt() -> ! {
-    crate::arch::drivers::gic::quiesce();
+    crate::arch::drivers::gic::HOST_GIC.quiesce();
     loop {
         crate::arch::drivers::gic::wait_for_wakeup();
     }

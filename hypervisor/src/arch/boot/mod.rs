@@ -379,7 +379,7 @@ extern "C" fn secondary_main() -> ! {
             Ok(()) => its_cpu_init(cpu.index()),
             Err(e) => log::warn!("CPU {}: GICv3 CPU interface: {e:?}", cpu.index()),
         }
-    } else if gic::is_v2()
+    } else if gic::HOST_GIC.is_v2()
         && let Err(e) = gic::init_cpu(cpu.index())
     {
         log::warn!("CPU {}: GICv2 CPU interface: {e:?}", cpu.index());

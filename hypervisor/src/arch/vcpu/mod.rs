@@ -54,7 +54,7 @@ impl VcpuMachine for El2Vcpu {
     }
 
     fn guards_binary_point(&self, lrs: &gic::HostListRegisters) -> bool {
-        matches!(lrs, gic::HostListRegisters::V3(_)) && gic::guards_binary_point()
+        matches!(lrs, gic::HostListRegisters::V3(_)) && gic::HOST_GIC.guards_binary_point()
     }
 
     fn migrates_cpu_interface(&self, lrs: Option<&gic::HostListRegisters>) -> bool {
@@ -194,44 +194,44 @@ impl VcpuMachine for El2Vcpu {
     }
 
     fn gic_is_up(&self) -> bool {
-        gic::is_up()
+        gic::HOST_GIC.is_up()
     }
 
     fn maintenance_intid(&self) -> u32 {
-        gic::maintenance_intid()
+        gic::HOST_GIC.maintenance_intid()
     }
 
     fn timer_intids(&self) -> [u32; 2] {
-        gic::timer_intids()
+        gic::HOST_GIC.timer_intids()
     }
 
     fn acknowledge(&mut self) -> (u32, gic::Acknowledged) {
-        let ack = gic::acknowledge();
+        let ack = gic::HOST_GIC.acknowledge();
         (ack.intid, ack)
     }
 
     fn end_of_interrupt(&mut self, ack: gic::Acknowledged) {
-        gic::end_of_interrupt(ack);
+        gic::HOST_GIC.end_of_interrupt(ack);
     }
 
     fn drop_priority(&mut self, ack: gic::Acknowledged) {
-        gic::drop_priority(ack);
+        gic::HOST_GIC.drop_priority(ack);
     }
 
     fn clear_ppi_active(&mut self, intid: u32) {
-        gic::clear_ppi_active(intid);
+        gic::HOST_GIC.clear_ppi_active(gic::this_cpu(), intid);
     }
 
     fn deactivate_timer(&mut self, timer: TimerId) {
-        gic::deactivate_timer(timer);
+        gic::HOST_GIC.deactivate_timer(gic::this_cpu(), timer);
     }
 
     fn set_timer_masked(&mut self, timer: TimerId, masked: bool) {
-        gic::set_timer_masked(timer, masked);
+        gic::HOST_GIC.set_timer_masked(gic::this_cpu(), timer, masked);
     }
 
     fn set_ppi_enabled(&mut self, intid: u32, enabled: bool) {
-        gic::set_ppi_enabled(intid, enabled);
+        gic::HOST_GIC.set_ppi_enabled(gic::this_cpu(), intid, enabled);
     }
 
     fn console_input(&mut self) {

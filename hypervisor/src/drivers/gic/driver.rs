@@ -371,9 +371,9 @@ impl<F: GicFrame, C: CpuRegisters> GicV3<F, C> {
     }
 
     /// Every CPU, on the CPU with affinity `mpidr`: wakes its
-    /// redistributor and enables its CPU interface. Returns its `SGI_base`
-    /// frame.
-    pub fn init_cpu(&self, mpidr: u64) -> Result<F, GicError> {
+    /// redistributor and enables its CPU interface. Returns its
+    /// redistributor's `RD_base` and `SGI_base` frames.
+    pub fn init_cpu(&self, mpidr: u64) -> Result<(F, F), GicError> {
         let rd = self
             .redistributor_of(mpidr)
             .ok_or(GicError::NoRedistributor(mpidr))?;
@@ -405,7 +405,7 @@ impl<F: GicFrame, C: CpuRegisters> GicV3<F, C> {
         cpu.write(CpuRegister::IccCtlrEl1, ICC_CTLR_EOIMODE);
         cpu.write(CpuRegister::IccIgrpen1El1, 1);
         cpu.isb();
-        Ok(sgi)
+        Ok((rd, sgi))
     }
 
     /// Clears the active state of this CPU's PPI `intid` in its `SGI_base`

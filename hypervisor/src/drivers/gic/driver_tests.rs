@@ -12,14 +12,14 @@ use super::mock::{Access, Access::*, MockCpu, MockFrame, MockGic};
 use super::{HOST_PRIORITY, KICK_SGI, gicd, gicr, sgi1r_value};
 use crate::sysreg_values::ICC_SRE_EL2_VALUE;
 
-const GICD: usize = 0x0800_0000;
-const GICR0: usize = 0x080a_0000;
-const GICR1: usize = 0x0900_0000;
-const GICC: usize = 0x0801_0000;
-const GICH: usize = 0x0803_0000;
-const TIMERS: [u32; 2] = [27, 30];
+pub(super) const GICD: usize = 0x0800_0000;
+pub(super) const GICR0: usize = 0x080a_0000;
+pub(super) const GICR1: usize = 0x0900_0000;
+pub(super) const GICC: usize = 0x0801_0000;
+pub(super) const GICH: usize = 0x0803_0000;
+pub(super) const TIMERS: [u32; 2] = [27, 30];
 
-fn v3(gic: &MockGic) -> GicV3<MockFrame, MockCpu> {
+pub(super) fn v3(gic: &MockGic) -> GicV3<MockFrame, MockCpu> {
     GicV3::new(
         gic.frame(GICD),
         vec![
@@ -33,7 +33,7 @@ fn v3(gic: &MockGic) -> GicV3<MockFrame, MockCpu> {
     )
 }
 
-fn v2(gic: &MockGic) -> GicV2<MockFrame, MockCpu> {
+pub(super) fn v2(gic: &MockGic) -> GicV2<MockFrame, MockCpu> {
     GicV2 {
         distributor: gic.frame(GICD),
         cpu_interface: gic.frame(GICC),
@@ -136,7 +136,7 @@ fn the_maintenance_interrupt_defaults_when_the_device_tree_names_none() {
 }
 
 /// `GICR_TYPER` of a frame with affinity `aff` (Aff3.Aff2.Aff1.Aff0 packed).
-fn typer(aff: u64, last: bool) -> u64 {
+pub(super) fn typer(aff: u64, last: bool) -> u64 {
     aff << 32 | if last { gicr::TYPER_LAST } else { 0 }
 }
 
@@ -163,7 +163,7 @@ fn v3_cpu_finds_its_redistributor_by_affinity_and_wakes_it() {
         ],
     );
     let mpidr = 0x0000_0001_8000_0003;
-    let sgi = driver.init_cpu(mpidr).unwrap();
+    let (_rd, sgi) = driver.init_cpu(mpidr).unwrap();
     let sgi_base = rd + gicr::SGI_BASE;
     let ppis = 1 << KICK_SGI | 1 << 25 | 1 << 27 | 1 << 30;
     assert_eq!(

@@ -21,6 +21,9 @@
 
 use crate::vocabulary::timers::TimerId;
 
+pub mod driven;
+#[cfg(test)]
+mod driven_tests;
 pub mod driver;
 #[cfg(test)]
 mod driver_tests;
