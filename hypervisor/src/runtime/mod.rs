@@ -34,6 +34,9 @@
 //!   physical SPIs (delivery, routes following the guest's, deactivation,
 //!   release) and their forwarded windows.
 //! - [`boot_info`]: what the boot CPU learned about the machine.
+//! - [`boot_sequence`]: the boot sequence's decisions on the boot CPU and
+//!   the secondaries (console, memory, features, banner, host GIC,
+//!   secondary CPUs) over the trait [`boot_sequence::BootMachine`].
 //! - [`virtio_devices`]: a VM's virtio-mmio devices (which, where, their
 //!   models behind their locks; a disk is a `devices::virtio::disk_window`
 //!   of a host disk), [`device_hub`]: the machine's network switch and the VMs its
@@ -62,6 +65,7 @@
 //! `vcpu_cycle`).
 
 pub mod boot_info;
+pub mod boot_sequence;
 pub mod collector_handles;
 pub mod control_port;
 pub mod control_target;

@@ -61,6 +61,7 @@ use crate::vm::run_state::Requested;
 use crate::vm::vcpu_state::VectorLengths;
 use crate::vocabulary::uart_kind::UartKind;
 
+mod boot_sequence;
 mod console_cpu;
 mod cpu_start;
 mod its;
