@@ -7,8 +7,9 @@
 use crate::arch::boot::firmware;
 use crate::arch::boot::memory;
 use crate::arch::cpu::{memory_tagging, percpu, sysreg};
-use crate::arch::drivers::{console, gic};
+use crate::arch::drivers::gic;
 use crate::arch::stage2::FrameMemory;
+use crate::drivers::uart::console;
 use crate::read_sysreg;
 use crate::runtime::Hardware;
 use crate::runtime::host_console::HostConsole;

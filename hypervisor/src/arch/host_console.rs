@@ -7,10 +7,11 @@
 //! `runtime::host_console`.
 
 use crate::arch::boot::firmware;
-use crate::arch::drivers::{console, gic};
+use crate::arch::drivers::gic;
 use crate::arch::hardware::{EL2, El2, HOST_CONSOLE, VmTable};
 use crate::control::console_mux::ConsoleError;
 use crate::drivers::gic::driver::Acknowledged;
+use crate::drivers::uart::console;
 use crate::runtime::host_console::ConsoleMachine;
 use crate::vocabulary::timers::TimerId;
 

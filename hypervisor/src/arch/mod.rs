@@ -17,7 +17,7 @@
 //! Folders: `boot` (the boot sequence, the entry code, exception vectors,
 //! firmware calls, host memory), `cpu` (system registers, the running CPU's
 //! features, per-CPU data), `drivers` (the host GIC's frames, system
-//! registers and set-up driver, its ITS and the console), `vcpu` (the CPU's registers as a vCPU's exit handling reaches
+//! registers and set-up, its ITS, the list registers), `vcpu` (the CPU's registers as a vCPU's exit handling reaches
 //! them, `runtime::vcpu::VcpuMachine`; loading a vCPU, its state for a
 //! migration, its vector registers);
 //! `stage2`, `host_disk`, `hardware`, `host_console`, `control_target` and
@@ -30,7 +30,7 @@
 //! crate):
 //!
 //! 1. `cpu::sysreg`, `cpu::percpu`, `cpu::features`: leaves.
-//! 2. `drivers::console`; `drivers::gic` (per-CPU data, system registers);
+//! 2. `drivers::gic` (per-CPU data, system registers);
 //!    `drivers::its` (per-CPU data, system registers; host frames are
 //!    handed to it by `boot`).
 //! 3. `boot::entry`, `boot::exceptions`, `boot::memory` (per-CPU data,

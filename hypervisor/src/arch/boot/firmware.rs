@@ -44,7 +44,7 @@ pub fn version() -> Result<psci::Version, psci::error::Error> {
 /// Powers the machine off (after the console has sent its last bytes);
 /// waits forever if the firmware returns.
 pub fn system_off() -> ! {
-    crate::arch::drivers::console::flush();
+    crate::drivers::uart::console::flush();
     let _ = match conduit() {
         PsciConduit::Smc => psci::system_off::<Smc>(),
         PsciConduit::Hvc => psci::system_off::<Hvc>(),
@@ -55,7 +55,7 @@ pub fn system_off() -> ! {
 /// Resets the machine (after the console has sent its last bytes); waits
 /// forever if the firmware returns.
 pub fn system_reset() -> ! {
-    crate::arch::drivers::console::flush();
+    crate::drivers::uart::console::flush();
     let _ = match conduit() {
         PsciConduit::Smc => psci::system_reset::<Smc>(),
         PsciConduit::Hvc => psci::system_reset::<Hvc>(),

@@ -21,6 +21,7 @@
 //! clock is gated or that never drains must not hang the hypervisor, so the
 //! byte is written anyway (and may be lost) after the limit.
 
+pub mod console;
 pub mod ns16550;
 pub mod pl011;
 

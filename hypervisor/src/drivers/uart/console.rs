@@ -1,5 +1,6 @@
-//! The hypervisor console: the `log` facade and guest output on the host UART
-//! the device tree chose (a PL011 or a 16550-compatible, `crate::drivers::uart`).
+//! The hypervisor's console UART: the `log` facade and guest output on the
+//! host UART the device tree chose (a PL011 or a 16550-compatible, one of
+//! this folder's drivers over an [`MmioBank`]).
 //!
 //! Log records become lines `[hv] <message>` (warnings and errors say so after
 //! the prefix; the `virtio-drivers` crate's are shown from warnings up); once the hypervisor console runs, they and the other whole
@@ -10,7 +11,7 @@
 //! writes without the lock (another CPU may hold it forever) after giving it a
 //! moment to come free.
 
-use crate::drivers::uart::{AnyUart, MmioBank, Uart};
+use super::{AnyUart, MmioBank, Uart};
 use crate::vocabulary::uart_kind::UartKind;
 use core::fmt::Write;
 use spin::{Mutex, Once};
@@ -41,18 +42,26 @@ impl log::Log for Logger {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let level = match record.level() {
-            log::Level::Error => "ERROR: ",
-            log::Level::Warn => "WARNING: ",
-            _ => "",
-        };
-        write_line(format_args!("[hv] {level}{}", record.args()));
+        write_line(format_args!(
+            "[hv] {}{}",
+            level_prefix(record.level()),
+            record.args()
+        ));
     }
 
     fn flush(&self) {}
 }
 
 static LOGGER: Logger = Logger;
+
+/// What a log line of `level` says after the `[hv] ` prefix.
+fn level_prefix(level: log::Level) -> &'static str {
+    match level {
+        log::Level::Error => "ERROR: ",
+        log::Level::Warn => "WARNING: ",
+        _ => "",
+    }
+}
 
 /// Starts the console on the UART of `kind` at `base` and installs the logger.
 ///
@@ -150,5 +159,32 @@ pub fn write_panic_line(args: core::fmt::Arguments<'_>) {
         let mut uart = AnyUart::new(kind, bank);
         let _ = writeln!(uart, "{args}");
         uart.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use log::Log;
+
+    fn shown(target: &str, level: log::Level) -> bool {
+        let metadata = log::Metadata::builder().target(target).level(level).build();
+        Logger.enabled(&metadata)
+    }
+
+    #[test]
+    fn the_hypervisor_logs_from_info_and_the_virtio_crate_from_warnings() {
+        assert!(shown("hypervisor::runtime", log::Level::Info));
+        assert!(!shown("hypervisor::runtime", log::Level::Debug));
+        assert!(!shown("virtio_drivers::device::blk", log::Level::Info));
+        assert!(shown("virtio_drivers::device::blk", log::Level::Warn));
+        assert!(shown("virtio_drivers", log::Level::Error));
+    }
+
+    #[test]
+    fn warnings_and_errors_say_so_after_the_prefix() {
+        assert_eq!(level_prefix(log::Level::Error), "ERROR: ");
+        assert_eq!(level_prefix(log::Level::Warn), "WARNING: ");
+        assert_eq!(level_prefix(log::Level::Info), "");
     }
 }
