@@ -483,6 +483,30 @@ fn choose_console<'b, 'a>(
 }
 
 impl Platform {
+    /// A machine with one CPU, no RAM, a PL011 at 0x0900_0000, no GIC and
+    /// nothing else, for host tests to fill in.
+    #[cfg(test)]
+    pub fn for_tests() -> Self {
+        Self {
+            model: String::from("test"),
+            ram: Vec::new(),
+            reserved: Vec::new(),
+            no_map: Vec::new(),
+            uart: PhysRange::from_start_size(0x0900_0000, 0x1000),
+            uart_kind: UartKind::Pl011,
+            uart_from_stdout_path: true,
+            console_note: None,
+            uart_intid: None,
+            gic: None,
+            gicv2: None,
+            timer: None,
+            cpus: alloc::vec![0],
+            psci: PsciConduit::Smc,
+            initrd: None,
+            dtb_size: 0,
+        }
+    }
+
     /// Reads the platform from a device tree blob.
     pub fn from_dtb(dtb: &[u8]) -> Result<Self, PlatformError> {
         let fdt =

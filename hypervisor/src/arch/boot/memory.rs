@@ -17,9 +17,9 @@
 //! for guest RAM (a virtio `HostSpan`) can be dereferenced as it is, and is
 //! also the address a device's DMA uses (no IOMMU).
 
-use crate::drivers::gic::gicv2::gicc;
 use crate::platform::Platform;
-use crate::platform::ranges::{self, PhysRange};
+use crate::platform::host_memory_map::HostMemoryMap;
+use crate::platform::ranges::PhysRange;
 use aarch64_paging::descriptor::El23Attributes;
 use aarch64_paging::idmap::IdMap;
 use aarch64_paging::paging::{El2, MemoryRegion};
@@ -31,7 +31,7 @@ use core::ptr::NonNull;
 use spin::{Mutex, MutexGuard, Once};
 
 /// The size of a frame.
-pub const FRAME_SIZE: u64 = 4096;
+pub use crate::platform::host_memory_map::FRAME_SIZE;
 const BOOT_HEAP_SIZE: usize = 4 << 20;
 const HEAP_GROWTH: u64 = 32 << 20;
 
@@ -130,29 +130,28 @@ pub struct MemorySummary {
 /// Builds the frame allocator from `platform` (excluding `in_use`), grows the
 /// heap and switches to the final EL2 stage-1 tables, which map
 /// `more_devices` (the host's virtio-mmio windows) as device memory besides
-/// the UART and the GIC.
+/// the UART and the GIC: as `crate::platform::host_memory_map` plans it.
 pub fn init(
     platform: &Platform,
     in_use: Vec<PhysRange>,
     more_devices: &[PhysRange],
 ) -> Result<MemorySummary, MemoryError> {
-    let mut taken = in_use;
-    taken.extend(platform.reserved.iter().copied());
-    let free = ranges::subtract(platform.ram.clone(), taken);
-    let mut free_bytes = 0;
+    let text = PhysRange {
+        start: &raw const __image_start as u64,
+        end: &raw const __text_end as u64,
+    };
+    let guards: Vec<PhysRange> = crate::arch::cpu::percpu::guard_pages().collect();
+    let plan = HostMemoryMap::plan(platform, in_use, text, &guards, more_devices);
     {
         let mut frames = FRAMES.lock();
-        for r in &free {
-            let r = r.align_in(FRAME_SIZE);
-            if !r.is_empty() {
-                frames.add_frame(
-                    (r.start / FRAME_SIZE) as usize,
-                    (r.end / FRAME_SIZE) as usize,
-                );
-                free_bytes += r.size();
-            }
+        for r in &plan.free {
+            frames.add_frame(
+                (r.start / FRAME_SIZE) as usize,
+                (r.end / FRAME_SIZE) as usize,
+            );
         }
     }
+    let free_bytes = plan.free_bytes();
     let growth = HEAP_GROWTH.min(free_bytes / 8);
     let chunk = alloc_frames(growth, FRAME_SIZE).ok_or(MemoryError::NoRamForHeap)?;
     // SAFETY: the frames were just taken from the allocator and are owned by
@@ -173,41 +172,12 @@ pub fn init(
         | El23Attributes::USER_RES1
         | El23Attributes::XN;
     let mut map = IdMap::new(0, El2);
-    let text = PhysRange {
-        start: &raw const __image_start as u64,
-        end: &raw const __text_end as u64,
-    };
-    let region = |r: PhysRange| MemoryRegion::new(r.start as usize, r.end as usize);
-    for r in &platform.ram {
-        let mut holes = alloc::vec![text];
-        holes.extend(crate::arch::cpu::percpu::guard_pages());
-        holes.extend(platform.no_map.iter().map(|r| r.align_out(FRAME_SIZE)));
-        for part in ranges::subtract(alloc::vec![*r], holes) {
-            map.map_range(&region(part), normal | El23Attributes::XN)
-                .map_err(MemoryError::Map)?;
-        }
-    }
-    map.map_range(&region(text), normal | El23Attributes::READ_ONLY)
-        .map_err(MemoryError::Map)?;
-    let mut devices = alloc::vec![platform.uart.align_out(FRAME_SIZE)];
-    if let Some(gic) = &platform.gic {
-        devices.push(gic.distributor.align_out(FRAME_SIZE));
-        devices.extend(gic.redistributors.iter().map(|r| r.align_out(FRAME_SIZE)));
-        devices.extend(gic.its.map(|r| r.align_out(FRAME_SIZE)));
-    }
-    if let Some(gic) = &platform.gicv2 {
-        devices.push(gic.distributor.align_out(FRAME_SIZE));
-        // At least the 8 KiB frame that holds `GICC_DIR` (some device trees
-        // give the first 4 KiB only).
-        let gicc_size = gic.cpu_interface.size().max(gicc::FRAME_SIZE);
-        devices.push(
-            PhysRange::from_start_size(gic.cpu_interface.start, gicc_size).align_out(FRAME_SIZE),
-        );
-        devices.extend(gic.hyp_interface.map(|r| r.align_out(FRAME_SIZE)));
-    }
-    devices.extend(more_devices.iter().map(|r| r.align_out(FRAME_SIZE)));
-    for d in devices {
-        map.map_range(&region(d), device)
+    let region = |r: &PhysRange| MemoryRegion::new(r.start as usize, r.end as usize);
+    let regions = (plan.data.iter().map(|r| (r, normal | El23Attributes::XN)))
+        .chain([(&plan.text, normal | El23Attributes::READ_ONLY)])
+        .chain(plan.devices.iter().map(|r| (r, device)));
+    for (range, attributes) in regions {
+        map.map_range(&region(range), attributes)
             .map_err(MemoryError::Map)?;
     }
     // SAFETY: the new tables map everything the hypervisor touches (its image,
