@@ -95,16 +95,21 @@ fn commands(log: &[Access]) -> Vec<(u64, Command)> {
 
 /// Checks that no memory the driver wrote is still dirty (written, not
 /// cleaned) when it hands memory to the ITS (a table or queue register, an
-/// enable, `GITS_CWRITER`), and that a `DSB` separates the last command
-/// write from the `GITS_CWRITER` write publishing it.
-fn check_published_clean(log: &[Access]) {
+/// enable, `GITS_CWRITER`), that a `DSB` separates the last command write
+/// from the `GITS_CWRITER` write publishing it, and that every slot a
+/// `GITS_CWRITER` write publishes was written before it.
+fn check_published_clean(its: &MockIts) {
+    let log = its.log();
     let mut dirty: Vec<(u64, u64)> = Vec::new();
     let mut command_since_dsb = false;
+    let mut unpublished: Vec<u64> = Vec::new();
+    let mut published = its.cwriter_at_clear();
     for (i, access) in log.iter().enumerate() {
         match *access {
             Zero(pa, len) | Fill(pa, len, _) => dirty.push((pa, len)),
             Command(pa, _) => {
                 dirty.push((pa, COMMAND_BYTES));
+                unpublished.push(pa - QUEUE);
                 command_since_dsb = true;
             }
             // A zeroed table is cleaned over its size from its start: the
@@ -116,10 +121,18 @@ fn check_published_clean(log: &[Access]) {
                     dirty.is_empty(),
                     "access {i} ({access:?}) with {dirty:x?} not cleaned"
                 );
-                if let Write64(addr, _) = *access
+                if let Write64(addr, offset) = *access
                     && addr == ITS + gits::CWRITER
                 {
                     assert!(!command_since_dsb, "access {i}: CWRITER before a DSB");
+                    while published != offset {
+                        assert!(
+                            unpublished.contains(&published),
+                            "access {i}: slot {published:#x} published unwritten"
+                        );
+                        published = (published + COMMAND_BYTES) % QUEUE_BYTES;
+                    }
+                    unpublished.clear();
                 }
             }
             _ => {}
@@ -201,7 +214,7 @@ fn init_sets_up_tables_queue_and_properties_in_order() {
         Write32(ITS + gits::CTLR, gits::CTLR_ENABLED),
     ]);
     assert_eq!(log, expected);
-    check_published_clean(&log);
+    check_published_clean(&its);
 }
 
 #[test]
@@ -323,7 +336,7 @@ fn init_cpu_log(typer: u64, target: u64) {
             Read64(r, 64)
         ] if w == ITS + gits::CWRITER && r == ITS + gits::CREADR
     ));
-    check_published_clean(&log);
+    check_published_clean(&its);
 }
 
 #[test]
@@ -400,7 +413,7 @@ fn map_device_maps_each_event_then_syncs() {
             Read64(ITS + gits::CREADR, 8 * 32)
         ]
     );
-    check_published_clean(&log);
+    check_published_clean(&its);
     // The next device's events come after.
     assert_eq!(driver.map_device(0x11, 2, 0, target), Some(8196));
 }
@@ -432,7 +445,7 @@ fn unmap_gives_the_lpis_and_the_itt_back() {
     );
     assert!(matches!(log.last(), Some(Free(_, 256, PAGE))));
     assert_eq!(its.live(), tables + 1);
-    check_published_clean(&log);
+    check_published_clean(&its);
     // The run is reusable, in any split.
     assert_eq!(driver.map_device(3, 4, 0, target), Some(8192));
     assert_eq!(driver.map_device(4, 4, 0, target), Some(8196));
@@ -493,7 +506,7 @@ fn the_queue_wraps_in_batches_that_leave_a_slot_free() {
     assert_eq!(written[125].0, QUEUE + 127 * 32);
     assert_eq!(written[126].0, QUEUE);
     assert_eq!(written[257].0, QUEUE + 3 * 32);
-    check_published_clean(&log);
+    check_published_clean(&its);
 }
 
 #[test]

@@ -65,6 +65,8 @@ struct State {
     allocs_left: Option<usize>,
     /// Live allocations: address to size.
     live: HashMap<u64, u64>,
+    /// `GITS_CWRITER` when the log was last cleared.
+    cwriter_at_clear: u64,
 }
 
 /// The mock ITS: hands out frames and memory over one log.
@@ -133,7 +135,18 @@ impl MockIts {
 
     /// Forgets the accesses so far.
     pub fn clear_log(&self) {
-        self.state.borrow_mut().log.clear();
+        let mut state = self.state.borrow_mut();
+        state.log.clear();
+        state.cwriter_at_clear = state
+            .value
+            .get(&(ITS + gits::CWRITER))
+            .copied()
+            .unwrap_or(0);
+    }
+
+    /// `GITS_CWRITER` as it was when the log starts.
+    pub fn cwriter_at_clear(&self) -> u64 {
+        self.state.borrow().cwriter_at_clear
     }
 
     fn read(&self, addr: usize) -> u64 {
