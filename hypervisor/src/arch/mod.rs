@@ -31,8 +31,8 @@
 //!
 //! 1. `cpu::sysreg`, `cpu::percpu`, `cpu::features`: leaves.
 //! 2. `drivers::gic` (per-CPU data, system registers);
-//!    `drivers::its` (per-CPU data, system registers; host frames are
-//!    handed to it by `boot`).
+//!    `drivers::its` (per-CPU data, system registers, `drivers::gic`'s MMIO
+//!    frame; host frames are handed to it by `boot`).
 //! 3. `boot::entry`, `boot::exceptions`, `boot::memory` (per-CPU data,
 //!    system registers), `boot::firmware` (console, GIC).
 //! 4. `stage2` (host memory, system registers); `host_disk` (host memory): the

@@ -9,8 +9,6 @@
 //! - [`cpu_features`]: CPU feature decoding from the ID registers.
 //! - [`host_device`]: a node a VM is given (passthrough): its windows,
 //!   interrupts and the subtree the guest's tree gets.
-//! - [`host_memory_map`]: which RAM the hypervisor allocates from and how
-//!   its EL2 map covers RAM and devices.
 //! - [`virtio_mmio`]: the host's virtio-mmio transports (where its disks
 //!   may be), highest address first.
 
@@ -19,7 +17,6 @@ pub mod cpu_features;
 pub mod device_tree;
 pub mod dt_translate;
 pub mod host_device;
-pub mod host_memory_map;
 pub mod ranges;
 pub mod virtio_mmio;
 

@@ -21,6 +21,8 @@
 //!   acting on how each run ended, halting and restarting its VM.
 //! - [`monitor_target`]: the console monitor's machine and the VMs'
 //!   console input over the VM table.
+//! - [`host_memory_map`]: which RAM the hypervisor allocates from and how
+//!   its EL2 map covers RAM and devices, planned at boot.
 //! - [`host_console`]: the one console on a machine: its lock, its
 //!   terminal, the console CPU's poll timer and typed bytes, and parked
 //!   CPUs (over [`host_console::ConsoleMachine`]).
@@ -75,6 +77,7 @@ pub mod device_hub;
 pub mod dirty_log;
 pub mod guest_call;
 pub mod host_console;
+pub mod host_memory_map;
 pub mod live_migration;
 pub mod monitor_target;
 pub mod passed_devices;

@@ -29,6 +29,7 @@
 //! - [`pci_bus_of`]: the bus number of a requester ID, which says whether a
 //!   DeviceID is on a bus the VM owns.
 
+use crate::drivers::its::driver::LpiRuns;
 use alloc::vec::Vec;
 
 /// The first LPI INTID.
@@ -86,6 +87,21 @@ impl LpiPool {
     /// LPIs still free.
     pub fn free(&self) -> usize {
         self.taken.iter().filter(|&&t| !t).count()
+    }
+}
+
+/// The host ITS driver hands out runs of this pool.
+impl LpiRuns for LpiPool {
+    fn with_size(size: u32) -> Self {
+        Self::new(size)
+    }
+
+    fn take(&mut self, count: u32) -> Option<u32> {
+        LpiPool::take(self, count)
+    }
+
+    fn give_back(&mut self, first: u32, count: u32) {
+        LpiPool::give_back(self, first, count);
     }
 }
 

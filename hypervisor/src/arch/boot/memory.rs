@@ -18,8 +18,8 @@
 //! also the address a device's DMA uses (no IOMMU).
 
 use crate::platform::Platform;
-use crate::platform::host_memory_map::HostMemoryMap;
 use crate::platform::ranges::PhysRange;
+use crate::runtime::host_memory_map::HostMemoryMap;
 use aarch64_paging::descriptor::El23Attributes;
 use aarch64_paging::idmap::IdMap;
 use aarch64_paging::paging::{El2, MemoryRegion};
@@ -31,7 +31,7 @@ use core::ptr::NonNull;
 use spin::{Mutex, MutexGuard, Once};
 
 /// The size of a frame.
-pub use crate::platform::host_memory_map::FRAME_SIZE;
+pub use crate::runtime::host_memory_map::FRAME_SIZE;
 const BOOT_HEAP_SIZE: usize = 4 << 20;
 const HEAP_GROWTH: u64 = 32 << 20;
 
@@ -130,7 +130,7 @@ pub struct MemorySummary {
 /// Builds the frame allocator from `platform` (excluding `in_use`), grows the
 /// heap and switches to the final EL2 stage-1 tables, which map
 /// `more_devices` (the host's virtio-mmio windows) as device memory besides
-/// the UART and the GIC: as `crate::platform::host_memory_map` plans it.
+/// the UART and the GIC: as `crate::runtime::host_memory_map` plans it.
 pub fn init(
     platform: &Platform,
     in_use: Vec<PhysRange>,

@@ -37,14 +37,14 @@ impl MmioFrame {
     ///
     /// # Safety
     /// `base` and every register the driver reaches from it must be inside
-    /// the GIC frames the device tree named, which the EL2 stage-1 maps as
-    /// device memory.
-    const unsafe fn new(base: usize) -> Self {
+    /// the GIC frames the device tree named (the ITS's included), which the
+    /// EL2 stage-1 maps as device memory.
+    pub const unsafe fn new(base: usize) -> Self {
         Self { base }
     }
 
     /// The frame's address.
-    fn base(&self) -> usize {
+    pub fn base(&self) -> usize {
         self.base
     }
 }

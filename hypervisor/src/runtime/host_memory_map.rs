@@ -1,4 +1,5 @@
-//! The hypervisor's own view of host memory, planned from the platform:
+//! The hypervisor's own view of host memory, planned at boot from the
+//! platform:
 //! which RAM the frame allocator may hand out, and how the EL2 stage-1
 //! identity map covers each range ([`HostMemoryMap::plan`]). The machine
 //! (`arch::boot::memory`) builds the allocator and the tables from the
@@ -21,9 +22,9 @@
 //!   interface is mapped 8 KiB long at least: `GICC_DIR` is in its second
 //!   page, which some device trees leave out.
 
-use super::Platform;
-use super::ranges::{self, PhysRange};
 use crate::drivers::gic::gicv2::gicc;
+use crate::platform::Platform;
+use crate::platform::ranges::{self, PhysRange};
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -105,7 +106,7 @@ impl HostMemoryMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::platform::device_tree::Gicv2;
+    use crate::platform::Gicv2;
 
     fn range(start: u64, end: u64) -> PhysRange {
         PhysRange { start, end }

@@ -1,9 +1,11 @@
-//! Register encodings of the host's physical ITS and of the redistributors'
-//! LPI registers, as pure functions the EL2 driver (`arch::drivers::its`)
-//! uses: the `GITS_BASER<n>`, `GITS_CBASER`, `GICR_PROPBASER` and
-//! `GICR_PENDBASER` values it writes, what it reads from `GITS_TYPER` and
-//! `GICR_TYPER`, and the 32-byte commands it queues (`MAPD`, `MAPC`,
-//! `MAPTI`, `SYNC`).
+//! The host's physical ITS: its driver's sequences ([`driver`]) and, here,
+//! the register encodings of the ITS and of the redistributors' LPI
+//! registers as pure functions the driver uses: the `GITS_BASER<n>`,
+//! `GITS_CBASER`, `GICR_PROPBASER` and `GICR_PENDBASER` values it writes,
+//! what it reads from `GITS_TYPER` and `GICR_TYPER`, and the 32-byte
+//! commands it queues (`MAPD`, `MAPC`, `MAPTI`, `SYNC`). The machine side
+//! (volatile accesses, the frame allocator, cache maintenance, the statics)
+//! is `arch::drivers::its`.
 //!
 //! # The setup these values describe
 //!
@@ -15,6 +17,12 @@
 //! and a pending table of 2^bits bits per redistributor (64 KiB aligned).
 //! A command names its target redistributor by processor number
 //! (`GITS_TYPER.PTA` 0) or by physical address (`PTA` 1).
+
+pub mod driver;
+#[cfg(test)]
+mod driver_tests;
+#[cfg(test)]
+mod mock;
 
 use tock_registers::LocalRegisterCopy;
 use tock_registers::register_bitfields;
