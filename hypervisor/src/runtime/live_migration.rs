@@ -4,8 +4,10 @@
 //! the measured copy rate, throttling a source that dirties faster than
 //! that (`Vm::migration_throttle`, which its vCPUs obey between exits);
 //! stop-and-copy with the vCPUs' whole state (`vm::vcpu_state`, captured by
-//! the source's parked vCPUs on their own CPUs), which then help copy the
-//! last dirty pages (`Vm::stop_copy`, [`help_stop_copy`]); a byte-for-byte
+//! the source's parked vCPUs on their own CPUs, asked before the pause so
+//! that one kick brings each vCPU out of its guest to park and capture),
+//! which then help copy the last dirty pages (`Vm::stop_copy`,
+//! [`help_stop_copy`]); a byte-for-byte
 //! check of the destination's memory when asked
 //! ([`MigrationOptions::verify`]); then the destination starts and the
 //! source ends. Before the first copy, both VMs' boot RAM is zeroed where
@@ -613,11 +615,20 @@ pub(crate) fn migrate<H: Hardware>(
     }
     // Stop-and-copy.
     let paused_at = hw.counter_ticks();
+    src.request_capture_at_pause();
     if let Err(e) = vm_ops::pause(src) {
+        src.set_capture_requested(false);
         stop_logging(src, &pairs);
         return Err(MigrateError::Pause(e));
     }
-    src.set_capture_requested(true);
+    // vCPUs parked before the request (a VM the monitor had paused) wait
+    // for a kick to see it.
+    let missing = (0..src.vcpus).any(|vcpu| {
+        src.power.state(vcpu) == PowerState::On && src.vcpu_states[vcpu].lock().is_none()
+    });
+    if missing {
+        src.set_capture_requested(true);
+    }
     let frequency = hw.counter_frequency();
     for vcpu in 0..src.vcpus {
         if src.power.state(vcpu) != PowerState::On {

@@ -594,6 +594,14 @@ impl<H: Hardware> Vm<H> {
         }
     }
 
+    /// Asks the VM's vCPUs to capture their whole state as they park for
+    /// the pause that follows, without kicking them: that pause's kick
+    /// brings each one out of its guest once, to park and capture in one
+    /// go (a migration's stop, `runtime::live_migration`).
+    pub fn request_capture_at_pause(&self) {
+        self.capture_requested.store(true, Ordering::Release);
+    }
+
     /// Whether a migration asks for the vCPUs' whole state.
     pub fn capture_requested(&self) -> bool {
         self.capture_requested.load(Ordering::Acquire)
