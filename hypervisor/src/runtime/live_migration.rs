@@ -19,8 +19,9 @@
 //! The CPU that runs a migration is the destination's vCPU 0, which
 //! starts only when [`run`] returns, and the source's end means console
 //! lines (its counters, the reason) that take milliseconds at a UART. So
-//! the source is only marked ending (`Vm::end_migrated`: its vCPUs are
-//! kicked and halt), the destination's vCPUs are released, and the first
+//! the source is only marked ending (`Vm::end_migrated`), the
+//! destination's vCPUs are released, then the source's are kicked and
+//! halt (`Vm::wake_to_end`), and the first
 //! source vCPU to halt prints the report line [`run`] left with it and the
 //! source's end (`Vm::report_end_left_to_vcpus`). The downtime runs from
 //! the pause to that release.
@@ -727,13 +728,18 @@ pub(crate) fn migrate<H: Hardware>(
     src.set_capture_requested(false);
     dst.awaiting_migration.store(false, Ordering::Release);
     // The source's end (its console line, counters) is reported by its
-    // first vCPU to halt, while the destination runs.
+    // first vCPU to halt, while the destination runs: marked ending here,
+    // its vCPUs woken once the destination's are.
     let _ = src.end_migrated(format!("migrated to vm{} ({})", dst.index, dst.name));
     hw.send_event();
     for vcpu in 1..dst.vcpus {
         dst.kick(vcpu);
     }
     report.downtime_us = micros_since(hw, paused_at);
+    src.wake_to_end();
+    report.finish_us = report
+        .downtime_us
+        .saturating_sub(report.pause_us + report.stop_copy_us + report.verify_us);
     report.total_us = micros_since(hw, start);
     Ok(report)
 }

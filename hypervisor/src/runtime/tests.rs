@@ -737,6 +737,29 @@ fn precopy_ends_when_the_rest_fits_and_the_stop_copies_it() {
     assert!(!spec.flags.contains(SlotFlags::LOG_DIRTY));
 }
 
+/// The stop's end: the destination's vCPUs are released first, then the
+/// source's are woken to halt (and report its end), so that the source's
+/// halting does not delay the destination.
+#[test]
+fn the_source_is_woken_to_end_only_after_the_destination_is_released() {
+    let hw = FakeHardware::new();
+    let vms = create(
+        hw,
+        &[
+            ("src", conf(8, &[0, 3], true)),
+            ("dst", conf(8, &[1, 2], false)),
+        ],
+    );
+    let _table = VmTable::new(hw, vms.clone(), 4).unwrap();
+    let (src, dst) = (vms[0], vms[1]);
+    hw.kicks.lock().unwrap().clear();
+    live_migration::migrate(src, dst, options(false, 30_000), &mut |_| {}).unwrap();
+    let kicks = hw.kicks.lock().unwrap().clone();
+    // Destination vCPU 1 (CPU 2), then the source's CPUs 0 and 3.
+    assert!(kicks.ends_with(&[2, 0, 3]), "{kicks:?}");
+    assert!(src.is_stopping());
+}
+
 /// Verification off (the default): nothing compares, so a page changed
 /// behind the log's back (as no real write can) stays as it was copied;
 /// the report says the copy was not checked.

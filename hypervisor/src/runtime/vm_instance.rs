@@ -639,6 +639,13 @@ impl<H: Hardware> Vm<H> {
         self.flush_console();
     }
 
+    /// Wakes every vCPU of a VM marked ending ([`Vm::end_migrated`]) out of
+    /// its wait, to halt.
+    pub fn wake_to_end(&self) {
+        self.hw.send_event();
+        self.kick_all();
+    }
+
     fn kick_all(&self) {
         for vcpu in 0..self.vcpus {
             self.kick(vcpu);
@@ -802,16 +809,19 @@ impl<H: Hardware> Vm<H> {
     }
 
     /// Ends the VM after a migration moved it elsewhere: marks it stopping
-    /// and kicks its vCPUs (parked, they halt); the first of them to halt
+    /// (nothing resumes it from now on); the first of its vCPUs to halt
     /// reports the end with `reason` ([`Vm::report_end_left_to_vcpus`]),
     /// after the destination started, not on the migration's CPU before
-    /// it. False when it was ending already (nothing left to report).
+    /// it. Its parked vCPUs are not kicked here: [`Vm::wake_to_end`] does
+    /// it once the destination runs, so that their halting and the
+    /// report's console lines do not compete with the destination's
+    /// release. False when it was ending already (nothing left to report).
     #[must_use]
     pub fn end_migrated(&self, reason: String) -> bool {
         // Held across the mark: a vCPU that halts at once waits here for
         // the reason instead of finding none.
         let mut to_report = self.end_to_report.lock();
-        if !self.begin_stop(self.vcpus) {
+        if self.stopping.swap(true, Ordering::AcqRel) {
             return false;
         }
         *to_report = Some(EndToReport {

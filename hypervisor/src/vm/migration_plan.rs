@@ -328,6 +328,10 @@ pub struct MigrationReport {
     pub pause_us: u64,
     /// The part spent on the stop's harvest and copy, microseconds.
     pub stop_copy_us: u64,
+    /// The rest of the downtime: the source's logging turned off, the
+    /// devices' and vCPUs' states handed over, the destination released,
+    /// microseconds.
+    pub finish_us: u64,
     /// The downtime limit, microseconds.
     pub downtime_limit_us: u64,
     /// The stop's copy time expected when pre-copy ended, microseconds.
@@ -359,8 +363,8 @@ impl fmt::Display for MigrationReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "total {} us, downtime {} us (pause {} us, copy {} us, ",
-            self.total_us, self.downtime_us, self.pause_us, self.stop_copy_us
+            "total {} us, downtime {} us (pause {} us, copy {} us, finish {} us, ",
+            self.total_us, self.downtime_us, self.pause_us, self.stop_copy_us, self.finish_us
         )?;
         if self.verified {
             write!(f, "verify {} us", self.verify_us)?;
@@ -539,6 +543,7 @@ mod tests {
             downtime_us: 300,
             pause_us: 40,
             stop_copy_us: 50,
+            finish_us: 10,
             downtime_limit_us: 30_000,
             expected_stop_copy_us: 250,
             throttle_percent: 20,
@@ -550,13 +555,13 @@ mod tests {
         assert_eq!(report.pages_copied(), 33795);
         assert_eq!(
             report.to_string(),
-            "total 1500 us, downtime 300 us (pause 40 us, copy 50 us, verify 200 us, limit 30000 us, expected copy 250 us, throttle 20 %), 2 pre-copy iterations, pages per iteration 32768/900/120/7, 33795 pages copied, 0 differences"
+            "total 1500 us, downtime 300 us (pause 40 us, copy 50 us, finish 10 us, verify 200 us, limit 30000 us, expected copy 250 us, throttle 20 %), 2 pre-copy iterations, pages per iteration 32768/900/120/7, 33795 pages copied, 0 differences"
         );
         report.verified = false;
         report.verify_us = 0;
         assert_eq!(
             report.to_string(),
-            "total 1500 us, downtime 300 us (pause 40 us, copy 50 us, not verified, limit 30000 us, expected copy 250 us, throttle 20 %), 2 pre-copy iterations, pages per iteration 32768/900/120/7, 33795 pages copied"
+            "total 1500 us, downtime 300 us (pause 40 us, copy 50 us, finish 10 us, not verified, limit 30000 us, expected copy 250 us, throttle 20 %), 2 pre-copy iterations, pages per iteration 32768/900/120/7, 33795 pages copied"
         );
     }
 }
