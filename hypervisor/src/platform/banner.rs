@@ -88,31 +88,16 @@ pub fn tlb_line(caps: tlb::TlbCaps) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::platform::PsciConduit;
     use crate::platform::ranges::PhysRange;
     use crate::platform::{Gicv2, Gicv3};
-    use crate::vocabulary::uart_kind::UartKind;
     use alloc::vec;
-    use alloc::vec::Vec;
 
     fn platform(gic: Option<Gicv3>, gicv2: Option<Gicv2>) -> Platform {
         Platform {
-            model: String::from("test"),
             ram: vec![PhysRange::from_start_size(0x4000_0000, 1 << 30)],
-            reserved: Vec::new(),
-            no_map: Vec::new(),
-            uart: PhysRange::from_start_size(0x0900_0000, 0x1000),
-            uart_kind: UartKind::Pl011,
-            uart_from_stdout_path: true,
-            console_note: None,
-            uart_intid: None,
             gic,
             gicv2,
-            timer: None,
-            cpus: vec![0],
-            psci: PsciConduit::Smc,
-            initrd: None,
-            dtb_size: 0,
+            ..Platform::for_tests()
         }
     }
 

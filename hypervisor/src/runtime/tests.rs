@@ -59,7 +59,6 @@ use crate::vm::migration_plan::MigrationOptions;
 use crate::vm::power::PowerState;
 use crate::vm::run_state::Requested;
 use crate::vm::vcpu_state::VectorLengths;
-use crate::vocabulary::uart_kind::UartKind;
 
 mod boot_sequence;
 mod console_cpu;
@@ -549,20 +548,8 @@ fn boot_info(cpus: usize) -> BootInfo {
         platform: Platform {
             model: String::from("fake"),
             ram: vec![PhysRange::from_start_size(0x4000_0000, 1 << 30)],
-            reserved: Vec::new(),
-            no_map: Vec::new(),
-            uart: PhysRange::from_start_size(0x0900_0000, 0x1000),
-            uart_kind: UartKind::Pl011,
-            uart_from_stdout_path: true,
-            console_note: None,
-            uart_intid: None,
-            gic: None,
-            gicv2: None,
-            timer: None,
             cpus: (0..cpus as u64).collect(),
-            psci: PsciConduit::Smc,
-            initrd: None,
-            dtb_size: 0,
+            ..Platform::for_tests()
         },
         features: CpuFeatures {
             pa_bits: 40,
