@@ -3,6 +3,7 @@
 //! the console lock, typed bytes reaching the monitor, and a parked CPU:
 //! the console CPU serving the UART and the poll timer, any other halting.
 
+use super::cpu_start::{payload, table};
 use super::*;
 use crate::drivers::gic::driver::Acknowledged;
 use crate::runtime::cpu_start::{CpuStart, start_vms};
@@ -117,21 +118,8 @@ fn machine() -> (&'static FakeHardware, &'static VmTable<FakeHardware>) {
     hw.side().wait_ends_test = true;
     let mut info = boot_info(4);
     info.platform.uart_intid = Some(UART_INTID);
-    let named: Vec<NamedPayload> = [("a", conf(8, &[0], false)), ("b", conf(8, &[1], false))]
-        .iter()
-        .map(|(name, conf)| NamedPayload {
-            name: String::from(*name),
-            payload: Payload {
-                kernel: kernel(),
-                initrd: None,
-                cmdline: None,
-                conf: *conf,
-            },
-        })
-        .collect();
-    let archive: &'static [u8] = Vec::leak(boot_payload::write_several(&named).unwrap());
-    let table: &'static spin::Once<VmTable<FakeHardware>> = Box::leak(Box::new(spin::Once::new()));
-    let started = start_vms(hw, &info, archive, table).unwrap();
+    let archive = payload(&[("a", conf(8, &[0], false)), ("b", conf(8, &[1], false))]);
+    let started = start_vms(hw, &info, archive, table()).unwrap();
     (hw, started.machine)
 }
 

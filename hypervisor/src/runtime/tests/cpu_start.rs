@@ -28,7 +28,7 @@ impl CpuStart for FakeHardware {
 }
 
 /// A payload archive with `vms` (name, settings).
-fn payload(vms: &[(&str, VmConf)]) -> &'static [u8] {
+pub(super) fn payload(vms: &[(&str, VmConf)]) -> &'static [u8] {
     let named: Vec<NamedPayload> = vms
         .iter()
         .map(|(name, conf)| NamedPayload {
@@ -44,7 +44,7 @@ fn payload(vms: &[(&str, VmConf)]) -> &'static [u8] {
     Vec::leak(boot_payload::write_several(&named).unwrap())
 }
 
-fn table() -> &'static Once<VmTable<FakeHardware>> {
+pub(super) fn table() -> &'static Once<VmTable<FakeHardware>> {
     Box::leak(Box::new(Once::new()))
 }
 
