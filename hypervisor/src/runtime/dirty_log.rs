@@ -153,6 +153,20 @@ pub fn disable<H: Hardware>(vm: &Vm<H>, id: SlotId) -> Result<(), VmOpError> {
         .map_err(VmOpError::Memslot)
 }
 
+/// Turns off the dirty logging of each slot in `ids` (a migration's, at
+/// its end); a slot that cannot be changed keeps logging, with a warning.
+pub fn disable_slots<H: Hardware>(vm: &Vm<H>, ids: &[SlotId]) {
+    for &id in ids {
+        if let Err(e) = disable(vm, id) {
+            log::warn!(
+                "vm{}: dirty logging of slot {} stays on: {e}",
+                vm.index,
+                id.get()
+            );
+        }
+    }
+}
+
 /// Write-protects the pages whose bits are set in `bits` (bit `i` is page
 /// `first_page + i` of the slot) with one range flush over their span.
 fn protect_pages<H: Hardware>(

@@ -22,9 +22,11 @@
 //! the source is only marked ending (`Vm::end_migrated`), the
 //! destination's vCPUs are released, then the source's are kicked and
 //! halt (`Vm::wake_to_end`), and the first
-//! source vCPU to halt prints the report line [`run`] left with it and the
-//! source's end (`Vm::report_end_left_to_vcpus`). The downtime runs from
-//! the pause to that release.
+//! source vCPU to halt turns the migration's dirty logging off and prints
+//! the report line [`run`] left with it and the source's end
+//! (`Vm::report_end_left_to_vcpus`). The downtime runs from the pause
+//! until this CPU returns to start the destination's vCPU 0, the last of
+//! its vCPUs to be released.
 //!
 //! # Devices
 //!
@@ -70,7 +72,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::Ordering;
-use memslot::{PAGE_SHIFT, SlotFlags, SlotSpec};
+use memslot::{PAGE_SHIFT, SlotFlags, SlotId, SlotSpec};
 
 /// Why a migration was refused or failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,6 +140,9 @@ impl From<VmOpError> for MigrateError {
 
 /// How long the source's vCPUs have to hand over their state, in seconds.
 const CAPTURE_WAIT_SECONDS: u64 = 5;
+
+/// Looks at the captured state between reads of the clock while waiting.
+const CAPTURE_SPINS_PER_CLOCK_READ: u32 = 256;
 
 /// Checks a migration of `src` into `dst` with `options` and posts it to
 /// `dst`'s vCPU 0 (see the module doc). Returns at once.
@@ -248,11 +253,10 @@ fn quiesce_devices<H: Hardware>(src: &Vm<H>) -> Vec<DeviceSnapshot> {
         .collect()
 }
 
-/// Puts the source's device states into the destination's devices, moves
-/// the switch port over, and latches each device's SPI whose interrupt
-/// status was pending (after the vgic was copied).
-fn carry_devices<H: Hardware>(
-    src: &Vm<H>,
+/// Puts the source's device states into the destination's devices: the
+/// one step of the hand-over that can fail (a state the device refuses),
+/// so it comes before anything of the source is given away.
+fn restore_devices<H: Hardware>(
     dst: &Vm<H>,
     snapshots: &[DeviceSnapshot],
 ) -> Result<(), MigrateError> {
@@ -263,6 +267,13 @@ fn carry_devices<H: Hardware>(
             .restore(snapshot)
             .map_err(|e| MigrateError::Device(index, e))?;
     }
+    Ok(())
+}
+
+/// After [`restore_devices`] and the vgic's hand-over: moves the switch
+/// ports over and latches each device's SPI whose interrupt status was
+/// pending.
+fn hand_over_devices<H: Hardware>(src: &Vm<H>, dst: &Vm<H>, snapshots: &[DeviceSnapshot]) {
     let switch = src.device_hub.switch();
     for (from, to) in src.virtio.iter().zip(dst.virtio.iter()) {
         let (Some(from), Some(to)) = (&from.net, &to.net) else {
@@ -286,7 +297,6 @@ fn carry_devices<H: Hardware>(
         }
     }
     virtio_io::kick_all(dst, kicks);
-    Ok(())
 }
 
 /// Carries out the migration of `src` into `dst` with `options` on `dst`'s
@@ -490,22 +500,23 @@ fn pair_slots<H: Hardware>(src: &Vm<H>, dst: &Vm<H>) -> Result<Vec<SlotPair>, Mi
     Ok(pairs)
 }
 
-/// Ends pre-copy (on failure or after the stop): the throttle off, the
-/// migration's dirty logging off again, keeping slots that logged before
-/// the migration logging.
+/// The slots whose dirty logging the migration turns on (and off again):
+/// the writable ones that did not log before it.
+fn logged_by_migration(pairs: &[SlotPair]) -> Vec<SlotId> {
+    pairs
+        .iter()
+        .filter(|p| p.logging && !p.spec.flags.contains(SlotFlags::LOG_DIRTY))
+        .map(|p| p.spec.id)
+        .collect()
+}
+
+/// Ends pre-copy after a failure: the throttle off, the migration's dirty
+/// logging off again, keeping slots that logged before the migration
+/// logging. (After a stop that succeeded the source's end does the
+/// latter, `Vm::end_migrated`.)
 fn stop_logging<H: Hardware>(src: &Vm<H>, pairs: &[SlotPair]) {
     src.migration_throttle.store(0, Ordering::Release);
-    for pair in pairs.iter().filter(|p| p.logging) {
-        if !pair.spec.flags.contains(SlotFlags::LOG_DIRTY)
-            && let Err(e) = dirty_log::disable(src, pair.spec.id)
-        {
-            log::warn!(
-                "vm{}: dirty logging of slot {} stays on: {e}",
-                src.index,
-                pair.spec.id.get()
-            );
-        }
-    }
+    dirty_log::disable_slots(src, &logged_by_migration(pairs));
 }
 
 /// Lets the source run again after a failed stop-and-copy.
@@ -615,6 +626,7 @@ pub(crate) fn migrate<H: Hardware>(
         round += 1;
     }
     // Stop-and-copy.
+    let end_reason = format!("migrated to vm{} ({})", dst.index, dst.name);
     let paused_at = hw.counter_ticks();
     src.request_capture_at_pause();
     if let Err(e) = vm_ops::pause(src) {
@@ -636,8 +648,14 @@ pub(crate) fn migrate<H: Hardware>(
             continue;
         }
         let waited = hw.counter_ticks();
+        let mut spins = 0u32;
         while src.vcpu_states[vcpu].lock().is_none() {
-            if hw.counter_ticks().wrapping_sub(waited) > CAPTURE_WAIT_SECONDS * frequency {
+            // The clock only now and then: under emulation each counter
+            // read can wait for the lock the capturing vCPUs need too.
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(CAPTURE_SPINS_PER_CLOCK_READ)
+                && hw.counter_ticks().wrapping_sub(waited) > CAPTURE_WAIT_SECONDS * frequency
+            {
                 stop_logging(src, &pairs);
                 resume_source(src);
                 return Err(MigrateError::CaptureTimeout(vcpu));
@@ -678,7 +696,6 @@ pub(crate) fn migrate<H: Hardware>(
     );
     report.pages_per_iteration.push(job.pages());
     report.stop_copy_us = micros_since(hw, copy_start);
-    stop_logging(src, &pairs);
     if options.verify {
         let verify_start = hw.counter_ticks();
         report.differences = pairs
@@ -687,21 +704,31 @@ pub(crate) fn migrate<H: Hardware>(
             .sum();
         report.verify_us = micros_since(hw, verify_start);
         if report.differences != 0 {
+            stop_logging(src, &pairs);
             resume_source(src);
             return Err(MigrateError::Differences(report.differences));
         }
     }
-    // The devices and vCPUs.
-    *dst.vgic.lock() = src.vgic.lock().clone();
-    if let Err(e) = carry_devices(src, dst, &devices) {
+    // The devices and vCPUs: what can fail first; then the source's vgic
+    // and UART backlog are moved, not copied (allocating a copy takes
+    // hundreds of microseconds under emulation). Its vCPUs unloaded their
+    // list registers at the capture and only halt from here on, so nothing
+    // reads its vgic again; the state it gets instead is the destination's
+    // reset one, with the same hardware links (both on this host's timers,
+    // passed devices refused) and the same ITS, which is all a restart of
+    // the source keeps.
+    if let Err(e) = restore_devices(dst, &devices) {
+        stop_logging(src, &pairs);
         resume_source(src);
         return Err(e);
     }
+    core::mem::swap(&mut *dst.vgic.lock(), &mut *src.vgic.lock());
+    hand_over_devices(src, dst, &devices);
     {
-        let from = src.uart.lock();
+        let mut from = src.uart.lock();
         let mut to = dst.uart.lock();
         to.device = from.device.clone();
-        to.backlog = from.backlog.clone();
+        to.backlog = core::mem::take(&mut from.backlog);
         to.irq_level = from.irq_level;
     }
     for vcpu in 0..src.vcpus {
@@ -726,17 +753,21 @@ pub(crate) fn migrate<H: Hardware>(
         }
     }
     src.set_capture_requested(false);
+    src.migration_throttle.store(0, Ordering::Release);
     dst.awaiting_migration.store(false, Ordering::Release);
-    // The source's end (its console line, counters) is reported by its
-    // first vCPU to halt, while the destination runs: marked ending here,
-    // its vCPUs woken once the destination's are.
-    let _ = src.end_migrated(format!("migrated to vm{} ({})", dst.index, dst.name));
     hw.send_event();
     for vcpu in 1..dst.vcpus {
         dst.kick(vcpu);
     }
-    report.downtime_us = micros_since(hw, paused_at);
+    // The source's end (its console line, counters, and turning its
+    // migration's dirty logging off) is left to its first vCPU to halt,
+    // on its own CPU: marked ending here, its parked vCPUs woken once the
+    // destination's are (one woken meanwhile by its timer finds the VM
+    // still paused and parks again).
+    let _ = src.end_migrated(end_reason, logged_by_migration(&pairs));
     src.wake_to_end();
+    // This CPU is the destination's vCPU 0: it starts when this returns.
+    report.downtime_us = micros_since(hw, paused_at);
     report.finish_us = report
         .downtime_us
         .saturating_sub(report.pause_us + report.stop_copy_us + report.verify_us);

@@ -714,14 +714,19 @@ fn precopy_ends_when_the_rest_fits_and_the_stop_copies_it() {
     // machine still runs the destination.
     assert!(!dst.awaiting_migration.load(Ordering::Acquire));
     assert!(src.is_stopping() && !src.has_ended());
+    // The migration's dirty logging is turned off by that vCPU too, not
+    // while the destination waits.
+    let logging = || {
+        let spec = vm_ops::slot_spec(src, slot0()).unwrap().unwrap();
+        spec.flags.contains(SlotFlags::LOG_DIRTY)
+    };
+    assert!(logging());
     assert!(src.report_end_left_to_vcpus());
+    assert!(!logging());
     table.vm_ended();
     assert!(src.has_ended());
     assert!(!src.report_end_left_to_vcpus(), "reported twice");
     assert!(!hw.powered_off.load(Ordering::Acquire));
-    // The migration's dirty logging is off again.
-    let spec = vm_ops::slot_spec(src, slot0()).unwrap().unwrap();
-    assert!(!spec.flags.contains(SlotFlags::LOG_DIRTY));
 }
 
 /// The stop's end: the destination's vCPUs are released first, then the

@@ -252,6 +252,9 @@ struct EndToReport {
     reason: String,
     /// Log lines to print before the end's report (the migration's own).
     lines_before: Vec<String>,
+    /// Slots whose dirty logging the migration turned on, turned off
+    /// before the report.
+    slots_to_unlog: Vec<SlotId>,
 }
 
 /// Why a VM could not be created from the payload.
@@ -815,9 +818,11 @@ impl<H: Hardware> Vm<H> {
     /// it. Its parked vCPUs are not kicked here: [`Vm::wake_to_end`] does
     /// it once the destination runs, so that their halting and the
     /// report's console lines do not compete with the destination's
-    /// release. False when it was ending already (nothing left to report).
+    /// release. The same vCPU turns off the dirty logging of
+    /// `slots_to_unlog` (the migration's) before it reports. False when it
+    /// was ending already (nothing left to report).
     #[must_use]
-    pub fn end_migrated(&self, reason: String) -> bool {
+    pub fn end_migrated(&self, reason: String, slots_to_unlog: Vec<SlotId>) -> bool {
         // Held across the mark: a vCPU that halts at once waits here for
         // the reason instead of finding none.
         let mut to_report = self.end_to_report.lock();
@@ -827,6 +832,7 @@ impl<H: Hardware> Vm<H> {
         *to_report = Some(EndToReport {
             reason,
             lines_before: Vec::new(),
+            slots_to_unlog,
         });
         true
     }
@@ -847,12 +853,14 @@ impl<H: Hardware> Vm<H> {
 
     /// Reports the end a migration left to the VM's vCPUs, if it is still
     /// to be reported (the first halting vCPU's call does it, later ones
-    /// find nothing); true when this call reported it. The caller tells the
-    /// machine the VM ended.
+    /// find nothing), after turning off the migration's dirty logging;
+    /// true when this call reported it. The caller tells the machine the
+    /// VM ended.
     pub fn report_end_left_to_vcpus(&self) -> bool {
         let Some(end) = self.end_to_report.lock().take() else {
             return false;
         };
+        crate::runtime::dirty_log::disable_slots(self, &end.slots_to_unlog);
         for line in &end.lines_before {
             log::info!("{line}");
         }

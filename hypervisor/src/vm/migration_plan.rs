@@ -320,17 +320,17 @@ pub struct MigrationReport {
     pub pages_per_iteration: Vec<u64>,
     /// Total time, microseconds.
     pub total_us: u64,
-    /// From the pause to the destination's start, microseconds (the check
-    /// included, when one was asked for).
+    /// From the pause until the destination's last vCPU is released,
+    /// microseconds (the check included, when one was asked for).
     pub downtime_us: u64,
     /// The part of the downtime from the pause until every vCPU handed over
     /// its state, microseconds.
     pub pause_us: u64,
     /// The part spent on the stop's harvest and copy, microseconds.
     pub stop_copy_us: u64,
-    /// The rest of the downtime: the source's logging turned off, the
-    /// devices' and vCPUs' states handed over, the destination released,
-    /// microseconds.
+    /// The rest of the downtime: the devices' and vCPUs' states handed
+    /// over, the destination's vCPUs released, the source marked ending and
+    /// woken, microseconds.
     pub finish_us: u64,
     /// The downtime limit, microseconds.
     pub downtime_limit_us: u64,
