@@ -625,8 +625,9 @@ pub(crate) fn migrate<H: Hardware>(
         after_round(round);
         round += 1;
     }
-    // Stop-and-copy.
+    // Stop-and-copy (what the source's end needs made ready before).
     let end_reason = format!("migrated to vm{} ({})", dst.index, dst.name);
+    let slots_to_unlog = logged_by_migration(&pairs);
     let paused_at = hw.counter_ticks();
     src.request_capture_at_pause();
     if let Err(e) = vm_ops::pause(src) {
@@ -682,18 +683,25 @@ pub(crate) fn migrate<H: Hardware>(
             return Err(e);
         }
     }
-    // The source's paused vCPUs, woken, copy beside this CPU.
+    // The source's paused vCPUs, woken, copy beside this CPU, unless this
+    // CPU alone is done sooner than waking them takes (about what the
+    // pause took to bring them out).
     let job = CopyJob::new(take_chunks(&pairs, &mut pending));
-    src.stop_copy.post_and_work(
-        &job,
-        || {
-            hw.send_event();
-            for vcpu in 0..src.vcpus {
-                src.kick(vcpu);
-            }
-        },
-        &mut |chunk| copy_chunk(hw, chunk, how),
-    );
+    report.stop_copy_helped = figures.copy_us_for(job.pages()) > report.pause_us;
+    if report.stop_copy_helped {
+        src.stop_copy.post_and_work(
+            &job,
+            || {
+                hw.send_event();
+                for vcpu in 0..src.vcpus {
+                    src.kick(vcpu);
+                }
+            },
+            &mut |chunk| copy_chunk(hw, chunk, how),
+        );
+    } else {
+        job.work(&mut |chunk| copy_chunk(hw, chunk, how));
+    }
     report.pages_per_iteration.push(job.pages());
     report.stop_copy_us = micros_since(hw, copy_start);
     if options.verify {
@@ -764,7 +772,7 @@ pub(crate) fn migrate<H: Hardware>(
     // on its own CPU: marked ending here, its parked vCPUs woken once the
     // destination's are (one woken meanwhile by its timer finds the VM
     // still paused and parks again).
-    let _ = src.end_migrated(end_reason, logged_by_migration(&pairs));
+    let _ = src.end_migrated(end_reason, slots_to_unlog);
     src.wake_to_end();
     // This CPU is the destination's vCPU 0: it starts when this returns.
     report.downtime_us = micros_since(hw, paused_at);

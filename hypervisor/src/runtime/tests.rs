@@ -128,6 +128,8 @@ struct FakeHardware {
     /// Microseconds a page of cache maintenance takes (the copy rate the
     /// migration measures).
     clean_us_per_page: AtomicU64,
+    /// Microseconds a kick takes (until its CPU has left its guest).
+    kick_us: AtomicU64,
     dcache_cleans: AtomicUsize,
     icache_invalidations: AtomicUsize,
     kicks: Mutex<Vec<usize>>,
@@ -220,6 +222,7 @@ impl FakeHardware {
             freed: Mutex::new(Vec::new()),
             ticks: AtomicU64::new(0),
             clean_us_per_page: AtomicU64::new(1),
+            kick_us: AtomicU64::new(0),
             dcache_cleans: AtomicUsize::new(0),
             icache_invalidations: AtomicUsize::new(0),
             kicks: Mutex::new(Vec::new()),
@@ -352,6 +355,8 @@ impl Hardware for FakeHardware {
     }
 
     fn kick(&self, cpu: usize) {
+        self.ticks
+            .fetch_add(self.kick_us.load(Ordering::Relaxed), Ordering::Relaxed);
         self.kicks.lock().unwrap().push(cpu);
     }
 
@@ -750,6 +755,54 @@ fn the_source_is_woken_to_end_only_after_the_destination_is_released() {
     // Destination vCPU 1 (CPU 2), then the source's CPUs 0 and 3.
     assert!(kicks.ends_with(&[2, 0, 3]), "{kicks:?}");
     assert!(src.is_stopping());
+}
+
+/// The stop's copy wakes the source's vCPUs to help only when this CPU
+/// alone would take longer than the pause took to bring them out (about
+/// what waking them again costs): a few pages are copied alone, with no
+/// kicks between the pause's and the destination's release.
+#[test]
+fn the_source_helps_with_the_stop_copy_only_when_it_is_long() {
+    for (pages, helped) in [(20u64, false), (400, true)] {
+        let hw = FakeHardware::new();
+        let vms = create(
+            hw,
+            &[
+                ("src", conf(8, &[0, 3], true)),
+                ("dst", conf(8, &[1, 2], false)),
+            ],
+        );
+        let _table = VmTable::new(hw, vms.clone(), 4).unwrap();
+        let (src, dst) = (vms[0], vms[1]);
+        hw.kicks.lock().unwrap().clear();
+        // The pause's two kicks take 200 us; a page's copy 2 us.
+        hw.kick_us.store(100, Ordering::Relaxed);
+        let report = live_migration::migrate(src, dst, options(false, 100_000_000), &mut |round| {
+            if round == 0 {
+                for page in 0..pages {
+                    guest_write(src, page, 0x77, true);
+                }
+            }
+        })
+        .unwrap();
+        assert_eq!(
+            report.pages_per_iteration,
+            vec![src.ram.size() / PAGE, pages]
+        );
+        assert_eq!(report.stop_copy_helped, helped, "{report}");
+        let kicks = hw.kicks.lock().unwrap().clone();
+        // The pause's kicks, the helpers' (when they help), destination
+        // vCPU 1's release, the source's wake to end.
+        let expected: Vec<usize> = if helped {
+            vec![0, 3, 0, 3, 2, 0, 3]
+        } else {
+            vec![0, 3, 2, 0, 3]
+        };
+        assert_eq!(kicks, expected, "{report}");
+        for page in 0..pages {
+            assert_eq!(read_page(dst, page), read_page(src, page), "page {page}");
+        }
+    }
 }
 
 /// Verification off (the default): nothing compares, so a page changed

@@ -12,10 +12,10 @@
 //!    [`PrecopyPlan::next`] with what the last round measured
 //!    ([`RoundFigures`]): the copy rate (pages copied / time copying) and the
 //!    pages harvested after it (dirtied meanwhile). When the
-//!    harvested pages, copied at the measured copy rate, fit half the
-//!    [`MigrationOptions::downtime_limit_us`] ([`PrecopyPlan::copy_budget_us`];
-//!    the other half is for the pause, the state hand-over and the start),
-//!    pre-copy ends. Otherwise the
+//!    harvested pages, copied at the measured copy rate, fit a quarter of
+//!    the [`MigrationOptions::downtime_limit_us`]
+//!    ([`PrecopyPlan::copy_budget_us`]; the rest is for the pause, the
+//!    state hand-over and the start, and their spread), pre-copy ends. Otherwise the
 //!    pages are copied while the source runs and the next round follows; a
 //!    source that dirtied more than half as many pages as the round copied
 //!    (QEMU's threshold: the rounds shrink by less than half) is throttled
@@ -28,7 +28,9 @@
 //!    anyway, and the report says the limit was not expected to hold.
 //! 3. Stop-and-copy: the source is paused, its vCPUs capture their whole
 //!    state (`vm::vcpu_state`) and then help copy the last harvest (every
-//!    CPU of the source copies in parallel). With
+//!    CPU of the source copies in parallel) when one CPU alone would take
+//!    longer than the pause took to bring them out of their guest
+//!    ([`RoundFigures::copy_us_for`]): waking them again costs about that. With
 //!    [`MigrationOptions::verify`] (the tests) the destination's memory is
 //!    then compared with the source's byte for byte, and any difference
 //!    aborts the migration (the source resumes).
@@ -97,12 +99,19 @@ impl RoundFigures {
     /// How long copying the harvested pages takes at the round's copy rate,
     /// microseconds (rounded up).
     pub fn expected_copy_us(&self) -> u64 {
-        if self.dirty_pages == 0 {
+        self.copy_us_for(self.dirty_pages)
+    }
+
+    /// How long one CPU copies `pages` pages at the round's copy rate,
+    /// microseconds (rounded up; unknown, so the most, when the round
+    /// copied nothing).
+    pub fn copy_us_for(&self, pages: u64) -> u64 {
+        if pages == 0 {
             0
         } else if self.copied_pages == 0 {
             u64::MAX
         } else {
-            let us = u128::from(self.dirty_pages) * u128::from(self.copy_us);
+            let us = u128::from(pages) * u128::from(self.copy_us);
             u64::try_from(us.div_ceil(u128::from(self.copied_pages))).unwrap_or(u64::MAX)
         }
     }
@@ -152,12 +161,14 @@ impl PrecopyPlan {
         }
     }
 
-    /// The part of the limit the stop's copy may take, microseconds: half;
-    /// the other half is for the pause, the vCPUs' hand-over, the last
+    /// The part of the limit the stop's copy may take, microseconds: a
+    /// quarter; the rest is for the pause, the vCPUs' hand-over, the last
     /// harvest and the destination's start, which the rounds cannot
-    /// measure.
+    /// measure, and for their spread: under QEMU on a 2-core host those
+    /// took 3-4 ms together, and one step of them (a single kick) up to
+    /// 4 ms more when its thread lost its host core.
     pub fn copy_budget_us(&self) -> u64 {
-        self.downtime_limit_us / 2
+        self.downtime_limit_us / 4
     }
 
     /// After round `round` (1 for the first harvest) measured `figures`,
@@ -328,6 +339,9 @@ pub struct MigrationReport {
     pub pause_us: u64,
     /// The part spent on the stop's harvest and copy, microseconds.
     pub stop_copy_us: u64,
+    /// The source's vCPUs helped with the stop's copy (else this CPU
+    /// alone was expected to be done sooner than waking them takes).
+    pub stop_copy_helped: bool,
     /// The rest of the downtime: the devices' and vCPUs' states handed
     /// over, the destination's vCPUs released, the source marked ending and
     /// woken, microseconds.
@@ -363,8 +377,13 @@ impl fmt::Display for MigrationReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "total {} us, downtime {} us (pause {} us, copy {} us, finish {} us, ",
-            self.total_us, self.downtime_us, self.pause_us, self.stop_copy_us, self.finish_us
+            "total {} us, downtime {} us (pause {} us, copy {} us{}, finish {} us, ",
+            self.total_us,
+            self.downtime_us,
+            self.pause_us,
+            self.stop_copy_us,
+            if self.stop_copy_helped { "" } else { " alone" },
+            self.finish_us
         )?;
         if self.verified {
             write!(f, "verify {} us", self.verify_us)?;
@@ -416,8 +435,8 @@ mod tests {
 
     #[test]
     fn precopy_stops_when_the_harvest_fits_the_limit_at_the_measured_rate() {
-        let plan = plan(60_000);
-        // 3000 pages at 100 per ms: 30 ms, just fits half the limit.
+        let plan = plan(120_000);
+        // 3000 pages at 100 per ms: 30 ms, just fits a quarter of the limit.
         assert_eq!(
             plan.next(1, &figures(3000, 40_000), 0),
             Next::StopAndCopy {
@@ -437,6 +456,8 @@ mod tests {
         };
         assert!(matches!(plan.next(1, &faster, 0), Next::StopAndCopy { .. }));
         assert_eq!(figures(0, 1).expected_copy_us(), 0);
+        assert_eq!(figures(0, 1).copy_us_for(250), 2_500);
+        assert_eq!(figures(0, 1).copy_us_for(1), 10);
         assert_eq!(
             RoundFigures {
                 copied_pages: 0,
@@ -543,6 +564,7 @@ mod tests {
             downtime_us: 300,
             pause_us: 40,
             stop_copy_us: 50,
+            stop_copy_helped: true,
             finish_us: 10,
             downtime_limit_us: 30_000,
             expected_stop_copy_us: 250,
@@ -559,9 +581,10 @@ mod tests {
         );
         report.verified = false;
         report.verify_us = 0;
+        report.stop_copy_helped = false;
         assert_eq!(
             report.to_string(),
-            "total 1500 us, downtime 300 us (pause 40 us, copy 50 us, finish 10 us, not verified, limit 30000 us, expected copy 250 us, throttle 20 %), 2 pre-copy iterations, pages per iteration 32768/900/120/7, 33795 pages copied"
+            "total 1500 us, downtime 300 us (pause 40 us, copy 50 us alone, finish 10 us, not verified, limit 30000 us, expected copy 250 us, throttle 20 %), 2 pre-copy iterations, pages per iteration 32768/900/120/7, 33795 pages copied"
         );
     }
 }
