@@ -9,6 +9,7 @@ use crate::arch::boot::memory;
 use crate::arch::cpu::{memory_tagging, percpu, sysreg};
 use crate::arch::drivers::gic;
 use crate::arch::stage2::FrameMemory;
+use crate::devices::vgic::LockWait;
 use crate::drivers::uart::console;
 use crate::read_sysreg;
 use crate::runtime::Hardware;
@@ -32,6 +33,27 @@ pub static HOST_CONSOLE: HostConsole<El2> = HostConsole::new();
 pub type Vm = crate::runtime::vm_instance::Vm<El2>;
 /// The VM table of this machine.
 pub type VmTable = crate::runtime::vm_table::VmTable<El2>;
+
+/// A CPU waiting for a VM's vgic lock sleeps in `WFI` (`gic::wait_for_wakeup`), and the
+/// releaser wakes it with a kick (and an event, for a CPU whose GIC is not up yet).
+impl LockWait for El2 {
+    fn sleeper_cpu(&self) -> usize {
+        percpu::current().index()
+    }
+
+    fn sleep(&self) {
+        gic::wait_for_wakeup();
+    }
+
+    fn wake(&self, cpu: usize) {
+        sysreg::send_event();
+        gic::HOST_GIC.kick(cpu);
+    }
+
+    fn ticks(&self) -> u64 {
+        read_sysreg!(cntpct_el0)
+    }
+}
 
 impl Hardware for El2 {
     /// The host's virtio-mmio disks, probed at boot (`arch::host_disk`).

@@ -95,6 +95,7 @@ pub mod vm_table;
 #[cfg(test)]
 mod tests;
 
+use crate::devices::vgic::LockWait;
 use crate::devices::virtio::block_backend::BlockBackend;
 use crate::stage2::cache_maint::CacheCaps;
 use crate::vm::counters::VmCounters;
@@ -105,7 +106,7 @@ use tlb::TlbInvalidate;
 /// What the VM runtime needs of the machine. `arch` implements it with the
 /// frame allocator, system registers, the GIC and the host console; the
 /// host tests with a fake that records what it is asked.
-pub trait Hardware: Sync + 'static {
+pub trait Hardware: Sync + 'static + LockWait {
     /// The page provider of a VM's stage-2 table (and of page caches).
     type TableMemory: PageTableMemory + Copy + Send + Sync + 'static;
     /// The TLB maintenance backend of a VM's stage 2.

@@ -43,7 +43,7 @@ use crate::control::console::GuestInput;
 use crate::control::console_mux::VmId;
 use crate::control::monitor::{MonitorTarget, SlotRequest};
 use crate::devices::guest_memory::HostSpan;
-use crate::devices::vgic::VcpuSet;
+use crate::devices::vgic::{LockWait, VcpuSet};
 use crate::devices::virtio::block_backend::{BlockBackend, BlockError, SECTOR_SIZE};
 use crate::exit::esr::DataAccess;
 use crate::exit::flow::{Flow, StopReason};
@@ -248,6 +248,22 @@ impl FakeHardware {
     fn set_tag(&self, addr: usize, tag: u8) {
         let tags = self.tags.as_ref().expect("a machine with memory tagging");
         tags.lock().unwrap().set.insert(addr & !(GRANULE - 1), tag);
+    }
+}
+
+/// The fake's vCPUs never run at once: its vgic locks spin (a CPU index
+/// past the sleepers' mask).
+impl LockWait for FakeHardware {
+    fn sleeper_cpu(&self) -> usize {
+        usize::MAX
+    }
+
+    fn sleep(&self) {}
+
+    fn wake(&self, _cpu: usize) {}
+
+    fn ticks(&self) -> u64 {
+        self.counter_ticks()
     }
 }
 

@@ -685,6 +685,15 @@ impl<H: Hardware> Vm<H> {
             self.hw
                 .write_line(format_args!("STAT vm{} {name} {value}", self.index));
         }
+        let lock = self.vgic.lock_stats();
+        for (name, value) in [
+            ("vgic_lock_contended", lock.contended),
+            ("vgic_lock_sleeps", lock.sleeps),
+            ("vgic_lock_wait_ticks", lock.wait_ticks),
+        ] {
+            self.hw
+                .write_line(format_args!("STAT vm{} {name} {value}", self.index));
+        }
         exit_profile::report(
             &self.exit_profiles,
             self.hw.counter_frequency(),
@@ -1247,6 +1256,7 @@ pub fn create_vm<H: Hardware>(
         Vgic::new(vgic_config)
     }
     .map_err(VmError::Vgic)?;
+    vgic.set_lock_wait(hw);
     if gicv2.is_none() {
         vgic.enable_its(GUEST_ITS_BASE).map_err(VmError::Vgic)?;
     }

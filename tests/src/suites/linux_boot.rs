@@ -27,8 +27,10 @@
 //! hypervisor prints at power-off (`vm::exit_profile`): per exit class the
 //! count, the time at EL2 (from the exit to the next entry, generic timer
 //! ticks converted to ms), the mean per exit and the share of all EL2 time;
-//! then the number of list-register refills, the guest's own time and EL2's share of
-//! all vCPU time. These are the whole run's (boot, md5 and power-off).
+//! then the number of list-register refills, how often the vgic's lock was
+//! found taken and how long its waiters waited (`vgic_lock_wait`, inside the
+//! exits' time), the guest's own time and EL2's share of all vCPU time. These
+//! are the whole run's (boot, md5 and power-off).
 
 use std::time::Duration;
 
@@ -231,6 +233,18 @@ fn print_exit_table(prefix: &str, sample: &Sample) {
         .get(0, "work_list_register_fill_count")
         .unwrap_or(0);
     println!("  list-register refills (inside the exits above): {fills}");
+    let lock = |name: &str| counters.get(0, name).unwrap_or(0);
+    let (contended, sleeps, waited) = (
+        lock("vgic_lock_contended"),
+        lock("vgic_lock_sleeps"),
+        lock("vgic_lock_wait_ticks"),
+    );
+    println!(
+        "  vgic lock (inside the exits above): found taken {contended} times, {sleeps} sleeps, \
+         {:.1} ms waited ({:.1} us each)",
+        ms(waited),
+        ms(waited) * 1000.0 / contended.max(1) as f64
+    );
     let guest = counters.get(0, "guest_ticks").unwrap_or(0);
     let share = 100.0 * el2 as f64 / (el2 + guest).max(1) as f64;
     println!(
@@ -248,6 +262,11 @@ fn print_exit_table(prefix: &str, sample: &Sample) {
     }
     report(&format!("{prefix}/hypervisor/exits"), exits as f64, "exits");
     report(&format!("{prefix}/hypervisor/el2_share"), share, "%");
+    report(
+        &format!("{prefix}/hypervisor/vgic_lock_wait"),
+        ms(waited),
+        "ms",
+    );
 }
 
 /// Measures `setup`; false when its hypervisor boot failed (reported).

@@ -103,12 +103,14 @@ mod model_test;
 mod redistributor;
 mod regs;
 pub mod sgi;
+pub mod sleeping_lock;
 mod state;
 
 pub use irq::{IntIdClass, PRIORITY_MASK, PTIMER_INTID, Trigger, VTIMER_INTID};
 pub use list_register_sync::FillOutcome;
 pub use list_regs::{ListRegister, ListRegisters, LrEncoding, ModelListRegisters};
 pub use sgi::{SgiGroup, SgiRequest, SgiTargets};
+pub use sleeping_lock::{LockStats, LockWait, SleepingGuard, SleepingMutex};
 pub use state::{MAX_VCPUS_V2, VgicConfig, VgicState, VgicVersion};
 
 /// Size of the distributor frame.
@@ -273,10 +275,12 @@ impl VcpuSet {
     }
 }
 
-/// The virtual GIC of one VM: its state behind one lock.
+/// The virtual GIC of one VM: its state behind one lock, whose waiters
+/// sleep once the machine's way to sleep is set ([`Vgic::set_lock_wait`],
+/// [`sleeping_lock`]).
 #[derive(Debug)]
 pub struct Vgic {
-    state: spin::Mutex<VgicState>,
+    state: SleepingMutex<VgicState>,
     /// What it was created with, for [`Vgic::reset`].
     config: VgicConfig,
 }
@@ -293,7 +297,7 @@ impl Vgic {
     /// A virtual GIC in its reset state.
     pub fn new(config: VgicConfig) -> Result<Self, VgicError> {
         Ok(Self {
-            state: spin::Mutex::new(VgicState::new(config.clone())?),
+            state: SleepingMutex::new(VgicState::new(config.clone())?),
             config,
         })
     }
@@ -301,7 +305,7 @@ impl Vgic {
     /// A virtual GICv2 in its reset state.
     pub fn new_v2(config: VgicConfig) -> Result<Self, VgicError> {
         Ok(Self {
-            state: spin::Mutex::new(VgicState::new_v2(config.clone())?),
+            state: SleepingMutex::new(VgicState::new_v2(config.clone())?),
             config,
         })
     }
@@ -335,8 +339,19 @@ impl Vgic {
 
     /// Locks the state. Keep the guard for one operation; send the kicks it
     /// returns after dropping it.
-    pub fn lock(&self) -> spin::MutexGuard<'_, VgicState> {
+    pub fn lock(&self) -> SleepingGuard<'_, VgicState> {
         self.state.lock()
+    }
+
+    /// Waiters for the lock sleep with `wait` from now on (the VM's
+    /// machine; the first call counts).
+    pub fn set_lock_wait(&self, wait: &'static dyn LockWait) {
+        self.state.set_wait(wait);
+    }
+
+    /// How often the lock was found taken, and the waiting.
+    pub fn lock_stats(&self) -> LockStats {
+        self.state.stats()
     }
 }
 
