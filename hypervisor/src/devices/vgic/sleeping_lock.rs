@@ -30,8 +30,14 @@
 //! `WFI` stays pending, so `WFI` returns at once. A sleep may also end
 //! for any other interrupt; the waiter then simply tries again.
 //!
-//! Before [`SleepingMutex::set_wait`] (and on the host, where nothing
-//! sleeps) the lock spins as a plain spin lock.
+//! Before [`SleepingMutex::set_wait`] (and in the runtime's host tests,
+//! whose fake machine has nowhere to sleep) the lock spins as a plain spin
+//! lock.
+//!
+//! The host test with threads as CPUs catches a missing second try or a
+//! missing wake-up (a sleeper then waits for nothing). A missing fence
+//! shows only on a weakly ordered host: on x86 every read-modify-write is
+//! a full barrier already.
 
 use core::mem::ManuallyDrop;
 use core::ops::{Deref, DerefMut};
