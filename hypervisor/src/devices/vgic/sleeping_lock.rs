@@ -67,8 +67,13 @@ pub struct LockStats {
     pub wait_ticks: u64,
 }
 
-/// How many times a waiter looks at the lock before it sleeps.
-const SPINS_BEFORE_SLEEP: u32 = 64;
+/// How many times a waiter looks at the lock before it sleeps: about as
+/// long as a holder that keeps its core holds it under QEMU TCG (a
+/// list-register refill), so that only a holder without a core costs a
+/// sleep and a kick. (With 64, the 4-vCPU Linux boot slept ten times as
+/// often, and each kick to a sleeper lengthened the pause of a
+/// migration, whose parked vCPUs all take the lock at once.)
+const SPINS_BEFORE_SLEEP: u32 = 4096;
 
 /// A spin lock whose waiters sleep (see the module doc).
 pub struct SleepingMutex<T> {
@@ -287,8 +292,8 @@ mod tests {
                         let seen = *count;
                         // A holder that loses its core now and then, as
                         // under emulation: the waiters get past their spin.
-                        if round % 8 == 0 {
-                            thread::yield_now();
+                        if round % 16 == 0 {
+                            thread::sleep(Duration::from_micros(50));
                         }
                         *count = seen + 1;
                     }
