@@ -6,8 +6,8 @@
 //! stop-and-copy with the vCPUs' whole state (`vm::vcpu_state`, captured by
 //! the source's parked vCPUs on their own CPUs, asked before the pause so
 //! that one kick brings each vCPU out of its guest to park and capture),
-//! which then help copy the last dirty pages (`Vm::stop_copy`,
-//! [`help_stop_copy`]); a byte-for-byte
+//! which then help copy the last dirty pages when that copy is long
+//! (`Vm::stop_copy`, [`help_stop_copy`]); a byte-for-byte
 //! check of the destination's memory when asked
 //! ([`MigrationOptions::verify`]); then the destination starts and the
 //! source ends. Before the first copy, both VMs' boot RAM is zeroed where

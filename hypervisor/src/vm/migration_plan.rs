@@ -36,8 +36,10 @@
 //!    aborts the migration (the source resumes).
 //! 4. The vgic state, the vCPU states and the PSCI power states go to the
 //!    destination, whose vCPUs start from them; the source ends
-//!    (`migrated to ...`). Downtime runs from the pause to the destination's
-//!    start (with the check, when one was asked for).
+//!    (`migrated to ...`; its first vCPU to halt turns the migration's
+//!    dirty logging off). Downtime runs from the pause until the
+//!    destination's last vCPU is released (with the check, when one was
+//!    asked for).
 
 use alloc::vec::Vec;
 use core::fmt;
