@@ -1,5 +1,5 @@
-//! A spin lock whose waiters, after a short spin, sleep until the holder
-//! lets go, so that a CPU waiting for it gives its time back to the host.
+//! A spin lock whose waiters, after a spin, sleep until the holder lets
+//! go, so that a CPU waiting for it gives its time back to the host.
 //!
 //! # Why
 //!
@@ -15,9 +15,9 @@
 //!
 //! # Algorithm
 //!
-//! [`SleepingMutex::lock`] tries the lock, spins a little while it looks
-//! taken, then registers its CPU in a bit mask of sleepers, tries once
-//! more, and sleeps ([`LockWait::sleep`]: `WFI`, which under emulation
+//! [`SleepingMutex::lock`] tries the lock, spins while it looks taken (for
+//! about as long as a holder that keeps its core holds it), then registers
+//! its CPU in a bit mask of sleepers, tries once more, and sleeps ([`LockWait::sleep`]: `WFI`, which under emulation
 //! gives the host thread up). Letting go ([`SleepingGuard`]'s drop)
 //! unlocks, then wakes every registered sleeper ([`LockWait::wake`]: a
 //! kick, an interrupt that stays pending until taken). A waiter that
@@ -112,11 +112,6 @@ impl<T> SleepingMutex<T> {
     /// From now on, waiters sleep with `wait` (the first call counts).
     pub fn set_wait(&self, wait: &'static dyn LockWait) {
         self.wait.call_once(|| wait);
-    }
-
-    /// Locks if the lock is free.
-    pub fn try_lock(&self) -> Option<SleepingGuard<'_, T>> {
-        self.inner.try_lock().map(|guard| self.guard(guard))
     }
 
     /// Locks, sleeping while the lock is held elsewhere.
