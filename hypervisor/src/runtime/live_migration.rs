@@ -63,6 +63,7 @@ use crate::runtime::vm_ops::{self, VmOpError};
 use crate::runtime::{Hardware, micros_since};
 use crate::vm::migration_plan::{
     CopyChunk, CopyJob, MigrationOptions, MigrationReport, Next, PrecopyPlan, RoundFigures,
+    SPINS_PER_CLOCK_READ,
 };
 use crate::vm::power::{BootRequest, PowerState};
 use crate::vm::run_state::RunStateError;
@@ -140,9 +141,6 @@ impl From<VmOpError> for MigrateError {
 
 /// How long the source's vCPUs have to hand over their state, in seconds.
 const CAPTURE_WAIT_SECONDS: u64 = 5;
-
-/// Looks at the captured state between reads of the clock while waiting.
-const CAPTURE_SPINS_PER_CLOCK_READ: u32 = 256;
 
 /// Checks a migration of `src` into `dst` with `options` and posts it to
 /// `dst`'s vCPU 0 (see the module doc). Returns at once.
@@ -651,10 +649,8 @@ pub(crate) fn migrate<H: Hardware>(
         let waited = hw.counter_ticks();
         let mut spins = 0u32;
         while src.vcpu_states[vcpu].lock().is_none() {
-            // The clock only now and then: under emulation each counter
-            // read can wait for the lock the capturing vCPUs need too.
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(CAPTURE_SPINS_PER_CLOCK_READ)
+            if spins.is_multiple_of(SPINS_PER_CLOCK_READ)
                 && hw.counter_ticks().wrapping_sub(waited) > CAPTURE_WAIT_SECONDS * frequency
             {
                 stop_logging(src, &pairs);

@@ -689,10 +689,27 @@ fn migration_pair() -> (
     &'static Vm<FakeHardware>,
     &'static Vm<FakeHardware>,
 ) {
+    migration_pair_on(&[0], &[1])
+}
+
+/// A running source with a vCPU on each of `src_cpus` and a waiting
+/// destination with one on each of `dst_cpus`, 8 MiB each.
+fn migration_pair_on(
+    src_cpus: &[u32],
+    dst_cpus: &[u32],
+) -> (
+    &'static FakeHardware,
+    VmTable<FakeHardware>,
+    &'static Vm<FakeHardware>,
+    &'static Vm<FakeHardware>,
+) {
     let hw = FakeHardware::new();
     let vms = create(
         hw,
-        &[("src", conf(8, &[0], true)), ("dst", conf(8, &[1], false))],
+        &[
+            ("src", conf(8, src_cpus, true)),
+            ("dst", conf(8, dst_cpus, false)),
+        ],
     );
     let table = VmTable::new(hw, vms.clone(), 4).unwrap();
     (hw, table, vms[0], vms[1])
@@ -755,16 +772,7 @@ fn precopy_ends_when_the_rest_fits_and_the_stop_copies_it() {
 /// halting does not delay the destination.
 #[test]
 fn the_source_is_woken_to_end_only_after_the_destination_is_released() {
-    let hw = FakeHardware::new();
-    let vms = create(
-        hw,
-        &[
-            ("src", conf(8, &[0, 3], true)),
-            ("dst", conf(8, &[1, 2], false)),
-        ],
-    );
-    let _table = VmTable::new(hw, vms.clone(), 4).unwrap();
-    let (src, dst) = (vms[0], vms[1]);
+    let (hw, _table, src, dst) = migration_pair_on(&[0, 3], &[1, 2]);
     hw.kicks.lock().unwrap().clear();
     live_migration::migrate(src, dst, options(false, 30_000), &mut |_| {}).unwrap();
     let kicks = hw.kicks.lock().unwrap().clone();
@@ -780,16 +788,7 @@ fn the_source_is_woken_to_end_only_after_the_destination_is_released() {
 #[test]
 fn the_source_helps_with_the_stop_copy_only_when_it_is_long() {
     for (pages, helped) in [(20u64, false), (400, true)] {
-        let hw = FakeHardware::new();
-        let vms = create(
-            hw,
-            &[
-                ("src", conf(8, &[0, 3], true)),
-                ("dst", conf(8, &[1, 2], false)),
-            ],
-        );
-        let _table = VmTable::new(hw, vms.clone(), 4).unwrap();
-        let (src, dst) = (vms[0], vms[1]);
+        let (hw, _table, src, dst) = migration_pair_on(&[0, 3], &[1, 2]);
         hw.kicks.lock().unwrap().clear();
         // The pause's two kicks take 200 us; a page's copy 2 us.
         hw.kick_us.store(100, Ordering::Relaxed);

@@ -203,6 +203,12 @@ impl PrecopyPlan {
     }
 }
 
+/// A migration's spin-waits (for the vCPUs' captured states, a throttled
+/// vCPU's hold) read the clock once per this many spins, not on every one:
+/// under emulation each counter read takes a lock that the CPUs they wait
+/// for need too.
+pub const SPINS_PER_CLOCK_READ: u32 = 256;
+
 /// Guest time a throttled vCPU runs between holds, microseconds (checked
 /// at its exits; QEMU's auto-converge slices 10 ms).
 pub const THROTTLE_SLICE_US: u64 = 1_000;

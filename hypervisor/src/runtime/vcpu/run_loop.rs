@@ -13,10 +13,7 @@ use crate::exit::sync_exit::{self, SyncExit};
 use crate::runtime::Hardware;
 use crate::vm::counters::Counter;
 use crate::vm::exit_profile::ExitClass;
-use crate::vm::migration_plan::{THROTTLE_SLICE_US, throttle_hold_ticks};
-
-/// A throttled vCPU's hold looks at the clock once per this many spins.
-const THROTTLE_SPINS_PER_CLOCK_READ: u32 = 256;
+use crate::vm::migration_plan::{SPINS_PER_CLOCK_READ, THROTTLE_SLICE_US, throttle_hold_ticks};
 use crate::vm::power::BootRequest;
 use crate::vm::run_state::Requested;
 use core::sync::atomic::Ordering;
@@ -95,12 +92,8 @@ impl<M: VcpuMachine> Vcpu<M> {
             && self.vm.run_state.get() == Requested::Running
             && !self.vm.is_stopping()
         {
-            // The clock only now and then: under emulation each counter
-            // read takes a lock the migration's CPU needs too.
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(THROTTLE_SPINS_PER_CLOCK_READ)
-                && self.vm.hw.counter_ticks() >= until
-            {
+            if spins.is_multiple_of(SPINS_PER_CLOCK_READ) && self.vm.hw.counter_ticks() >= until {
                 break;
             }
             core::hint::spin_loop();
