@@ -101,6 +101,12 @@ fn linux_boots_under_the_hypervisor_with_2_vcpus_and_512_mib() {
         "{}",
         report.command_line
     );
+    // Two vCPUs sending each other IPIs meet on the vgic's lock; its
+    // waits are counted and timed (`devices::vgic::sleeping_lock`).
+    let contended = e2e::counter(&report, 0, "vgic_lock_contended");
+    let waited = e2e::counter(&report, 0, "vgic_lock_wait_ticks");
+    e2e::counter(&report, 0, "vgic_lock_sleeps");
+    assert!(contended > 0 && waited > 0, "{}", report.explain());
 }
 
 #[test]
